@@ -1,0 +1,1 @@
+"""Backends: each registers through discovery like any third-party plugin; the host never imports one by name."""

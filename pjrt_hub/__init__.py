@@ -1,0 +1,1 @@
+"""pjrt-hub: load, check and test PJRT device plugins."""
