@@ -1,0 +1,75 @@
+"""The seam between the host-memory CPU runtime and the program compilers that run on it.
+
+The runtime (devices, memories, buffers, events, executables, donation, DLPack) is the same for
+every backend that keeps its arrays in host memory: numba_cpu and the reference interpreter. What
+differs is how a program becomes something that runs; that is a :class:`ProgramCompiler`, and what
+it returns is a :class:`CompiledProgram`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from pjrt_hub.abi import CompileOptions
+
+__all__ = ["CompiledProgram", "ProgramCompiler", "TensorSpec"]
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """Shape and dtype of one argument or result of ``@main``."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    def matches(self, array: np.ndarray) -> bool:
+        return array.shape == self.shape and array.dtype == self.dtype
+
+
+@runtime_checkable
+class CompiledProgram(Protocol):
+    """A program ready to run on host arrays."""
+
+    #: Module name (``jit_f`` for ``module @jit_f``), or ``main``.
+    name: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    #: output index -> input index the program lets the output reuse (``tf.aliasing_output``,
+    #: ``jax.buffer_donor`` / ``input_output_alias``); the runtime donates only these.
+    aliases: Mapping[int, int]
+    #: Stable hash of the program and the options it was compiled with.
+    fingerprint: str
+
+    def run(self, args: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
+        """Compute the outputs. Arrays in ``out`` (same specs as ``outputs``) may be written
+        into and returned, which is how donated input storage is reused; ``None`` entries are
+        allocated by the program. Must not keep references to ``args`` after returning."""
+        ...
+
+    def cost_analysis(self) -> Mapping[str, float]:
+        """At least ``flops`` and ``bytes accessed``, the keys XLA uses."""
+        ...
+
+    def serialize(self) -> bytes:
+        """Bytes that :meth:`ProgramCompiler.deserialize` turns back into this program."""
+        ...
+
+
+@runtime_checkable
+class ProgramCompiler(Protocol):
+    """Turns program text into a :class:`CompiledProgram`."""
+
+    #: Short name used in messages and cache keys (``numba_cpu``, ``reference``).
+    name: str
+
+    def compile(self, code: str | bytes, options: CompileOptions) -> CompiledProgram:
+        """Compile StableHLO text (pretty or generic MLIR). Raises ParseError,
+        UnsupportedOpError or CompileError with a message naming what was wrong."""
+        ...
+
+    def deserialize(self, data: bytes) -> CompiledProgram:
+        ...
+
