@@ -64,3 +64,7 @@ __all__ = [
     "element_dtype",
     "frozen_mapping",
 ]
+
+from .parser import parse_module  # noqa: E402
+
+__all__ += ["parse_module"]
