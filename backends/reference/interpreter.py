@@ -22,7 +22,7 @@ import numpy as np
 from pjrt_hub.abi import ExecutionError, InvalidArgument, PjrtError, UnsupportedOpError
 from pjrt_hub.backends.stablehlo import Block, Function, Module, Op, TensorType, TupleType
 
-from . import elementwise, structural  # noqa: F401 - importing registers their ops
+from . import elementwise, rng, structural  # noqa: F401 - importing registers their ops
 from .registry import OPS, register, supported_ops
 from .structural import pad_array, scatter_destinations
 
