@@ -640,6 +640,17 @@ def _check_case(op: Op, module: Module) -> None:
         _region_signature(op, i, [], [r.type for r in op.results], f"branch {i}")
 
 
+def _check_if(op: Op, module: Module) -> None:
+    _count(op, 1)
+    pred = _tensor(op.operands[0], "pred")
+    if pred.shape != () or not pred.is_bool:
+        _fail(f"pred must be tensor<i1>, got {pred}")
+    if len(op.regions) != 2:
+        _fail("needs a true and a false branch")
+    for i, name in enumerate(("true branch", "false branch")):
+        _region_signature(op, i, [], [r.type for r in op.results], name)
+
+
 def _check_call(op: Op, module: Module) -> None:
     callee = op.attributes["callee"].name
     fn = module.functions.get(callee)
@@ -717,6 +728,7 @@ _CHECKS: dict[str, Callable[[Op, Module], None]] = {
     "stablehlo.sort": _check_sort,
     "stablehlo.while": _check_while,
     "stablehlo.case": _check_case,
+    "stablehlo.if": _check_if,
     "func.call": _check_call,
     "chlo.top_k": _check_top_k,
     "stablehlo.tuple": _check_tuple,
