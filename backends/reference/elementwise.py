@@ -242,39 +242,34 @@ def _reduce_precision(ctx, op, x):
 
 
 def reduce_precision(x: np.ndarray, exponent_bits: int, mantissa_bits: int) -> np.ndarray:
-    """Round ``x`` to a float with the given exponent and mantissa widths (round to nearest
-    even; overflow to inf, underflow through denormals to zero; NaN stays NaN), keeping its type."""
+    """Round ``x`` to ``mantissa_bits`` (nearest, ties to even) and clamp it to the exponent
+    range of ``exponent_bits``: larger values become +-inf and values below the smallest normal
+    number become +-0 (no denormals, as in XLA and the StableHLO reference interpreter). NaN
+    stays NaN (or becomes inf when no mantissa bits are left). The type does not change."""
     dt = x.dtype
-    wide = np.float32 if dt.itemsize <= 4 else np.float64
-    xw = x.astype(wide)
+    wide = np.dtype(np.float32 if dt.itemsize <= 4 else np.float64)
     ubits = np.dtype(np.uint32 if wide == np.float32 else np.uint64)
-    src_mant = 23 if wide == np.float32 else 52
-    src_exp = 8 if wide == np.float32 else 11
+    src_mant, src_exp = (23, 8) if wide == np.float32 else (52, 11)
+    xw = np.asarray(x).astype(wide)
     bits = xw.view(ubits).copy()
-    one = ubits.type(1)
+    u = ubits.type
     if mantissa_bits < src_mant:
-        drop = ubits.type(src_mant - mantissa_bits)
-        last = (bits >> drop) & one
-        half = (one << (drop - one)) - one
-        bits = (bits + half + last) & ~((one << drop) - one)
+        drop = u(src_mant - mantissa_bits)
+        last_bit = u(1) << drop
+        bias = ((last_bit >> u(1)) - u(1)) + ((bits & last_bit) >> drop)
+        bits = (bits + bias) & ~(last_bit - u(1))
     if exponent_bits < src_exp:
-        bias = (1 << (src_exp - 1)) - 1
-        max_exp = bias + (1 << (exponent_bits - 1)) - 1
-        min_exp = bias - (1 << (exponent_bits - 1)) + 2
-        exp = ((bits >> ubits.type(src_mant)) & ubits.type((1 << src_exp) - 1)).astype(np.int64)
-        sign = bits & (one << ubits.type(src_exp + src_mant))
-        inf_bits = sign | (ubits.type((1 << src_exp) - 1) << ubits.type(src_mant))
-        bits = np.where(exp > max_exp, inf_bits, bits)
-        bits = np.where(exp < min_exp - mantissa_bits, sign, bits)
-        # Values in the target's denormal range lose the low mantissa bits they cannot keep.
-        denorm = (exp < min_exp) & (exp >= min_exp - mantissa_bits)
-        if denorm.any():
-            vals = bits.view(wide)
-            scale = np.ldexp(np.ones_like(vals), (min_exp - bias - mantissa_bits))
-            rounded = np.rint(vals.astype(np.float64) / scale) * scale
-            bits = np.where(denorm, rounded.astype(wide).view(ubits), bits)
+        exp_mask = u(((1 << src_exp) - 1) << src_mant)
+        src_bias = (1 << (src_exp - 1)) - 1
+        dst_bias = (1 << (exponent_bits - 1)) - 1
+        exponent = bits & exp_mask
+        sign = bits & u(1 << (src_exp + src_mant))
+        bits = np.where(exponent > u((src_bias + dst_bias) << src_mant), sign | exp_mask, bits)
+        bits = np.where(exponent <= u((src_bias - dst_bias) << src_mant), sign, bits)
     out = bits.view(wide)
-    out = np.where(np.isnan(xw), xw, out)
+    nan = np.isnan(xw)
+    if nan.any():
+        out = np.where(nan, xw if mantissa_bits > 0 else np.inf, out)
     return out.astype(dt)
 
 
