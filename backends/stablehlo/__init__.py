@@ -68,3 +68,7 @@ __all__ = [
 from .parser import parse_module  # noqa: E402
 
 __all__ += ["parse_module"]
+
+from .verify import verify  # noqa: E402
+
+__all__ += ["verify"]
