@@ -8,6 +8,15 @@ flow inside the compiled code), compiles it and caches the result on disk.
 
 from __future__ import annotations
 
+import os as _os
+
+# numba's OpenMP workers spin after each parallel loop; OpenBLAS (dot_general) then competes
+# with spinning threads for the same cores and runs 3-5x slower. Passive waiting costs a few
+# microseconds per parallel loop instead. Must be set before the OpenMP runtime starts; a value
+# the user chose is kept.
+_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+_os.environ.setdefault("KMP_BLOCKTIME", "0")
+
 from .compiler import CacheStats, NumbaCompiler, NumbaProgram, default_cache_dir
 
 __all__ = ["CacheStats", "NumbaCompiler", "NumbaProgram", "default_cache_dir", "supported_ops"]

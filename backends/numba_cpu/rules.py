@@ -357,15 +357,20 @@ def _bitcast_convert(ctx, op, args):
 def _reduce_precision(ctx, op, args):
     kind = _k(ctx, op.result)
     e, m = int(op.attr("exponent_bits")), int(op.attr("mantissa_bits"))
-    if kind.cls != "f" or kind.bits != 32:
+    if kind.cls != "f":
         raise _unsupported_variant(op, f"{kind.element} operand")
-    if (e, m) == (8, 7):
-        return f"round_bf16({args[0].text})"
-    if (e, m) == (5, 10):
-        return f"round_f16({args[0].text})"
-    if (e, m) == (8, 23):
-        return args[0]
-    raise _unsupported_variant(op, f"exponent_bits={e}, mantissa_bits={m}")
+    wide = 64 if kind.bits == 64 else 32
+    src_mant, src_exp = (52, 11) if wide == 64 else (23, 8)
+    uk = element_kind(f"ui{wide}")
+    drop = max(src_mant - m, 0)
+    src_bias = (1 << (src_exp - 1)) - 1
+    dst_bias = (1 << (e - 1)) - 1 if e > 0 else 0
+    c = lambda v: _c(ctx, v, uk)  # noqa: E731
+    text = (f"reduce_precision{wide}({args[0].text}, {c(drop)}, {c(1 << drop)}, "
+            f"{c(((src_bias + dst_bias) << src_mant) % (1 << wide))}, {c(max(src_bias - dst_bias, 0) << src_mant)}, "
+            f"{e < src_exp}, {m > 0})")
+    # Narrow storage types then round to their own precision, as a store would.
+    return kind.rounded(text)
 
 
 @elementwise("stablehlo.optimization_barrier")

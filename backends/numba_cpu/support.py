@@ -37,7 +37,7 @@ __all__ = [
     "bf16_bits", "bf16_value", "f16_bits", "f16_value", "round_bf16", "round_f16",
     "fsign", "isign", "iabs", "imax", "imin", "ipow", "fpow64", "frem", "isfinite_f",
     "exp_f64", "log_f64", "tanh_f64", "logistic_f64", "expm1_f64", "log1p_f64", "sin_f", "cos_f", "tan_f",
-    "atan2_f", "clamp_index", "np", "math", "types", "vecmath",
+    "atan2_f", "clamp_index", "reduce_precision32", "reduce_precision64", "np", "math", "types", "vecmath",
 ]
 
 _inline = njit(cache=True, nogil=True, error_model="numpy", inline="always")
@@ -242,3 +242,35 @@ def clamp_index(i, hi):
     in int64 so that any index type compares correctly."""
     v = np.int64(i)
     return min(max(v, 0), hi)
+
+
+def _make_reduce_precision(ubits, nb_float, exp_mask, sign_mask, inf):
+    one = ubits(1)
+    zero = ubits(0)
+
+    @_inline
+    def reduce_precision(x, drop, last, exp_hi, exp_lo, clamp_exp, keep_nan):
+        """XLA's reduce_precision: round to fewer mantissa bits (nearest even), then clamp the
+        exponent (overflow -> inf, below the smaller normal range -> signed 0)."""
+        bits = bitcast(x, ubits_type)
+        if drop != zero:
+            bias = iadd(isub(shr_logical(last, one), one), shr_logical(iand(bits, last), drop))
+            bits = iand(iadd(bits, bias), inot(isub(last, one)))
+        if clamp_exp:
+            e = iand(bits, exp_mask)
+            sign = iand(bits, sign_mask)
+            bits = ior(sign, exp_mask) if icmp(e, exp_hi, "GT") else bits
+            bits = sign if icmp(e, exp_lo, "LE") else bits
+        out = bitcast(bits, nb_float)
+        if x != x:
+            return x if keep_nan else inf
+        return out
+
+    ubits_type = types.uint32 if ubits == np.uint32 else types.uint64
+    return reduce_precision
+
+
+reduce_precision32 = _make_reduce_precision(np.uint32, types.float32, np.uint32(0x7F800000),
+                                            np.uint32(0x80000000), np.float32(np.inf))
+reduce_precision64 = _make_reduce_precision(np.uint64, types.float64, np.uint64(0x7FF0000000000000),
+                                            np.uint64(0x8000000000000000), np.float64(np.inf))
