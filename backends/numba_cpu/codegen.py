@@ -77,6 +77,10 @@ class Row:
 Binding = Arr | Scal | Lazy | Row
 
 
+#: Arrays from this size on are advised to use transparent huge pages (numpy's threshold too).
+_HUGEPAGE_MIN_BYTES = 4 << 20
+
+
 @dataclass(frozen=True)
 class LoweringOptions:
     #: Elements of work above which a kernel group runs its outer loop in parallel.
@@ -316,10 +320,18 @@ class Lowering:
             raise CompileError(f"internal: array() of rank-0 value {v.name}")
         name = self.fresh("a")
         kind = self.kind(v)
-        self.scope.emit(f"{name} = np.empty({tuple(v.type.shape)!r}, {kind.np_name})")
+        self.alloc(name, v.type.shape, kind)
         self.fill(name, kind, v.type.shape, lambda idx: self.read(v, idx))
         self.env[v] = Arr(name, kind)
         return name
+
+    def alloc(self, name: str, shape: Sequence[int], kind: ElementKind, scope: Scope | None = None) -> None:
+        """Emit ``name = np.empty(shape)``; large arrays get transparent huge pages."""
+        scope = scope or self.scope
+        shape = tuple(shape)
+        scope.emit(f"{name} = np.empty({shape!r}, {kind.np_name})")
+        if math.prod(shape) * kind.storage.itemsize >= _HUGEPAGE_MIN_BYTES:
+            scope.emit(f"advise_hugepages({name})")
 
     def reshape_view(self, v: Value, b: Arr, shape: tuple[int, ...]) -> str:
         """A reshaped view of a materialized (C-contiguous) array, made once."""
@@ -523,7 +535,7 @@ class Lowering:
                 if v.type.rank and v not in local:
                     name = self.fresh("a")
                     kind = self.kind(v)
-                    base.emit(f"{name} = np.empty({tuple(v.type.shape)!r}, {kind.np_name})")
+                    self.alloc(name, v.type.shape, kind, base)
                     self.env[v] = Arr(name, kind)
         opened: list[tuple[Scope, Scope]] = []
 

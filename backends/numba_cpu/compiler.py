@@ -19,6 +19,7 @@ A serialized executable carries the generated module itself, so it can be rebuil
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -38,7 +39,7 @@ from pjrt_hub.backends.cpu_runtime.compiler import TensorSpec
 
 __all__ = ["NumbaCompiler", "NumbaProgram", "CacheStats", "default_cache_dir"]
 
-#: Bump when the generated code changes meaning, to invalidate old cache entries.
+#: Bump when the cache layout changes.
 CODEGEN_VERSION = "1"
 _SERIAL_FORMAT = "pjrt_hub.numba_cpu/1"
 
@@ -64,6 +65,20 @@ class CacheStats:
     misses: int = 0
     #: Entry functions numba loaded from its cache instead of compiling (checked after import).
     numba_cache_loads: int = 0
+
+
+@functools.lru_cache(maxsize=None)
+def backend_digest() -> str:
+    """Hash of this backend's own source: part of every cache key, so that a change to a
+    lowering rule or a helper (whose machine code numba inlines into the cached functions)
+    can never be served stale code from the cache."""
+    h = hashlib.sha256()
+    here = Path(__file__).parent
+    for path in sorted(here.glob("*.py")):
+        if path.name != "bench.py":
+            h.update(path.name.encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def _numba_version() -> str:
@@ -186,6 +201,17 @@ class NumbaCompiler:
         self._lock = threading.RLock()
         self._programs: dict[str, NumbaProgram] = {}
 
+    def warm_up(self) -> None:
+        """Do numba's one-time start-up now (import, target initialisation, the helper modules):
+        about half a second that would otherwise land on the first compile of the process.
+        Meant for plugin/client creation."""
+        from numba.core.registry import cpu_target
+
+        from . import kernels, rules, support  # noqa: F401
+
+        cpu_target.target_context.refresh()
+        cpu_target.typing_context.refresh()
+
     # -- options --
 
     def _lowering_options(self, options: CompileOptions | None):
@@ -202,11 +228,16 @@ class NumbaCompiler:
 
     # -- compile --
 
-    def compile(self, code: str | bytes, options: CompileOptions | None = None) -> NumbaProgram:
+    def compile(self, code: str | bytes, options: CompileOptions | bytes | None = None) -> NumbaProgram:
         text = code.decode("utf-8") if isinstance(code, (bytes, bytearray, memoryview)) else code
+        if isinstance(options, (bytes, bytearray, memoryview)):
+            from pjrt_hub.abi import decode_compile_options
+
+            options = decode_compile_options(bytes(options))
         lopts = self._lowering_options(options)
         text_key = hashlib.sha256(
-            "\0".join([CODEGEN_VERSION, _numba_version(), repr(lopts), text]).encode("utf-8")).hexdigest()
+            "\0".join([CODEGEN_VERSION, backend_digest(), _numba_version(), repr(lopts), text]).encode("utf-8")
+        ).hexdigest()
         with self._lock:
             prog = self._programs.get(text_key)
             if prog is not None:

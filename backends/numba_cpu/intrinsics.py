@@ -381,3 +381,38 @@ shl_raw = intrinsic(_raw_shift("shl"))
 ashr_raw = intrinsic(_raw_shift("ashr"))
 
 __all__ += ["shl_raw", "ashr_raw"]
+
+
+_HUGE = 1 << 21  # 2 MiB transparent huge pages
+_MADV_HUGEPAGE = 14
+
+
+@intrinsic
+def advise_hugepages(typingctx, arr):
+    """Ask the kernel to back a large array with transparent huge pages (``madvise``), as numpy
+    does for its own large allocations: a fresh 32 MiB output then costs ~500 page faults
+    instead of ~8000, which is several milliseconds per run. Only the 2 MiB-aligned interior of
+    the array is advised; failure (no THP support) is ignored."""
+    if not isinstance(arr, types.Array):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        i64 = ir.IntType(64)
+        data = builder.ptrtoint(ary.data, i64)
+        itemsize = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(sig.args[0].dtype)))
+        nbytes = builder.mul(ary.nitems, itemsize)
+        mask = ir.Constant(i64, ~(_HUGE - 1))
+        start = builder.and_(builder.add(data, ir.Constant(i64, _HUGE - 1)), mask)
+        end = builder.and_(builder.add(data, nbytes), mask)
+        fnty = ir.FunctionType(ir.IntType(32), [ir.IntType(8).as_pointer(), i64, ir.IntType(32)])
+        fn = builder.module.globals.get("madvise") or ir.Function(builder.module, fnty, "madvise")
+        with builder.if_then(builder.icmp_unsigned(">", end, start)):
+            builder.call(fn, [builder.inttoptr(start, ir.IntType(8).as_pointer()), builder.sub(end, start),
+                              ir.Constant(ir.IntType(32), _MADV_HUGEPAGE)])
+        return context.get_dummy_value()
+
+    return types.none(arr), codegen
+
+
+__all__ += ["advise_hugepages"]

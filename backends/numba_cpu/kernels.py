@@ -26,7 +26,7 @@ __all__: list[str] = []
 def _new_array(ctx: Lowering, v: Value) -> tuple[str, ElementKind]:
     name = ctx.fresh("a")
     kind = ctx.kind(v)
-    ctx.scope.emit(f"{name} = np.empty({tuple(v.type.shape)!r}, {kind.np_name})")
+    ctx.alloc(name, v.type.shape, kind)
     return name, kind
 
 
@@ -151,7 +151,7 @@ def _arrange(ctx: Lowering, v: Value, batch, first, second, shape3) -> tuple[str
     kind = ctx.kind(v)
     perm_shape = tuple(v.type.shape[d] for d in order)
     copy = ctx.fresh("a")
-    ctx.scope.emit(f"{copy} = np.empty({perm_shape!r}, {kind.np_name})")
+    ctx.alloc(copy, perm_shape, kind)
 
     def at(idx):
         src = [None] * rank
