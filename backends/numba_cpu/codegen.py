@@ -129,8 +129,13 @@ class Rule:
 RULES: dict[str, Rule] = {}
 
 
+#: Ops handled by the lowering itself rather than a rule: calls and composites are inlined,
+#: terminators end blocks.
+STRUCTURAL_OPS = ("func.call", "func.return", "stablehlo.return", "stablehlo.composite")
+
+
 def supported_ops() -> list[str]:
-    return sorted(RULES)
+    return sorted(set(RULES) | set(STRUCTURAL_OPS))
 
 
 def _unsupported(op: Op) -> UnsupportedOpError:

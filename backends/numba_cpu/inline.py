@@ -40,7 +40,7 @@ class _Inliner:
 
     def op(self, op: Op, vmap: dict[Value, Value], depth: int) -> Iterator[Op]:
         operands = tuple(vmap.get(v, v) for v in op.operands)
-        if op.name == "func.call":
+        if op.name in ("func.call", "stablehlo.composite"):
             yield from self.call(op, operands, vmap, depth)
             return
         regions = []
@@ -57,7 +57,7 @@ class _Inliner:
         yield dataclasses.replace(op, operands=operands, results=results, regions=tuple(regions))
 
     def call(self, op: Op, operands: tuple[Value, ...], vmap: dict[Value, Value], depth: int) -> Iterator[Op]:
-        callee_ref = op.attr("callee")
+        callee_ref = op.attr("callee") if op.name == "func.call" else op.attr("decomposition")
         name = getattr(callee_ref, "name", str(callee_ref))
         callee = self.module.functions.get(name)
         if callee is None:

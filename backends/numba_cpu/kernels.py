@@ -568,3 +568,92 @@ def _convolution(ctx: Lowering, op: Op):
                 ctx.scope.emit(f"if {valid.text}: {acc} = iadd({acc}, imul({a}, {b}))")
         ctx.scope.emit(f"{out}[{_sub(oidx)}] = {rk.store(rk.rounded(acc))}")
     return [Arr(out, rk)]
+
+
+@kernel("stablehlo.if", lazy_operands=True)
+def _if(ctx: Lowering, op: Op):
+    pred = ctx.read(op.operands[0], ())
+    names = [ctx.fresh("w") for _ in op.results]
+    for header, region in ((f"if {pred.text}:", op.regions[0]), ("else:", op.regions[1])):
+        with ctx.block_scope(header):
+            results = ctx.lower_block(region)
+            texts = [_carry(ctx, b) for b in results]
+            if names:
+                ctx.scope.emit(f"{', '.join(names)} = {', '.join(texts)}")
+    return [Arr(name, ctx.kind(v)) if v.type.rank else Scal(Expr(name, ctx.scope))
+            for v, name in zip(op.results, names)]
+
+
+@kernel("stablehlo.select_and_scatter", lazy_operands=True)
+def _select_and_scatter(ctx: Lowering, op: Op):
+    operand, source, init = op.operands
+    rank = len(operand.type.shape)
+    wdims = tuple(op.attr("window_dimensions") or (1,) * rank)
+    strides = tuple(op.attr("window_strides") or (1,) * rank)
+    pads = _padding(op, rank)
+    shape = operand.type.shape
+    select_region, scatter_region = op.regions
+    out, kind = _new_array(ctx, op.result)
+    init_e = ctx.read(init, ())
+    ctx.fill(out, kind, shape, lambda idx: init_e)
+    ctx.array(operand)
+    with ctx.loops(source.type.shape) as sidx:
+        best, have = ctx.fresh("best"), ctx.fresh("have")
+        pos = [ctx.fresh("bp") for _ in range(rank)]
+        ctx.scope.emit(f"{have} = False")
+        ctx.scope.emit(f"{best} = {init_e.text}")
+        for p in pos:
+            ctx.scope.emit(f"{p} = 0")
+        with ctx.loops(wdims) as widx:
+            cand_pos = []
+            conds = []
+            for d in range(rank):
+                q = ctx.temp(f"{sidx[d].text} * {strides[d]} + {widx[d].text} - {pads[d][0]}", [sidx[d], widx[d]],
+                             prefix="p")
+                cand_pos.append(q)
+                conds.append(f"(0 <= {q.text} < {shape[d]})")
+            with ctx.block_scope(f"if {' and '.join(conds) or 'True'}:") as inside:
+                cand = ctx.read(operand, cand_pos)
+                take = ctx.fresh("take")
+                ctx.scope.emit(f"{take} = not {have}")
+                with ctx.block_scope(f"if {have}:"):
+                    (keep,) = ctx.lower_scalar_region(select_region, [Expr(best, ctx.scope), cand])
+                    ctx.scope.emit(f"{take} = not {keep.text}")
+                with ctx.block_scope(f"if {take}:"):
+                    ctx.scope.emit(f"{best} = {cand.text}")
+                    ctx.scope.emit(f"{have} = True")
+                    for p, q in zip(pos, cand_pos):
+                        ctx.scope.emit(f"{p} = {q.text}")
+                del inside
+        with ctx.block_scope(f"if {have}:"):
+            sub = ", ".join(pos)
+            cur = ctx.temp(kind.load(f"{out}[{sub}]"), [])
+            src = ctx.read(source, sidx)
+            (new,) = ctx.lower_scalar_region(scatter_region, [Expr(cur.text, ctx.scope), src])
+            ctx.scope.emit(f"{out}[{sub}] = {kind.store(new.text)}")
+    return [Arr(out, kind)]
+
+
+@kernel("stablehlo.rng_bit_generator")
+def _rng_bit_generator(ctx: Lowering, op: Op):
+    from pjrt_hub.backends.stablehlo import RngAlgorithm
+
+    (state,) = op.operands
+    new_state, values = op.results
+    skind, vkind = ctx.kind(state), ctx.kind(values)
+    if skind.storage != np.uint64:
+        raise _unsupported_variant(op, f"{skind.element} state")
+    algorithm = str(op.attr("rng_algorithm") or "DEFAULT")
+    count = math.prod(values.type.shape)
+    itemsize = vkind.storage.itemsize
+    words = -(-count * itemsize // 4)
+    name = ctx.array(state)
+    st, w = ctx.fresh("st"), ctx.fresh("rw")
+    if algorithm == str(RngAlgorithm.THREE_FRY):
+        ctx.scope.emit(f"{st}, {w} = rng_threefry({name}, {-(-words // 2)})")
+    else:
+        ctx.scope.emit(f"{st}, {w} = rng_philox({name}, {-(-words // 4)})")
+    out = ctx.fresh("a")
+    ctx.scope.emit(f"{out} = {w}.view(np.uint8)[:{count * itemsize}].copy().view({vkind.np_name})"
+                   f".reshape({tuple(values.type.shape)!r})")
+    return [Arr(st, skind), Arr(out, vkind)]

@@ -237,6 +237,16 @@ elementwise("stablehlo.cbrt", cost=20)(_float_unary("cbrt_f", "cbrt_f", via64=Tr
 elementwise("chlo.erf", cost=20)(_float_unary("erf_f", "erf_f", via64=True))
 elementwise("chlo.erfc", cost=20)(_float_unary("erfc_f", "erfc_f", via64=True))
 elementwise("chlo.erf_inv", cost=40)(_float_unary("erf_inv_f", "erf_inv_f", via64=True))
+elementwise("chlo.tan", cost=20)(_float_unary("tan_f", "tan_f", via64=True))
+elementwise("chlo.sinh", cost=20)(_float_unary("sinh_f", "sinh_f", via64=True))
+elementwise("chlo.cosh", cost=20)(_float_unary("cosh_f", "cosh_f", via64=True))
+elementwise("chlo.asin", cost=20)(_float_unary("asin_f", "asin_f", via64=True))
+elementwise("chlo.acos", cost=20)(_float_unary("acos_f", "acos_f", via64=True))
+elementwise("chlo.atan", cost=20)(_float_unary("atan_f", "atan_f", via64=True))
+elementwise("chlo.asinh", cost=20)(_float_unary("asinh_f", "asinh_f", via64=True))
+elementwise("chlo.acosh", cost=20)(_float_unary("acosh_f", "acosh_f", via64=True))
+elementwise("chlo.atanh", cost=20)(_float_unary("atanh_f", "atanh_f", via64=True))
+elementwise("chlo.lgamma", cost=20)(_float_unary("lgamma_f", "lgamma_f", via64=True))
 elementwise("stablehlo.floor")(_float_unary("ffloor", "ffloor"))
 elementwise("stablehlo.ceil")(_float_unary("fceil", "fceil"))
 elementwise("stablehlo.round_nearest_even")(_float_unary("fround_even", "fround_even"))
@@ -271,6 +281,21 @@ def _atan2(ctx, op, args):
         raise _unsupported_variant(op, f"{kind.element} operands")
     text = f"atan2_f({args[0].text}, {args[1].text})"
     return text if kind.bits == 64 else kind.rounded(f"np.float32({text})")
+
+
+@elementwise("chlo.is_inf")
+def _is_inf(ctx, op, args):
+    return f"(fabs({args[0].text}) == np.inf)"
+
+
+@elementwise("chlo.is_pos_inf")
+def _is_pos_inf(ctx, op, args):
+    return f"({args[0].text} == np.inf)"
+
+
+@elementwise("chlo.is_neg_inf")
+def _is_neg_inf(ctx, op, args):
+    return f"({args[0].text} == -np.inf)"
 
 
 @elementwise("stablehlo.is_finite")
@@ -373,6 +398,12 @@ def _reduce_precision(ctx, op, args):
     return kind.rounded(text)
 
 
+@elementwise("stablehlo.map", cost=10)
+def _map(ctx, op, args):
+    (result,) = ctx.lower_scalar_region(op.regions[0], list(args))
+    return result
+
+
 @elementwise("stablehlo.optimization_barrier")
 def _barrier(ctx, op, args):
     return args[0]
@@ -389,6 +420,12 @@ def _int_index(text: str, deps: Sequence[Expr]) -> Expr:
         if d.scope is not None and (scope is None or d.scope.depth > scope.depth):
             scope = d.scope
     return Expr(text, scope)
+
+
+@index_map("stablehlo.get_dimension_size")
+def _get_dimension_size(ctx, op, i, idx):
+    d = int(op.attr("dimension"))
+    return ctx.const(op.operands[0].type.shape[d], _k(ctx, op.result))
 
 
 @index_map("stablehlo.constant")

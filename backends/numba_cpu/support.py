@@ -38,7 +38,8 @@ __all__ = [
     "bf16_bits", "bf16_value", "f16_bits", "f16_value", "round_bf16", "round_f16",
     "fsign", "isign", "iabs", "imax", "imin", "ipow", "fpow64", "frem", "isfinite_f",
     "exp_f64", "log_f64", "tanh_f64", "logistic_f64", "expm1_f64", "log1p_f64", "sin_f", "cos_f", "tan_f",
-    "atan2_f", "clamp_index", "reduce_precision32", "reduce_precision64", "np", "math", "types", "vecmath",
+    "atan2_f", "sinh_f", "cosh_f", "asin_f", "acos_f", "atan_f", "asinh_f", "acosh_f", "atanh_f",
+    "lgamma_f", "clamp_index", "rng_threefry", "rng_philox", "reduce_precision32", "reduce_precision64", "np", "math", "types", "vecmath",
 ]
 
 _inline = njit(cache=True, nogil=True, error_model="numpy", inline="always")
@@ -233,6 +234,62 @@ def tan_f(x):
 
 
 @_inline
+def sinh_f(x):
+    return math.sinh(np.float64(x))
+
+
+@_inline
+def cosh_f(x):
+    return math.cosh(np.float64(x))
+
+
+@_inline
+def asin_f(x):
+    d = np.float64(x)
+    return math.asin(d) if -1.0 <= d <= 1.0 else np.nan
+
+
+@_inline
+def acos_f(x):
+    d = np.float64(x)
+    return math.acos(d) if -1.0 <= d <= 1.0 else np.nan
+
+
+@_inline
+def atan_f(x):
+    return math.atan(np.float64(x))
+
+
+@_inline
+def asinh_f(x):
+    return math.asinh(np.float64(x))
+
+
+@_inline
+def acosh_f(x):
+    d = np.float64(x)
+    return math.acosh(d) if d >= 1.0 else np.nan
+
+
+@_inline
+def atanh_f(x):
+    d = np.float64(x)
+    if d == 1.0:
+        return np.inf
+    if d == -1.0:
+        return -np.inf
+    return math.atanh(d) if -1.0 < d < 1.0 else np.nan
+
+
+@_inline
+def lgamma_f(x):
+    d = np.float64(x)
+    if d <= 0.0 and d == math.floor(d):
+        return np.inf
+    return math.lgamma(d)
+
+
+@_inline
 def atan2_f(y, x):
     return math.atan2(np.float64(y), np.float64(x))
 
@@ -275,3 +332,83 @@ reduce_precision32 = _make_reduce_precision(np.uint32, types.float32, np.uint32(
                                             np.uint32(0x80000000), np.float32(np.inf))
 reduce_precision64 = _make_reduce_precision(np.uint64, types.float64, np.uint64(0x7FF0000000000000),
                                             np.uint64(0x8000000000000000), np.float64(np.inf))
+
+
+# -- rng_bit_generator ------------------------------------------------------------------------
+# The state layout follows XLA's RNG expander (and the reference interpreter): state[0] is the
+# 64-bit key, the next words the counter. THREE_FRY draws Threefry-2x32 blocks at consecutive
+# 64-bit counters; PHILOX draws Philox-4x32 blocks at a 128-bit counter (state[1], state[2]).
+
+_jit = njit(cache=True, nogil=True, error_model="numpy")
+
+
+@_inline
+def _rotl32(x, r):
+    return ior(shl(x, r), shr_logical(x, isub(_u32(32), r)))
+
+
+@_jit
+def rng_threefry(state, n_blocks):
+    """(new state, 2 * n_blocks uint32 words)."""
+    key = state[0]
+    k0 = i2i(iand(key, np.uint64(0xFFFFFFFF)), types.uint32)
+    k1 = i2i(shr_logical(key, np.uint64(32)), types.uint32)
+    k2 = ixor(ixor(_u32(0x1BD11BDA), k0), k1)
+    ks = (k0, k1, k2)
+    rot = ((_u32(13), _u32(15), _u32(26), _u32(6)), (_u32(17), _u32(29), _u32(16), _u32(24)))
+    words = np.empty(2 * n_blocks, np.uint32)
+    for b in range(n_blocks):
+        ctr = iadd(state[1], np.uint64(b))
+        x0 = iadd(i2i(iand(ctr, np.uint64(0xFFFFFFFF)), types.uint32), ks[0])
+        x1 = iadd(i2i(shr_logical(ctr, np.uint64(32)), types.uint32), ks[1])
+        for block in range(5):
+            rs = rot[block % 2]
+            for j in range(4):
+                x0 = iadd(x0, x1)
+                x1 = ixor(_rotl32(x1, rs[j]), x0)
+            x0 = iadd(x0, ks[(block + 1) % 3])
+            x1 = iadd(iadd(x1, ks[(block + 2) % 3]), _u32(block + 1))
+        words[2 * b] = x0
+        words[2 * b + 1] = x1
+    new = state.copy()
+    new[1] = iadd(state[1], np.uint64(n_blocks))
+    return new, words
+
+
+@_jit
+def rng_philox(state, n_blocks):
+    """(new state, 4 * n_blocks uint32 words)."""
+    key = state[0]
+    words = np.empty(4 * n_blocks, np.uint32)
+    hi_start = state[2] if state.size > 2 else np.uint64(0)
+    m0, m1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
+    mask = np.uint64(0xFFFFFFFF)
+    for b in range(n_blocks):
+        low = iadd(state[1], np.uint64(b))
+        high = iadd(hi_start, np.uint64(1) if icmp(low, state[1], "LT") else np.uint64(0))
+        c0 = i2i(iand(low, mask), types.uint32)
+        c1 = i2i(shr_logical(low, np.uint64(32)), types.uint32)
+        c2 = i2i(iand(high, mask), types.uint32)
+        c3 = i2i(shr_logical(high, np.uint64(32)), types.uint32)
+        k0 = i2i(iand(key, mask), types.uint32)
+        k1 = i2i(shr_logical(key, np.uint64(32)), types.uint32)
+        for _ in range(10):
+            p0 = imul(m0, i2i(c0, types.uint64))
+            p1 = imul(m1, i2i(c2, types.uint64))
+            hi0 = i2i(shr_logical(p0, np.uint64(32)), types.uint32)
+            lo0 = i2i(iand(p0, mask), types.uint32)
+            hi1 = i2i(shr_logical(p1, np.uint64(32)), types.uint32)
+            lo1 = i2i(iand(p1, mask), types.uint32)
+            c0, c1, c2, c3 = ixor(ixor(hi1, c1), k0), lo1, ixor(ixor(hi0, c3), k1), lo0
+            k0 = iadd(k0, _u32(0x9E3779B9))
+            k1 = iadd(k1, _u32(0xBB67AE85))
+        words[4 * b] = c0
+        words[4 * b + 1] = c1
+        words[4 * b + 2] = c2
+        words[4 * b + 3] = c3
+    new = state.copy()
+    end = iadd(state[1], np.uint64(n_blocks))
+    new[1] = end
+    if state.size > 2:
+        new[2] = iadd(state[2], np.uint64(1) if icmp(end, state[1], "LT") else np.uint64(0))
+    return new, words

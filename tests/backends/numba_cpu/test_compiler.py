@@ -154,3 +154,22 @@ def test_serialized_program_loads_in_a_fresh_process(tmp_path, compiler):
 def test_deserialize_rejects_foreign_bytes(compiler):
     with pytest.raises(InvalidArgument, match="not a serialized numba_cpu executable"):
         compiler.deserialize(b"\x00\x01not json")
+
+
+def test_composite_is_inlined_from_its_decomposition(compiler):
+    text = """
+    module @m {
+      func.func public @main(%a: tensor<4xf32>) -> tensor<4xf32> {
+        %0 = "stablehlo.composite"(%a) <{name = "my.softplus", decomposition = @softplus}> : (tensor<4xf32>) -> tensor<4xf32>
+        return %0 : tensor<4xf32>
+      }
+      func.func private @softplus(%x: tensor<4xf32>) -> tensor<4xf32> {
+        %e = stablehlo.exponential %x : tensor<4xf32>
+        %l = stablehlo.log_plus_one %e : tensor<4xf32>
+        return %l : tensor<4xf32>
+      }
+    }
+    """
+    x = np.array([-3.0, 0.0, 1.0, 20.0], np.float32)
+    (got,) = compiler.compile(text).run([x])
+    np.testing.assert_allclose(got, np.log1p(np.exp(x.astype(np.float64))), rtol=1e-6)

@@ -83,9 +83,13 @@ def test_float_unary_ops(compiler):
                "rsqrt", "cbrt", "exponential", "exponential_minus_one", "log", "log_plus_one", "tanh",
                "logistic", "sine", "cosine", "tan"]:
         p(f"stablehlo.{op} %a0 : {t}")
-    for op in ["erf", "erfc", "erf_inv", "square"]:
+    for op in ["erf", "erfc", "erf_inv", "square", "sinh", "cosh", "tan", "asin", "acos", "atan", "asinh", "acosh",
+               "atanh", "lgamma"]:
         p(f"chlo.{op} %a0 : {t} -> {t}")
-    p(f"stablehlo.is_finite %a0 : ({t}) -> {tt(x.shape, np.bool_)}", tt(x.shape, np.bool_))
+    bt = tt(x.shape, np.bool_)
+    p(f"stablehlo.is_finite %a0 : ({t}) -> {bt}", bt)
+    for op in ["is_inf", "is_pos_inf", "is_neg_inf"]:
+        p(f"chlo.{op} %a0 : {t} -> {bt}", bt)
     check(compiler, p, rtol=4e-7, atol=1e-44)
 
 
@@ -408,4 +412,48 @@ def test_while_and_case(compiler):
       stablehlo.return %a0 : tensor<6xf32>
     }}) : (tensor<i32>) -> tensor<6xf32>""")
         p.results.append((f"%case{k}", "tensor<6xf32>"))
+    check(compiler, p, rtol=0.0)
+
+
+def test_if_map_select_and_scatter_rng_and_composite(compiler):
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(2, 6, 5)).astype(np.float32)
+    src = rng.normal(size=(2, 3, 2)).astype(np.float32)
+    state = np.array([0x0123456789ABCDEF, 5], np.uint64)
+    state3 = np.array([42, 2**64 - 2, 7], np.uint64)
+    flag = np.array(True)
+    xt, st = tt(x.shape, np.float32), tt(src.shape, np.float32)
+    p = Program(x, src, state, state3, flag)
+    p.lines.append(f"""    %if = "stablehlo.if"(%a4) ({{
+      %n = stablehlo.negate %a0 : {xt}
+      stablehlo.return %n : {xt}
+    }}, {{
+      stablehlo.return %a0 : {xt}
+    }}) : (tensor<i1>) -> {xt}""")
+    p.results.append(("%if", xt))
+    p(f""""stablehlo.map"(%a0, %a0) <{{dimensions = array<i64: 0, 1, 2>}}> ({{
+    ^bb0(%m0: tensor<f32>, %m1: tensor<f32>):
+      %q = stablehlo.multiply %m0, %m1 : tensor<f32>
+      %r = stablehlo.subtract %q, %m0 : tensor<f32>
+      stablehlo.return %r : tensor<f32>
+    }}) : ({xt}, {xt}) -> {xt}""", xt)
+    zero = p("stablehlo.constant dense<0.0> : tensor<f32>", out=False)
+    # max-pool gradient: 3x3 windows, stride 2x3, padded.
+    p(f""""stablehlo.select_and_scatter"(%a0, %a1, {zero}) <{{window_dimensions = array<i64: 1, 3, 3>, window_strides = array<i64: 1, 2, 3>, padding = dense<[[0, 0], [1, 0], [1, 1]]> : tensor<3x2xi64>}}> ({{
+    ^bb0(%s0: tensor<f32>, %s1: tensor<f32>):
+      %ge = stablehlo.compare GE, %s0, %s1, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
+      stablehlo.return %ge : tensor<i1>
+    }}, {{
+    ^bb0(%t0: tensor<f32>, %t1: tensor<f32>):
+      %sum = stablehlo.add %t0, %t1 : tensor<f32>
+      stablehlo.return %sum : tensor<f32>
+    }}) : ({xt}, {st}, tensor<f32>) -> {xt}""", xt)
+    for alg, sarg, stype, out in [("THREE_FRY", "%a2", "tensor<2xui64>", "tensor<3x5xui32>"),
+                                  ("THREE_FRY", "%a2", "tensor<2xui64>", "tensor<7xui64>"),
+                                  ("PHILOX", "%a3", "tensor<3xui64>", "tensor<2x3xui32>"),
+                                  ("DEFAULT", "%a3", "tensor<3xui64>", "tensor<9xui8>")]:
+        n = len(p.lines)
+        p.lines.append(f'    %rng{n}:2 = "stablehlo.rng_bit_generator"({sarg}) <{{rng_algorithm = #stablehlo<rng_algorithm {alg}>}}> : ({stype}) -> ({stype}, {out})')
+        p.results += [(f"%rng{n}#0", stype), (f"%rng{n}#1", out)]
+    p(f"stablehlo.get_dimension_size %a0, dim = 1 : ({xt}) -> tensor<i32>", "tensor<i32>")
     check(compiler, p, rtol=0.0)
