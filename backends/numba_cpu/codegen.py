@@ -100,6 +100,8 @@ class GeneratedFunction:
     output_kinds: tuple[ElementKind, ...]
     #: Module-level names (constants) the function reads: name -> Python expression.
     globals: dict[str, str]
+    #: Parallel kernels split out of the entry function (their source, ``def`` included).
+    kernels: list[str] = field(default_factory=list)
 
 
 # -- op rules ---------------------------------------------------------------------------------
@@ -462,11 +464,39 @@ class Lowering:
             seen.add(name)
             outs.append(name)
         self.scope.emit(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
-        body = self.scope.render(1)
+        kernels: list[str] = []
+        body = self.scope.render(1, hook=lambda s: self._extract_kernel(s, kernels))
         entry = "entry"
         src = [f"def {entry}({', '.join(params)}):", *body]
         return GeneratedFunction("\n".join(src), entry, self.parallel, tuple(in_kinds), tuple(out_kinds),
-                                 dict(self.globals))
+                                 dict(self.globals), kernels)
+
+    def _extract_kernel(self, scope: Scope, kernels: list[str]) -> str:
+        """Move a parallel loop nest into a function of its own and return the call.
+
+        numba's parfor passes are super-linear in function size: compiling a whole program with
+        ``parallel=True`` can take minutes, so only these small kernels get it. Parameters are
+        the names the block reads but does not assign (arrays and scalars of the caller)."""
+        import ast
+        import builtins
+
+        from . import support
+
+        lines = [scope.header, *scope.render(1)]
+        tree = ast.parse("\n".join(lines))
+        stored, loaded = set(), []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                if isinstance(node.ctx, ast.Store):
+                    stored.add(node.id)
+                elif node.id not in loaded:
+                    loaded.append(node.id)
+        module_level = set(self.globals) | set(support.__all__) | set(dir(builtins)) | {"prange", "njit"}
+        params = sorted(n for n in loaded if n not in stored and n not in module_level)
+        name = f"kernel{len(kernels)}"
+        body = "\n".join("    " + ln for ln in lines)
+        kernels.append(f"def {name}({', '.join(params)}):\n{body}")
+        return f"{name}({', '.join(params)})"
 
     # ---- blocks ----
 
@@ -556,7 +586,7 @@ class Lowering:
                 self.parallel = True
                 nch = min(outer[0], max(1, self.options.num_threads))
                 c = self.fresh("c")
-                open_(f"for {c} in prange({nch}):")
+                open_(f"for {c} in prange({nch}):").extract = True
                 lo, hi = self.fresh("lo"), self.fresh("hi")
                 self.scope.emit(f"{lo} = ({c} * {outer[0]}) // {nch}")
                 self.scope.emit(f"{hi} = (({c} + 1) * {outer[0]}) // {nch}")

@@ -130,9 +130,12 @@ def render_module(module: Module, fn: Function, gen: GeneratedFunction) -> str:
     ]
     for name, text in gen.globals.items():
         lines.append(f"{name} = {text}")
+    for kernel in gen.kernels:
+        lines += ["", "", "@njit(cache=True, error_model='numpy', nogil=True, parallel=True)", kernel]
     lines += [
         "",
-        f"@njit({sig}, cache=True, error_model='numpy', nogil=True, parallel={gen.parallel})",
+        "",
+        f"@njit({sig}, cache=True, error_model='numpy', nogil=True)",
         gen.source,
         "",
     ]

@@ -24,7 +24,7 @@ __all__ = ["Expr", "Scope", "ElementKind", "element_kind"]
 class Scope:
     """An indented block of generated code."""
 
-    __slots__ = ("parent", "header", "items", "depth", "_insert_at")
+    __slots__ = ("parent", "header", "items", "depth", "_insert_at", "extract")
 
     def __init__(self, parent: "Scope | None" = None, header: str | None = None) -> None:
         self.parent = parent
@@ -32,6 +32,8 @@ class Scope:
         self.items: list[str | Scope] = []
         self.depth = 0 if parent is None else parent.depth + 1
         self._insert_at: int | None = None
+        #: Render this block as a call to a function of its own (see ``render``'s ``hook``).
+        self.extract = False
 
     def _place(self, item: "str | Scope") -> None:
         if self._insert_at is None:
@@ -64,13 +66,17 @@ class Scope:
             s = s.parent
         return False
 
-    def render(self, indent: int = 0) -> list[str]:
+    def render(self, indent: int = 0, hook=None) -> list[str]:
+        """Source lines; ``hook(scope) -> str`` replaces each ``extract`` block by one line."""
         pad = "    " * indent
         out: list[str] = []
         for item in self.items:
             if isinstance(item, Scope):
+                if item.extract and hook is not None:
+                    out.append(pad + hook(item))
+                    continue
                 out.append(pad + item.header)
-                body = item.render(indent + 1)
+                body = item.render(indent + 1, hook)
                 out.extend(body if body else [pad + "    pass"])
             else:
                 out.append(pad + item)
