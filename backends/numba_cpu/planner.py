@@ -17,6 +17,9 @@ from .codegen import RULES, Lazy, Lowering, _Group, _Member, _unsupported
 
 __all__ = ["plan_block", "group_local_values"]
 
+#: Longest chain of lazy ops read through before one is materialized.
+_MAX_CHAIN = 60
+
 
 def _is_lazy(op: Op) -> bool:
     rule = RULES.get(op.name)
@@ -63,13 +66,23 @@ def plan_block(ctx: Lowering, block: Block) -> list:
                     if _rank(r) > 0:
                         materialize.add(r)
 
-    # Per-element cost of recomputing each lazy value where it is read.
+    # Per-element cost of recomputing each lazy value where it is read, and the depth of its
+    # expression tree: reading a value recurses through its lazy operands, so a very long chain
+    # is cut by materializing a link (Python's recursion limit, and numba's compile time for
+    # giant expressions).
     cost: dict[Value, int] = {}
+    depth: dict[Value, int] = {}
     for op in ops:
         if _is_lazy(op):
-            c = RULES[op.name].cost + sum(cost.get(o, 0) for o in op.operands if o not in materialize)
+            lazy_operands = [o for o in op.operands if o not in materialize]
+            c = RULES[op.name].cost + sum(cost.get(o, 0) for o in lazy_operands)
+            d = 1 + max((depth.get(o, 0) for o in lazy_operands), default=0)
             for r in op.results:
-                cost[r] = c
+                if d > _MAX_CHAIN:
+                    materialize.add(r)
+                    cost[r], depth[r] = 0, 0
+                else:
+                    cost[r], depth[r] = c, d
 
     # Which loop nests (roots) read each lazy value; expensive values read by several are
     # materialized once instead.

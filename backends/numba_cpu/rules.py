@@ -88,7 +88,21 @@ def _float_or_int(op_text: Callable[[str, str], str], int_fn: str, bool_text: st
 elementwise("stablehlo.add")(_float_or_int(lambda a, b: f"({a} + {b})", "iadd", "({a} | {b})"))
 elementwise("stablehlo.subtract")(_float_or_int(lambda a, b: f"({a} - {b})", "isub", "({a} ^ {b})"))
 elementwise("stablehlo.multiply")(_float_or_int(lambda a, b: f"({a} * {b})", "imul", "({a} & {b})"))
-elementwise("stablehlo.divide", cost=4)(_float_or_int(lambda a, b: f"({a} / {b})", "idiv"))
+_float_divide = _float_or_int(lambda a, b: f"({a} / {b})", "idiv")
+
+
+@elementwise("stablehlo.divide", cost=4)
+def _divide(ctx, op, args):
+    kind = _k(ctx, op.result)
+    a, b = args
+    # A divisor computed outside the loop the dividend varies in (a row sum, a constant):
+    # multiply by its reciprocal, computed once, as XLA does; a vector divide costs several
+    # multiplies. The result may differ from the division by one ulp.
+    if kind.cls == "f" and not kind.narrow and b.scope is not a.scope and (
+            b.scope is None or (a.scope is not None and b.scope.depth < a.scope.depth)):
+        inv = ctx.temp(f"({_c(ctx, 1, kind)} / {b.text})", [b], prefix="inv")
+        return f"({a.text} * {inv.text})"
+    return _float_divide(ctx, op, args)
 elementwise("stablehlo.maximum")(_float_or_int(lambda a, b: f"fmaximum({a}, {b})", "imax", "({a} | {b})"))
 elementwise("stablehlo.minimum")(_float_or_int(lambda a, b: f"fminimum({a}, {b})", "imin", "({a} & {b})"))
 
