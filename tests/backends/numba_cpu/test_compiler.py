@@ -173,3 +173,40 @@ def test_composite_is_inlined_from_its_decomposition(compiler):
     x = np.array([-3.0, 0.0, 1.0, 20.0], np.float32)
     (got,) = compiler.compile(text).run([x])
     np.testing.assert_allclose(got, np.log1p(np.exp(x.astype(np.float64))), rtol=1e-6)
+
+
+def test_long_elementwise_chains_are_cut(compiler):
+    n = 500
+    lines = ["func.func @main(%a: tensor<8xf32>) -> tensor<8xf32> {",
+             "  %c = stablehlo.constant dense<1.001> : tensor<8xf32>"]
+    prev = "%a"
+    for i in range(n):
+        lines.append(f"  %v{i} = stablehlo.multiply {prev}, %c : tensor<8xf32>")
+        prev = f"%v{i}"
+    lines += [f"  return {prev} : tensor<8xf32>", "}"]
+    (got,) = compiler.compile("\n".join(lines)).run([np.ones(8, np.float32)])
+    np.testing.assert_allclose(got, np.float32(1.001) ** n, rtol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def parallel_compiler(numba_cache_dir):
+    return NumbaCompiler(cache_dir=numba_cache_dir, parallel_threshold=0)
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "reductions", "attention"])
+def test_parallel_kernels_match_the_corpus(parallel_compiler, name):
+    """The corpus is small, so its loops run serially; force the prange kernels on."""
+    import json
+    from importlib import resources
+
+    from numba_helpers import assert_matches
+
+    corpus = resources.files("pjrt_hub") / "data" / "corpus" / "public"
+    entry = next(p for p in json.loads((corpus / "manifest.json").read_text())["programs"] if p["name"] == name)
+    program = parallel_compiler.compile((corpus / entry["file"]).read_text())
+    assert "prange" in program.source
+    with np.load(corpus / entry["data"]) as data:
+        outputs = program.run([data[f"in{i}"] for i in range(len(entry["inputs"]))])
+        for i, spec in enumerate(entry["outputs"]):
+            assert_matches(outputs[i], data[f"out{i}"], rtol=spec["rtol"], atol=spec["atol"], what=f"{name} {i}")
+
