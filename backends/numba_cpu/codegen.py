@@ -155,6 +155,9 @@ class _Member:
     values: list[Value]
     op: Op | None = None  # the reduce op
     shape: tuple[int, ...] = ()
+    #: Reductions over all the inner dims folded into an "ew" member's loop nest (softmax's
+    #: sum of exponentials accumulates while they are computed); their results are in values.
+    reduces: list[Op] = field(default_factory=list)
 
 
 @dataclass
@@ -624,13 +627,35 @@ class Lowering:
 
     def emit_member(self, m: _Member, outer_idx: tuple[Expr, ...]) -> None:
         if m.kind == "ew":
+            from .rules import reducer
+
             inner = m.shape[len(outer_idx):]
+            reduced = {r for op in m.reduces for r in op.results}
+            accs = []
+            for op in m.reduces:
+                n = len(op.results)
+                names = [self.fresh("acc") for _ in range(n)]
+                init = [self.read(v, ()) for v in op.operands[n:]]
+                self.scope.emit(f"{', '.join(names)} = {', '.join(e.text for e in init)}")
+                accs.append((op, names, reducer(self, op)))
             with self.loops(inner) as idx:
                 full = outer_idx + idx
                 for v in m.values:
+                    if v in reduced:
+                        continue
                     e = self.compute(v, full)
                     self.memo[(v.id, tuple(i.text for i in full))] = e
                     self._store(v, full, e)
+                for op, names, combine in accs:
+                    xs = [self.read(v, full) for v in op.operands[: len(names)]]
+                    new = combine([Expr(a, self.scope) for a in names], xs)
+                    self.scope.emit(f"{', '.join(names)} = {', '.join(new)}")
+            key = tuple(i.text for i in outer_idx)
+            for op, names, _ in accs:
+                for v, a in zip(op.results, names):
+                    e = Expr(a, self.scope)
+                    self.memo[(v.id, key)] = e
+                    self._store(v, outer_idx, e)
         else:
             from .rules import emit_reduce_member
 

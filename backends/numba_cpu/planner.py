@@ -167,8 +167,17 @@ def _add_member(ctx: Lowering, items: list, group: _Group | None, m: _Member) ->
     produced = {v for mm in group.members for v in mm.values}
     last = group.members[-1]
     # Same loop nest as the previous elementwise member: shares loads and temporaries.
-    if m.kind == "ew" and last.kind == "ew" and last.shape == m.shape and m.shape:
+    if m.kind == "ew" and last.kind == "ew" and last.shape == m.shape and m.shape and not last.reduces:
         merged = _Member("ew", last.values + m.values, shape=m.shape)
+        trial = _Group(group.outer, group.members[:-1])
+        earlier = produced - set(last.values)
+        if ctx.try_member(trial, merged, earlier, set(last.values), new=set(m.values)):
+            group.members[-1] = merged
+            return group
+    # A reduction over every inner dim of the previous elementwise loop nest: accumulate in it.
+    if (m.kind == "reduce" and last.kind == "ew" and last.shape == m.shape and group.outer
+            and natural == group.outer and set(m.op.attr("dimensions")) == set(range(len(natural), len(m.shape)))):
+        merged = _Member("ew", last.values + m.values, shape=last.shape, reduces=last.reduces + [m.op])
         trial = _Group(group.outer, group.members[:-1])
         earlier = produced - set(last.values)
         if ctx.try_member(trial, merged, earlier, set(last.values), new=set(m.values)):
@@ -189,6 +198,7 @@ def group_local_values(ctx: Lowering, group: _Group) -> set[Value]:
         return set()
     members = {v for m in group.members for v in m.values}
     reduce_ops = {m.op for m in group.members if m.kind == "reduce"}
+    reduce_ops |= {op for m in group.members for op in m.reduces}
     users = ctx._plan_users
     roots = ctx._plan_roots
     local = set()
