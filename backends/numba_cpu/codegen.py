@@ -381,8 +381,8 @@ class Lowering:
             self.scope.emit(f"{name}[{sub}] = {kind.store(val.text)}")
 
     class _Loops:
-        def __init__(self, ctx: "Lowering", shape, parallel: bool = False) -> None:
-            self.ctx, self.shape, self.parallel = ctx, tuple(shape), parallel
+        def __init__(self, ctx: "Lowering", shape) -> None:
+            self.ctx, self.shape = ctx, tuple(shape)
             self.opened: list[tuple[Scope, Scope]] = []
 
         def __enter__(self) -> tuple[Expr, ...]:
@@ -708,7 +708,7 @@ class Lowering:
             else:
                 from .rules import emit_reduce_member
 
-                emit_reduce_member(self, member.op, tuple(outer_idx), probe=True)
+                emit_reduce_member(self, member.op, tuple(outer_idx))
             for v, idx in self._watch_log:
                 if v in same_member:
                     return False

@@ -27,14 +27,14 @@ import os
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Mapping, Sequence
 
 import numpy as np
 
-from pjrt_hub.abi import CompileError, CompileOptions, InvalidArgument, ParseError, PjrtHubError
+from pjrt_hub.abi import CompileError, CompileOptions, InvalidArgument, PjrtHubError
 from pjrt_hub.backends.cpu_runtime.compiler import TensorSpec
 
 __all__ = ["NumbaCompiler", "NumbaProgram", "CacheStats", "default_cache_dir"]

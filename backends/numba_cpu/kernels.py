@@ -13,7 +13,6 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from pjrt_hub.abi import CompileError
 from pjrt_hub.backends.stablehlo import Op, Value
 
 from .codegen import Arr, Lowering, Scal

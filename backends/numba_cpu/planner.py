@@ -15,7 +15,7 @@ from pjrt_hub.backends.stablehlo import Block, Op, TensorType, Value
 
 from .codegen import RULES, Lazy, Lowering, _Group, _Member, _unsupported
 
-__all__ = ["plan_block", "group_local_values"]
+__all__ = ["plan_block", "group_local_values", "natural_outer", "reduce_member"]
 
 #: Longest chain of lazy ops read through before one is materialized.
 _MAX_CHAIN = 60
@@ -119,7 +119,7 @@ def plan_block(ctx: Lowering, block: Block) -> list:
         if _is_lazy(op):
             members = [_Member("ew", [r], shape=tuple(r.type.shape)) for r in op.results if r in materialize]
         elif op.name == "stablehlo.reduce":
-            members = [_reduce_member(op)]
+            members = [reduce_member(op)]
         else:
             if group is not None:
                 items.append(group)
@@ -133,13 +133,12 @@ def plan_block(ctx: Lowering, block: Block) -> list:
     return items
 
 
-def _reduce_member(op: Op) -> _Member:
-    n = len(op.results)
+def reduce_member(op: Op) -> _Member:
     shape = tuple(op.operands[0].type.shape)
     return _Member("reduce", list(op.results), op=op, shape=shape)
 
 
-def _natural_outer(m: _Member) -> tuple[int, ...]:
+def natural_outer(m: _Member) -> tuple[int, ...]:
     if m.kind == "ew":
         return m.shape
     dims = set(m.op.attr("dimensions") or ())
@@ -161,7 +160,7 @@ def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _add_member(ctx: Lowering, items: list, group: _Group | None, m: _Member) -> _Group:
-    natural = _natural_outer(m)
+    natural = natural_outer(m)
     if group is None:
         return _Group(natural, [m])
     produced = {v for mm in group.members for v in mm.values}

@@ -19,10 +19,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from pjrt_hub.abi import CompileError, UnsupportedOpError
-from pjrt_hub.backends.stablehlo import Op, TensorType, Value
+from pjrt_hub.backends.stablehlo import Op, Value
 
-from .codegen import RULES, Arr, Lazy, Lowering, Row, Rule, Scal, supported_ops
-from .source import ElementKind, Expr, Scope, element_kind
+from .codegen import RULES, Arr, Lowering, Row, Rule, supported_ops
+from .source import ElementKind, Expr, element_kind
 
 __all__ = ["elementwise", "index_map", "kernel", "emit_reduce_member"]
 
@@ -694,7 +694,7 @@ def reducer(ctx: Lowering, op: Op, region_index: int = 0):
     return combine
 
 
-def emit_reduce_member(ctx: Lowering, op: Op, outer_idx: tuple[Expr, ...], probe: bool = False) -> None:
+def emit_reduce_member(ctx: Lowering, op: Op, outer_idx: tuple[Expr, ...]) -> None:
     """One ``reduce`` as a member of a group whose outer loops (``outer_idx``) are open."""
     n = len(op.results)
     inputs, inits = op.operands[:n], op.operands[n:]
@@ -707,7 +707,6 @@ def emit_reduce_member(ctx: Lowering, op: Op, outer_idx: tuple[Expr, ...], probe
     combine = reducer(ctx, op)
     init = [ctx.read(v, ()) for v in inits]
     suffix = not kept or not red or min(red) > max(kept)
-    kinds = [ctx.kind(v) for v in op.results]
     if suffix:
         with ctx.loops([shape[d] for d in kept]) as kidx:
             accs = [ctx.fresh("acc") for _ in range(n)]
@@ -759,6 +758,10 @@ def _sub(b, idx: Sequence[Expr]) -> str:
 
 @kernel("stablehlo.reduce", lazy_operands=True)
 def _reduce_kernel(ctx, op):
-    # Reached only when a reduce is lowered outside the planner's groups (never in practice);
-    # kept so that every op has a kernel form.
-    raise CompileError(f"internal: {op.describe()} must be planned as a group member")
+    """A reduce on its own (the planner normally fuses it into a group with its neighbours)."""
+    from .codegen import _Group
+    from .planner import natural_outer, reduce_member
+
+    member = reduce_member(op)
+    ctx.emit_group(_Group(natural_outer(member), [member]))
+    return [ctx.env[r] for r in op.results]

@@ -6,7 +6,6 @@ directory, cold at the start of the session as on CI) and one compile per distin
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 pytest.importorskip("numba")
