@@ -351,3 +351,15 @@ def test_block_functions_match_random123_known_answers():
 
 def test_ttype_helper_spells_mlir_types():
     assert ttype((2, 3), np.float32) == "tensor<2x3xf32>" and ttype((), np.uint8) == "tensor<ui8>"
+
+
+def test_fft_kinds():
+    x = np.array([1, 2, 0, -1], np.float32)
+    spectrum = ev("stablehlo.fft %x0, type = RFFT, length = [4]", x,
+                  sig="(tensor<4xf32>) -> tensor<3xcomplex<f32>>")
+    np.testing.assert_allclose(spectrum, np.fft.rfft(x), rtol=1e-6)
+    back = ev("stablehlo.fft %x0, type = IRFFT, length = [4]", spectrum,
+              sig="(tensor<3xcomplex<f32>>) -> tensor<4xf32>")
+    np.testing.assert_allclose(back, x, atol=1e-6)
+    z = x.astype(np.complex64)
+    np.testing.assert_allclose(ev("stablehlo.fft %x0, type = FFT, length = [4]", z), np.fft.fft(x), rtol=1e-6)
