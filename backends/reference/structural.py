@@ -33,9 +33,9 @@ def _iota(ctx, op):
     shape = [1] * ty.rank
     shape[d] = ty.shape[d]
     line = np.arange(ty.shape[d], dtype=np.int64).reshape(shape)
-    values = line.astype(np.float64).astype(np.float32).astype(ty.dtype) if is_float_dtype(ty.dtype) and ty.dtype.itemsize < 4 \
-        else line.astype(ty.dtype)
-    return np.broadcast_to(values, ty.shape)
+    if is_float_dtype(ty.dtype) and ty.dtype.itemsize < 4:
+        line = line.astype(np.float32)  # bf16/f16 round from f32, as XLA converts
+    return np.broadcast_to(line.astype(ty.dtype), ty.shape)
 
 
 @register("stablehlo.broadcast_in_dim")
