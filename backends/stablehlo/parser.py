@@ -238,7 +238,7 @@ class _Parser:
         if module is None:
             if not loose:
                 raise cur.error("no module in the program text")
-            module = Module(None, self._functions_by_name(loose, 0))
+            module = Module(None, frozen_mapping(self._functions_by_name(loose, 0)))
         return module
 
     def _skip_alias_value(self, sigil: str, name: str) -> None:
