@@ -420,7 +420,7 @@ def _shift_right_arithmetic(ctx, op, a, b):
 def total_order_key(x: np.ndarray) -> np.ndarray:
     """Signed integers ordered like IEEE totalOrder on the floats ``x``."""
     dt = x.dtype
-    s = np.ascontiguousarray(x).view(_signed(dt))
+    s = np.asarray(x).view(_signed(dt))
     magnitude = np.array(np.iinfo(_signed(dt)).max, dtype=s.dtype)
     return np.where(s < 0, s ^ magnitude, s)
 
@@ -516,7 +516,7 @@ def _convert(ctx, op, x):
 @register("stablehlo.bitcast_convert")
 def _bitcast_convert(ctx, op, x):
     out = op.results[0].type
-    data = np.ascontiguousarray(x)
+    data = np.ascontiguousarray(x).reshape(x.shape)  # (ascontiguousarray makes 0-d arrays 1-d)
     if x.dtype.itemsize == out.dtype.itemsize:
         return data.view(out.dtype)
     return data.reshape(-1).view(out.dtype).reshape(out.shape)

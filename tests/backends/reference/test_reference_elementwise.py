@@ -122,6 +122,7 @@ def test_bitcast_convert_reinterprets_bits():
         0x3F800000, np.int32(np.uint32(0xC0000000).view(np.int32))]
     words = np.array([0x04030201], np.uint32)
     assert ev("stablehlo.bitcast_convert %x0", words, sig="(tensor<1xui32>) -> tensor<1x4xui8>").tolist() == [[1, 2, 3, 4]]
+    assert ev("stablehlo.bitcast_convert %x0", np.float32(1.0), sig="(tensor<f32>) -> tensor<i32>") == 0x3F800000
     assert ev("stablehlo.bitcast_convert %x0", np.array([[1, 0, 0, 0]], np.uint8),
               sig="(tensor<1x4xui8>) -> tensor<1xui32>").tolist() == [1]
 
