@@ -210,3 +210,21 @@ def test_parallel_kernels_match_the_corpus(parallel_compiler, name):
         for i, spec in enumerate(entry["outputs"]):
             assert_matches(outputs[i], data[f"out{i}"], rtol=spec["rtol"], atol=spec["atol"], what=f"{name} {i}")
 
+
+
+def test_aliases_from_donors_and_aliasing_attributes(compiler):
+    text = """
+    func.func @main(%a: tensor<4xf32> {jax.buffer_donor = true}, %b: tensor<4xf32> {tf.aliasing_output = 0 : i32},
+                    %c: tensor<2xi32> {jax.buffer_donor = true}) -> (tensor<4xf32>, tensor<4xf32>, tensor<2xi32>) {
+      %0 = stablehlo.add %a, %b : tensor<4xf32>
+      %1 = stablehlo.multiply %a, %b : tensor<4xf32>
+      %2 = stablehlo.add %c, %c : tensor<2xi32>
+      return %0, %1, %2 : tensor<4xf32>, tensor<4xf32>, tensor<2xi32>
+    }
+    """
+    program = compiler.compile(text)
+    assert dict(program.aliases) == {0: 1, 1: 0, 2: 2}
+    a, b, c = np.ones(4, np.float32), np.full(4, 2.0, np.float32), np.array([3, 4], np.int32)
+    out = program.run([a, b, c], out=[b, None, c])
+    assert out[0] is b and b.tolist() == [3.0] * 4 and out[1].tolist() == [2.0] * 4
+    assert out[2] is c and c.tolist() == [6, 8]
