@@ -335,6 +335,12 @@ class Lowering:
         self.env[v] = Arr(name, kind)
         return name
 
+    def note_assignment(self, targets: Sequence[str], texts: Sequence[str]) -> None:
+        """Record ``targets = texts`` for :attr:`_maybe_arg` (control-flow result variables)."""
+        for t, x in zip(targets, texts):
+            if x in self._arg_names or x in self._maybe_arg:
+                self._maybe_arg.add(t)
+
     def alloc(self, name: str, shape: Sequence[int], kind: ElementKind, scope: Scope | None = None) -> None:
         """Emit ``name = np.empty(shape)``; large arrays get transparent huge pages."""
         scope = scope or self.scope
@@ -359,7 +365,7 @@ class Lowering:
         or ownership differ from fresh arrays: loop-carried values and results need that)."""
         name = self.array(v)
         b = self.env[v]
-        if b.is_global or name in self._arg_names:
+        if b.is_global or name in self._arg_names or name in self._maybe_arg:
             copy = self.fresh("a")
             self.scope.emit(f"{copy} = {name}.copy()")
             return copy
@@ -433,6 +439,9 @@ class Lowering:
         self._base = self.scope
         self._defs: dict[Value, Lazy] = {}
         self._arg_names: set[str] = set()
+        #: Variables that may hold an argument array at run time (a loop-carried value or a
+        #: branch result initialised from one): results copy them, never hand out an input.
+        self._maybe_arg: set[str] = set()
         in_kinds = []
         params = []
         for i, a in enumerate(fn.args):

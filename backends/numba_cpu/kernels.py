@@ -209,7 +209,9 @@ def _while(ctx: Lowering, op: Op):
             ctx.scope.emit(f"{name} = {ctx.read(v, ()).text}")
         else:
             ctx.array(v)
-            ctx.scope.emit(f"{name} = {_carry(ctx, ctx.env[v])}")
+            text = _carry(ctx, ctx.env[v])
+            ctx.note_assignment([name], [text])
+            ctx.scope.emit(f"{name} = {text}")
         names.append(name)
     with ctx.block_scope("while True:") as loop:
         _bind_carried(ctx, cond.args, op.operands, names, loop)
@@ -218,6 +220,7 @@ def _while(ctx: Lowering, op: Op):
         _bind_carried(ctx, body.args, op.operands, names, loop)
         results = ctx.lower_block(body)
         texts = [_carry(ctx, b) for b in results]
+        ctx.note_assignment(names, texts)
         if names:
             ctx.scope.emit(f"{', '.join(names)} = {', '.join(texts)}")
     out = []
@@ -248,6 +251,7 @@ def _case(ctx: Lowering, op: Op):
         with ctx.block_scope(header):
             results = ctx.lower_block(region)
             texts = [_carry(ctx, b) for b in results]
+            ctx.note_assignment(names, texts)
             if names:
                 ctx.scope.emit(f"{', '.join(names)} = {', '.join(texts)}")
     out = []
@@ -577,6 +581,7 @@ def _if(ctx: Lowering, op: Op):
         with ctx.block_scope(header):
             results = ctx.lower_block(region)
             texts = [_carry(ctx, b) for b in results]
+            ctx.note_assignment(names, texts)
             if names:
                 ctx.scope.emit(f"{', '.join(names)} = {', '.join(texts)}")
     return [Arr(name, ctx.kind(v)) if v.type.rank else Scal(Expr(name, ctx.scope))

@@ -228,3 +228,30 @@ def test_aliases_from_donors_and_aliasing_attributes(compiler):
     out = program.run([a, b, c], out=[b, None, c])
     assert out[0] is b and b.tolist() == [3.0] * 4 and out[1].tolist() == [2.0] * 4
     assert out[2] is c and c.tolist() == [6, 8]
+
+
+def test_results_never_alias_inputs(compiler):
+    # A while loop that runs zero times hands back its initial value: an input array.
+    text = """
+    func.func @main(%x: tensor<3xf32>, %n: tensor<i32>) -> (tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) {
+      %c0 = stablehlo.constant dense<0> : tensor<i32>
+      %r:2 = stablehlo.while(%i = %c0, %v = %x) : tensor<i32>, tensor<3xf32>
+      cond {
+        %lt = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+        stablehlo.return %lt : tensor<i1>
+      } do {
+        %d = stablehlo.add %v, %v : tensor<3xf32>
+        %c1 = stablehlo.constant dense<1> : tensor<i32>
+        %i1 = stablehlo.add %i, %c1 : tensor<i32>
+        stablehlo.return %i1, %d : tensor<i32>, tensor<3xf32>
+      }
+      return %r#1, %x, %x : tensor<3xf32>, tensor<3xf32>, tensor<3xf32>
+    }
+    """
+    program = compiler.compile(text)
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    outs = program.run([x, np.array(0, np.int32)])
+    for o in outs:
+        assert not np.shares_memory(o, x) and o.tolist() == [1.0, 2.0, 3.0]
+    assert not np.shares_memory(outs[1], outs[2])
+    assert program.run([x, np.array(2, np.int32)])[0].tolist() == [4.0, 8.0, 12.0]
