@@ -335,6 +335,14 @@ class Lowering:
         self.env[v] = Arr(name, kind)
         return name
 
+    def owns(self, b: Arr) -> bool:
+        """True when the array is this function's to overwrite (not an input or a constant)."""
+        return not b.is_global and b.name not in self._arg_names and b.name not in self._maybe_arg
+
+    def sole_user(self, v: Value, op: Op) -> bool:
+        users = getattr(self, "_plan_users", {}).get(v, ())
+        return len(users) == 1 and users[0] is op
+
     def note_assignment(self, targets: Sequence[str], texts: Sequence[str]) -> None:
         """Record ``targets = texts`` for :attr:`_maybe_arg` (control-flow result variables)."""
         for t, x in zip(targets, texts):

@@ -186,8 +186,14 @@ def _concatenate(ctx: Lowering, op: Op):
 @kernel("stablehlo.dynamic_update_slice", lazy_operands=True)
 def _dynamic_update_slice(ctx: Lowering, op: Op):
     operand, update, *starts = op.operands
-    out, kind = _new_array(ctx, op.result)
-    ctx.fill(out, kind, operand.type.shape, lambda idx: ctx.read(operand, idx))
+    b = ctx.env.get(operand)
+    if isinstance(b, Arr) and ctx.owns(b) and ctx.sole_user(operand, op):
+        # Nothing else reads the operand: update it in place (scan's stacked outputs would
+        # otherwise be copied whole at every step).
+        out, kind = b.name, b.kind
+    else:
+        out, kind = _new_array(ctx, op.result)
+        ctx.fill(out, kind, operand.type.shape, lambda idx: ctx.read(operand, idx))
     offs = []
     for s, n, u in zip(starts, operand.type.shape, update.type.shape):
         sv = ctx.read(s, ())
