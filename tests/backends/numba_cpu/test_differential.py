@@ -306,6 +306,18 @@ def test_scatter(compiler):
     ^bb0(%o: tensor<f32>, %u: tensor<f32>):
       {body}
     }}) : ({xt}, {it}, {ut}) -> {xt}""", xt)
+    # Batched scatter (take_along_axis's transpose): row b of the operand gets its own indices.
+    bidx = p("stablehlo.constant dense<[[[0], [3]], [[1], [1]], [[3], [9]], [[2], [0]], [[-1], [2]]]> : tensor<5x2x1xi32>",
+             out=False)
+    bupd = p("stablehlo.constant dense<[[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0], [9.0, 10.0]]> : tensor<5x2xf32>",
+             out=False)
+    bdn = ("#stablehlo.scatter<inserted_window_dims = [1], input_batching_dims = [0], "
+           "scatter_indices_batching_dims = [0], scatter_dims_to_operand_dims = [1], index_vector_dim = 2>")
+    p(f""""stablehlo.scatter"(%a0, {bidx}, {bupd}) <{{indices_are_sorted = false, scatter_dimension_numbers = {bdn}, unique_indices = false}}> ({{
+    ^bb0(%o: tensor<f32>, %u: tensor<f32>):
+      %r = stablehlo.add %o, %u : tensor<f32>
+      stablehlo.return %r : tensor<f32>
+    }}) : ({xt}, tensor<5x2x1xi32>, tensor<5x2xf32>) -> {xt}""", xt)
     check(compiler, p, rtol=0.0)
 
 
