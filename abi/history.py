@@ -260,14 +260,13 @@ def function_slots(minor: int) -> tuple[str, ...]:
 
 def slot_count(minor: int) -> int | None:
     """How many function slots a plugin of this minor has, or None if the history cannot tell."""
-    if minor < OLDEST_KNOWN.minor:
+    if minor < OLDEST_KNOWN.minor or minor > NEWEST_KNOWN.minor:
         return None
-    known = [r for r in HISTORY if r.minor <= minor]
-    last = known[-1]
-    if last.observed_slots is not None:
-        return last.observed_slots
-    if minor > NEWEST_KNOWN.minor:
-        return None
+    entry = _BY_MINOR.get(minor)
+    if entry is not None and entry.observed_slots is not None:
+        return entry.observed_slots
+    if any(r.observed_slots is not None for r in HISTORY if r.minor <= minor):
+        return None  # between two plugins we have only seen: not known
     return len(function_slots(minor))
 
 

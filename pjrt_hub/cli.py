@@ -1,0 +1,276 @@
+"""``pjrt-hub``: the command line, for people and for release CI.
+
+Every command prints a readable report, or with ``--json`` the same report as JSON from the
+pydantic models in :mod:`pjrt_hub._reports` (``--schema`` prints their JSON schema). The exit
+status means something:
+
+====  =======================================================================================
+0     everything asked for is fine
+1     something asked for is not: a plugin refused or failed, a case failed
+2     usage error (bad command line)
+3     bad input: a malformed program, inputs of the wrong number, shape or dtype
+4     a plugin failed while working (compile, execute, crash, time-out)
+5     a plugin asked for by name does not exist
+====  =======================================================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import json
+import sys
+from typing import Any, Callable, Sequence
+
+from pydantic import BaseModel
+
+from pjrt_hub.abi import ApiVersion, history
+
+__all__ = ["ExitCode", "main"]
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    FAILURE = 1
+    USAGE = 2
+    BAD_INPUT = 3
+    PLUGIN_ERROR = 4
+    NOT_FOUND = 5
+
+
+class _Usage(Exception):
+    """A command-line value that argparse cannot check by itself."""
+
+
+# -- shared options ----------------------------------------------------------------------------
+
+
+def _api_version(text: str) -> ApiVersion:
+    try:
+        return ApiVersion.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
+def _add_output(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--schema", action="store_true", help="print the JSON schema of --json and exit")
+
+
+def _add_registry(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("plugins and version policy")
+    g.add_argument("--framework-version", type=_api_version, default=None, metavar="MAJOR.MINOR",
+                   help=f"act as a framework at this PJRT API version (default: the newest in "
+                        f"the history, {history.NEWEST_KNOWN})")
+    g.add_argument("--window-weeks", type=_non_negative, default=6, metavar="N",
+                   help="forward-compatibility window for older plugins, in weeks (default 6)")
+    g.add_argument("--floor-minor", type=_non_negative, default=history.FLOOR_MINOR, metavar="MINOR",
+                   help=f"oldest plugin minor accepted where the history has no dates "
+                        f"(default {history.FLOOR_MINOR}, upstream's kMinPjRtMinor)")
+    g.add_argument("--strict", action="store_true",
+                   help="require the exact framework version (also PJRT_HUB_STRICT=1 or "
+                        "ENABLE_PJRT_COMPATIBILITY=false)")
+    g.add_argument("--disable", action="append", default=[], metavar="NAME",
+                   help="never load this plugin (repeatable; also PJRT_HUB_DISABLE_PLUGINS=a,b)")
+    g.add_argument("--only", action="append", default=[], metavar="NAME",
+                   help="load only these plugins (repeatable; also PJRT_HUB_PLUGINS=a,b)")
+    g.add_argument("--no-autoload", action="store_true",
+                   help="do not read entry points (also PJRT_HUB_PLUGIN_AUTOLOAD=0)")
+    g.add_argument("--require-ext", action="append", default=[], metavar="NAME[>=V]",
+                   help="refuse plugins without this extension (repeatable)")
+    g.add_argument("--want-ext", action="append", default=[], metavar="NAME[>=V]",
+                   help="warn about plugins without this extension (repeatable)")
+    g.add_argument("--library", action="append", default=[], metavar="PATH",
+                   help="also consider the PJRT C plugin at PATH (repeatable)")
+
+
+def _registry(args: argparse.Namespace) -> Any:
+    from pjrt_hub._policy import Policy, strict_from_environment
+    from pjrt_hub._registry import PluginRegistry, RegistrySettings
+    from pjrt_hub.extensions import parse_request
+
+    strict_source = "--strict" if args.strict else strict_from_environment()
+    policy = Policy(
+        framework=args.framework_version or history.NEWEST_KNOWN,
+        window_weeks=args.window_weeks,
+        floor_minor=args.floor_minor,
+        strict=strict_source is not None,
+        strict_source=strict_source or "--strict",
+    )
+    try:
+        requests = tuple(parse_request(t, required=True) for t in args.require_ext)
+        requests += tuple(parse_request(t, required=False) for t in args.want_ext)
+    except ValueError as exc:
+        raise _Usage(str(exc)) from None
+    settings = RegistrySettings.from_environment(policy=policy, extension_requests=requests,
+                                                 paths=tuple(args.library))
+    overrides: dict[str, Any] = {}
+    if args.disable:
+        overrides["disabled"] = settings.disabled | {n.lower() for n in args.disable}
+    if args.only:
+        overrides["allowed"] = frozenset(n.lower() for n in args.only)
+    if args.no_autoload:
+        overrides["autoload"] = False
+    if overrides:
+        from dataclasses import replace
+
+        settings = replace(settings, **overrides)
+    return PluginRegistry(settings)
+
+
+def _emit(args: argparse.Namespace, report: BaseModel, render: Callable[[Any], str]) -> None:
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        print(render(report))
+
+
+def _hub_version() -> str:
+    import pjrt_hub
+
+    return pjrt_hub.__version__
+
+
+# -- list / check ------------------------------------------------------------------------------
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def _render_plugins(plugins: Sequence[Any], framework: str) -> str:
+    if not plugins:
+        return (f"No plugins found (framework PJRT API {framework}). Install a package with a "
+                "'pjrt_hub.plugins' entry point, or set PJRT_NAMES_AND_LIBRARY_PATHS=name:path.")
+    rows = [["NAME", "KIND", "DISTRIBUTION", "API", "OUTCOME", "EXTENSIONS"]]
+    for p in plugins:
+        dist = f"{p.distribution} {p.distribution_version}" if p.distribution else "-"
+        exts = ", ".join(f"{k} {v}" for k, v in sorted(p.extensions.items())) or "-"
+        rows.append([p.name, p.kind, dist, p.api_version or "?", p.outcome.value, exts])
+    lines = [f"Framework PJRT API {framework}", _table(rows), ""]
+    for p in plugins:
+        if p.reason:
+            lines.append(f"{p.name}: {p.outcome.value}: {p.reason}")
+        if p.library_path:
+            lines.append(f"{p.name}: library {p.library_path}")
+        if p.error and p.error not in (p.reason or ""):
+            lines.append(f"{p.name}: error: {p.error}")
+        for w in p.warnings:
+            lines.append(f"{p.name}: warning: {w}")
+        if p.verdict and p.verdict.gated_calls and p.verdict.accepted:
+            lines.append(f"{p.name}: {len(p.verdict.gated_calls)} calls unavailable at "
+                         f"{p.api_version}: " + ", ".join(c.split(" ")[0] for c in p.verdict.gated_calls))
+    return "\n".join(lines).rstrip()
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from pjrt_hub._reports import ListReport
+
+    if args.schema:
+        print(json.dumps(ListReport.model_json_schema(), indent=2))
+        return ExitCode.OK
+    registry = _registry(args)
+    records = registry.load()
+    report = ListReport(framework_version=str(registry.policy.framework),
+                        pjrt_hub_version=_hub_version(), plugins=records)
+    _emit(args, report, lambda r: _render_plugins(r.plugins, r.framework_version))
+    return ExitCode.OK
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from pjrt_hub._reports import CheckReport, Outcome
+
+    if args.schema:
+        print(json.dumps(CheckReport.model_json_schema(), indent=2))
+        return ExitCode.OK
+    registry = _registry(args)
+    records = registry.load()
+    by_name = {r.name.lower(): r for r in records}
+    problems, missing = [], []
+    for name in args.plugin:
+        if name.lower() not in by_name:
+            missing.append(name)
+            problems.append(f"{name}: no such plugin (found: "
+                            f"{', '.join(sorted(r.name for r in records)) or 'none'})")
+    asked = [by_name[n.lower()] for n in args.plugin if n.lower() in by_name] if args.plugin else records
+    for r in asked:
+        if r.outcome in (Outcome.INCOMPATIBLE, Outcome.FAILED):
+            problems.append(f"{r.name}: {r.outcome.value}: {r.reason}")
+        elif args.plugin and r.outcome is not Outcome.LOADED:
+            problems.append(f"{r.name}: {r.outcome.value}: {r.reason}")
+    policy = registry.policy
+    report = CheckReport(
+        framework_version=str(policy.framework), pjrt_hub_version=_hub_version(), plugins=records,
+        window_weeks=policy.window_weeks, floor_minor=f"{policy.framework.major}.{policy.floor_minor}",
+        strict=policy.strict, requested=list(args.plugin),
+        required_extensions=[str(r) for r in registry.settings.extension_requests if r.required],
+        optional_extensions=[str(r) for r in registry.settings.extension_requests if not r.required],
+        ok=not problems, problems=problems,
+    )
+
+    def render(r: CheckReport) -> str:
+        head = (f"Policy: framework {r.framework_version}, window {r.window_weeks} weeks, floor "
+                f"{r.floor_minor}, strict {'on' if r.strict else 'off'}")
+        verdict = "OK: every plugin asked for is loaded." if r.ok else \
+            "NOT OK:\n" + "\n".join(f"  - {p}" for p in r.problems)
+        return "\n".join([head, _render_plugins(r.plugins, r.framework_version), "", verdict])
+
+    _emit(args, report, render)
+    if missing:
+        return ExitCode.NOT_FOUND
+    return ExitCode.OK if report.ok else ExitCode.FAILURE
+
+
+# -- entry point -------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pjrt-hub",
+        description="Load, check and test PJRT device plugins.",
+        epilog="Exit status: 0 fine, 1 something asked for is not, 2 usage, 3 bad input, "
+               "4 plugin error, 5 no such plugin.",
+    )
+    parser.add_argument("--version", action="version", version=f"pjrt-hub {_hub_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("list", help="list every plugin found, with its outcome")
+    _add_registry(p)
+    _add_output(p)
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("check", help="judge plugins against the framework version; non-zero "
+                                     "exit if one asked for is refused or failed")
+    p.add_argument("--plugin", action="append", default=[], metavar="NAME",
+                   help="check this plugin (repeatable; default: all found)")
+    _add_registry(p)
+    _add_output(p)
+    p.set_defaults(func=cmd_check)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except _Usage as exc:
+        parser.error(str(exc))
+        return ExitCode.USAGE  # parser.error exits; kept for type checkers
+    except BrokenPipeError:
+        return ExitCode.OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
