@@ -113,6 +113,7 @@ def test_skewed_versions_are_incompatible_with_a_version_message(fake_dist):
     install(fake_dist, "major", "major", plugin_source("1.50"))
     install(fake_dist, "newer", "newer", plugin_source("0.60"))
     install(fake_dist, "newer-ok", "newer_ok", plugin_source("0.60", extra_decl=', min_framework_version="0.48"'))
+    install(fake_dist, "ancient", "ancient", plugin_source("0.20"))
     reg = registry(policy=Policy(framework=ApiVersion(0, 50)))
     reg.load()
     old = reg.record("old")
@@ -122,6 +123,8 @@ def test_skewed_versions_are_incompatible_with_a_version_message(fake_dist):
     assert reg.record("major").verdict.rule == "major"
     assert reg.record("newer").outcome is Outcome.INCOMPATIBLE
     assert reg.record("newer_ok").outcome is Outcome.LOADED
+    assert reg.record("ancient").verdict.rule == "floor"
+    assert "older than the minimum supported version 0.29" in reg.record("ancient").reason
     # Refused before registration: pluggy never saw them.
     for name in ("old", "major", "newer"):
         assert not reg.plugin_manager.has_plugin(name)
