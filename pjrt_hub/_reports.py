@@ -18,6 +18,7 @@ from pjrt_hub.abi import ApiVersion, PluginDeclaration
 from pjrt_hub.extensions import KNOWN_EXTENSIONS, extension_spec
 
 __all__ = [
+    "ArrayInfo",
     "CheckReport",
     "DeclarationModel",
     "LimitationModel",
@@ -25,6 +26,7 @@ __all__ = [
     "NegotiationModel",
     "Outcome",
     "PluginRecord",
+    "RunReport",
     "VerdictModel",
     "declaration_from_plugin",
 ]
@@ -187,3 +189,22 @@ class CheckReport(ListReport):
     requested: list[str] = Field(default_factory=list, description="plugins asked for; empty = all")
     ok: bool = Field(description="every plugin asked for was loaded")
     problems: list[str] = Field(default_factory=list)
+
+
+class ArrayInfo(BaseModel):
+    name: str
+    shape: list[int]
+    dtype: str
+
+
+class RunReport(BaseModel):
+    """``pjrt-hub run --json``."""
+
+    schema_version: int = SCHEMA_VERSION
+    plugin: str
+    program: str
+    inputs: list[ArrayInfo]
+    outputs: list[ArrayInfo]
+    out: str | None = None
+    compile_ms: float
+    execute_ms: float = Field(description="execute, await and copy the results to host")

@@ -232,6 +232,79 @@ def cmd_check(args: argparse.Namespace) -> int:
     return ExitCode.OK if report.ok else ExitCode.FAILURE
 
 
+# -- run ---------------------------------------------------------------------------------------
+
+
+def _plugin_target(args: argparse.Namespace, value: str | None) -> str | None:
+    """A plugin given by path becomes an explicit library candidate; return its name."""
+    if value and ("/" in value or value.endswith((".so", ".dylib", ".json"))):
+        from pjrt_hub._discovery import candidate_for_path
+
+        args.library = [*args.library, value]
+        return candidate_for_path(value).name
+    return value
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from pjrt_hub._registry import default_plugin_name
+    from pjrt_hub._reports import ArrayInfo, RunReport
+    from pjrt_hub._run import BadInput, check_inputs, load_inputs, main_signature, run_program
+    from pjrt_hub.abi import CompileError, NotFound, PjrtError, PluginLoadError
+
+    if args.schema:
+        print(json.dumps(RunReport.model_json_schema(), indent=2))
+        return ExitCode.OK
+    if not args.program or not args.inputs:
+        raise _Usage("run needs PROGRAM and --inputs")
+    name = _plugin_target(args, args.plugin)
+    registry = _registry(args)
+    name = name or default_plugin_name()
+    try:
+        try:
+            text = open(args.program, encoding="utf-8").read()
+        except OSError as exc:
+            raise BadInput(f"cannot read program {args.program}: {exc.strerror}") from None
+        arrays = load_inputs(args.inputs)
+        signature = main_signature(text)
+        if signature is not None:
+            check_inputs(signature, arrays)
+        client = registry.create_client(name, allow_hardware=args.allow_hardware)
+        result = run_program(client, text, arrays, timeout=args.timeout)
+    except (BadInput, CompileError) as exc:
+        print(f"pjrt-hub run: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    except NotFound as exc:
+        print(f"pjrt-hub run: {exc}", file=sys.stderr)
+        return ExitCode.NOT_FOUND
+    except PluginLoadError as exc:
+        print(f"pjrt-hub run: {exc}", file=sys.stderr)
+        return ExitCode.FAILURE
+    except PjrtError as exc:
+        print(f"pjrt-hub run: plugin {name} failed: {exc}", file=sys.stderr)
+        return ExitCode.PLUGIN_ERROR
+    import numpy as np
+
+    if args.out:
+        np.savez(args.out, **{f"out{i}": a for i, a in enumerate(result.outputs)})
+    report = RunReport(
+        plugin=name, program=args.program, out=args.out,
+        inputs=[ArrayInfo(name=f"in{i}", shape=list(a.shape), dtype=str(a.dtype)) for i, a in enumerate(arrays)],
+        outputs=[ArrayInfo(name=f"out{i}", shape=list(a.shape), dtype=str(a.dtype))
+                 for i, a in enumerate(result.outputs)],
+        compile_ms=result.compile_seconds * 1e3, execute_ms=result.execute_seconds * 1e3,
+    )
+
+    def render(r: RunReport) -> str:
+        lines = [f"{r.program} on {r.plugin}: compiled in {r.compile_ms:.1f} ms, ran in {r.execute_ms:.2f} ms"]
+        lines += [f"  {o.name}: {o.dtype}[{','.join(map(str, o.shape))}]" for o in r.outputs]
+        if r.out:
+            lines.append(f"wrote {r.out}")
+        return "\n".join(lines)
+
+    _emit(args, report, render)
+    return ExitCode.OK
+
+
 # -- entry point -------------------------------------------------------------------------------
 
 
@@ -257,6 +330,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_registry(p)
     _add_output(p)
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("run", help="compile a StableHLO program and run it on inputs from an .npz")
+    p.add_argument("program", nargs="?", metavar="PROGRAM.mlir", help="StableHLO text, as JAX prints it")
+    p.add_argument("--plugin", default=None, metavar="NAME_OR_PATH",
+                   help="plugin name, or path of a PJRT C library (default: PJRT_DEVICE, else numba_cpu)")
+    p.add_argument("--inputs", metavar="IN.npz", help="arguments of @main as in0..inN")
+    p.add_argument("--out", metavar="OUT.npz", help="write the results as out0..outM")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="give up waiting for the plugin after this long")
+    p.add_argument("--allow-hardware", action="store_true",
+                   help="create a client even for a plugin that declares it needs hardware")
+    _add_registry(p)
+    _add_output(p)
+    p.set_defaults(func=cmd_run)
     return parser
 
 
