@@ -26,6 +26,7 @@ __all__ = [
     "NegotiationModel",
     "Outcome",
     "PluginRecord",
+    "ProbeCommandReport",
     "RunReport",
     "VerdictModel",
     "declaration_from_plugin",
@@ -208,3 +209,17 @@ class RunReport(BaseModel):
     out: str | None = None
     compile_ms: float
     execute_ms: float = Field(description="execute, await and copy the results to host")
+
+
+class ProbeCommandReport(BaseModel):
+    """``pjrt-hub probe --json``: the probe of one PJRT C library and the verdict on it."""
+
+    schema_version: int = SCHEMA_VERSION
+    name: str
+    path: str
+    framework_version: str
+    outcome: Outcome = Field(description="the registry's outcome for the library")
+    reason: str | None = None
+    probe: dict[str, Any] = Field(description="what the loader read (see pjrt_hub.backends.c_api.probe)")
+    verdict: VerdictModel | None = None
+    client_creation_risk: str | None = None

@@ -113,7 +113,8 @@ def _registry(args: argparse.Namespace) -> Any:
     except ValueError as exc:
         raise _Usage(str(exc)) from None
     settings = RegistrySettings.from_environment(policy=policy, extension_requests=requests,
-                                                 paths=tuple(args.library))
+                                                 paths=tuple(args.library),
+                                                 probe_timeout=getattr(args, "probe_timeout", 120.0))
     overrides: dict[str, Any] = {}
     if args.disable:
         overrides["disabled"] = settings.disabled | {n.lower() for n in args.disable}
@@ -305,6 +306,73 @@ def cmd_run(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+# -- probe -------------------------------------------------------------------------------------
+
+
+def _render_probe(r: Any) -> str:
+    p = r.probe
+    lines = [f"{r.name}: {p.get('path') or r.path}"]
+    outcome = p.get("outcome")
+    if outcome != "ok":
+        lines.append(f"  outcome: {outcome} (stage {p.get('stage')}): {p.get('reason') or p.get('message') or ''}")
+        if p.get("stderr_tail"):
+            lines.append("  stderr: " + p["stderr_tail"].strip().replace("\n", "\n          "))
+        return "\n".join(lines)
+    lines.append(f"  loads: yes ({p.get('machine') or '?'}), GetPjrtApi exported")
+    lines.append(f"  PJRT API {p.get('api_version')}; PJRT_Api struct_size {p.get('api_struct_size')}, "
+                 f"{p.get('num_slots')} slots (history expects {p.get('expected_slots')})")
+    functions, nulls = p.get("functions") or [], p.get("null_functions") or []
+    lines.append(f"  functions: {len(functions)} present, {len(nulls)} null" +
+                 (": " + ", ".join(nulls) if nulls else ""))
+    exts = p.get("extensions") or []
+    lines.append(f"  extensions ({p.get('extension_layout')}): " +
+                 (", ".join(f"{e['name']} (type {e['type']}, {e.get('struct_size')} B)" for e in exts) or "none"))
+    for key, value in sorted((p.get("attributes") or {}).items()):
+        lines.append(f"  attribute {key} = {value}")
+    if p.get("attributes_error"):
+        lines.append(f"  attributes: {p['attributes_error']}")
+    for w in p.get("warnings") or []:
+        lines.append(f"  warning: {w}")
+    if r.verdict:
+        lines.append(f"  verdict vs framework {r.framework_version}: "
+                     f"{'accepted' if r.verdict.accepted else 'refused'} ({r.verdict.rule}): {r.verdict.reasons[0]}")
+    if r.client_creation_risk:
+        lines.append(f"  client: not created here: {r.client_creation_risk}")
+    return "\n".join(lines)
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from pjrt_hub._reports import ProbeCommandReport
+    from pjrt_hub.abi import NotFound
+
+    if args.schema:
+        print(json.dumps(ProbeCommandReport.model_json_schema(), indent=2))
+        return ExitCode.OK
+    if not args.target:
+        raise _Usage("probe needs a library path or a plugin name")
+    name = _plugin_target(args, args.target)
+    registry = _registry(args)
+    try:
+        record = registry.record(name)
+    except NotFound as exc:
+        print(f"pjrt-hub probe: {exc}", file=sys.stderr)
+        return ExitCode.NOT_FOUND
+    if record.kind != "c":
+        print(f"pjrt-hub probe: {record.name} is a Python plugin; probe reads PJRT C libraries "
+              f"(use pjrt-hub list or check)", file=sys.stderr)
+        return ExitCode.USAGE
+    probe = record.details or {}
+    report = ProbeCommandReport(
+        name=record.name, path=record.library_path or args.target, framework_version=str(registry.policy.framework),
+        outcome=record.outcome, reason=record.reason, probe=probe, verdict=record.verdict,
+        client_creation_risk=probe.get("client_creation_risk"),
+    )
+    _emit(args, report, _render_probe)
+    if not probe:
+        return ExitCode.FAILURE  # found but no loader could read it
+    return ExitCode.OK if probe.get("outcome") == "ok" else ExitCode.PLUGIN_ERROR
+
+
 # -- entry point -------------------------------------------------------------------------------
 
 
@@ -330,6 +398,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_registry(p)
     _add_output(p)
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("probe", help="read a PJRT C library safely (in a subprocess): version, "
+                                     "functions, extensions, attributes")
+    p.add_argument("target", nargs="?", metavar="PATH_OR_NAME", help="a .so path, or a C plugin's name")
+    p.add_argument("--timeout", dest="probe_timeout", type=float, default=120.0, metavar="SECONDS",
+                   help="give up on a library that takes longer (default 120)")
+    _add_registry(p)
+    _add_output(p)
+    p.set_defaults(func=cmd_probe)
 
     p = sub.add_parser("run", help="compile a StableHLO program and run it on inputs from an .npz")
     p.add_argument("program", nargs="?", metavar="PROGRAM.mlir", help="StableHLO text, as JAX prints it")
