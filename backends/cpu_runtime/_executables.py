@@ -507,6 +507,11 @@ class CpuLoadedExecutable(LoadedExecutable):
                     f"{self._name}: result {index} is {result.dtype}{list(result.shape)} but the "
                     f"program declares {layout.text} ({layout.dtype})"
                 )
+            if index and any(result is earlier for earlier in results[:index]):
+                # One value returned twice: each output gets storage of its own.
+                results[index] = result.copy()
+                reusable.append(True)
+                continue
             if out is not None and result is out[index]:
                 reusable.append(True)
                 continue
