@@ -36,23 +36,13 @@ MEMORY_KINDS: dict[str, int] = {"device": 0, "pinned_host": 1, "unpinned_host": 
 
 
 class _Account:
-    """Bytes in use and their high-water mark. Callers hold the client's lock."""
+    """Bytes in use and their high-water mark; :meth:`CpuMemory._alloc` updates them under the
+    client's lock."""
 
     __slots__ = ("in_use", "peak", "num_allocs", "largest")
 
     def __init__(self) -> None:
         self.in_use = self.peak = self.num_allocs = self.largest = 0
-
-    def alloc(self, nbytes: int) -> None:
-        self.in_use += nbytes
-        self.num_allocs += 1
-        if self.in_use > self.peak:
-            self.peak = self.in_use
-        if nbytes > self.largest:
-            self.largest = nbytes
-
-    def free(self, nbytes: int) -> None:
-        self.in_use -= nbytes
 
     def stats(self) -> MemoryStats:
         return MemoryStats(bytes_in_use=self.in_use, peak_bytes_in_use=self.peak,
@@ -95,12 +85,18 @@ class CpuMemory(Memory):
 
     def _alloc(self, nbytes: int) -> None:
         """Count an allocation here and on the device. Caller holds the client's lock."""
-        self._account.alloc(nbytes)
-        self._device._account.alloc(nbytes)
+        # Written out rather than two method calls: this runs for every output of every execution.
+        for account in (self._account, self._device._account):
+            in_use = account.in_use = account.in_use + nbytes
+            account.num_allocs += 1
+            if in_use > account.peak:
+                account.peak = in_use
+            if nbytes > account.largest:
+                account.largest = nbytes
 
     def _free(self, nbytes: int) -> None:
-        self._account.free(nbytes)
-        self._device._account.free(nbytes)
+        self._account.in_use -= nbytes
+        self._device._account.in_use -= nbytes
 
     def stats(self) -> MemoryStats:
         """Bytes the runtime allocated in this memory (not a PJRT call: PJRT has device stats only)."""

@@ -290,7 +290,7 @@ class CpuLoadedExecutable(LoadedExecutable):
     """``PJRT_LoadedExecutable``: an executable bound to devices of a client."""
 
     __slots__ = ("_executable", "_client", "_assignment", "_devices", "_deleted", "_name", "_program",
-                 "_inputs", "_outputs", "_num_inputs", "_reuse", "_donated", "_inline", "__weakref__")
+                 "_inputs", "_outputs", "_num_inputs", "_reuse", "_donated", "_inline", "_fast", "__weakref__")
 
     def __init__(self, executable: CpuExecutable, client: "CpuClient",
                  assignment: tuple[tuple[int, ...], ...], inline: bool) -> None:
@@ -308,6 +308,7 @@ class CpuLoadedExecutable(LoadedExecutable):
         self._reuse = executable._aliases
         self._donated = tuple(sorted(executable._donated))
         self._inline = inline
+        self._fast = inline and not self._donated and len(self._devices) == 1
 
     # -- metadata --------------------------------------------------------------------------------
 
@@ -351,6 +352,10 @@ class CpuLoadedExecutable(LoadedExecutable):
                 f"({', '.join(d._label for d in devices)}) and needs one argument list per device; "
                 f"got {len(argument_lists)}"
             )
+        if self._fast and execute_device is None and len(argument_lists) == 1:
+            result = self._execute_fast(argument_lists[0])
+            if result is not None:
+                return result
         non_donatable = options.non_donatable_input_indices if options is not None else ()
         client = self._client
         with client._lock:
@@ -367,6 +372,60 @@ class CpuLoadedExecutable(LoadedExecutable):
             outputs.append(buffers)
             events.append(event)
         return ExecuteResult(outputs, events)
+
+    def _execute_fast(self, args: Sequence[CpuBuffer]) -> ExecuteResult | None:
+        """The common case, kept lean: one device, ready arguments, nothing donated, run inline.
+
+        Returns None, having changed nothing, for anything else; the general path then handles
+        it (and raises the right error for a bad argument).
+        """
+        device = self._devices[0]
+        client = self._client
+        if len(args) != self._num_inputs:
+            return None
+        arrays = []
+        with client._lock:
+            for buffer, expected in zip(args, self._inputs):
+                # A set _array means live and ready; the identical layout object means same shape
+                # and dtype (layouts are interned).
+                if type(buffer) is not CpuBuffer or buffer._device is not device or buffer._layout is not expected:
+                    return None
+                array = buffer._array
+                if array is None:
+                    return None
+                arrays.append(array)
+            for buffer in args:
+                buffer._uses += 1
+        error = None
+        try:
+            results, reusable = self._run_program(arrays, None)
+        except Exception as exc:  # noqa: BLE001 - an execution error goes onto the event
+            error = as_pjrt_error(exc, f"{self._name} on {device._label}")
+        del arrays
+        memory = device._memories[0]
+        outputs = []
+        hooks = None
+        with client._lock:
+            for buffer in args:
+                buffer._uses -= 1
+                if buffer._release is not None:
+                    hook = buffer._take_release_hook()
+                    if hook is not None:
+                        hooks = (hooks or []) + [hook]
+            if error is None:
+                event = READY
+                for index, layout in enumerate(self._outputs):
+                    memory._alloc(layout.nbytes)
+                    outputs.append(CpuBuffer._make(memory, layout, results[index], READY, layout.nbytes,
+                                                   reusable[index]))
+            else:
+                event = failed_event(error)
+                for layout in self._outputs:
+                    outputs.append(CpuBuffer._make(memory, layout, None, event, 0, True)._failed_with(error))
+        if hooks:
+            for hook in hooks:
+                hook()
+        return ExecuteResult([outputs], [event])
 
     def _portable_device(self, device: Device) -> tuple["CpuDevice", ...]:
         if len(self._devices) != 1:
@@ -485,10 +544,9 @@ class CpuLoadedExecutable(LoadedExecutable):
 
     # -- running ---------------------------------------------------------------------------------
 
-    def _run_program(self, launch: _Launch) -> tuple[list[np.ndarray], list[bool]]:
+    def _run_program(self, arrays: list[np.ndarray], out: list[np.ndarray | None] | None
+                     ) -> tuple[list[np.ndarray], list[bool]]:
         """Run and check the results; returns them with, for each, whether it is ours to reuse."""
-        arrays = launch.arrays
-        out = launch.out
         results = self._program.run(arrays, out)
         outputs = self._outputs
         if type(results) is not list:
@@ -502,20 +560,18 @@ class CpuLoadedExecutable(LoadedExecutable):
             result = results[index]
             if type(result) is not np.ndarray:
                 result = results[index] = np.asarray(result)
-            if result.shape != layout.shape or result.dtype != layout.dtype:
+            dtype = result.dtype
+            if result.shape != layout.shape or (dtype is not layout.dtype and dtype != layout.dtype):
                 raise ExecutionError(
                     f"{self._name}: result {index} is {result.dtype}{list(result.shape)} but the "
                     f"program declares {layout.text} ({layout.dtype})"
                 )
-            if index and any(result is earlier for earlier in results[:index]):
-                # One value returned twice: each output gets storage of its own.
-                results[index] = result.copy()
-                reusable.append(True)
-                continue
             if out is not None and result is out[index]:
                 reusable.append(True)
                 continue
-            if _aliases_an_input(result, arrays):
+            if (index and any(result is earlier for earlier in results[:index])) or _aliases_an_input(result, arrays):
+                # One value returned twice, or an input (or a view of one) returned: each output
+                # gets storage of its own.
                 results[index] = result.copy()
                 reusable.append(True)
                 continue
@@ -545,7 +601,7 @@ class CpuLoadedExecutable(LoadedExecutable):
                 for index, source, position in launch.out_pending:
                     source.event.await_()
                     launch.out[index] = source.results[position]  # type: ignore[index]
-                results, reusable = self._run_program(launch)
+                results, reusable = self._run_program(launch.arrays, launch.out)
             except Exception as exc:  # noqa: BLE001 - an execution error goes onto the event
                 error = as_pjrt_error(exc, f"{self._name} on {launch.device._label}")
         memory = launch.device._memories[0]
@@ -625,7 +681,7 @@ class _Execution(Pending):
                 for index, source, position in launch.out_pending:
                     source.event.await_()
                     launch.out[index] = source.results[position]  # type: ignore[index]
-                results, reusable = executable._run_program(launch)
+                results, reusable = executable._run_program(launch.arrays, launch.out)
             except Exception as exc:  # noqa: BLE001 - an execution error goes onto the event
                 error = as_pjrt_error(exc, f"{executable._name} on {launch.device._label}")
         client = executable._client
