@@ -341,10 +341,9 @@ class CpuLoadedExecutable(LoadedExecutable):
 
     def execute(self, argument_lists: Sequence[Sequence[CpuBuffer]], options: ExecuteOptions | None = None,
                 execute_device: Device | None = None) -> ExecuteResult:
-        if self._deleted:
-            raise FailedPrecondition(
-                f"PJRT_LoadedExecutable_Execute: the executable {self._name} was deleted"
-            )
+        if self._deleted or self._client._destroyed:
+            what = "was deleted" if self._deleted else "belongs to a destroyed client"
+            raise FailedPrecondition(f"PJRT_LoadedExecutable_Execute: the executable {self._name} {what}")
         devices = self._devices if execute_device is None else self._portable_device(execute_device)
         if len(argument_lists) != len(devices):
             raise InvalidArgument(
@@ -547,10 +546,9 @@ class CpuLoadedExecutable(LoadedExecutable):
     def _run_program(self, arrays: list[np.ndarray], out: list[np.ndarray | None] | None
                      ) -> tuple[list[np.ndarray], list[bool]]:
         """Run and check the results; returns them with, for each, whether it is ours to reuse."""
-        results = self._program.run(arrays, out)
+        # A list of our own: results are replaced below, and the program may keep its list.
+        results = list(self._program.run(arrays, out))
         outputs = self._outputs
-        if type(results) is not list:
-            results = list(results)
         if len(results) != len(outputs):
             raise ExecutionError(
                 f"{self._name}: the program returned {len(results)} results but declares {len(outputs)} outputs"

@@ -172,3 +172,12 @@ def test_deleted_executable_refuses_to_run(client, put):
     assert loaded.is_deleted()
     with pytest.raises(FailedPrecondition, match="the executable jit_add was deleted"):
         loaded.execute([[a, a]])
+
+
+def test_executables_of_a_destroyed_client_refuse_to_run(api):
+    client = api.client_create({"num_devices": 1})
+    loaded = client.compile(Program(add_module()))
+    a = client.buffer_from_host_buffer(np.ones(4, np.float32)).buffer
+    client.destroy()
+    with pytest.raises(FailedPrecondition, match="the executable jit_add belongs to a destroyed client"):
+        loaded.execute([[a, a]])
