@@ -89,13 +89,18 @@ def describe(array: np.ndarray) -> str:
 
 
 class Pending:
-    """Where a pending buffer's array appears: ``results[index]`` once ``event`` is set."""
+    """Where a pending buffer's array appears: ``results[index]`` once ``event`` is set.
 
-    __slots__ = ("event", "results")
+    ``reusable[index]`` says whether that array may be overwritten by a later donation (False for
+    an array the program still references, such as a constant it returns every time).
+    """
+
+    __slots__ = ("event", "results", "reusable")
 
     def __init__(self, event: CpuEvent) -> None:
         self.event = event
         self.results: list[np.ndarray] | None = None
+        self.reusable: list[bool] | None = None
 
 
 class CpuBuffer(Buffer):
@@ -361,6 +366,7 @@ class CpuBuffer(Buffer):
                 if error is None:
                     array = source.results[index].copy()
                     pending.results = [array]
+                    pending.reusable = [True]
             except Exception as exc:  # noqa: BLE001
                 error = as_pjrt_error(exc, action)
             finally:

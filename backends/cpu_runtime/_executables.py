@@ -598,7 +598,8 @@ class CpuLoadedExecutable(LoadedExecutable):
                     launch.arrays[index] = source.results[position]
                 for index, source, position in launch.out_pending:
                     source.event.await_()
-                    launch.out[index] = source.results[position]  # type: ignore[index]
+                    if source.reusable[position]:  # type: ignore[index]
+                        launch.out[index] = source.results[position]  # type: ignore[index]
                 results, reusable = self._run_program(launch.arrays, launch.out)
             except Exception as exc:  # noqa: BLE001 - an execution error goes onto the event
                 error = as_pjrt_error(exc, f"{self._name} on {launch.device._label}")
@@ -678,7 +679,8 @@ class _Execution(Pending):
                     launch.arrays[index] = source.results[position]
                 for index, source, position in launch.out_pending:
                     source.event.await_()
-                    launch.out[index] = source.results[position]  # type: ignore[index]
+                    if source.reusable[position]:  # type: ignore[index]
+                        launch.out[index] = source.results[position]  # type: ignore[index]
                 results, reusable = executable._run_program(launch.arrays, launch.out)
             except Exception as exc:  # noqa: BLE001 - an execution error goes onto the event
                 error = as_pjrt_error(exc, f"{executable._name} on {launch.device._label}")
@@ -687,6 +689,7 @@ class _Execution(Pending):
             hooks = executable._give_back(launch)
             if error is None:
                 self.results = results
+                self.reusable = reusable
                 for buffer, array, mutable in zip(self.outputs, results, reusable):
                     buffer._mutable = mutable
                     hook = buffer._settle(array, None)

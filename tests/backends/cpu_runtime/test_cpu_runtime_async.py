@@ -332,3 +332,17 @@ def test_concurrent_delete_and_donation_race_leaves_consistent_state(api):
     assert outcomes["deleted"] == 50
     del a, b
     assert client.devices()[0].memory_stats().bytes_in_use == 0
+
+
+def test_a_pending_constant_result_is_never_overwritten_by_donation(async_client):
+    constant = async_client.compile(Program(module(
+        "%0 = stablehlo.constant dense<5.0> : tensor<4xf32>\nreturn %0 : tensor<4xf32>",
+        args="", results="tensor<4xf32>", name="jit_constant")))
+    double = async_client.compile(Program(add_module(alias=True)))
+    (c,), = constant.execute([[]]).outputs
+    (doubled,), = double.execute([[c, put_on(async_client, np.full(4, 5.0))]]).outputs  # c still pending
+    doubled.ready_event().await_(timeout=5)
+    np.testing.assert_array_equal(doubled.to_host_buffer().array, 10.0)
+    (again,), = constant.execute([[]]).outputs
+    again.ready_event().await_(timeout=5)
+    np.testing.assert_array_equal(again.to_host_buffer().array, 5.0)
