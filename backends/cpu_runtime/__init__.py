@@ -14,7 +14,7 @@ program was compiled by numba or is interpreted by numpy; a plugin brings only i
 
 from __future__ import annotations
 
-from ._api import CLIENT_OPTIONS, CpuApi
+from ._api import CLIENT_OPTIONS, DEFAULT_API_VERSION, CpuApi
 from ._buffers import CpuBuffer
 from ._client import CpuClient
 from ._devices import MEMORY_KINDS, CpuDevice, CpuMemory
@@ -36,6 +36,7 @@ __all__ = [
     "CpuLoadedExecutable",
     "CpuMemory",
     "CpuTopologyDescription",
+    "DEFAULT_API_VERSION",
     "DEFAULT_NUM_DEVICES",
     "InlinePolicy",
     "MEMORY_KINDS",

@@ -33,11 +33,16 @@ from ._topology import (
 )
 from .compiler import ProgramCompiler
 
-__all__ = ["CLIENT_OPTIONS", "CpuApi"]
+__all__ = ["CLIENT_OPTIONS", "DEFAULT_API_VERSION", "CpuApi"]
 
 #: Create options a client accepts, with their types. Anything else is refused, as XLA's CPU
 #: plugin does from 0.115 on ("Unexpected option name passed to PJRT_Client_Create").
 CLIENT_OPTIONS: dict[str, type] = {"num_devices": int, "cpu_device_count": int, "asynchronous": bool}
+
+#: The PJRT C API version a plugin reports unless it says otherwise: the newest upstream header.
+DEFAULT_API_VERSION = ApiVersion(0, 105)
+
+_DEFAULT_INLINE_POLICY = InlinePolicy()
 
 #: Options of PJRT_TopologyDescription_Create: only the device count.
 TOPOLOGY_OPTIONS: dict[str, type] = {name: int for name in DEVICE_COUNT_OPTIONS}
@@ -62,12 +67,12 @@ class CpuApi(Api):
                  "_num_devices", "_device_attributes", "_extensions", "_inline_policy")
 
     def __init__(self, compiler: ProgramCompiler, *, platform_name: str = "cpu",
-                 api_version: VersionLike = ApiVersion(0, 105),
+                 api_version: VersionLike = DEFAULT_API_VERSION,
                  attributes: Mapping[str, Any] | None = None, platform_version: str | None = None,
                  num_devices: int = DEFAULT_NUM_DEVICES,
                  device_attributes: Mapping[str, Any] | None = None,
                  extensions: Mapping[str, Any] | None = None,
-                 inline_policy: InlinePolicy = InlinePolicy()) -> None:
+                 inline_policy: InlinePolicy = _DEFAULT_INLINE_POLICY) -> None:
         if not isinstance(compiler, ProgramCompiler):
             raise InvalidArgument(
                 f"CpuApi needs a ProgramCompiler (name, compile, deserialize), got {type(compiler).__name__}"

@@ -46,8 +46,7 @@ from pjrt_hub.abi import (
 from ._events import READY, CpuEvent, as_pjrt_error, failed_event
 
 if TYPE_CHECKING:
-    from ._client import CpuClient
-    from ._devices import CpuDevice, CpuMemory
+    from ._devices import CpuMemory
 
 __all__ = ["CpuBuffer", "Layout", "layout_of"]
 

@@ -66,12 +66,12 @@ class CpuClient(Client):
                  "_inline_policy", "_destroyed", "__weakref__")
 
     def __init__(self, compiler: ProgramCompiler, topology: CpuTopologyDescription, *,
-                 asynchronous: bool = True, inline_policy: InlinePolicy = InlinePolicy()) -> None:
+                 asynchronous: bool = True, inline_policy: InlinePolicy | None = None) -> None:
         self._compiler = compiler
         self._topology = topology
         self._lock = threading.RLock()
         self._asynchronous = asynchronous
-        self._inline_policy = inline_policy
+        self._inline_policy = inline_policy or InlinePolicy()
         self._destroyed = False
         count = topology.num_devices
         self._devices = tuple(CpuDevice(self, description, count) for description in topology.descriptions)

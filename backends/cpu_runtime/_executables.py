@@ -700,8 +700,10 @@ class _Execution(Pending):
                     hook = buffer._settle(None, error)
                     if hook is not None:
                         hooks.append(hook)
-        # Drop the argument arrays before anyone is told: a waiter may check memory right away.
+        # Drop the argument arrays and the outputs before anyone is told: a waiter may check
+        # memory right away, and consumers of the results need only ``results``.
         self.launch = None  # type: ignore[assignment]
+        self.outputs = []
         del launch
         for hook in hooks:
             hook()

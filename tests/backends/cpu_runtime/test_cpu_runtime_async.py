@@ -308,7 +308,7 @@ def test_concurrent_delete_and_donation_race_leaves_consistent_state(api):
         b = client.buffer_from_host_buffer(np.ones(4, F32)).buffer
         barrier = threading.Barrier(2)
 
-        def donate() -> None:
+        def donate(a=a, b=b, barrier=barrier) -> None:
             barrier.wait()
             try:
                 executable.execute([[a, b]])
@@ -317,7 +317,7 @@ def test_concurrent_delete_and_donation_race_leaves_consistent_state(api):
             except PjrtError:
                 pass
 
-        def delete() -> None:
+        def delete(a=a, barrier=barrier) -> None:
             barrier.wait()
             a.delete()
             with lock:
@@ -329,6 +329,7 @@ def test_concurrent_delete_and_donation_race_leaves_consistent_state(api):
         for thread in threads:
             thread.join(timeout=10)
         assert a.is_deleted()
+        del threads, donate, delete
     assert outcomes["deleted"] == 50
     del a, b
     assert client.devices()[0].memory_stats().bytes_in_use == 0
