@@ -8,6 +8,10 @@ outputs again. XLA's CPU plugin takes 2.3-3.2 us for the same execute through le
 Usage::
 
     python benchmarks/runtime_overhead.py [--runs 20000] [--repeats 7] [--json]
+        [--compiler pjrt_hub.backends.reference.compiler:ReferenceCompiler]
+
+``--compiler`` also times the same add, as StableHLO text, compiled by a real ProgramCompiler
+(the reference interpreter, numba_cpu): that adds the compiler's own per-call cost.
 
 Each figure is the median over ``--repeats`` rounds of the mean of ``--runs`` calls.
 """
@@ -15,6 +19,7 @@ Each figure is the median over ``--repeats`` rounds of the mean of ``--runs`` ca
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import statistics
 import time
@@ -26,6 +31,14 @@ from pjrt_hub.abi import HostBufferSemantics, Program
 from pjrt_hub.backends.cpu_runtime import CpuApi, InlinePolicy, TensorSpec
 
 F32_4 = TensorSpec((4,), np.dtype(np.float32))
+
+TINY_ADD = """module @jit_add attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%arg0: tensor<4xf32>, %arg1: tensor<4xf32>) -> (tensor<4xf32>) {
+    %0 = stablehlo.add %arg0, %arg1 : tensor<4xf32>
+    return %0 : tensor<4xf32>
+  }
+}
+"""
 
 
 class AddProgram:
@@ -74,6 +87,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20000)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--compiler", action="append", default=[], metavar="MODULE:CLASS",
+                        help="also time the add compiled by this ProgramCompiler (repeatable)")
     options = parser.parse_args()
     runs, repeats = options.runs, options.repeats
 
@@ -105,6 +120,19 @@ def main() -> None:
             runs, repeats),
         "execute on the device worker + await": measure(execute_on_worker, max(runs // 10, 100), repeats),
     }
+    for spec in options.compiler:
+        module_name, _, class_name = spec.partition(":")
+        compiler = getattr(importlib.import_module(module_name), class_name)()
+        real = CpuApi(compiler).client_create()
+        real_executable = real.compile(Program(TINY_ADD))
+        ra = real.buffer_from_host_buffer(host).buffer
+        real_arguments = [[ra, ra]]
+
+        def execute_real(executable=real_executable, arguments=real_arguments) -> None:
+            executable.execute(arguments).device_complete_events[0].await_()
+
+        figures[f"execute, {compiler.name} compiler"] = measure(execute_real, runs, repeats)
+        real.destroy()
     client.destroy()
     worker_client.destroy()
     if options.json:

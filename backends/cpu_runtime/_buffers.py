@@ -111,6 +111,9 @@ class CpuBuffer(Buffer):
 
     # -- construction (runtime side) ----------------------------------------------------------
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("CpuBuffer objects are made by a client (buffer_from_host_buffer, execute, ...)")
+
     @classmethod
     def _make(cls, memory: "CpuMemory", layout: Layout, array: np.ndarray | None, event: CpuEvent,
               accounted: int, mutable: bool, release: Callable[[], None] | None = None) -> "CpuBuffer":

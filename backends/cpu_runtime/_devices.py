@@ -20,7 +20,7 @@ import queue
 import threading
 from typing import TYPE_CHECKING, Any, Callable
 
-from pjrt_hub.abi import Device, DeviceDescription, Memory, MemoryStats
+from pjrt_hub.abi import Device, DeviceDescription, InvalidArgument, Memory, MemoryStats
 
 from ._topology import CpuDeviceDescription
 
@@ -138,8 +138,6 @@ class CpuDevice(Device):
         for memory in self._memories:
             if memory._kind == kind:
                 return memory
-        from pjrt_hub.abi import InvalidArgument
-
         raise InvalidArgument(
             f"device {self._label} has no memory of kind {kind!r}; kinds: {', '.join(MEMORY_KINDS)}"
         )
