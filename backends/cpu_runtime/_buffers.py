@@ -456,7 +456,16 @@ class CpuBuffer(Buffer):
             view.flags.writeable = False
         self.increase_external_reference_count()
         weakref.finalize(view, self.decrease_external_reference_count)
-        return view.__dlpack__(**kwargs)
+        try:
+            return view.__dlpack__(**kwargs)
+        except TypeError:
+            if not kwargs:
+                raise
+            # numpy before 2.1 speaks only the legacy protocol (no keywords, no read-only flag);
+            # the DLPack spec lets a producer answer a newer request with the older capsule.
+            if array.flags.writeable:
+                view.flags.writeable = True
+            return view.__dlpack__()
 
     def __repr__(self) -> str:
         if self._state != LIVE:
