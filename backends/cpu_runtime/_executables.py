@@ -57,9 +57,17 @@ __all__ = ["CpuExecutable", "CpuLoadedExecutable", "InlinePolicy"]
 _MAGIC = b"pjrt_hub.cpu_executable\n"
 _FORMAT_VERSION = 1
 
-#: References a result array has when only the runtime's results list holds it, measured with the
-#: very expression the check uses (so that it holds on any CPython version).
-_EXCLUSIVE_REFS = sys.getrefcount([np.empty(0)][0])
+
+
+def _exclusive_refs() -> int:
+    # The same expression as the check in ``_run_program``, on a list held by a local, so that
+    # the count is right on any CPython version.
+    results = [np.empty(0)]
+    return sys.getrefcount(results[0])
+
+
+#: References a result array has when only the runtime's results list holds it.
+_EXCLUSIVE_REFS = _exclusive_refs()
 
 
 @dataclass(frozen=True, slots=True)

@@ -153,6 +153,17 @@ def test_donation_reuses_the_storage_of_an_aliased_input(client, put, compile_te
     np.testing.assert_array_equal(again.to_host_buffer().array, [20, 21, 22, 23])
 
 
+def test_a_fresh_result_can_be_donated_in_its_turn(client, put, compile_text):
+    produce = compile_text(add_module(name="jit_produce"))
+    update = compile_text(add_module(alias=True))
+    (fresh,), = produce.execute([[put(ones()), put(ones())]]).outputs
+    pointer = fresh.unsafe_pointer()
+    (updated,), = update.execute([[fresh, put(ones())]]).outputs
+    assert fresh.is_deleted()
+    assert updated.unsafe_pointer() == pointer  # the program's own result array was reused
+    np.testing.assert_array_equal(updated.to_host_buffer().array, 3.0)
+
+
 def test_non_donatable_inputs_are_kept(put, compile_text):
     executable = compile_text(add_module(alias=True))
     a, b = put(np.arange(4, dtype=F32)), put(ones())
