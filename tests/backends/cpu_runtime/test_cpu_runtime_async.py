@@ -347,3 +347,30 @@ def test_a_pending_constant_result_is_never_overwritten_by_donation(async_client
     (again,), = constant.execute([[]]).outputs
     again.ready_event().await_(timeout=5)
     np.testing.assert_array_equal(again.to_host_buffer().array, 5.0)
+
+
+def test_zero_copy_host_array_is_released_only_after_pending_work_read_it(async_client):
+    from pjrt_hub.abi import HostBufferSemantics
+
+    executable = async_client.compile(Program(sleepy(30)))
+    host = np.arange(4, dtype=F32)
+    transfer = async_client.buffer_from_host_buffer(host, semantics=HostBufferSemantics.IMMUTABLE_ZERO_COPY)
+    result = executable.execute([[transfer.buffer, transfer.buffer]])
+    transfer.buffer.delete()  # deleted while the queued execution has still to read it
+    assert not transfer.done_with_host_buffer.is_ready()
+    result.device_complete_events[0].await_(timeout=5)
+    assert transfer.done_with_host_buffer.is_ready()
+    np.testing.assert_array_equal(result.outputs[0][0].to_host_buffer().array, [0, 2, 4, 6])
+
+
+def test_zero_copy_host_array_is_released_only_after_dlpack_consumers(client):
+    from pjrt_hub.abi import HostBufferSemantics
+
+    host = np.arange(4, dtype=F32)
+    transfer = client.buffer_from_host_buffer(host, semantics=HostBufferSemantics.IMMUTABLE_ZERO_COPY)
+    consumer = np.from_dlpack(transfer.buffer)
+    transfer.buffer.destroy()  # destroying the handle does not wait, but the memory is still shared
+    assert transfer.buffer.is_deleted()
+    assert not transfer.done_with_host_buffer.is_ready()
+    del consumer
+    assert transfer.done_with_host_buffer.is_ready()
