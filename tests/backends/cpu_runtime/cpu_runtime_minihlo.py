@@ -4,8 +4,10 @@ It reads the subset of StableHLO text the tests need (one ``@main`` of elementwi
 tensors, ``reshape``, ``constant``, ``return``, the module's ``mhlo.num_replicas`` /
 ``mhlo.num_partitions`` and the argument attributes ``tf.aliasing_output`` / ``jax.buffer_donor``)
 and runs it with numpy, so the runtime is tested against a real ProgramCompiler without numba or
-the full interpreter. Two custom calls exist for the runtime's own tests: ``@fail`` raises inside
-``run`` (an execution error) and ``@sleep_<N>ms`` sleeps, to keep work pending.
+the full interpreter. Three custom calls exist for the runtime's own tests: ``@fail`` raises
+inside ``run`` (an execution error), ``@sleep_<N>ms`` sleeps, and ``@gate_<name>`` waits until the
+test opens :func:`gate` ``(name)`` and then returns its operand itself (not a copy), so a test
+decides exactly when pending work completes.
 
 The program text is the serialized form: ``deserialize`` compiles it again.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
@@ -34,6 +37,13 @@ _BINARY = {"add": np.add, "multiply": np.multiply, "subtract": np.subtract, "div
            "maximum": np.maximum, "minimum": np.minimum}
 _UNARY = {"negate": np.negative, "exponential": np.exp, "abs": np.abs, "sqrt": np.sqrt}
 _SERIAL_PREFIX = b"minihlo\n"
+
+_GATES: dict[str, threading.Event] = {}
+
+
+def gate(name: str) -> threading.Event:
+    """The gate ``@gate_<name>`` waits on; ``set()`` it to let the work finish."""
+    return _GATES.setdefault(name, threading.Event())
 
 _TENSOR = re.compile(r"tensor<(?:((?:\d+x)*\d+)x)?(complex<f\d+>|\w+)>")
 _TENSOR_TEXT = r"tensor<(?:[^<>]|<[^<>]*>)*>"
@@ -193,6 +203,16 @@ def _step(opname: str, operands: list[str], operands_text: str, spec: TensorSpec
             def fail(env: dict[str, np.ndarray]) -> np.ndarray:
                 raise RuntimeError("custom call @fail was asked to fail")
             return fail
+        gated = re.fullmatch(r"gate_(\w+)", target.group(1)) if target else None
+        if gated:
+            event = gate(gated.group(1))
+            (a,) = operands
+
+            def wait(env: dict[str, np.ndarray]) -> np.ndarray:
+                if not event.wait(timeout=30):
+                    raise RuntimeError(f"gate {gated.group(1)} was never opened")
+                return env[a]
+            return wait
         sleep = re.fullmatch(r"sleep_(\d+)ms", target.group(1)) if target else None
         if sleep:
             seconds = int(sleep.group(1)) / 1000

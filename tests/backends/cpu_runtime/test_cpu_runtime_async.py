@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
 import numpy as np
 import pytest
-from cpu_runtime_minihlo import add_module, module
+from cpu_runtime_minihlo import add_module, gate, module
 
 from pjrt_hub.abi import (
     DeadlineExceeded,
@@ -28,6 +29,25 @@ def sleepy(ms: int = 30, alias: bool = False) -> str:
                   "%1 = stablehlo.add %0, %arg1 : tensor<4xf32>\nreturn %1 : tensor<4xf32>",
                   args=f"%arg0: tensor<4xf32>{attr}, %arg1: tensor<4xf32>", results="tensor<4xf32>",
                   name="jit_sleepy")
+
+
+def gated_add(name: str, alias: bool = False) -> str:
+    """``a + b`` that first waits for the gate ``name`` to open."""
+    attr = " {tf.aliasing_output = 0 : i32}" if alias else ""
+    return module(f"%0 = stablehlo.custom_call @gate_{name}(%arg0) : (tensor<4xf32>) -> tensor<4xf32>\n"
+                  "%1 = stablehlo.add %0, %arg1 : tensor<4xf32>\nreturn %1 : tensor<4xf32>",
+                  args=f"%arg0: tensor<4xf32>{attr}, %arg1: tensor<4xf32>", results="tensor<4xf32>",
+                  name="jit_gated")
+
+
+@pytest.fixture
+def gated(request):
+    """(name, gate) of this test; the gate is opened at teardown so no worker waits on."""
+    name = re.sub(r"\W", "_", request.node.name)
+    event = gate(name)
+    event.clear()
+    yield name, event
+    event.set()
 
 
 FAILING = module("%0 = stablehlo.custom_call @fail(%arg0) : (tensor<4xf32>) -> tensor<4xf32>\n"
@@ -99,8 +119,9 @@ def test_await_from_many_threads():
 # -- asynchronous execution ---------------------------------------------------------------------
 
 
-def test_execute_returns_at_once_and_the_work_runs_on_a_worker(async_client):
-    executable = async_client.compile(Program(sleepy(50)))
+def test_execute_returns_at_once_and_the_work_runs_on_a_worker(async_client, gated):
+    name, opened = gated
+    executable = async_client.compile(Program(gated_add(name)))
     a, b = put_on(async_client, np.arange(4)), put_on(async_client, np.ones(4))
     result = executable.execute([[a, b]])
     (out,), (event,) = result.outputs[0], result.device_complete_events
@@ -109,6 +130,8 @@ def test_execute_returns_at_once_and_the_work_runs_on_a_worker(async_client):
     seen = []
     event.on_ready(seen.append)
     host = out.to_host_buffer()  # does not block: the copy waits for the data
+    assert not host.event.is_ready() and seen == []
+    opened.set()
     host.event.await_(timeout=5)
     np.testing.assert_array_equal(host.array, [1, 2, 3, 4])
     assert event.is_ready() and seen == [None]
@@ -116,16 +139,21 @@ def test_execute_returns_at_once_and_the_work_runs_on_a_worker(async_client):
     assert seen == [None, None]
 
 
-def test_chained_pending_executions_and_copies(async_client):
-    executable = async_client.compile(Program(sleepy(20)))
+def test_chained_pending_executions_and_copies(async_client, gated):
+    name, opened = gated
+    first_step = async_client.compile(Program(gated_add(name)))
+    adder = async_client.compile(Program(add_module()))
     a, b = put_on(async_client, np.zeros(4)), put_on(async_client, np.ones(4))
-    (first,), = executable.execute([[a, b]]).outputs
-    (second,), = executable.execute([[first, b]]).outputs  # first is still pending
+    (first,), = first_step.execute([[a, b]]).outputs
+    (second,), = adder.execute([[first, b]]).outputs
     copy = second.copy_to_device(async_client.devices()[1])
     in_memory = second.copy_to_memory(async_client.devices()[0].addressable_memories()[1])
-    assert not copy.ready_event().is_ready()
     dst = np.zeros(4, F32)
-    second.to_host_buffer(dst).event.await_(timeout=5)
+    host = second.to_host_buffer(dst)
+    assert not any(e.is_ready() for e in (first.ready_event(), second.ready_event(), copy.ready_event(),
+                                          in_memory.ready_event(), host.event))
+    opened.set()
+    host.event.await_(timeout=5)
     np.testing.assert_array_equal(dst, 2.0)
     copy.ready_event().await_(timeout=5)
     assert copy.device() is async_client.devices()[1]
@@ -134,29 +162,38 @@ def test_chained_pending_executions_and_copies(async_client):
     assert second.unsafe_pointer() != copy.unsafe_pointer()
 
 
-def test_donating_a_pending_output_reuses_its_storage(async_client):
-    executable = async_client.compile(Program(sleepy(20, alias=True)))
+def test_donating_a_pending_output_reuses_its_storage(async_client, gated):
+    name, opened = gated
+    first_step = async_client.compile(Program(gated_add(name, alias=True)))
+    update = async_client.compile(Program(add_module(alias=True)))
     a, b = put_on(async_client, np.zeros(4)), put_on(async_client, np.ones(4))
-    (first,), = executable.execute([[a, b]]).outputs
-    (second,), = executable.execute([[first, b]]).outputs
+    pointer = a.unsafe_pointer()
+    producing = first_step.execute([[a, b]])
+    (first,), = producing.outputs
+    (second,), = update.execute([[first, b]]).outputs
+    assert not producing.device_complete_events[0].is_ready()  # first was donated while pending
     assert a.is_deleted() and first.is_deleted()
-    with pytest.raises(FailedPrecondition, match="donated to an execution of jit_sleepy"):
+    with pytest.raises(FailedPrecondition, match="donated to an execution of jit_add"):
         first.to_host_buffer()
+    opened.set()
     second.ready_event().await_(timeout=5)
     np.testing.assert_array_equal(second.to_host_buffer().array, 2.0)
+    assert second.unsafe_pointer() == pointer  # a's storage went through the whole chain
     device = async_client.devices()[0]
     assert device.memory_stats().bytes_in_use == 32  # b and second: the chain allocated nothing
 
 
-def test_storage_read_by_a_pending_execution_is_not_overwritten_by_donation(compiler):
+def test_storage_read_by_a_pending_execution_is_not_overwritten_by_donation(compiler, gated):
     from pjrt_hub.backends.cpu_runtime import InlinePolicy
 
     # The reader is costly enough to go to the worker; the donating adder runs inline at once,
     # while the reader still has to read `a`. Reusing `a` in place would change what it reads.
+    name, opened = gated
     client = CpuApi(compiler, inline_policy=InlinePolicy(max_flops=100)).client_create({"num_devices": 1})
     reader = client.compile(Program(module(
-        "%0 = stablehlo.custom_call @sleep_40ms(%arg0) : (tensor<4xf32>) -> tensor<4xf32>\n"
-        "%1 = stablehlo.add %arg1, %arg1 : tensor<1000xf32>\nreturn %0 : tensor<4xf32>",
+        f"%0 = stablehlo.custom_call @gate_{name}(%arg0) : (tensor<4xf32>) -> tensor<4xf32>\n"
+        "%1 = stablehlo.add %arg1, %arg1 : tensor<1000xf32>\n%2 = stablehlo.negate %0 : tensor<4xf32>\n"
+        "return %2 : tensor<4xf32>",
         args="%arg0: tensor<4xf32>, %arg1: tensor<1000xf32>", results="tensor<4xf32>", name="jit_reader")))
     donating = client.compile(Program(add_module(alias=True)))
     a, b = put_on(client, np.arange(4)), put_on(client, np.ones(4))
@@ -165,8 +202,9 @@ def test_storage_read_by_a_pending_execution_is_not_overwritten_by_donation(comp
     (written,), = donating.execute([[a, b]]).outputs
     assert a.is_deleted() and written.ready_event().is_ready()
     np.testing.assert_array_equal(written.to_host_buffer().array, [1, 2, 3, 4])
+    opened.set()
     read.ready_event().await_(timeout=5)
-    np.testing.assert_array_equal(read.to_host_buffer().array, [0, 1, 2, 3])
+    np.testing.assert_array_equal(read.to_host_buffer().array, [0, -1, -2, -3])
     client.destroy()
 
 
@@ -207,23 +245,29 @@ def test_execution_error_inline(client, put):
         out.to_host_buffer()
 
 
-def test_pending_to_host_of_a_failed_execution_carries_the_error(async_client):
+def test_pending_to_host_of_a_failed_execution_carries_the_error(async_client, gated):
+    name, opened = gated
     failing = async_client.compile(Program(module(
-        "%0 = stablehlo.custom_call @sleep_20ms(%arg0) : (tensor<4xf32>) -> tensor<4xf32>\n"
+        f"%0 = stablehlo.custom_call @gate_{name}(%arg0) : (tensor<4xf32>) -> tensor<4xf32>\n"
         "%1 = stablehlo.custom_call @fail(%0) : (tensor<4xf32>) -> tensor<4xf32>\nreturn %1 : tensor<4xf32>",
         args="%arg0: tensor<4xf32>", results="tensor<4xf32>")))
     (out,), = failing.execute([[put_on(async_client, np.ones(4))]]).outputs
     host = out.to_host_buffer()
+    assert not host.event.is_ready()
+    opened.set()
     with pytest.raises(ExecutionError, match="asked to fail"):
         host.event.await_(timeout=5)
 
 
-def test_deleting_a_pending_output(async_client):
-    executable = async_client.compile(Program(sleepy(20)))
+def test_deleting_a_pending_output(async_client, gated):
+    name, opened = gated
+    executable = async_client.compile(Program(gated_add(name)))
     a = put_on(async_client, np.ones(4))
     result = executable.execute([[a, a]])
     (out,) = result.outputs[0]
     out.delete()
+    assert out.is_deleted() and not result.device_complete_events[0].is_ready()
+    opened.set()
     result.device_complete_events[0].await_(timeout=5)
     assert out.is_deleted()
     with pytest.raises(FailedPrecondition, match="was deleted"):
@@ -335,13 +379,18 @@ def test_concurrent_delete_and_donation_race_leaves_consistent_state(api):
     assert client.devices()[0].memory_stats().bytes_in_use == 0
 
 
-def test_a_pending_constant_result_is_never_overwritten_by_donation(async_client):
+def test_a_pending_constant_result_is_never_overwritten_by_donation(async_client, gated):
+    name, opened = gated
     constant = async_client.compile(Program(module(
-        "%0 = stablehlo.constant dense<5.0> : tensor<4xf32>\nreturn %0 : tensor<4xf32>",
-        args="", results="tensor<4xf32>", name="jit_constant")))
+        f"%0 = stablehlo.constant dense<5.0> : tensor<4xf32>\n"
+        f"%1 = stablehlo.custom_call @gate_{name}(%0) : (tensor<4xf32>) -> tensor<4xf32>\n"
+        "return %1 : tensor<4xf32>", args="", results="tensor<4xf32>", name="jit_constant")))
     double = async_client.compile(Program(add_module(alias=True)))
-    (c,), = constant.execute([[]]).outputs
-    (doubled,), = double.execute([[c, put_on(async_client, np.full(4, 5.0))]]).outputs  # c still pending
+    producing = constant.execute([[]])
+    (c,), = producing.outputs
+    (doubled,), = double.execute([[c, put_on(async_client, np.full(4, 5.0))]]).outputs
+    assert not producing.device_complete_events[0].is_ready()  # c was donated while pending
+    opened.set()
     doubled.ready_event().await_(timeout=5)
     np.testing.assert_array_equal(doubled.to_host_buffer().array, 10.0)
     (again,), = constant.execute([[]]).outputs
@@ -349,15 +398,17 @@ def test_a_pending_constant_result_is_never_overwritten_by_donation(async_client
     np.testing.assert_array_equal(again.to_host_buffer().array, 5.0)
 
 
-def test_zero_copy_host_array_is_released_only_after_pending_work_read_it(async_client):
+def test_zero_copy_host_array_is_released_only_after_pending_work_read_it(async_client, gated):
     from pjrt_hub.abi import HostBufferSemantics
 
-    executable = async_client.compile(Program(sleepy(30)))
+    name, opened = gated
+    executable = async_client.compile(Program(gated_add(name)))
     host = np.arange(4, dtype=F32)
     transfer = async_client.buffer_from_host_buffer(host, semantics=HostBufferSemantics.IMMUTABLE_ZERO_COPY)
     result = executable.execute([[transfer.buffer, transfer.buffer]])
     transfer.buffer.delete()  # deleted while the queued execution has still to read it
     assert not transfer.done_with_host_buffer.is_ready()
+    opened.set()
     result.device_complete_events[0].await_(timeout=5)
     assert transfer.done_with_host_buffer.is_ready()
     np.testing.assert_array_equal(result.outputs[0][0].to_host_buffer().array, [0, 2, 4, 6])
