@@ -10,7 +10,13 @@ array when the array is C-contiguous, naturally aligned (its address a multiple 
 size, numpy's ``aligned`` flag) and in native byte order; otherwise the data is copied, as PJRT
 allows. Natural alignment is all numpy and numba kernels need; XLA asks 64 bytes because its
 vectorised code does. Without a copy, ``done_with_host_buffer`` fires when the buffer is deleted,
-destroyed or garbage collected, or when an execution that took it by donation lets go of it.
+destroyed or garbage collected, or when an execution that took it by donation lets go of it (and
+not before pending executions and DLPack consumers that read it are done). Donation writes into
+an aliased host array only under ``MUTABLE_ZERO_COPY`` and only if the array is writable; under
+``IMMUTABLE_ZERO_COPY`` the donated buffer is consumed but its storage never written.
+
+Copies to the device a buffer is already on are allowed (XLA's CPU client once refused them, with
+a note to lift the restriction); they make an independent buffer.
 """
 
 from __future__ import annotations
