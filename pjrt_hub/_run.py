@@ -21,6 +21,8 @@ from pjrt_hub.abi import CompileOptions, PjrtHubError, Program
 __all__ = ["BadInput", "RunResult", "check_inputs", "load_inputs", "main_signature", "run_program"]
 
 _INPUT_KEY = re.compile(r"in(\d+)")
+#: Expected outputs may ride along in the same file (the corpus's .npz files do).
+_OUTPUT_KEY = re.compile(r"out\d+")
 
 
 class BadInput(PjrtHubError):
@@ -39,6 +41,8 @@ def load_inputs(path: str | Path) -> list[np.ndarray]:
     indices = {}
     for key in arrays:
         match = _INPUT_KEY.fullmatch(key)
+        if match is None and _OUTPUT_KEY.fullmatch(key):
+            continue
         if match is None:
             raise BadInput(f"{path}: unexpected array {key!r}; inputs must be named in0, in1, ...")
         indices[int(match.group(1))] = key
