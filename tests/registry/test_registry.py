@@ -195,7 +195,8 @@ def test_extension_negotiation(fake_dist):
     install(fake_dist, "layouts", "layouts", plugin_source("0.105", extra_decl=', extensions={"Layouts": 3}'))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        reg = registry(extension_requests=(ExtensionRequest("Layouts", 2, required=False),))
+        reg = registry(extension_requests=(ExtensionRequest("Layouts", 2, required=False),),
+                       allowed=frozenset({"plain", "layouts"}))
         reg.load()
     relevant = [w for w in caught if issubclass(w.category, ExtensionWarning)]
     assert len(relevant) == 1 and "plugin plain" in str(relevant[0].message)
