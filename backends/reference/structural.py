@@ -33,9 +33,9 @@ def _iota(ctx, op):
     shape = [1] * ty.rank
     shape[d] = ty.shape[d]
     line = np.arange(ty.shape[d], dtype=np.int64).reshape(shape)
-    values = line.astype(np.float64).astype(np.float32).astype(ty.dtype) if is_float_dtype(ty.dtype) and ty.dtype.itemsize < 4 \
-        else line.astype(ty.dtype)
-    return np.broadcast_to(values, ty.shape)
+    if is_float_dtype(ty.dtype) and ty.dtype.itemsize < 4:
+        line = line.astype(np.float32)  # bf16/f16 round from f32, as XLA converts
+    return np.broadcast_to(line.astype(ty.dtype), ty.shape)
 
 
 @register("stablehlo.broadcast_in_dim")
@@ -415,3 +415,21 @@ def _batch_norm_grad(ctx, op, x, scale, mean, variance, grad_output):
     dt = x.dtype
     return [compute_float(lambda v: v, grad_x, dtype=dt), compute_float(lambda v: v, grad_scale, dtype=dt),
             compute_float(lambda v: v, grad_offset, dtype=dt)]
+
+
+@register("stablehlo.fft")
+def _fft(ctx, op, x):
+    from pjrt_hub.backends.stablehlo import FftType
+
+    kind = FftType(op.attributes["fft_type"])
+    lengths = tuple(op.attributes["fft_length"])
+    axes = tuple(range(x.ndim - len(lengths), x.ndim))
+    if kind == FftType.FFT:
+        result = np.fft.fftn(x.astype(np.complex128), axes=axes)
+    elif kind == FftType.IFFT:
+        result = np.fft.ifftn(x.astype(np.complex128), axes=axes)
+    elif kind == FftType.RFFT:
+        result = np.fft.rfftn(x.astype(np.float64), s=lengths, axes=axes)
+    else:
+        result = np.fft.irfftn(x.astype(np.complex128), s=lengths, axes=axes)
+    return result.astype(op.results[0].type.dtype)

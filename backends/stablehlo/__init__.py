@@ -66,8 +66,9 @@ __all__ = [
 ]
 
 from .parser import parse_module  # noqa: E402
+from .printer import format_module  # noqa: E402
 
-__all__ += ["parse_module"]
+__all__ += ["format_module", "parse_module"]
 
 from .verify import verify  # noqa: E402
 

@@ -24,7 +24,6 @@ _CARET_ID = re.compile(r"\^(" + _SUFFIX_ID + r")")
 _SYMBOL = re.compile(r"@(?:(" + _SUFFIX_ID + r")|\"((?:[^\"\\\n]|\\.)*)\")")
 _HASH_ID = re.compile(r"#(" + _SUFFIX_ID + r")")
 _BANG_ID = re.compile(r"!(" + _SUFFIX_ID + r")")
-_STRING = re.compile(r"\"((?:[^\"\\\n]|\\.)*)\"")
 _INTEGER = re.compile(r"[-+]?(?:0x[0-9A-Fa-f]+|[0-9]+)(?![.\w])")
 _NUMBER = re.compile(r"[-+]?(?:0x[0-9A-Fa-f]+|[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)(?![\w.])")
 _ESCAPE = re.compile(r"\\(?:([0-9A-Fa-f]{2})|(.))")
@@ -175,8 +174,13 @@ class Cursor:
         return m.group(1) if m else None
 
     def string(self) -> str | None:
-        m = self.match(_STRING)
-        return unescape(m.group(1)) if m else None
+        self.skip()
+        end = _string_end(self.text, self.pos)
+        if end is None:
+            return None
+        body = self.text[self.pos + 1:end - 1]
+        self.pos = end
+        return unescape(body)
 
     def expect_string(self, what: str = "a string literal") -> str:
         s = self.string()
@@ -216,10 +220,10 @@ class Cursor:
         while i < len(text):
             c = text[i]
             if c == '"':
-                m = _STRING.match(text, i)
-                if not m:
+                end = _string_end(text, i)
+                if end is None:
                     raise self.error("unterminated string literal", i)
-                i = m.end()
+                i = end
                 continue
             if c == "-" and text.startswith("->", i):
                 i += 2
@@ -233,6 +237,29 @@ class Cursor:
                     return text[start:i + 1]
             i += 1
         raise self.error(f"unbalanced {open_char!r}: no matching {close_char!r}", start)
+
+
+def _string_end(text: str, pos: int) -> int | None:
+    """Offset just past the string literal starting at ``pos`` (a '"'), or None. A plain scan
+    rather than a regex: hex blobs of constants can be megabytes long."""
+    if not text.startswith('"', pos):
+        return None
+    i = pos + 1
+    while True:
+        j = text.find('"', i)
+        if j < 0:
+            return None
+        newline = text.find("\n", i, j)
+        if newline >= 0:
+            return None
+        backslashes = 0
+        k = j - 1
+        while k > pos and text[k] == "\\":
+            backslashes += 1
+            k -= 1
+        if backslashes % 2 == 0:
+            return j + 1
+        i = j + 1
 
 
 def _hex_int(text: str) -> int:

@@ -238,7 +238,7 @@ class _Parser:
         if module is None:
             if not loose:
                 raise cur.error("no module in the program text")
-            module = Module(None, self._functions_by_name(loose, 0))
+            module = Module(None, frozen_mapping(self._functions_by_name(loose, 0)))
         return module
 
     def _skip_alias_value(self, sigil: str, name: str) -> None:
@@ -826,7 +826,9 @@ class _Parser:
                 return attrs
             cur.expect(",", "',' or '}' in the attribute dictionary")
 
-    def parse_attribute(self) -> Any:
+    def parse_attribute(self, typed: bool = True) -> Any:
+        """One attribute value. With ``typed=False`` a scalar takes no ``: type`` suffix (in
+        custom forms the next ':' starts the op's type)."""
         cur = self.cur
         cur.skip()
         start = cur.pos
@@ -845,7 +847,7 @@ class _Parser:
             return frozen_mapping(self.parse_attribute_dict())
         if c == '"':
             text = cur.string()
-            if cur.peek(":") and not cur.peek("::"):
+            if typed and cur.peek(":") and not cur.peek("::"):
                 cur.expect(":")
                 self.parse_type()
             return text
@@ -866,7 +868,7 @@ class _Parser:
             if text is None:
                 raise cur.expected("a number")
             ty = None
-            if cur.peek(":") and not cur.peek("::"):
+            if typed and cur.peek(":") and not cur.peek("::"):
                 cur.expect(":")
                 ty = self.parse_type()
             return _scalar_value(text, ty, cur, start)
@@ -876,7 +878,7 @@ class _Parser:
         word = word_match.group(0)
         if word in ("true", "false"):
             cur.pos = word_match.end()
-            if cur.peek(":") and not cur.peek("::"):
+            if typed and cur.peek(":") and not cur.peek("::"):
                 cur.expect(":")
                 self.parse_type()
             return word == "true"
@@ -1228,13 +1230,34 @@ class _Parser:
         return self.parse_attribute_dict() if self.cur.peek("{") else {}
 
     def _p_default(self, name: str, pos: int) -> _OpParts:
+        """``operands [, key = value]* [attr-dict] : types``: the shape most custom forms
+        share, so that ops without a dedicated parser still parse (and fail later, clearly,
+        if no backend supports them)."""
+        cur = self.cur
         uses, trailing = self._parse_uses()
-        if trailing:
-            raise self.cur.expected(f"an operand after ',' ({name} in custom form)")
-        attrs = self._opt_attr_dict()
+        attrs: dict[str, Any] = {}
+        while trailing:
+            key_pos = cur.pos
+            key = cur.optional_bare_id()
+            if key is None or not cur.accept("="):
+                raise cur.error(f"expected an operand or 'name = value' after ',' in {name}", key_pos)
+            attrs[key] = self._parse_keyword_value()
+            trailing = cur.accept(",")
+        attrs.update(self._opt_attr_dict())
         self.cur.expect(":", f"':' and the types of {name}")
         ins, outs = self._same_type_signature(name, len(uses))
         return _OpParts(name, uses, ins, outs, attrs)
+
+    def _parse_keyword_value(self) -> Any:
+        """The value in ``key = value`` of a custom form: an attribute, or a bare word (an
+        enum value such as ``DEFAULT``), kept as text."""
+        cur = self.cur
+        word = re.compile(r"[A-Za-z_][A-Za-z0-9_]*").match(self.text, cur.pos) if not cur.at_end() else None
+        if word and word.group(0) not in ("true", "false", "dense", "array", "dense_resource", "unit") \
+                and not _SCALAR_TYPE.match(word.group(0)) and word.group(0) not in ("tensor", "tuple", "complex"):
+            cur.pos = word.end()
+            return word.group(0)
+        return self.parse_attribute(typed=False)
 
     def _p_constant(self, name: str, pos: int) -> _OpParts:
         cur = self.cur

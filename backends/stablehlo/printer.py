@@ -109,7 +109,6 @@ def format_attribute(value: Any) -> str:
     if isinstance(value, str):
         return _quote(value)
     if isinstance(value, np.ndarray):
-        from .ir import element_dtype  # noqa: F401 - keeps the dtype table warm
         return _dense(value, _tensor_type_of(value))
     if isinstance(value, SymbolRef):
         return _symbol(value.name)

@@ -133,3 +133,14 @@ def test_supported_ops_cover_the_corpus_census():
         "stablehlo.batch_norm_training", "stablehlo.batch_norm_grad",
     }
     assert census <= set(supported_ops())
+
+
+def test_module_level_input_output_alias_attribute():
+    text = """
+    module @m attributes {mhlo.input_output_alias = [{alias = {kind = "may_alias", parameter_index = array<i64>, parameter_number = 1 : i64}, output_index = array<i64: 0>}]} {
+      func.func public @main(%a: tensor<2xf32>, %b: tensor<2xf32>) -> (tensor<2xf32>, tensor<2xf32>) {
+        return %b, %a : tensor<2xf32>, tensor<2xf32>
+      }
+    }
+    """
+    assert dict(ReferenceCompiler().compile(text, CompileOptions()).aliases) == {0: 1}

@@ -351,3 +351,66 @@ def test_block_functions_match_random123_known_answers():
 
 def test_ttype_helper_spells_mlir_types():
     assert ttype((2, 3), np.float32) == "tensor<2x3xf32>" and ttype((), np.uint8) == "tensor<ui8>"
+
+
+def test_fft_kinds():
+    x = np.array([1, 2, 0, -1], np.float32)
+    spectrum = ev("stablehlo.fft %x0, type = RFFT, length = [4]", x,
+                  sig="(tensor<4xf32>) -> tensor<3xcomplex<f32>>")
+    np.testing.assert_allclose(spectrum, np.fft.rfft(x), rtol=1e-6)
+    back = ev("stablehlo.fft %x0, type = IRFFT, length = [4]", spectrum,
+              sig="(tensor<3xcomplex<f32>>) -> tensor<4xf32>")
+    np.testing.assert_allclose(back, x, atol=1e-6)
+    z = x.astype(np.complex64)
+    np.testing.assert_allclose(ev("stablehlo.fft %x0, type = FFT, length = [4]", z), np.fft.fft(x), rtol=1e-6)
+
+
+def test_batch_norm_training_and_grad_follow_their_formulas():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 2, 3)).astype(np.float32)
+    scale, offset = np.array([1.5, -0.5], np.float32), np.array([0.1, 0.2], np.float32)
+    text = """
+    func.func @main(%x: tensor<4x2x3xf32>, %s: tensor<2xf32>, %o: tensor<2xf32>) -> (tensor<4x2x3xf32>, tensor<2xf32>, tensor<2xf32>) {
+      %y, %mean, %var = "stablehlo.batch_norm_training"(%x, %s, %o) <{epsilon = 1.0e-5 : f32, feature_index = 1 : i64}> : (tensor<4x2x3xf32>, tensor<2xf32>, tensor<2xf32>) -> (tensor<4x2x3xf32>, tensor<2xf32>, tensor<2xf32>)
+      return %y, %mean, %var : tensor<4x2x3xf32>, tensor<2xf32>, tensor<2xf32>
+    }
+    """
+    y, mean, var = run(text, x, scale, offset)
+    xd = x.astype(np.float64)
+    np.testing.assert_allclose(mean, xd.mean(axis=(0, 2)), rtol=1e-6)
+    np.testing.assert_allclose(var, xd.var(axis=(0, 2)), rtol=1e-5)
+    b = (None, slice(None), None)
+    expected = (xd - xd.mean(axis=(0, 2))[b]) / np.sqrt(xd.var(axis=(0, 2))[b] + 1e-5) * scale[b] + offset[b]
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
+    grad = """
+    func.func @main(%x: tensor<4x2x3xf32>, %s: tensor<2xf32>, %m: tensor<2xf32>, %v: tensor<2xf32>, %g: tensor<4x2x3xf32>) -> (tensor<4x2x3xf32>, tensor<2xf32>, tensor<2xf32>) {
+      %gx, %gs, %go = "stablehlo.batch_norm_grad"(%x, %s, %m, %v, %g) <{epsilon = 1.0e-5 : f32, feature_index = 1 : i64}> : (tensor<4x2x3xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<4x2x3xf32>) -> (tensor<4x2x3xf32>, tensor<2xf32>, tensor<2xf32>)
+      return %gx, %gs, %go : tensor<4x2x3xf32>, tensor<2xf32>, tensor<2xf32>
+    }
+    """
+    gy = rng.standard_normal(x.shape).astype(np.float32)
+    gx, gs, go = run(grad, x, scale, mean, var, gy)
+    np.testing.assert_allclose(go, gy.astype(np.float64).sum(axis=(0, 2)), rtol=1e-5)
+    # grad_x is the derivative of sum(gy * y) with respect to x: check it numerically.
+    eps = 1e-3
+    probe = np.zeros_like(xd)
+    probe[1, 0, 2] = eps
+
+    def loss(xv):
+        m, v = xv.mean(axis=(0, 2))[b], xv.var(axis=(0, 2))[b]
+        return (gy * ((xv - m) / np.sqrt(v + 1e-5) * scale[b] + offset[b])).sum()
+    numeric = (loss(xd + probe) - loss(xd - probe)) / (2 * eps)
+    assert abs(gx[1, 0, 2] - numeric) < 1e-3
+
+
+def test_tuples_and_optimization_barrier_pass_values_through():
+    text = """
+    func.func @main(%a: tensor<f32>, %b: tensor<2xi32>) -> (tensor<2xi32>, tensor<f32>) {
+      %t = stablehlo.tuple %a, %b : tuple<tensor<f32>, tensor<2xi32>>
+      %e = stablehlo.get_tuple_element %t[1] : (tuple<tensor<f32>, tensor<2xi32>>) -> tensor<2xi32>
+      %0:2 = stablehlo.optimization_barrier %e, %a : tensor<2xi32>, tensor<f32>
+      return %0#0, %0#1 : tensor<2xi32>, tensor<f32>
+    }
+    """
+    out_b, out_a = run(text, np.float32(2.5), np.array([3, 4], np.int32))
+    assert out_b.tolist() == [3, 4] and out_a == 2.5

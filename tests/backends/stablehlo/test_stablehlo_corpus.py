@@ -2,7 +2,7 @@
 
 import pytest
 
-from pjrt_hub.backends.stablehlo import parse_module
+from pjrt_hub.backends.stablehlo import parse_module, verify
 from pjrt_hub.backends.stablehlo.printer import format_module
 
 from shlo_corpus import CORPUS, perf_programs, public_programs
@@ -14,6 +14,8 @@ PROGRAMS = [("public", p) for p in public_programs()] + [("perf", p) for p in pe
 def test_pretty_and_generic_forms_give_the_same_ir(kind, program):
     pretty = parse_module((CORPUS / kind / program["file"]).read_text())
     generic = parse_module((CORPUS / kind / program["generic_file"]).read_text())
+    verify(pretty)
+    verify(generic)
     canonical = format_module(pretty)
     assert canonical == format_module(generic)
     # The canonical text is itself a program the parser reads back to the same IR.

@@ -43,3 +43,20 @@ def test_op_result_and_enum_text():
     assert op.attr("comparison_direction") == "LT"
     with pytest.raises(ValueError):
         Op("stablehlo.while", (), (v, v)).result
+
+
+def test_parsed_ir_is_read_only():
+    import dataclasses
+
+    from pjrt_hub.backends.stablehlo import parse_module
+
+    module = parse_module("func.func @main(%a: tensor<f32>) -> tensor<f32> {\n"
+                          "  %0 = stablehlo.negate %a : tensor<f32>\n  return %0 : tensor<f32>\n}")
+    op = module.main.body.ops[0]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        op.name = "stablehlo.abs"
+    with pytest.raises(TypeError):
+        module.functions["other"] = module.main
+    with pytest.raises(TypeError):
+        module.main.arg_attrs[0]["x"] = 1
+    assert [o.name for o in module.walk()] == ["stablehlo.negate", "func.return"]

@@ -434,3 +434,18 @@ def test_bf16_and_f16_types_map_to_runtime_dtypes():
     module = parse_module(text)
     assert module.main.arg_types[0].dtype == np.dtype(ml_dtypes.bfloat16)
     assert module.main.result_types[0].dtype == np.float16
+
+
+def test_unknown_stablehlo_ops_in_custom_form_still_parse():
+    text = """
+    func.func @main(%a: tensor<3x3xf32>, %s: tensor<2xui64>) -> tensor<3x3xf32> {
+      %0 = stablehlo.cholesky %a, lower = true : tensor<3x3xf32>
+      %1 = stablehlo.made_up %0, mode = FAST, scale = 2.5 {extra = 1 : i64} : (tensor<3x3xf32>) -> tensor<3x3xf32>
+      %st, %bits = stablehlo.rng_bit_generator %s, algorithm = THREE_FRY : (tensor<2xui64>) -> (tensor<2xui64>, tensor<4xui32>)
+      return %1 : tensor<3x3xf32>
+    }
+    """
+    chol, made_up, rng, _ = main_ops(text)
+    assert chol.name == "stablehlo.cholesky" and chol.attributes["lower"] is True
+    assert dict(made_up.attributes) == {"mode": "FAST", "scale": 2.5, "extra": 1}
+    assert rng.attributes["rng_algorithm"] == "THREE_FRY" and len(rng.results) == 2
