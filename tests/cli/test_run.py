@@ -99,7 +99,7 @@ def test_unsupported_op_exits_3_and_lists_the_supported_ones(tmp_path, capsys):
     src = inputs(tmp_path, in0=np.ones(4, np.float32), in1=np.ones(4, np.int32))
     code, _, err = run(capsys, bad, "--plugin", "reference", "--inputs", src)
     assert code == ExitCode.BAD_INPUT
-    assert "unsupported op 'stablehlo.frobnicate'" in err and "stablehlo.add" in err
+    assert "unsupported op 'stablehlo.frobnicate' at line 3, column" in err and "stablehlo.add" in err
 
 
 def test_missing_files_and_plugins(tmp_path, program, capsys):
