@@ -1,1 +1,48 @@
-"""(filled by its issue)"""
+"""The ctypes bridge to real PJRT C plugins (a ``.so`` exporting ``GetPjrtApi``).
+
+:func:`probe` looks at a plugin from a child process (it may abort, hang or crash);
+:func:`load_api` loads it here and returns a :class:`CApi`, which implements
+:class:`pjrt_hub.abi.Api` and hands out clients, buffers and executables that implement the
+rest of the binding. :func:`client_creation_risk` and :func:`safe_client_check` say whether a
+client may be created on this machine. The version history and the Args struct sizes of every
+minor live in :mod:`pjrt_hub.abi.history` and :mod:`.structs`.
+"""
+
+from __future__ import annotations
+
+from .library import ExtensionInfo, PluginLibrary, open_library
+from .objects import (
+    CApi,
+    CBuffer,
+    CClient,
+    CDevice,
+    CDeviceDescription,
+    CEvent,
+    CExecutable,
+    CLoadedExecutable,
+    CMemory,
+    CTopologyDescription,
+    load_api,
+)
+from .probe import ExtensionReport, ProbeReport, probe, resolve_library
+
+__all__ = [
+    "CApi",
+    "CBuffer",
+    "CClient",
+    "CDevice",
+    "CDeviceDescription",
+    "CEvent",
+    "CExecutable",
+    "CLoadedExecutable",
+    "CMemory",
+    "CTopologyDescription",
+    "ExtensionInfo",
+    "ExtensionReport",
+    "PluginLibrary",
+    "ProbeReport",
+    "load_api",
+    "open_library",
+    "probe",
+    "resolve_library",
+]

@@ -275,6 +275,10 @@ _LAYOUTS: list[StructLayout] = [
     _handle_query("PJRT_Buffer_IsDeleted_Args", "buffer", F("is_deleted", BOOL)),
     _handle_query("PJRT_Buffer_CopyToDevice_Args", "buffer", F("dst_device", P), F("dst_buffer", P)),
     _handle_query("PJRT_Buffer_CopyToMemory_Args", "buffer", F("dst_memory", P), F("dst_buffer", P)),
+    # The union of PJRT_Buffer_MemoryLayout flattened to its larger member, the tiled layout.
+    _s("PJRT_Buffer_MemoryLayout", F("tiled_struct_size", SZ), F("tiled_extension_start", P),
+       F("minor_to_major", P), F("minor_to_major_size", SZ), F("tile_dims", P),
+       F("tile_dim_sizes", P), F("num_tiles", SZ), F("type", I32)),
     _s("PJRT_Buffer_ToHostBuffer_Args", F("src", P), F("host_layout", P), F("dst", P),
        F("dst_size", SZ), F("event", P)),
     _handle_query("PJRT_Buffer_IsOnCpu_Args", "buffer", F("is_on_cpu", BOOL)),
