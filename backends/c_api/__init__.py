@@ -25,6 +25,7 @@ from .objects import (
     load_api,
 )
 from .probe import ExtensionReport, ProbeReport, probe, resolve_library
+from .safety import ClientCheck, client_creation_risk, safe_client_check
 
 __all__ = [
     "CApi",
@@ -37,12 +38,15 @@ __all__ = [
     "CLoadedExecutable",
     "CMemory",
     "CTopologyDescription",
+    "ClientCheck",
     "ExtensionInfo",
     "ExtensionReport",
     "PluginLibrary",
     "ProbeReport",
+    "client_creation_risk",
     "load_api",
     "open_library",
     "probe",
     "resolve_library",
+    "safe_client_check",
 ]

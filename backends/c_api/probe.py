@@ -39,13 +39,12 @@ import ctypes
 import importlib.util
 import json
 import os
-import signal as _signal
-import subprocess
 import sys
-import time
 from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, Field
+
+from . import _child
 
 __all__ = ["ExtensionReport", "Outcome", "ProbeReport", "probe", "resolve_library"]
 
@@ -157,7 +156,7 @@ def _probe_here(path: str, *, initialize: bool, emit: Callable[[dict[str, Any]],
     from .library import PluginLibrary, decode_named_values, default_plugin_name
 
     report: dict[str, Any] = {"path": path, "name": default_plugin_name(path), "outcome": "ok",
-                              "warnings": []}
+                              "warnings": [], "finished": False}
     warn = report["warnings"].append
 
     def stage(name: str) -> None:
@@ -285,12 +284,12 @@ def _main(argv: list[str] | None = None) -> int:
 
     def emit(snapshot: dict[str, Any]) -> None:
         if ns.progress:
-            sys.stdout.write(json.dumps(snapshot, default=str) + "\n")
-            sys.stdout.flush()
+            _child.emit(snapshot)
 
     report = _probe_here(path, initialize=ns.initialize, emit=emit)
+    report["finished"] = True
     if ns.progress or ns.json:
-        sys.stdout.write(json.dumps(report, default=str) + "\n")
+        _child.emit(report)
     else:
         for key, value in report.items():
             print(f"{key}: {value}")
@@ -303,31 +302,6 @@ def _main(argv: list[str] | None = None) -> int:
 # -- the parent ------------------------------------------------------------------------------
 
 
-def _signal_name(number: int) -> str:
-    try:
-        return _signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
-def _last_snapshot(stdout: str) -> dict[str, Any] | None:
-    for line in reversed(stdout.splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                return json.loads(line)
-            except json.JSONDecodeError:
-                continue
-    return None
-
-
-def _tail(text: str, lines: int = 12) -> str | None:
-    text = text.strip()
-    if not text:
-        return None
-    return "\n".join(text.splitlines()[-lines:])[-4000:]
-
-
 def probe(path_or_name: str, *, timeout: float = 60.0, initialize: bool = False,
           env: dict[str, str] | None = None) -> ProbeReport:
     """Probe a plugin library in a child process that may crash, abort or hang without harm.
@@ -336,49 +310,19 @@ def probe(path_or_name: str, *, timeout: float = 60.0, initialize: bool = False,
     static data, and libtpu's initializer takes a cross-process lock). Never raises for what the
     plugin does; FileNotFoundError if ``path_or_name`` names no plugin library.
     """
+    from ._child import run_child
     from .library import default_plugin_name
 
     path = resolve_library(path_or_name)
-    cmd = [sys.executable, "-m", "pjrt_hub.backends.c_api.probe", path, "--progress"]
-    if initialize:
-        cmd.append("--initialize")
-    child_env = dict(os.environ if env is None else env)
-    child_env.setdefault("PYTHONFAULTHANDLER", "1")
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=child_env, start_new_session=True)
-    timed_out = False
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        try:
-            os.killpg(proc.pid, _signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        stdout, stderr = proc.communicate()
-    elapsed = time.monotonic() - start
-    snapshot = _last_snapshot(stdout) or {}
+    args = [path, "--progress"] + (["--initialize"] if initialize else [])
+    result = run_child("pjrt_hub.backends.c_api.probe", args, timeout=timeout, env=env)
     data: dict[str, Any] = {"path": path, "name": default_plugin_name(path)}
-    data.update({k: v for k, v in snapshot.items() if k in ProbeReport.model_fields})
-    data["elapsed_s"] = round(elapsed, 3)
-    data["exit_code"] = proc.returncode
-    data["stderr_tail"] = _tail(stderr)
-    where = f" during {snapshot['stage']}" if snapshot.get("stage") else ""
-    if timed_out:
-        data["outcome"] = "timed_out"
-        data["reason"] = f"no answer within {timeout:g} s{where}; the child was killed"
-    elif proc.returncode is not None and proc.returncode < 0:
-        name = _signal_name(-proc.returncode)
-        data["signal"] = name
-        data["outcome"] = "aborted" if -proc.returncode == _signal.SIGABRT else "crashed"
-        data["reason"] = f"the probe process died of {name}{where}"
-    elif proc.returncode != 0 or snapshot.get("stage") != "done" and "outcome" not in snapshot:
-        data["outcome"] = "crashed"
-        data["reason"] = f"the probe process exited with status {proc.returncode}{where}"
-    elif snapshot.get("stage") != "done" and snapshot.get("outcome", "ok") == "ok":
-        data["outcome"] = "crashed"
-        data["reason"] = f"the probe process stopped{where} without a report"
+    data.update({k: v for k, v in result.snapshot.items() if k in ProbeReport.model_fields})
+    data.update(elapsed_s=result.elapsed_s, exit_code=result.returncode, stderr_tail=result.stderr_tail,
+                signal=result.signal)
+    failure = result.failure(timeout)
+    if failure is not None:
+        data["outcome"], data["reason"] = failure
     return ProbeReport.model_validate(data)
 
 
