@@ -14,7 +14,8 @@ had (a header bug that upstream fixed in a later minor, e.g. 0.46 "update outdat
 Fields already in the 0.55 header count as present from the start: before 0.55 the size we send may
 be larger than the plugin's header says, which plugins accept.
 
-Every class carries :data:`SLACK` spare bytes after its fields: a plugin that writes an out field
+Every Args class carries :data:`SLACK` spare bytes after its fields (not ``PJRT_NamedValue``,
+which travels in arrays whose stride must be the C ``sizeof``): a plugin that writes an out field
 past the ``struct_size`` it was given (the 0.40 CUDA plugin writes ``num_attributes`` of
 ``PJRT_Plugin_Attributes_Args`` when told 24) then writes into our memory, not past it.
 """
@@ -67,6 +68,9 @@ class StructLayout:
     stale: tuple[tuple[int, int, str], ...] = ()
     #: False for the few structs without the ``struct_size, extension_start`` head.
     has_head: bool = True
+    #: False for structs that the C side indexes in arrays (``PJRT_NamedValue``): their stride
+    #: must be the C ``sizeof``.
+    slack: bool = True
 
     @property
     def ctype(self) -> type[ctypes.Structure]:
@@ -96,12 +100,14 @@ def _ctype(name: str) -> type[ctypes.Structure]:
     spec = STRUCTS[name]
     members = _head() if spec.has_head else []
     members += [(f.name, f.ctype) for f in spec.fields]
-    members.append(("_slack", ctypes.c_char * SLACK))
+    if spec.slack:
+        members.append(("_slack", ctypes.c_char * SLACK))
     return type(name, (ctypes.Structure,), {"_fields_": members})
 
 
-def _s(name: str, *fields: Field, stale: tuple[tuple[int, int, str], ...] = ()) -> StructLayout:
-    return StructLayout(name, tuple(fields), stale)
+def _s(name: str, *fields: Field, stale: tuple[tuple[int, int, str], ...] = (),
+       slack: bool = True) -> StructLayout:
+    return StructLayout(name, tuple(fields), stale, slack=slack)
 
 
 def _handle_query(name: str, handle: str, *outs: Field) -> StructLayout:
@@ -119,7 +125,7 @@ _LAYOUTS: list[StructLayout] = [
     _s("PJRT_Plugin_Attributes_Args", F("attributes", P), F("num_attributes", SZ),
        stale=((0, 60, "attributes"),)),
     _s("PJRT_NamedValue", F("name", P), F("name_size", SZ), F("type", I32), F("value", I64),
-       F("value_size", SZ)),
+       F("value_size", SZ), slack=False),
     _s("PJRT_Event_Destroy_Args", F("event", P)),
     _s("PJRT_Event_IsReady_Args", F("event", P), F("is_ready", BOOL)),
     _s("PJRT_Event_Error_Args", F("event", P)),
