@@ -37,10 +37,12 @@ from pjrt_hub.abi import (
     BufferType,
     Client,
     CompiledMemoryStats,
+    CompileError,
     CompileOptions,
     DeadlineExceeded,
     Device,
     DeviceDescription,
+    ErrorCode,
     Event,
     Executable,
     ExecuteOptions,
@@ -978,6 +980,24 @@ def _program_structs(lib: PluginLibrary, program: Program) -> tuple[ctypes.Struc
     return struct, [code_buf, fmt_buf]
 
 
+def _compile_error(lib: PluginLibrary, err: int, c_function: str) -> PjrtError:
+    """A failed compile as :class:`CompileError` (an InvalidArgument) with the plugin's message.
+
+    XLA reports an unparsable program as UNKNOWN ("error: custom op ... is unknown"); pjrt-hub's
+    error tree says a program that does not compile is an InvalidArgument, whatever the plugin
+    called it. Other codes (Unimplemented, ResourceExhausted, Internal, ...) are kept.
+    """
+    exc = lib.error(err, c_function)
+    if exc.code not in (ErrorCode.UNKNOWN, ErrorCode.INVALID_ARGUMENT):
+        return exc
+    compile_error = CompileError(exc.message, plugin=lib.name)
+    compile_error.plugin_code = exc.code  # type: ignore[attr-defined]
+    compile_error.c_function = c_function  # type: ignore[attr-defined]
+    compile_error.add_note(f"from {c_function} of plugin {lib.name!r} (PJRT C API {lib.version}), "
+                           f"which reported it as {exc.code.name}")
+    return compile_error
+
+
 def _options_bytes(options: CompileOptions | bytes | None) -> bytes:
     if options is None:
         return encode_compile_options(CompileOptions())
@@ -1088,8 +1108,10 @@ class CClient(Client):
         opts_buf = ctypes.create_string_buffer(opts, max(1, len(opts)))
         args = lib.args("PJRT_Client_Compile_Args", client=self._live("compile"), program=ctypes.addressof(prog),
                         compile_options=ctypes.addressof(opts_buf), compile_options_size=len(opts))
-        lib.check(fn(ctypes.addressof(args)), "PJRT_Client_Compile")
+        err = fn(ctypes.addressof(args))
         del keep
+        if err:
+            raise _compile_error(lib, err, "PJRT_Client_Compile")
         return CLoadedExecutable(self, args.executable)
 
     def deserialize_and_load(self, serialized: bytes) -> CLoadedExecutable:
@@ -1260,8 +1282,10 @@ class CApi(Api):
         args = lib.args("PJRT_Compile_Args", topology=topology.handle, program=ctypes.addressof(prog),
                         compile_options=ctypes.addressof(opts_buf), compile_options_size=len(opts),
                         client=client.handle if client is not None else None)
-        lib.check(fn(ctypes.addressof(args)), "PJRT_Compile")
+        err = fn(ctypes.addressof(args))
         del keep
+        if err:
+            raise _compile_error(lib, err, "PJRT_Compile")
         return CExecutable(lib, args.executable, client)
 
     def __repr__(self) -> str:
