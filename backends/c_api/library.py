@@ -433,6 +433,10 @@ class PluginLibrary:
         exc.c_function = c_function  # type: ignore[attr-defined]
         if c_function:
             exc.add_note(f"from {c_function} of plugin {self.name!r} (PJRT C API {self.version})")
+        if "size: expected" in message and message.startswith("Unexpected "):
+            exc.add_note(f"pjrt-hub sized the struct for PJRT C API {self.version} from headers up to "
+                         f"0.{history.NEWEST_HEADER}; this is a bug in pjrt-hub's struct table or a "
+                         f"plugin newer than it knows")
         return exc
 
     def destroy_error(self, err: int) -> None:

@@ -576,7 +576,7 @@ class CBuffer(_Handle, Buffer):
     def copy_to_device(self, device: Device) -> "CBuffer":
         lib = self._client._lib
         args = lib.args("PJRT_Buffer_CopyToDevice_Args", buffer=self._live("copy_to_device"),
-                        dst_device=_device_handle(device, "copy_to_device"))
+                        dst_device=_device_handle(device, "copy_to_device", self._client))
         lib.call("PJRT_Buffer_CopyToDevice", args)
         return CBuffer(self._client, args.dst_buffer)
 
@@ -621,11 +621,11 @@ class CBuffer(_Handle, Buffer):
         return f"<CBuffer {self._owned.handle:#x} of {self._client._lib.name}>"
 
 
-def _device_handle(device: Device | None, what: str) -> int:
+def _device_handle(device: Device | None, what: str, client: "CClient | None" = None) -> int:
     if device is None:
         return 0
-    if not isinstance(device, CDevice):
-        raise InvalidArgument(f"{what}: expected a device of this plugin, got {device!r}")
+    if not isinstance(device, CDevice) or (client is not None and device._client is not client):
+        raise InvalidArgument(f"{what}: expected a device of this client, got {device!r}")
     return device.handle
 
 
@@ -854,9 +854,9 @@ class CLoadedExecutable(_Handle, LoadedExecutable):
                     raise InvalidArgument(f"execute: argument list {d} has {len(buffers)} buffers, "
                                           f"list 0 has {num_args}")
                 for i, buf in enumerate(buffers):
-                    if not isinstance(buf, CBuffer):
+                    if not isinstance(buf, CBuffer) or buf._client is not self._client:
                         raise InvalidArgument(f"execute: argument {i} of device {d} is {buf!r}, "
-                                              "not a buffer of this plugin")
+                                              "not a buffer of this executable's client")
                     row[i] = buf._live(f"execute argument {i} of device {d}")
             keep = self._set_options(plan, options, execute_device, num_devices)
             err = plan.fn(plan.address)
@@ -873,11 +873,10 @@ class CLoadedExecutable(_Handle, LoadedExecutable):
                     row[i] = None
             pool.append(plan)
 
-    @staticmethod
-    def _set_options(plan: _ExecutePlan, options: ExecuteOptions | None, execute_device: Device | None,
+    def _set_options(self, plan: _ExecutePlan, options: ExecuteOptions | None, execute_device: Device | None,
                      num_devices: int) -> Any:
         opts = plan.options
-        plan.args.execute_device = _device_handle(execute_device, "execute")
+        plan.args.execute_device = _device_handle(execute_device, "execute", self._client)
         if execute_device is not None and num_devices != 1:
             raise InvalidArgument(f"execute: execute_device needs exactly one argument list, got {num_devices}")
         if options is None or options == _DEFAULT_EXECUTE_OPTIONS:
@@ -1159,7 +1158,7 @@ class CClient(Client):
         args = lib.args("PJRT_Client_BufferFromHostBuffer_Args", client=self._live("buffer_from_host_buffer"),
                         data=host.ctypes.data or None, type=int(kind), dims=ctypes.addressof(dims),
                         num_dims=host.ndim, host_buffer_semantics=int(semantics),
-                        device=_device_handle(device, "buffer_from_host_buffer"),
+                        device=_device_handle(device, "buffer_from_host_buffer", self),
                         memory=memory.handle if isinstance(memory, CMemory) else None)
         lib.check(fn(ctypes.addressof(args)), "PJRT_Client_BufferFromHostBuffer")
         buffer = CBuffer(self, args.buffer, host if zero_copy else None)
@@ -1176,7 +1175,7 @@ class CClient(Client):
         args = self._lib.args("PJRT_Client_CreateUninitializedBuffer_Args",
                               client=self._live("create_uninitialized_buffer"), shape_dims=ctypes.addressof(shape),
                               shape_num_dims=len(dims), shape_element_type=int(BufferType(element_type)),
-                              device=_device_handle(device, "create_uninitialized_buffer"),
+                              device=_device_handle(device, "create_uninitialized_buffer", self),
                               memory=memory.handle if isinstance(memory, CMemory) else None)
         self._lib.call("PJRT_Client_CreateUninitializedBuffer", args)
         return CBuffer(self, args.buffer)

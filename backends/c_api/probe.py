@@ -60,36 +60,40 @@ class ExtensionReport(BaseModel):
 class ProbeReport(BaseModel):
     """What the probe learned about one plugin library (see the module docstring for each field)."""
 
-    path: str
-    name: str
-    outcome: Outcome
-    reason: str | None = None
-    stage: str | None = None
-    signal: str | None = None
-    exit_code: int | None = None
-    elapsed_s: float | None = None
-    machine: str | None = None
-    exports: list[str] = Field(default_factory=list)
-    needed: list[str] = Field(default_factory=list)
-    api_version: str | None = None
+    path: str = Field(description="the plugin library probed (absolute path)")
+    name: str = Field(description="plugin name from the file name (libtt.so -> tt)")
+    outcome: Outcome = Field(description="ok, load_failed, no_symbol, crashed, aborted, timed_out or bad_layout")
+    reason: str | None = Field(None, description="why the outcome is not ok (loader message, signal, ...)")
+    stage: str | None = Field(None, description="last stage reached: elf, dlopen, GetPjrtApi, header, "
+                              "functions, extensions, initialize, attributes, done")
+    signal: str | None = Field(None, description="the signal that ended the child (SIGSEGV, SIGABRT, ...)")
+    exit_code: int | None = Field(None, description="the child's exit status (negative: killed by a signal)")
+    elapsed_s: float | None = Field(None, description="wall time of the probe, child start included")
+    machine: str | None = Field(None, description="ELF machine of the library (x86_64, aarch64)")
+    exports: list[str] = Field(default_factory=list, description="exported symbols with 'pjrt' in the name")
+    needed: list[str] = Field(default_factory=list, description="DT_NEEDED libraries of the file")
+    api_version: str | None = Field(None, description="PJRT C API version the plugin was built with ('0.81')")
     api_major: int | None = None
     api_minor: int | None = None
-    api_struct_size: int | None = None
-    version_struct_size: int | None = None
-    num_slots: int | None = None
-    expected_slots: int | None = None
-    slot_layout_verified: bool | None = None
-    functions: list[str] = Field(default_factory=list)
-    null_functions: list[str] = Field(default_factory=list)
-    unnamed_slots: int = 0
-    extension_layout: str | None = None
-    extensions: list[ExtensionReport] = Field(default_factory=list)
-    extension_walk_stopped: str | None = None
-    initialized: bool = False
-    attributes: dict[str, Any] | None = None
+    api_struct_size: int | None = Field(None, description="PJRT_Api.struct_size")
+    version_struct_size: int | None = Field(None, description="PJRT_Api_Version.struct_size (24 when set)")
+    num_slots: int | None = Field(None, description="function slots: (struct_size - 40) / 8")
+    expected_slots: int | None = Field(None, description="slots the history says this minor reports")
+    slot_layout_verified: bool | None = Field(None, description="false for minors whose slot order is "
+                                              "unknown (0.56)")
+    functions: list[str] = Field(default_factory=list, description="PJRT functions present (non-NULL), "
+                                 "in slot order")
+    null_functions: list[str] = Field(default_factory=list, description="functions whose slot is NULL")
+    unnamed_slots: int = Field(0, description="slots past the newest table pjrt-hub knows")
+    extension_layout: str | None = Field(None, description="none (before 0.31), type_next (before 0.45) "
+                                         "or struct_size_type_next")
+    extensions: list[ExtensionReport] = Field(default_factory=list, description="extension chain in order")
+    extension_walk_stopped: str | None = Field(None, description="why the chain walk stopped early")
+    initialized: bool = Field(False, description="whether PJRT_Plugin_Initialize ran before the attributes")
+    attributes: dict[str, Any] | None = Field(None, description="PJRT_Plugin_Attributes by name")
     attributes_error: str | None = None
-    warnings: list[str] = Field(default_factory=list)
-    stderr_tail: str | None = None
+    warnings: list[str] = Field(default_factory=list, description="oddities that did not stop the probe")
+    stderr_tail: str | None = Field(None, description="last lines the child wrote to stderr")
 
     @property
     def ok(self) -> bool:
