@@ -10,20 +10,13 @@ minor live in :mod:`pjrt_hub.abi.history` and :mod:`.structs`.
 
 from __future__ import annotations
 
+from .api import CApi, load_api
+from .buffers import CBuffer
+from .client import CClient, CTopologyDescription
+from .devices import CDevice, CDeviceDescription, CMemory
+from .executables import CExecutable, CLoadedExecutable
+from .handles import CEvent
 from .library import ExtensionInfo, PluginLibrary, open_library
-from .objects import (
-    CApi,
-    CBuffer,
-    CClient,
-    CDevice,
-    CDeviceDescription,
-    CEvent,
-    CExecutable,
-    CLoadedExecutable,
-    CMemory,
-    CTopologyDescription,
-    load_api,
-)
 from .probe import ExtensionReport, ProbeReport, probe, resolve_library
 from .safety import ClientCheck, client_creation_risk, safe_client_check
 

@@ -3,7 +3,7 @@
 The registry asks every loader to probe a library, judges the answer with the version policy, and
 only then asks for the API object. This loader probes in a child process
 (:func:`.probe.probe`), adds :func:`.safety.client_creation_risk`, and loads accepted libraries
-with :func:`.objects.load_api`.
+with :func:`.api.load_api`.
 """
 
 from __future__ import annotations
@@ -38,6 +38,6 @@ def pjrt_hub_probe_library(path: str, timeout: float) -> dict[str, Any] | None:
 
 @hookimpl
 def pjrt_hub_load_library(path: str, name: str) -> Api | None:
-    from .objects import load_api
+    from .api import load_api
 
     return load_api(path, name)

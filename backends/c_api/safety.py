@@ -129,7 +129,7 @@ class ClientCheck(BaseModel):
 def _check_here(path: str, options: dict[str, Any]) -> dict[str, Any]:
     from pjrt_hub.abi import PjrtError, PluginLoadError
 
-    from .objects import load_api
+    from .api import load_api
 
     report: dict[str, Any] = {"path": path, "outcome": "ok", "finished": False, "stage": "load"}
     _child.emit(report)
