@@ -16,6 +16,7 @@ from pjrt_hub.abi import (
     FailedPrecondition,
     HostBufferSemantics,
     InvalidArgument,
+    NotFound,
     PjrtError,
     Program,
     Unimplemented,
@@ -359,3 +360,23 @@ def test_errors_are_pjrt_errors_with_the_plugin_name(client):
         client.lookup_device(-1)
     assert info.value.plugin == "xla_cpu_pjrt"
     assert any("PJRT_Client_LookupDevice" in note for note in info.value.__notes__)
+
+
+def test_handles_of_another_client_are_refused(api, client, add):
+    other = api.client_create({"cpu_device_count": 1})
+    try:
+        foreign = host(other, np.ones(4, np.float32))
+        with pytest.raises(InvalidArgument, match="not a buffer of this executable's client"):
+            add.execute([[foreign, foreign]])
+        with pytest.raises(InvalidArgument, match="expected a device of this client"):
+            client.buffer_from_host_buffer(np.ones(4, np.float32), device=other.devices()[0])
+    finally:
+        other.destroy()
+
+
+def test_ahead_of_time_paths_report_the_plugins_answer(api, client):
+    # xla-cpu-pjrt 0.81 has neither a topology factory nor an AOT compiler for its platform.
+    with pytest.raises(Unimplemented, match="Topology not supported for CPU compilation"):
+        api.topology_create()
+    with pytest.raises(NotFound, match="No compiler registered for platform cpu"):
+        api.compile(Program(ADD_PROGRAM), client.topology_description(), client=client)
