@@ -39,6 +39,7 @@ from .library import PluginLibrary, decode_named_values, read_pointers, void_fn
 #: ``PJRT_HostBufferSemantics_kMutableZeroCopy`` arrived at 0.48.
 MUTABLE_ZERO_COPY_SINCE = 48
 
+
 # -- topology --------------------------------------------------------------------------------
 
 

@@ -38,6 +38,7 @@ from .structs import layout
 if TYPE_CHECKING:
     from .client import CClient
 
+
 # -- executables -----------------------------------------------------------------------------
 
 

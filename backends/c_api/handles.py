@@ -16,17 +16,12 @@ import time
 import weakref
 from typing import Any, Callable
 
-from pjrt_hub.abi import (
-    DeadlineExceeded,
-    Event,
-    FailedPrecondition,
-    PjrtError,
-)
+from pjrt_hub.abi import DeadlineExceeded, Event, FailedPrecondition, PjrtError
 
 from .library import PluginLibrary
 
-
 log = logging.getLogger("pjrt_hub.c_api")
+
 
 # -- ownership -------------------------------------------------------------------------------
 
@@ -129,6 +124,7 @@ class _Handle:
 
 
 # -- OnReady: one trampoline for every callback ----------------------------------------------
+
 
 _ON_READY_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 _PENDING: dict[int, tuple[PluginLibrary, Callable[[PjrtError | None], None]]] = {}
