@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal as _signal
 import subprocess
 import sys
@@ -26,6 +27,7 @@ class ChildResult:
     timed_out: bool
     elapsed_s: float
     stderr_tail: str | None
+    stderr_highlights: list[str]
 
     @property
     def signal(self) -> str | None:
@@ -63,6 +65,21 @@ def _last_snapshot(stdout: str) -> dict[str, Any]:
     return {}
 
 
+#: Lines of a dying plugin's stderr worth showing even when a stack trace buries them.
+_HIGHLIGHT = re.compile(r"FATAL|Fatal|Check failed|terminate called|what\(\)|[Ee]rror[: ]|abort|cannot open")
+
+
+def _highlights(text: str, limit: int = 8) -> list[str]:
+    found = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and _HIGHLIGHT.search(line) and not line.startswith(("File ", "---")):
+            found.append(line[:300])
+            if len(found) == limit:
+                break
+    return found
+
+
 def _tail(text: str, lines: int = 12) -> str | None:
     text = text.strip()
     if not text:
@@ -89,7 +106,7 @@ def run_child(module: str, args: list[str], *, timeout: float,
             pass
         stdout, stderr = proc.communicate()
     return ChildResult(_last_snapshot(stdout), proc.returncode, timed_out,
-                       round(time.monotonic() - start, 3), _tail(stderr))
+                       round(time.monotonic() - start, 3), _tail(stderr), _highlights(stderr))
 
 
 def emit(snapshot: dict[str, Any]) -> None:

@@ -28,8 +28,10 @@ Fields (all but ``path``, ``name`` and ``outcome`` may be None when the probe st
 * ``attributes`` (``PJRT_Plugin_Attributes`` as a dict of str/int/list/float/bool) or
   ``attributes_error``; ``initialized`` says whether ``PJRT_Plugin_Initialize`` ran first.
 * ``exports`` (PJRT symbols the file exports), ``needed`` (its DT_NEEDED libraries), ``machine``.
-* ``warnings``: oddities that do not stop the probe; ``stderr_tail``: the child's last stderr lines
-  (an abort message such as ``TT_FATAL`` or a loader complaint); ``exit_code``; ``elapsed_s``.
+* ``warnings``: oddities that do not stop the probe; ``stderr_tail``: the child's last stderr lines;
+  ``stderr_highlights``: stderr lines that look like the reason (an abort message such as
+  ``TT_FATAL``, a failed check), which a stack trace would otherwise bury; ``exit_code``;
+  ``elapsed_s``.
 """
 
 from __future__ import annotations
@@ -94,6 +96,8 @@ class ProbeReport(BaseModel):
     attributes_error: str | None = None
     warnings: list[str] = Field(default_factory=list, description="oddities that did not stop the probe")
     stderr_tail: str | None = Field(None, description="last lines the child wrote to stderr")
+    stderr_highlights: list[str] = Field(default_factory=list, description="stderr lines that look like "
+                                         "the reason (FATAL, Check failed, terminate called, error: ...)")
 
     @property
     def ok(self) -> bool:
@@ -323,7 +327,7 @@ def probe(path_or_name: str, *, timeout: float = 60.0, initialize: bool = False,
     data: dict[str, Any] = {"path": path, "name": default_plugin_name(path)}
     data.update({k: v for k, v in result.snapshot.items() if k in ProbeReport.model_fields})
     data.update(elapsed_s=result.elapsed_s, exit_code=result.returncode, stderr_tail=result.stderr_tail,
-                signal=result.signal)
+                stderr_highlights=result.stderr_highlights, signal=result.signal)
     failure = result.failure(timeout)
     if failure is not None:
         data["outcome"], data["reason"] = failure

@@ -120,6 +120,7 @@ class ClientCheck(BaseModel):
     device_kinds: list[str] = Field(default_factory=list)
     elapsed_s: float | None = None
     stderr_tail: str | None = None
+    stderr_highlights: list[str] = Field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -169,7 +170,8 @@ def safe_client_check(path_or_name: str, options: dict[str, Any] | None = None, 
     result = _child.run_child("pjrt_hub.backends.c_api.safety", args, timeout=timeout, env=env)
     data: dict[str, Any] = {"path": path, "name": default_plugin_name(path)}
     data.update({k: v for k, v in result.snapshot.items() if k in ClientCheck.model_fields})
-    data.update(elapsed_s=result.elapsed_s, stderr_tail=result.stderr_tail, signal=result.signal)
+    data.update(elapsed_s=result.elapsed_s, stderr_tail=result.stderr_tail,
+                stderr_highlights=result.stderr_highlights, signal=result.signal)
     failure = result.failure(timeout)
     if failure is not None:
         data["outcome"], data["reason"] = failure

@@ -8,6 +8,7 @@ FAKE = r"""
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -67,6 +68,7 @@ __attribute__((constructor)) static void boom(void) { abort(); }
 
 const Api* GetPjrtApi(void) {
 #if defined(ABORT)
+  fprintf(stderr, "F0000 fake_plugin.cc:1] Check failed: chips > 0\n");
   abort();
 #elif defined(HANG)
   for (;;) sleep(1);

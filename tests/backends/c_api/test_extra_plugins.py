@@ -1,6 +1,7 @@
 """Further real plugins, opt-in (``-m real_plugin_extra`` or ``PJRT_HUB_EXTRA_PLUGINS=1``):
-newer CPU plugins end to end, an old plugin with the pre-0.45 extension layout, and GPU plugins
-on a machine without a GPU, which must fail cleanly and never take the test process down."""
+newer CPU plugins end to end, an old plugin with the pre-0.45 extension layout, GPU plugins on a
+machine without a GPU, and libtpu and jax-tt-plugin, which hang or abort without their hardware:
+none of them may take the test process down."""
 
 from __future__ import annotations
 
@@ -87,3 +88,28 @@ def test_a_gpu_plugin_whose_dependencies_are_missing_is_load_failed():
     assert "cannot open shared object file" in report.reason
     assert "libcupti.so.12" in report.needed
     assert client_creation_risk(report) is not None
+
+
+def test_libtpu_is_probed_but_never_started_here():
+    path = real_plugin("libtpu==0.0.52")
+    report = probe(path)
+    assert (report.outcome, report.api_version, report.num_slots) == ("ok", "0.117", 138)
+    assert len(report.extensions) == 18 and report.extension_names()[:2] == ["FFI", "XlaTransform"]
+    assert report.attributes["stablehlo_current_version"] == [1, 24, 0]
+    risk = client_creation_risk(report)
+    if risk is None:
+        pytest.skip("this machine has TPU device nodes")
+    assert "metadata server" in risk
+
+
+def test_a_plugin_that_aborts_without_its_hardware():
+    path = real_plugin("jax-tt-plugin==0.1.3")
+    report = probe(path)
+    assert (report.outcome, report.api_version, report.version_struct_size) == ("ok", "0.114", 0)
+    assert report.null_functions == ["PJRT_LoadedExecutable_AddressableDeviceLogicalIds"]
+    assert "GetPjrtApiVersion" in report.exports
+    if client_creation_risk(report) is None:
+        pytest.skip("this machine has Tenstorrent device nodes")
+    check = safe_client_check(path, timeout=120)
+    assert (check.outcome, check.signal, check.stage) == ("aborted", "SIGABRT", "client_create")
+    assert any("TT_FATAL" in line for line in check.stderr_highlights)

@@ -52,6 +52,7 @@ def test_abort_in_GetPjrtApi_is_reported_as_aborted(build_so):
     report = probe(fake(build_so, "aborts", "ABORT"), timeout=30)
     assert report.outcome == "aborted" and report.signal == "SIGABRT"
     assert report.stage == "GetPjrtApi" and "during GetPjrtApi" in report.reason
+    assert report.stderr_highlights[0] == "F0000 fake_plugin.cc:1] Check failed: chips > 0"
 
 
 def test_abort_in_a_static_initializer_is_caught_at_dlopen(build_so):
