@@ -344,7 +344,7 @@ class PluginLibrary:
         self.slot_names: tuple[str, ...] = history.function_slots(table_minor)
         self._slot_of = {n: i for i, n in enumerate(self.slot_names)}
         self._functions: dict[str, Callable[[int], int | None]] = {}
-        self._lock = threading.Lock()
+        self._arg_types: dict[str, tuple[type[ctypes.Structure], int]] = {}
 
     # -- introspection ---------------------------------------------------------------------
 
@@ -400,11 +400,12 @@ class PluginLibrary:
 
     def args(self, struct_name: str, **fields: Any) -> ctypes.Structure:
         """A fresh Args struct sized for this plugin's minor, with ``fields`` set."""
-        obj = layout(struct_name).ctype()
-        obj.struct_size = struct_size(struct_name, self.minor)
-        for key, value in fields.items():
-            setattr(obj, key, value)
-        return obj
+        known = self._arg_types.get(struct_name)
+        if known is None:
+            known = self._arg_types[struct_name] = (layout(struct_name).ctype,
+                                                    struct_size(struct_name, self.minor))
+        cls, size = known
+        return cls(struct_size=size, **fields)
 
     def call(self, c_function: str, args: ctypes.Structure) -> ctypes.Structure:
         """Call ``c_function`` with ``args``; raise the plugin's error as a PjrtError."""
