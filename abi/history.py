@@ -1,7 +1,8 @@
 """The PJRT C API history as data: what each minor changed, when, and which ``PJRT_Api`` slots it added.
 
-Sources: ``xla/pjrt/c/CHANGELOG.md`` and ``xla/pjrt/c/pjrt_c_api.h`` in openxla/xla (the table stops
-at 0.105, the newest upstream header seen), plus what real plugins on PyPI report (0.106 to 0.117).
+Sources: ``xla/pjrt/c/CHANGELOG.md`` and ``xla/pjrt/c/pjrt_c_api.h`` in openxla/xla, to the 0.114
+header and changelog that pypjrt 0.1.1 vendors (:data:`NEWEST_HEADER`), plus what real plugins on
+PyPI report (0.115 to 0.117) and the symbols behind their slots.
 Dates are the changelog's; where it gives none the date is ``None`` and the version policy falls
 back to a floor minor instead of guessing.
 
