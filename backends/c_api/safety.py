@@ -11,11 +11,8 @@ a client in a child process with a timeout before the host does it in its own pr
 
 from __future__ import annotations
 
-import argparse
 import glob
 import json
-import os
-import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
@@ -127,38 +124,6 @@ class ClientCheck(BaseModel):
         return self.outcome == "ok"
 
 
-def _check_here(path: str, options: dict[str, Any]) -> dict[str, Any]:
-    from pjrt_hub.abi import PjrtError, PluginLoadError
-
-    from .api import load_api
-
-    report: dict[str, Any] = {"path": path, "outcome": "ok", "finished": False, "stage": "load"}
-    _child.emit(report)
-    try:
-        api = load_api(path)
-        report["name"] = api.name
-        report["stage"] = "client_create"
-        _child.emit(report)
-        client = api.client_create(options)
-        report["stage"] = "devices"
-        _child.emit(report)
-        report["platform_name"] = client.platform_name()
-        report["platform_version"] = client.platform_version()
-        devices = client.devices()
-        report["device_count"] = len(devices)
-        report["addressable_device_count"] = len(client.addressable_devices())
-        report["device_kinds"] = sorted({d.get_description().kind() for d in devices})
-        report["stage"] = "client_destroy"
-        _child.emit(report)
-        client.destroy()
-    except PluginLoadError as exc:
-        report.update(outcome="load_failed", reason=exc.reason)
-    except PjrtError as exc:
-        report.update(outcome="error", reason=exc.message, error_code=exc.code.name)
-    report["finished"] = True
-    return report
-
-
 def safe_client_check(path_or_name: str, options: dict[str, Any] | None = None, *,
                       timeout: float = 60.0, env: dict[str, str] | None = None) -> ClientCheck:
     """Create, query and destroy a client in a child process; report how it went, never raise
@@ -167,7 +132,7 @@ def safe_client_check(path_or_name: str, options: dict[str, Any] | None = None, 
 
     path = resolve_library(path_or_name)
     args = [path, "--options", json.dumps(options or {})]
-    result = _child.run_child("pjrt_hub.backends.c_api.safety", args, timeout=timeout, env=env)
+    result = _child.run_child("pjrt_hub.backends.c_api._client_check", args, timeout=timeout, env=env)
     data: dict[str, Any] = {"path": path, "name": default_plugin_name(path)}
     data.update({k: v for k, v in result.snapshot.items() if k in ClientCheck.model_fields})
     data.update(elapsed_s=result.elapsed_s, stderr_tail=result.stderr_tail,
@@ -176,18 +141,3 @@ def safe_client_check(path_or_name: str, options: dict[str, Any] | None = None, 
     if failure is not None:
         data["outcome"], data["reason"] = failure
     return ClientCheck.model_validate(data)
-
-
-def _main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pjrt_hub.backends.c_api.safety",
-                                     description="Create and destroy a client of a PJRT C plugin.")
-    parser.add_argument("path")
-    parser.add_argument("--options", default="{}", help="client create options as a JSON object")
-    ns = parser.parse_args(argv)
-    _child.emit(_check_here(resolve_library(ns.path), json.loads(ns.options)))
-    sys.stdout.flush()
-    os._exit(0)
-
-
-if __name__ == "__main__":
-    sys.exit(_main())

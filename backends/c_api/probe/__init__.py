@@ -46,7 +46,7 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, Field
 
-from . import _child
+from .. import _child
 
 __all__ = ["ExtensionReport", "Outcome", "ProbeReport", "probe", "resolve_library"]
 
@@ -111,7 +111,7 @@ class ProbeReport(BaseModel):
 
 
 def _plugin_libraries(folder: str) -> list[str]:
-    from .elf import NotElfError, read_elf
+    from ..elf import NotElfError, read_elf
 
     found = []
     for root, _dirs, files in os.walk(folder):
@@ -160,8 +160,8 @@ def _probe_here(path: str, *, initialize: bool, emit: Callable[[dict[str, Any]],
     """Run every stage in this process; ``emit`` gets a snapshot before each risky step."""
     from pjrt_hub.abi import PluginValidationError, history
 
-    from .elf import NotElfError, read_elf
-    from .library import PluginLibrary, decode_named_values, default_plugin_name
+    from ..elf import NotElfError, read_elf
+    from ..library import PluginLibrary, decode_named_values, default_plugin_name
 
     report: dict[str, Any] = {"path": path, "name": default_plugin_name(path), "outcome": "ok",
                               "warnings": [], "finished": False}
@@ -318,8 +318,8 @@ def probe(path_or_name: str, *, timeout: float = 60.0, initialize: bool = False,
     static data, and libtpu's initializer takes a cross-process lock). Never raises for what the
     plugin does; FileNotFoundError if ``path_or_name`` names no plugin library.
     """
-    from ._child import run_child
-    from .library import default_plugin_name
+    from .._child import run_child
+    from ..library import default_plugin_name
 
     path = resolve_library(path_or_name)
     args = [path, "--progress"] + (["--initialize"] if initialize else [])
@@ -333,6 +333,3 @@ def probe(path_or_name: str, *, timeout: float = 60.0, initialize: bool = False,
         data["outcome"], data["reason"] = failure
     return ProbeReport.model_validate(data)
 
-
-if __name__ == "__main__":
-    sys.exit(_main())
