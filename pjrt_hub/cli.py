@@ -232,6 +232,56 @@ def cmd_check(args: argparse.Namespace) -> int:
     return ExitCode.OK if report.ok else ExitCode.FAILURE
 
 
+# -- conformance -------------------------------------------------------------------------------
+
+
+def _render_conformance(report: Any) -> str:
+    marks = {"passed": "passed ", "failed": "FAILED ", "xfailed": "xfailed", "skipped": "skipped"}
+    lines = [f"PJRT conformance suite {report.suite_version}, framework PJRT API {report.framework_version}"]
+    for p in report.plugins:
+        dist = f", {p.distribution} {p.distribution_version}" if p.distribution else ""
+        lines += ["", f"{p.plugin} ({p.kind}{dist}, PJRT API {p.api_version or '?'}): {p.counts}"]
+        for c in p.cases:
+            detail = c.message or ""
+            if c.outcome.value == "xfailed":
+                detail = f"limitation: {c.limitation}" + (f" ({c.message})" if c.message else "")
+            text = " ".join(detail.split())
+            lines.append(f"  {marks[c.outcome.value]}  {c.id}" + (f": {text}" if text else ""))
+    failed = sum(p.counts.failed for p in report.plugins)
+    lines += ["", "OK: no case failed." if report.ok else f"NOT OK: {failed} cases failed."]
+    return "\n".join(lines)
+
+
+def cmd_conformance(args: argparse.Namespace) -> int:
+    from pjrt_hub.testing._report import ConformanceReport
+
+    if args.schema:
+        print(json.dumps(ConformanceReport.model_json_schema(), indent=2))
+        return ExitCode.OK
+    from pjrt_hub._registry import default_plugin_name
+    from pjrt_hub.testing._run import ConformanceRunError, run_conformance
+    from pjrt_hub.testing._session import make_registry
+
+    plugins = args.plugin or [default_plugin_name()]
+    framework = str(args.framework_version) if args.framework_version else None
+    registry, names = make_registry(plugins, framework=framework, strict=args.strict)
+    known = {r.name.lower() for r in registry.records}
+    missing = [p for p, n in zip(plugins, names) if n.lower() not in known]
+    if missing:
+        found = ", ".join(sorted(r.name for r in registry.records)) or "none"
+        print(f"no plugin named {', '.join(missing)} (found: {found})", file=sys.stderr)
+        return ExitCode.NOT_FOUND
+    try:
+        report = run_conformance(plugins, framework=framework, strict=args.strict, cases=args.case,
+                                 timeout_scale=args.timeout_scale, junit=args.junit,
+                                 show_output=args.pytest_output and not args.json)
+    except ConformanceRunError as exc:
+        print(str(exc), file=sys.stderr)
+        return ExitCode.USAGE
+    _emit(args, report, _render_conformance)
+    return ExitCode.OK if report.ok else ExitCode.FAILURE
+
+
 # -- entry point -------------------------------------------------------------------------------
 
 
@@ -257,6 +307,23 @@ def build_parser() -> argparse.ArgumentParser:
     _add_registry(p)
     _add_output(p)
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("conformance", help="run the PJRT conformance suite on plugins; non-zero exit if "
+                                           "a case fails")
+    p.add_argument("--plugin", action="append", default=[], metavar="NAME",
+                   help="a plugin name or a PJRT C plugin library path (repeatable; default: PJRT_DEVICE "
+                        "or numba_cpu)")
+    p.add_argument("--case", action="append", default=[], metavar="PATTERN",
+                   help="only cases whose id (group/name) matches this fnmatch pattern (repeatable)")
+    p.add_argument("--framework-version", type=_api_version, default=None, metavar="MAJOR.MINOR",
+                   help=f"act as a framework at this PJRT API version (default {history.NEWEST_KNOWN})")
+    p.add_argument("--strict", action="store_true", help="require the exact framework version")
+    p.add_argument("--timeout-scale", type=float, default=1.0, metavar="X",
+                   help="multiply every case's time bound by X")
+    p.add_argument("--junit", default=None, metavar="FILE", help="also write a JUnit XML report")
+    p.add_argument("--pytest-output", action="store_true", help="show pytest's own output as it runs")
+    _add_output(p)
+    p.set_defaults(func=cmd_conformance)
     return parser
 
 
