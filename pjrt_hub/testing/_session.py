@@ -126,21 +126,30 @@ class ConformanceSession:
             raise pytest.UsageError(f"--pjrt-case {' '.join(self.patterns)} matches no case")
         return chosen
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(self, collector: pytest.Collector) -> Any:
+        # The suites join the session's own collection, so pytest counts, selects (-k, -m) and
+        # reports their items like any test's.
+        report = yield
+        if isinstance(collector, pytest.Session) and report.passed:
+            selected = self.selected_cases()
+            for ctx in self.contexts:
+                name = f"{SUITE_NODE}[{ctx.name}]"
+                suite = PluginSuite.from_parent(collector, name=name, nodeid=name)
+                for item in suite.build(ctx, selected):
+                    self.owners[item.nodeid] = (ctx, item.case)
+                report.result.append(suite)
+        return report
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:
-        added: list[pytest.Item] = []
-        selected = self.selected_cases()
-        for ctx in self.contexts:
-            name = f"{SUITE_NODE}[{ctx.name}]"
-            suite = PluginSuite.from_parent(session, name=name, nodeid=name)
-            for item in suite.build(ctx, selected):
-                self.owners[item.nodeid] = (ctx, item.case)
-                added.append(item)
-        if self.only and items:
-            config.hook.pytest_deselected(items=list(items))
-            items[:] = []
-        items.extend(added)
+        if not self.only:
+            return
+        others = [i for i in items if i.nodeid not in self.owners]
+        if others:
+            config.hook.pytest_deselected(items=others)
+            items[:] = [i for i in items if i.nodeid in self.owners]
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         owner = self.owners.get(report.nodeid)

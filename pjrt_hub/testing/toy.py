@@ -308,7 +308,7 @@ for _kind in BufferType:
 _TENSOR = re.compile(r"tensor<((?:\d+x)*)([a-z0-9]+)>")
 _MAIN = re.compile(r"func\.func\s+(?:public\s+)?@main\((?P<args>.*?)\)\s*(?:->\s*(?P<results>.*?))?\s*\{\s*$",
                    re.M)
-_ASSIGN = re.compile(r"^\s*(?P<out>%[\w#]+)\s*=\s*(?P<op>[\w.]+)\s+(?P<rest>.*)$")
+_ASSIGN = re.compile(r"^\s*(?P<out>%[\w#:]+)\s*=\s*(?P<op>\"?[\w.]+\"?)(?P<rest>.*)$")
 _MODULE = re.compile(r"module\s+@([\w.$-]+)")
 
 
@@ -321,6 +321,19 @@ def _tensor(text: str, where: str) -> tuple[tuple[int, ...], np.dtype]:
     if name not in _MLIR_TO_TYPE:
         raise ParseError(f"unknown element type {name!r} at {where}")
     return dims, to_numpy_dtype(_MLIR_TO_TYPE[name])
+
+
+def _scalar(literal: str, dtype: np.dtype, where: str) -> np.ndarray:
+    """One splat value: ``1.5``, ``true``, ``-3`` or a hex bit pattern (``0xFF800000`` is -inf)."""
+    try:
+        if literal.startswith("0x"):
+            bits = np.array(int(literal, 16), dtype=f"u{dtype.itemsize}")
+            return bits.view(dtype)
+        if literal in ("true", "false"):
+            return np.asarray(literal == "true").astype(dtype)
+        return np.asarray(float(literal)).astype(dtype)
+    except (ValueError, TypeError, OverflowError):
+        raise ParseError(f"the toy compiler reads splat constants only; cannot read dense<{literal}> at {where}") from None
 
 
 class ToyProgram:
@@ -368,16 +381,14 @@ class ToyProgram:
         match = _ASSIGN.match(line)
         if match is None:
             raise ParseError(f"cannot read {line!r} at {where}")
-        out, op, rest = match.group("out"), match.group("op"), match.group("rest")
+        out, op, rest = match.group("out"), match.group("op").strip('"'), match.group("rest")
         short = op.removeprefix("stablehlo.")
         if op == "stablehlo.constant":
             value = re.search(r"dense<([^>]*)>", rest)
             if value is None:
                 raise ParseError(f"stablehlo.constant without a dense<...> value at {where}")
             shape, dtype = _tensor(rest.split(":")[-1], where)
-            literal = value.group(1).strip()
-            scalar = {"true": 1, "false": 0}.get(literal, literal)
-            return out, "constant", [], np.full(shape, np.asarray(float(scalar)).astype(dtype), dtype=dtype)
+            return out, "constant", [], np.full(shape, _scalar(value.group(1).strip(), dtype, where), dtype=dtype)
         if op == "stablehlo.convert":
             operand = rest.split(":")[0].strip()
             _, dtype = _tensor(rest.split("->")[-1], where)

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from pjrt_hub.abi import BufferType, ErrorCode, ExecuteOptions, HostBufferSemantics, InvalidArgument, PjrtError
-from pjrt_hub.abi import to_numpy_dtype
+from pjrt_hub.abi import (BufferType, ErrorCode, ExecuteOptions, HostBufferSemantics, InvalidArgument, PjrtError,
+                          to_numpy_dtype)
 
-from .._case import Case, CaseSkipped, add_case, case, check, expect_error, fail
+from .._case import Case, CaseSkipped, add_case, case, check, expect_error
 from .._context import PluginUnderTest, describe
 from .._programs import donating_add_one
 from .client import device_id
