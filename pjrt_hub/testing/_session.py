@@ -42,9 +42,13 @@ def make_registry(plugins: list[str], *, framework: str | None = None, strict: b
     if strict:
         policy = Policy(framework=policy.framework, strict=True)
     paths = tuple(p for p in plugins if _is_path(p))
-    registry = PluginRegistry(RegistrySettings.from_environment(policy=policy, paths=paths))
-    registry.load()
     names = [candidate_for_path(p).name if _is_path(p) else p for p in plugins]
+    # Only the plugins asked for are imported: another installed plugin that hangs or crashes
+    # while it is declared must not take this run with it.
+    settings = RegistrySettings.from_environment(policy=policy, paths=paths,
+                                                 allowed=frozenset(n.lower() for n in names))
+    registry = PluginRegistry(settings)
+    registry.load()
     return registry, names
 
 
