@@ -36,7 +36,14 @@ from pjrt_hub.abi import (
     VersionError,
     hookspecs,
 )
-from pjrt_hub.extensions import ExtensionRequest, ExtensionWarning, Negotiation, negotiate
+from pjrt_hub.extensions import (
+    ExtensionRequest,
+    ExtensionWarning,
+    Negotiation,
+    extension_spec,
+    negotiate,
+    version_from_struct_size,
+)
 
 from ._discovery import Candidate, discover
 from ._facade import Gated, gate
@@ -56,6 +63,7 @@ ENV_DISABLE = "PJRT_HUB_DISABLE_PLUGINS"
 ENV_ALLOW = "PJRT_HUB_PLUGINS"
 ENV_AUTOLOAD = "PJRT_HUB_PLUGIN_AUTOLOAD"
 ENV_DEVICE = "PJRT_DEVICE"
+LOADER_GROUP = "pjrt_hub.loaders"
 DEFAULT_PLUGIN = "numba_cpu"
 
 #: Distributions that play the framework's part; a plugin's pin on one of them is checked.
@@ -88,6 +96,8 @@ class RegistrySettings:
     autoload: bool = True
     #: Extra C plugin library paths (``pjrt-hub probe PATH``, ``--plugin PATH``).
     paths: tuple[str, ...] = ()
+    #: Seconds a C library may take to be probed (a cold first load of a 250 MB plugin is slow).
+    probe_timeout: float = 120.0
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "RegistrySettings":
@@ -138,6 +148,8 @@ class PluginRegistry:
         self._by_name: dict[str, _Entry] = {}
         self._loaded = False
         self._lock = threading.RLock()
+        self._loaders: pluggy.PluginManager | None = None
+        self._loader_problems: list[str] = []
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -270,9 +282,65 @@ class PluginRegistry:
             return
         self._set(entry, Outcome.LOADED, entry.record.verdict.reasons[0] if entry.record.verdict else None)
 
+    # -- C libraries -------------------------------------------------------------------------
+
+    def loader_manager(self) -> pluggy.PluginManager:
+        """The loaders of PJRT C libraries, from entry points in ``pjrt_hub.loaders``."""
+        with self._lock:
+            if self._loaders is None:
+                pm = pluggy.PluginManager(PROJECT)
+                pm.add_hookspecs(hookspecs)
+                for ep in md.entry_points(group=LOADER_GROUP):
+                    try:
+                        pm.register(ep.load(), name=f"loader:{ep.name}")
+                    except (Exception, SystemExit) as exc:
+                        self._loader_problems.append(f"loader {ep.name} ({ep.value}) failed: {_describe(exc)}")
+                self._loaders = pm
+            return self._loaders
+
+    def add_loader(self, obj: Any, name: str) -> None:
+        """Register a loader of C libraries by hand (before :meth:`load`)."""
+        self.loader_manager().register(obj, name=f"loader:{name}")
+
     def _load_c(self, entry: _Entry) -> None:
-        self._set(entry, Outcome.FOUND,
-                  "C plugin found; its version is read by probing the library (pjrt-hub probe)")
+        path = entry.record.library_path
+        assert path is not None
+        pm = self.loader_manager()
+        try:
+            probe = pm.hook.pjrt_hub_probe_library(path=path, timeout=self.settings.probe_timeout)
+        except Exception as exc:  # a loader's bug must not take the registry down either
+            self._set(entry, Outcome.FAILED, "the library loader raised while probing it", exc)
+            return
+        if probe is None:
+            problems = "; ".join(self._loader_problems) or f"no loader is installed ({LOADER_GROUP})"
+            self._set(entry, Outcome.FOUND, f"C plugin found but not probed: {problems}")
+            return
+        details = dict(probe)
+        entry.details["probe"] = details
+        outcome, message = details.get("outcome"), details.get("message") or ""
+        if outcome != "ok":
+            self._set(entry, Outcome.FAILED, f"probing {path} failed ({outcome}): {message}".rstrip(": "),
+                      details=details)
+            return
+        try:
+            version = ApiVersion.parse(str(details.get("api_version")))
+        except ValueError as exc:
+            self._set(entry, Outcome.FAILED, f"the library reports a malformed API version: {exc}",
+                      details=details)
+            return
+        offered = {}
+        for node in details.get("extensions") or ():
+            spec = extension_spec(node.get("type", -1)) if isinstance(node, dict) else None
+            if spec is not None:
+                offered[spec.name] = version_from_struct_size(spec, int(node.get("struct_size") or 0))
+        entry.version = version
+        self._set(entry, Outcome.FAILED, api_version=str(version), extensions=offered,
+                  platform_name=details.get("platform_name"), details=details)
+        if not self._judge(entry, version, "c", None, (), offered):
+            return
+        self._set(entry, Outcome.LOADED, "probed in a subprocess; " + entry.record.verdict.reasons[0],
+                  verdict=entry.record.verdict, negotiation=entry.record.negotiation,
+                  warnings=entry.record.warnings)
 
     def _hookimpls(self, obj: Any) -> dict[str, Any]:
         found = {}
@@ -383,9 +451,15 @@ class PluginRegistry:
 
     def _make_api(self, entry: _Entry) -> Api:
         name = entry.record.name
-        if entry.record.kind != "python":
-            raise Unavailable(f"plugin {name} is a C plugin, which this registry cannot drive yet",
-                              plugin=name)
+        if entry.record.kind == "c":
+            path = entry.record.library_path
+            try:
+                api = self.loader_manager().hook.pjrt_hub_load_library(path=path, name=name)
+            except Exception as exc:
+                raise PluginLoadError(name, f"loading {path} raised {_describe(exc)}") from exc
+            if api is None:
+                raise PluginLoadError(name, f"no loader could load {path}")
+            return api
         impls = self._hookimpls(entry.obj)
         if "pjrt_hub_get_api" not in impls:
             raise PluginValidationError(name, "does not implement pjrt_hub_get_api, so it has no API to use")
@@ -404,18 +478,29 @@ class PluginRegistry:
                 "declaration must tell the truth about the version")
         return api
 
+    def client_creation_risk(self, name: str) -> str | None:
+        """Why creating a client for this plugin is unsafe here, or None."""
+        entry = self._by_name[self.record(name).name.lower()]
+        if entry.declaration is not None and entry.declaration.needs_hardware:
+            return "it declares that creating a client needs hardware or a network that may be absent"
+        probe = entry.details.get("probe") or {}
+        return probe.get("client_creation_risk") or None
+
     def create_client(self, name: str | None = None, options: Mapping[str, Any] | None = None, *,
                       allow_hardware: bool = False) -> Gated:
         """Initialize the plugin (once) and create a client, through the version gate."""
         name = name or default_plugin_name(self._environ)
-        api = self.api(name)
+        self.require([name])
         entry = self._by_name[name.lower()]
-        if entry.declaration is not None and entry.declaration.needs_hardware and not allow_hardware:
+        risk = self.client_creation_risk(name)
+        if risk and not allow_hardware:
             raise Unavailable(
-                f"plugin {entry.record.name} declares that creating a client needs hardware or a "
-                "network that may be absent; pjrt-hub read its version only and did not create a "
-                "client (pass allow_hardware=True, or --allow-hardware, to do it anyway)",
+                f"plugin {entry.record.name}: {risk}; pjrt-hub read its version only and did not "
+                "create a client (pass allow_hardware=True, or --allow-hardware, to do it anyway)",
                 plugin=entry.record.name)
+        if entry.candidate is not None and entry.candidate.create_options:
+            options = {**entry.candidate.create_options, **dict(options or {})}
+        api = self.api(name)
         with self._lock:
             if not entry.details.get("initialized"):
                 api.plugin_initialize()

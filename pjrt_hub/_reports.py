@@ -18,6 +18,7 @@ from pjrt_hub.abi import ApiVersion, PluginDeclaration
 from pjrt_hub.extensions import KNOWN_EXTENSIONS, extension_spec
 
 __all__ = [
+    "ArrayInfo",
     "CheckReport",
     "DeclarationModel",
     "LimitationModel",
@@ -25,6 +26,8 @@ __all__ = [
     "NegotiationModel",
     "Outcome",
     "PluginRecord",
+    "ProbeCommandReport",
+    "RunReport",
     "VerdictModel",
     "declaration_from_plugin",
 ]
@@ -187,3 +190,36 @@ class CheckReport(ListReport):
     requested: list[str] = Field(default_factory=list, description="plugins asked for; empty = all")
     ok: bool = Field(description="every plugin asked for was loaded")
     problems: list[str] = Field(default_factory=list)
+
+
+class ArrayInfo(BaseModel):
+    name: str
+    shape: list[int]
+    dtype: str
+
+
+class RunReport(BaseModel):
+    """``pjrt-hub run --json``."""
+
+    schema_version: int = SCHEMA_VERSION
+    plugin: str
+    program: str
+    inputs: list[ArrayInfo]
+    outputs: list[ArrayInfo]
+    out: str | None = None
+    compile_ms: float
+    execute_ms: float = Field(description="execute, await and copy the results to host")
+
+
+class ProbeCommandReport(BaseModel):
+    """``pjrt-hub probe --json``: the probe of one PJRT C library and the verdict on it."""
+
+    schema_version: int = SCHEMA_VERSION
+    name: str
+    path: str
+    framework_version: str
+    outcome: Outcome = Field(description="the registry's outcome for the library")
+    reason: str | None = None
+    probe: dict[str, Any] = Field(description="what the loader read (see pjrt_hub.backends.c_api.probe)")
+    verdict: VerdictModel | None = None
+    client_creation_risk: str | None = None

@@ -113,7 +113,8 @@ def _registry(args: argparse.Namespace) -> Any:
     except ValueError as exc:
         raise _Usage(str(exc)) from None
     settings = RegistrySettings.from_environment(policy=policy, extension_requests=requests,
-                                                 paths=tuple(args.library))
+                                                 paths=tuple(args.library),
+                                                 probe_timeout=getattr(args, "probe_timeout", 120.0))
     overrides: dict[str, Any] = {}
     if args.disable:
         overrides["disabled"] = settings.disabled | {n.lower() for n in args.disable}
@@ -346,6 +347,144 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         print(note)
     red = [c for c in report.cells if c.status.value in ("failed", "error")]
     return ExitCode.FAILURE if red else ExitCode.OK
+# -- run ---------------------------------------------------------------------------------------
+
+
+def _plugin_target(args: argparse.Namespace, value: str | None) -> str | None:
+    """A plugin given by path becomes an explicit library candidate; return its name."""
+    if value and ("/" in value or value.endswith((".so", ".dylib", ".json"))):
+        from pjrt_hub._discovery import candidate_for_path
+
+        args.library = [*args.library, value]
+        return candidate_for_path(value).name
+    return value
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from pjrt_hub._registry import default_plugin_name
+    from pjrt_hub._reports import ArrayInfo, RunReport
+    from pjrt_hub._run import BadInput, check_inputs, load_inputs, main_signature, run_program
+    from pjrt_hub.abi import CompileError, NotFound, PjrtError, PluginLoadError
+
+    if args.schema:
+        print(json.dumps(RunReport.model_json_schema(), indent=2))
+        return ExitCode.OK
+    if not args.program or not args.inputs:
+        raise _Usage("run needs PROGRAM and --inputs")
+    name = _plugin_target(args, args.plugin)
+    registry = _registry(args)
+    name = name or default_plugin_name()
+    try:
+        try:
+            text = open(args.program, encoding="utf-8").read()
+        except OSError as exc:
+            raise BadInput(f"cannot read program {args.program}: {exc.strerror}") from None
+        arrays = load_inputs(args.inputs)
+        signature = main_signature(text)
+        if signature is not None:
+            check_inputs(signature, arrays)
+        client = registry.create_client(name, allow_hardware=args.allow_hardware)
+        result = run_program(client, text, arrays, timeout=args.timeout)
+    except (BadInput, CompileError) as exc:
+        print(f"pjrt-hub run: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    except NotFound as exc:
+        print(f"pjrt-hub run: {exc}", file=sys.stderr)
+        return ExitCode.NOT_FOUND
+    except PluginLoadError as exc:
+        print(f"pjrt-hub run: {exc}", file=sys.stderr)
+        return ExitCode.FAILURE
+    except PjrtError as exc:
+        print(f"pjrt-hub run: plugin {name} failed: {exc}", file=sys.stderr)
+        return ExitCode.PLUGIN_ERROR
+    import numpy as np
+
+    if args.out:
+        np.savez(args.out, **{f"out{i}": a for i, a in enumerate(result.outputs)})
+    report = RunReport(
+        plugin=name, program=args.program, out=args.out,
+        inputs=[ArrayInfo(name=f"in{i}", shape=list(a.shape), dtype=str(a.dtype)) for i, a in enumerate(arrays)],
+        outputs=[ArrayInfo(name=f"out{i}", shape=list(a.shape), dtype=str(a.dtype))
+                 for i, a in enumerate(result.outputs)],
+        compile_ms=result.compile_seconds * 1e3, execute_ms=result.execute_seconds * 1e3,
+    )
+
+    def render(r: RunReport) -> str:
+        lines = [f"{r.program} on {r.plugin}: compiled in {r.compile_ms:.1f} ms, ran in {r.execute_ms:.2f} ms"]
+        lines += [f"  {o.name}: {o.dtype}[{','.join(map(str, o.shape))}]" for o in r.outputs]
+        if r.out:
+            lines.append(f"wrote {r.out}")
+        return "\n".join(lines)
+
+    _emit(args, report, render)
+    return ExitCode.OK
+
+
+# -- probe -------------------------------------------------------------------------------------
+
+
+def _render_probe(r: Any) -> str:
+    p = r.probe
+    lines = [f"{r.name}: {p.get('path') or r.path}"]
+    outcome = p.get("outcome")
+    if outcome != "ok":
+        lines.append(f"  outcome: {outcome} (stage {p.get('stage')}): {p.get('reason') or p.get('message') or ''}")
+        if p.get("stderr_tail"):
+            lines.append("  stderr: " + p["stderr_tail"].strip().replace("\n", "\n          "))
+        return "\n".join(lines)
+    lines.append(f"  loads: yes ({p.get('machine') or '?'}), GetPjrtApi exported")
+    lines.append(f"  PJRT API {p.get('api_version')}; PJRT_Api struct_size {p.get('api_struct_size')}, "
+                 f"{p.get('num_slots')} slots (history expects {p.get('expected_slots')})")
+    functions, nulls = p.get("functions") or [], p.get("null_functions") or []
+    lines.append(f"  functions: {len(functions)} present, {len(nulls)} null" +
+                 (": " + ", ".join(nulls) if nulls else ""))
+    exts = p.get("extensions") or []
+    lines.append(f"  extensions ({p.get('extension_layout')}): " +
+                 (", ".join(f"{e['name']} (type {e['type']}, {e.get('struct_size')} B)" for e in exts) or "none"))
+    for key, value in sorted((p.get("attributes") or {}).items()):
+        lines.append(f"  attribute {key} = {value}")
+    if p.get("attributes_error"):
+        lines.append(f"  attributes: {p['attributes_error']}")
+    for w in p.get("warnings") or []:
+        lines.append(f"  warning: {w}")
+    if r.verdict:
+        lines.append(f"  verdict vs framework {r.framework_version}: "
+                     f"{'accepted' if r.verdict.accepted else 'refused'} ({r.verdict.rule}): {r.verdict.reasons[0]}")
+    if r.client_creation_risk:
+        lines.append(f"  client: not created here: {r.client_creation_risk}")
+    return "\n".join(lines)
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from pjrt_hub._reports import ProbeCommandReport
+    from pjrt_hub.abi import NotFound
+
+    if args.schema:
+        print(json.dumps(ProbeCommandReport.model_json_schema(), indent=2))
+        return ExitCode.OK
+    if not args.target:
+        raise _Usage("probe needs a library path or a plugin name")
+    name = _plugin_target(args, args.target)
+    registry = _registry(args)
+    try:
+        record = registry.record(name)
+    except NotFound as exc:
+        print(f"pjrt-hub probe: {exc}", file=sys.stderr)
+        return ExitCode.NOT_FOUND
+    if record.kind != "c":
+        print(f"pjrt-hub probe: {record.name} is a Python plugin; probe reads PJRT C libraries "
+              f"(use pjrt-hub list or check)", file=sys.stderr)
+        return ExitCode.USAGE
+    probe = record.details or {}
+    report = ProbeCommandReport(
+        name=record.name, path=record.library_path or args.target, framework_version=str(registry.policy.framework),
+        outcome=record.outcome, reason=record.reason, probe=probe, verdict=record.verdict,
+        client_creation_risk=probe.get("client_creation_risk"),
+    )
+    _emit(args, report, _render_probe)
+    if not probe:
+        return ExitCode.FAILURE  # found but no loader could read it
+    return ExitCode.OK if probe.get("outcome") == "ok" else ExitCode.PLUGIN_ERROR
 
 
 # -- entry point -------------------------------------------------------------------------------
@@ -422,6 +561,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refresh", action="store_true", help="run every cell again, ignoring the cache")
     _add_output(p)
     p.set_defaults(func=cmd_matrix)
+    p = sub.add_parser("probe", help="read a PJRT C library safely (in a subprocess): version, "
+                                     "functions, extensions, attributes")
+    p.add_argument("target", nargs="?", metavar="PATH_OR_NAME", help="a .so path, or a C plugin's name")
+    p.add_argument("--timeout", dest="probe_timeout", type=float, default=120.0, metavar="SECONDS",
+                   help="give up on a library that takes longer (default 120)")
+    _add_registry(p)
+    _add_output(p)
+    p.set_defaults(func=cmd_probe)
+
+    p = sub.add_parser("run", help="compile a StableHLO program and run it on inputs from an .npz")
+    p.add_argument("program", nargs="?", metavar="PROGRAM.mlir", help="StableHLO text, as JAX prints it")
+    p.add_argument("--plugin", default=None, metavar="NAME_OR_PATH",
+                   help="plugin name, or path of a PJRT C library (default: PJRT_DEVICE, else numba_cpu)")
+    p.add_argument("--inputs", metavar="IN.npz", help="arguments of @main as in0..inN")
+    p.add_argument("--out", metavar="OUT.npz", help="write the results as out0..outM")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="give up waiting for the plugin after this long")
+    p.add_argument("--allow-hardware", action="store_true",
+                   help="create a client even for a plugin that declares it needs hardware")
+    _add_registry(p)
+    _add_output(p)
+    p.set_defaults(func=cmd_run)
     return parser
 
 

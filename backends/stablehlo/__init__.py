@@ -1,1 +1,75 @@
-"""(filled by its issue)"""
+"""StableHLO text as JAX emits it -> a small typed IR, shared by the backends that compile
+programs themselves (numba_cpu, the reference interpreter).
+
+``parse_module(text)`` reads the pretty or the generic MLIR form, ``verify(module)`` checks
+types and shapes; :mod:`.ir` documents the IR both produce.
+"""
+
+from __future__ import annotations
+
+from .ir import (
+    OP_ATTRIBUTES,
+    Block,
+    ComparisonDirection,
+    ComparisonType,
+    ConvDimensionNumbers,
+    DotDimensionNumbers,
+    FftType,
+    Function,
+    FunctionType,
+    GatherDimensionNumbers,
+    Module,
+    Op,
+    OpaqueAttr,
+    Precision,
+    RngAlgorithm,
+    RngDistribution,
+    ScatterDimensionNumbers,
+    SymbolRef,
+    TensorType,
+    TokenType,
+    Transpose,
+    TupleType,
+    Type,
+    Value,
+    element_dtype,
+    frozen_mapping,
+)
+
+__all__ = [
+    "OP_ATTRIBUTES",
+    "Block",
+    "ComparisonDirection",
+    "ComparisonType",
+    "ConvDimensionNumbers",
+    "DotDimensionNumbers",
+    "FftType",
+    "Function",
+    "FunctionType",
+    "GatherDimensionNumbers",
+    "Module",
+    "Op",
+    "OpaqueAttr",
+    "Precision",
+    "RngAlgorithm",
+    "RngDistribution",
+    "ScatterDimensionNumbers",
+    "SymbolRef",
+    "TensorType",
+    "TokenType",
+    "Transpose",
+    "TupleType",
+    "Type",
+    "Value",
+    "element_dtype",
+    "frozen_mapping",
+]
+
+from .parser import parse_module  # noqa: E402
+from .printer import format_module  # noqa: E402
+
+__all__ += ["format_module", "parse_module"]
+
+from .verify import verify  # noqa: E402
+
+__all__ += ["verify"]

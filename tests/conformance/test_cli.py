@@ -39,7 +39,8 @@ def test_a_failing_case_exits_one_with_json_and_junit(fake_dist, capsys, tmp_pat
 def test_an_unknown_plugin_exits_not_found(fake_dist, capsys):
     install_toy(fake_dist)
     assert main(["conformance", "--plugin", "nope"]) == ExitCode.NOT_FOUND
-    assert "no plugin named nope (found: toy)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no plugin named nope (found: " in err and "toy" in err
 
 
 def test_the_schema_is_published(capsys):

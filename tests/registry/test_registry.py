@@ -195,7 +195,8 @@ def test_extension_negotiation(fake_dist):
     install(fake_dist, "layouts", "layouts", plugin_source("0.105", extra_decl=', extensions={"Layouts": 3}'))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        reg = registry(extension_requests=(ExtensionRequest("Layouts", 2, required=False),))
+        reg = registry(extension_requests=(ExtensionRequest("Layouts", 2, required=False),),
+                       allowed=frozenset({"plain", "layouts"}))
         reg.load()
     relevant = [w for w in caught if issubclass(w.category, ExtensionWarning)]
     assert len(relevant) == 1 and "plugin plain" in str(relevant[0].message)
@@ -327,3 +328,78 @@ def test_environment_library_paths(tmp_path):
     assert oops.outcome is Outcome.FAILED and "invalid value 'oops' in env var PJRT_NAMES_AND_LIBRARY_PATHS" in oops.reason
     assert 'should contain "library_path" field' in reg.record("baz").reason
     assert "does not exist" in reg.record("gone").reason
+
+
+class FakeLoader:
+    """A loader of C libraries that answers from a table instead of reading the file."""
+
+    def __init__(self, probes):
+        self.probes = probes
+        self.loaded = []
+
+    from pjrt_hub.abi import hookimpl as _hookimpl
+
+    @_hookimpl
+    def pjrt_hub_probe_library(self, path, timeout):
+        from pathlib import Path
+
+        answer = self.probes[Path(path).stem]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    @_hookimpl
+    def pjrt_hub_load_library(self, path, name):
+        import handmade_c
+
+        self.loaded.append(name)
+        return handmade_c.FakeApi()
+
+
+def test_c_plugins_are_probed_judged_and_loaded(tmp_path, site):
+    (site / "handmade_c.py").write_text(plugin_source("0.81"))
+    names = ["cpu81", "cpu115", "crashy", "major", "garbage", "tpu", "buggy"]
+    for n in names:
+        (tmp_path / f"{n}.so").write_bytes(FAKE_SO)
+    ext = [{"type": 4, "name": "Layouts", "struct_size": 72}, {"type": 9, "name": "PhaseCompile", "struct_size": 64},
+           {"type": 99, "name": "?", "struct_size": 8}]
+    loader = FakeLoader({
+        "cpu81": {"outcome": "ok", "message": "", "api_version": "0.81", "extensions": ext},
+        "cpu115": {"outcome": "ok", "message": "", "api_version": "0.115", "extensions": []},
+        "crashy": {"outcome": "crashed", "message": "killed by SIGSEGV"},
+        "major": {"outcome": "ok", "message": "", "api_version": "1.3", "extensions": []},
+        "garbage": {"outcome": "ok", "message": "", "api_version": "x.y"},
+        "tpu": {"outcome": "ok", "message": "", "api_version": "0.117", "extensions": [],
+                "client_creation_risk": "libtpu looks for a cloud metadata server and hangs"},
+        "buggy": RuntimeError("loader bug"),
+    })
+    env = {"PJRT_NAMES_AND_LIBRARY_PATHS": ",".join(f"{n}:{tmp_path / n}.so" for n in names)}
+    reg = PluginRegistry(RegistrySettings(autoload=False, policy=Policy(framework=ApiVersion(0, 105))), environ=env)
+    reg.add_loader(loader, "fake")
+    reg.load()
+    cpu = reg.record("cpu81")
+    assert cpu.outcome is Outcome.LOADED and cpu.api_version == "0.81"
+    assert cpu.extensions == {"Layouts": 2, "PhaseCompile": 1}
+    assert cpu.details["outcome"] == "ok"
+    assert reg.record("cpu115").verdict.rule == "c-newer"
+    crashy = reg.record("crashy")
+    assert crashy.outcome is Outcome.FAILED and "crashed" in crashy.reason and "SIGSEGV" in crashy.reason
+    assert reg.record("major").outcome is Outcome.INCOMPATIBLE
+    assert "malformed API version" in reg.record("garbage").reason
+    assert reg.record("buggy").outcome is Outcome.FAILED and "loader bug" in reg.record("buggy").error
+    with pytest.raises(Unavailable, match="metadata server"):
+        reg.create_client("tpu")
+    client = reg.create_client("cpu81")
+    assert client.platform_name() == "fake" and loader.loaded == ["cpu81"]
+    assert reg.api("cpu81")._gate.call_limit == 81
+
+
+def test_c_plugins_without_a_loader_are_found_not_probed(tmp_path):
+    lib = tmp_path / "libx.so"
+    lib.write_bytes(FAKE_SO)
+    reg = PluginRegistry(RegistrySettings(autoload=False), environ={"PJRT_NAMES_AND_LIBRARY_PATHS": f"x:{lib}"})
+    reg._loaders = __import__("pluggy").PluginManager("pjrt_hub")  # an empty set of loaders
+    reg._loaders.add_hookspecs(__import__("pjrt_hub.abi.hookspecs", fromlist=["x"]))
+    reg.load()
+    assert reg.record("x").outcome is Outcome.FOUND
+    assert "not probed" in reg.record("x").reason

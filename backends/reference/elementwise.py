@@ -1,0 +1,523 @@
+"""Elementwise ops of the reference interpreter, with the corner cases the spec and XLA define.
+
+Floating-point ops are computed in float64 and rounded to the result type once, which makes
+``+ - * / sqrt`` exactly the correctly rounded float32 operations and the transcendental functions
+accurate to the last bit or so (XLA's own approximations are within the corpus tolerances of
+that). bf16/f16 (and the 8-bit floats) are rounded to float32 first and then to their own type,
+as XLA:CPU computes them in float32. Integer ops keep their type and wrap around like two's
+complement hardware.
+
+Where the spec leaves behaviour open, XLA's is followed (and tested in
+tests/backends/reference):
+
+* integer ``divide``: ``x / 0 = -1`` (all bits set, so ``UINT_MAX`` for unsigned types),
+  ``INT_MIN / -1 = INT_MIN``; ``remainder``: ``x % 0 = x``, ``INT_MIN % -1 = 0``; both truncate
+  toward zero (C semantics), as the spec says.
+* shifts by an amount >= the bit width (or negative, read as unsigned): ``shift_left`` and
+  ``shift_right_logical`` give 0, ``shift_right_arithmetic`` fills with the sign bit.
+* ``convert`` float -> integer truncates toward zero and saturates (NaN -> 0, +-inf and
+  out-of-range values -> the type's max/min), as XLA's saturating conversion does;
+  any -> bool is ``x != 0`` (NaN -> true); integer -> integer wraps.
+* integer ``power`` with a negative exponent gives the truncated value of ``1 / x**-n``:
+  1 for base 1, +-1 for base -1, 0 otherwise; overflow wraps.
+* ``maximum``/``minimum`` propagate NaN.
+* ``compare`` with TOTALORDER orders -NaN < -inf < ... < -0.0 < +0.0 < ... < inf < NaN.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.special as sp
+
+from pjrt_hub.backends.stablehlo import ComparisonDirection, ComparisonType, Op
+
+from .registry import register
+
+__all__ = ["compute_float", "is_float_dtype", "total_order_key"]
+
+
+def is_float_dtype(dt: np.dtype) -> bool:
+    return dt.kind == "f" or (dt.kind == "V" and dt.name.startswith(("bfloat", "float")))
+
+
+def _is_low_float(dt: np.dtype) -> bool:
+    return is_float_dtype(dt) and dt.itemsize < 4
+
+
+def _round_to(values: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """float64/complex128 results -> ``dt``, via float32 for the narrow floats (as XLA:CPU)."""
+    if _is_low_float(dt):
+        return np.asarray(values, dtype=np.float64).astype(np.float32).astype(dt)
+    return np.asarray(values).astype(dt)
+
+
+def compute_float(fn, *xs: np.ndarray, dtype: np.dtype | None = None) -> np.ndarray:
+    """Apply ``fn`` in float64 (complex128 for complex inputs) and round to ``dtype`` (default:
+    the first input's dtype)."""
+    dt = np.dtype(dtype) if dtype is not None else xs[0].dtype
+    wide = np.complex128 if any(x.dtype.kind == "c" for x in xs) else np.float64
+    return _round_to(fn(*[np.asarray(x).astype(wide) for x in xs]), dt)
+
+
+def _unsigned(dt: np.dtype) -> np.dtype:
+    return np.dtype(f"u{dt.itemsize}")
+
+
+def _signed(dt: np.dtype) -> np.dtype:
+    return np.dtype(f"i{dt.itemsize}")
+
+
+def _float_op(fn, name: str):
+    """An op defined on floats (and complex) only."""
+    def impl(ctx, op, x, *rest):
+        if not (is_float_dtype(x.dtype) or x.dtype.kind == "c"):
+            raise TypeError(f"{name} needs floating-point operands, got {x.dtype}")
+        return compute_float(fn, x, *rest)
+    return impl
+
+
+# -- unary float functions --------------------------------------------------------------------
+
+def _logistic(x):
+    return sp.expit(x)
+
+
+def _rsqrt(x):
+    return 1.0 / np.sqrt(x)
+
+
+def _round_afz(x):
+    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+
+
+_FLOAT_UNARY = {
+    "stablehlo.exponential": np.exp,
+    "stablehlo.exponential_minus_one": np.expm1,
+    "stablehlo.log": np.log,
+    "stablehlo.log_plus_one": np.log1p,
+    "stablehlo.logistic": _logistic,
+    "stablehlo.sqrt": np.sqrt,
+    "stablehlo.rsqrt": _rsqrt,
+    "stablehlo.cbrt": np.cbrt,
+    "stablehlo.tanh": np.tanh,
+    "stablehlo.tan": np.tan,
+    "stablehlo.sine": np.sin,
+    "stablehlo.cosine": np.cos,
+    "stablehlo.floor": np.floor,
+    "stablehlo.ceil": np.ceil,
+    "stablehlo.round_nearest_afz": _round_afz,
+    "stablehlo.round_nearest_even": np.rint,
+    "chlo.erf": sp.erf,
+    "chlo.erfc": sp.erfc,
+    "chlo.erf_inv": sp.erfinv,
+    "chlo.lgamma": sp.gammaln,
+    "chlo.digamma": sp.digamma,
+    "chlo.sinh": np.sinh,
+    "chlo.cosh": np.cosh,
+    "chlo.tan": np.tan,
+    "chlo.asin": np.arcsin,
+    "chlo.acos": np.arccos,
+    "chlo.atan": np.arctan,
+    "chlo.asinh": np.arcsinh,
+    "chlo.acosh": np.arccosh,
+    "chlo.atanh": np.arctanh,
+    "chlo.bessel_i1e": sp.i1e,
+}
+
+for _name, _fn in _FLOAT_UNARY.items():
+    register(_name, elementwise=True)(_float_op(_fn, _name))
+
+
+@register("stablehlo.negate", elementwise=True)
+def _negate(ctx, op, x):
+    if is_float_dtype(x.dtype) or x.dtype.kind == "c":
+        return compute_float(np.negative, x)
+    return np.negative(x)  # integers wrap: -INT_MIN = INT_MIN
+
+
+@register("stablehlo.abs", elementwise=True)
+def _abs(ctx, op, x):
+    if x.dtype.kind == "c":
+        return compute_float(np.abs, x, dtype=np.float32 if x.dtype == np.complex64 else np.float64)
+    if is_float_dtype(x.dtype):
+        return compute_float(np.abs, x)
+    return np.abs(x)  # |INT_MIN| = INT_MIN
+
+
+@register("stablehlo.sign", elementwise=True)
+def _sign(ctx, op, x):
+    if x.dtype.kind == "c":
+        def complex_sign(z):
+            mag = np.abs(z)
+            return np.where(mag == 0, 0, z / np.where(mag == 0, 1, mag))
+        return compute_float(complex_sign, x)
+    if is_float_dtype(x.dtype):
+        # sign(+-0.0) keeps the zero's sign; sign(NaN) is NaN.
+        return compute_float(lambda v: np.where(v == 0, v, np.sign(v)), x)
+    return np.sign(x).astype(x.dtype)
+
+
+@register("chlo.square", elementwise=True)
+def _square(ctx, op, x):
+    if is_float_dtype(x.dtype) or x.dtype.kind == "c":
+        return compute_float(np.square, x)
+    return np.multiply(x, x)
+
+
+@register("stablehlo.is_finite", elementwise=True)
+def _is_finite(ctx, op, x):
+    return np.isfinite(x.astype(np.float64))
+
+
+@register("chlo.is_inf", elementwise=True)
+def _is_inf(ctx, op, x):
+    return np.isinf(x.astype(np.float64))
+
+
+@register("chlo.is_pos_inf", elementwise=True)
+def _is_pos_inf(ctx, op, x):
+    return np.isposinf(x.astype(np.float64))
+
+
+@register("chlo.is_neg_inf", elementwise=True)
+def _is_neg_inf(ctx, op, x):
+    return np.isneginf(x.astype(np.float64))
+
+
+@register("stablehlo.not", elementwise=True)
+def _not(ctx, op, x):
+    return np.logical_not(x) if x.dtype == np.bool_ else np.invert(x)
+
+
+@register("stablehlo.popcnt", elementwise=True)
+def _popcnt(ctx, op, x):
+    return np.bitwise_count(x.view(_unsigned(x.dtype))).astype(x.dtype)
+
+
+@register("stablehlo.count_leading_zeros", elementwise=True)
+def _clz(ctx, op, x):
+    u = np.asarray(x).view(_unsigned(x.dtype))
+    bits = x.dtype.itemsize * 8
+    # Binary search for the bit length, one halving per step.
+    length = np.zeros(u.shape, dtype=np.int64)
+    rest = u.copy()
+    step = bits // 2
+    while step:
+        high = (rest >> np.array(step, dtype=u.dtype)) != 0
+        length = np.where(high, length + step, length)
+        rest = np.where(high, rest >> np.array(step, dtype=u.dtype), rest)
+        step //= 2
+    length = np.where(rest != 0, length + 1, length)
+    return (bits - length).astype(x.dtype)
+
+
+@register("stablehlo.real", elementwise=True)
+def _real(ctx, op, x):
+    if x.dtype.kind != "c":
+        return x
+    return np.real(x).astype(np.float32 if x.dtype == np.complex64 else np.float64)
+
+
+@register("stablehlo.imag", elementwise=True)
+def _imag(ctx, op, x):
+    if x.dtype.kind != "c":
+        return np.zeros_like(x)
+    return np.imag(x).astype(np.float32 if x.dtype == np.complex64 else np.float64)
+
+
+@register("stablehlo.complex", elementwise=True)
+def _complex(ctx, op, re, im):
+    dt = np.complex64 if re.dtype == np.float32 else np.complex128
+    return (re.astype(np.float64) + 1j * im.astype(np.float64)).astype(dt)
+
+
+@register("chlo.conj", elementwise=True)
+def _conj(ctx, op, x):
+    return np.conj(x)
+
+
+@register("stablehlo.reduce_precision", elementwise=True)
+def _reduce_precision(ctx, op, x):
+    return reduce_precision(x, op.attributes["exponent_bits"], op.attributes["mantissa_bits"])
+
+
+def reduce_precision(x: np.ndarray, exponent_bits: int, mantissa_bits: int) -> np.ndarray:
+    """Round ``x`` to ``mantissa_bits`` (nearest, ties to even) and clamp it to the exponent
+    range of ``exponent_bits``: larger values become +-inf and values below the smallest normal
+    number become +-0 (no denormals, as in XLA and the StableHLO reference interpreter). NaN
+    stays NaN (or becomes inf when no mantissa bits are left). The type does not change."""
+    dt = x.dtype
+    wide = np.dtype(np.float32 if dt.itemsize <= 4 else np.float64)
+    ubits = np.dtype(np.uint32 if wide == np.float32 else np.uint64)
+    src_mant, src_exp = (23, 8) if wide == np.float32 else (52, 11)
+    xw = np.asarray(x).astype(wide)
+    bits = xw.view(ubits).copy()
+    u = ubits.type
+    if mantissa_bits < src_mant:
+        drop = u(src_mant - mantissa_bits)
+        last_bit = u(1) << drop
+        bias = ((last_bit >> u(1)) - u(1)) + ((bits & last_bit) >> drop)
+        bits = (bits + bias) & ~(last_bit - u(1))
+    if exponent_bits < src_exp:
+        exp_mask = u(((1 << src_exp) - 1) << src_mant)
+        src_bias = (1 << (src_exp - 1)) - 1
+        dst_bias = (1 << (exponent_bits - 1)) - 1
+        exponent = bits & exp_mask
+        sign = bits & u(1 << (src_exp + src_mant))
+        bits = np.where(exponent > u((src_bias + dst_bias) << src_mant), sign | exp_mask, bits)
+        bits = np.where(exponent <= u((src_bias - dst_bias) << src_mant), sign, bits)
+    out = bits.view(wide)
+    nan = np.isnan(xw)
+    if nan.any():
+        out = np.where(nan, xw if mantissa_bits > 0 else np.inf, out)
+    return out.astype(dt)
+
+
+# -- binary -----------------------------------------------------------------------------------
+
+def _arith(fn_float, fn_int):
+    def impl(ctx, op, a, b):
+        if is_float_dtype(a.dtype) or a.dtype.kind == "c":
+            return compute_float(fn_float, a, b)
+        return fn_int(a, b)
+    return impl
+
+
+register("stablehlo.add", elementwise=True)(_arith(np.add, lambda a, b: (a | b) if a.dtype == np.bool_ else np.add(a, b)))
+register("stablehlo.subtract", elementwise=True)(_arith(np.subtract, np.subtract))
+register("stablehlo.multiply", elementwise=True)(
+    _arith(np.multiply, lambda a, b: (a & b) if a.dtype == np.bool_ else np.multiply(a, b)))
+register("stablehlo.atan2", elementwise=True)(_float_op(np.arctan2, "atan2"))
+register("chlo.next_after", elementwise=True)(
+    lambda ctx, op, a, b: np.nextafter(a, b.astype(a.dtype)) if a.dtype.kind == "f"
+    else compute_float(np.nextafter, a, b))
+register("chlo.polygamma", elementwise=True)(_float_op(lambda n, x: sp.polygamma(n.astype(np.int64), x), "polygamma"))
+register("chlo.zeta", elementwise=True)(_float_op(sp.zeta, "zeta"))
+
+
+@register("stablehlo.maximum", elementwise=True)
+def _maximum(ctx, op, a, b):
+    if a.dtype.kind == "c":
+        take_a = (a.real > b.real) | ((a.real == b.real) & (a.imag >= b.imag))
+        return np.where(take_a, a, b)
+    if is_float_dtype(a.dtype):
+        return compute_float(np.maximum, a, b)  # NaN propagates
+    return np.maximum(a, b)
+
+
+@register("stablehlo.minimum", elementwise=True)
+def _minimum(ctx, op, a, b):
+    if a.dtype.kind == "c":
+        take_a = (a.real < b.real) | ((a.real == b.real) & (a.imag <= b.imag))
+        return np.where(take_a, a, b)
+    if is_float_dtype(a.dtype):
+        return compute_float(np.minimum, a, b)
+    return np.minimum(a, b)
+
+
+@register("stablehlo.divide", elementwise=True)
+def _divide(ctx, op, a, b):
+    if is_float_dtype(a.dtype) or a.dtype.kind == "c":
+        return compute_float(np.divide, a, b)
+    if a.dtype == np.bool_:
+        raise TypeError("divide is not defined on booleans")
+    a, b = np.broadcast_arrays(a, b)
+    zero = b == 0
+    safe = np.where(zero, 1, b).astype(a.dtype)
+    if a.dtype.kind == "i":
+        overflow = (a == np.iinfo(a.dtype).min) & (b == -1)
+        safe = np.where(overflow, 1, safe).astype(a.dtype)  # INT_MIN / 1 = INT_MIN
+        q = np.floor_divide(a, safe)
+        inexact = np.multiply(q, safe) != a
+        q = np.where(inexact & ((a < 0) != (safe < 0)), q + 1, q).astype(a.dtype)
+    else:
+        q = np.floor_divide(a, safe)
+    all_ones = np.array(-1).astype(a.dtype) if a.dtype.kind == "i" else np.array(np.iinfo(a.dtype).max, a.dtype)
+    return np.where(zero, all_ones, q).astype(a.dtype)
+
+
+@register("stablehlo.remainder", elementwise=True)
+def _remainder(ctx, op, a, b):
+    if is_float_dtype(a.dtype):
+        return compute_float(np.fmod, a, b)
+    if a.dtype == np.bool_:
+        raise TypeError("remainder is not defined on booleans")
+    a, b = np.broadcast_arrays(a, b)
+    zero = b == 0
+    safe = np.where(zero, 1, b).astype(a.dtype)
+    if a.dtype.kind == "i":
+        safe = np.where((a == np.iinfo(a.dtype).min) & (b == -1), 1, safe).astype(a.dtype)
+    r = np.fmod(a, safe)
+    return np.where(zero, a, r).astype(a.dtype)
+
+
+@register("stablehlo.power", elementwise=True)
+def _power(ctx, op, a, b):
+    if is_float_dtype(a.dtype) or a.dtype.kind == "c":
+        return compute_float(np.power, a, b)
+    a, b = np.broadcast_arrays(a, b)
+    dt = a.dtype
+    result = np.ones(a.shape, dtype=dt)
+    base = a.copy()
+    exp = b.astype(np.int64) if dt.kind == "i" else b.astype(np.uint64)
+    negative = exp < 0
+    e = np.where(negative, 0, exp)
+    while np.any(e > 0):
+        odd = (e & 1) == 1
+        result = np.where(odd, np.multiply(result, base), result).astype(dt)
+        base = np.multiply(base, base).astype(dt)
+        e = e >> 1
+    if dt.kind == "i":
+        neg_result = np.where(a == 1, 1, np.where(a == -1, np.where(exp % 2 == 0, 1, -1), 0)).astype(dt)
+        result = np.where(negative, neg_result, result)
+    return result.astype(dt)
+
+
+def _bitwise(fn_bool, fn_int):
+    def impl(ctx, op, a, b):
+        return fn_bool(a, b) if a.dtype == np.bool_ else fn_int(a, b)
+    return impl
+
+
+register("stablehlo.and", elementwise=True)(_bitwise(np.logical_and, np.bitwise_and))
+register("stablehlo.or", elementwise=True)(_bitwise(np.logical_or, np.bitwise_or))
+register("stablehlo.xor", elementwise=True)(_bitwise(np.logical_xor, np.bitwise_xor))
+
+
+def _shift_amount(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    bits = a.dtype.itemsize * 8
+    amount = np.asarray(b).view(_unsigned(b.dtype)).astype(np.uint64)
+    in_range = amount < bits
+    return np.where(in_range, amount, 0).astype(_unsigned(a.dtype)), in_range, bits
+
+
+@register("stablehlo.shift_left", elementwise=True)
+def _shift_left(ctx, op, a, b):
+    amount, in_range, _ = _shift_amount(a, b)
+    u = np.asarray(a).view(_unsigned(a.dtype))
+    shifted = np.left_shift(u, amount).astype(u.dtype).view(a.dtype)
+    return np.where(in_range, shifted, np.zeros((), a.dtype)).astype(a.dtype)
+
+
+@register("stablehlo.shift_right_logical", elementwise=True)
+def _shift_right_logical(ctx, op, a, b):
+    amount, in_range, _ = _shift_amount(a, b)
+    u = np.asarray(a).view(_unsigned(a.dtype))
+    shifted = np.right_shift(u, amount).astype(u.dtype).view(a.dtype)
+    return np.where(in_range, shifted, np.zeros((), a.dtype)).astype(a.dtype)
+
+
+@register("stablehlo.shift_right_arithmetic", elementwise=True)
+def _shift_right_arithmetic(ctx, op, a, b):
+    amount, in_range, bits = _shift_amount(a, b)
+    s = np.asarray(a).view(_signed(a.dtype))
+    amount = np.where(in_range, amount, bits - 1).astype(s.dtype)  # past the width: sign fill
+    return np.right_shift(s, amount).astype(s.dtype).view(a.dtype)
+
+
+# -- compare, select, clamp -------------------------------------------------------------------
+
+def total_order_key(x: np.ndarray) -> np.ndarray:
+    """Signed integers ordered like IEEE totalOrder on the floats ``x``."""
+    dt = x.dtype
+    s = np.asarray(x).view(_signed(dt))
+    magnitude = np.array(np.iinfo(_signed(dt)).max, dtype=s.dtype)
+    return np.where(s < 0, s ^ magnitude, s)
+
+
+_COMPARE = {
+    ComparisonDirection.EQ: np.equal,
+    ComparisonDirection.NE: np.not_equal,
+    ComparisonDirection.GE: np.greater_equal,
+    ComparisonDirection.GT: np.greater,
+    ComparisonDirection.LE: np.less_equal,
+    ComparisonDirection.LT: np.less,
+}
+
+
+@register("stablehlo.compare", elementwise=True)
+def _compare(ctx, op: Op, a, b):
+    direction = op.attributes["comparison_direction"]
+    kind = op.attributes.get("compare_type", ComparisonType.FLOAT)
+    fn = _COMPARE[ComparisonDirection(direction)]
+    if a.dtype.kind == "c":
+        if direction in (ComparisonDirection.EQ, ComparisonDirection.NE):
+            return fn(a, b)
+        # Lexicographic on (real, imag).
+        lt = (a.real < b.real) | ((a.real == b.real) & (a.imag < b.imag))
+        gt = (a.real > b.real) | ((a.real == b.real) & (a.imag > b.imag))
+        eq = (a.real == b.real) & (a.imag == b.imag)
+        return {ComparisonDirection.LT: lt, ComparisonDirection.GT: gt,
+                ComparisonDirection.LE: lt | eq, ComparisonDirection.GE: gt | eq}[direction]
+    if is_float_dtype(a.dtype):
+        if kind == ComparisonType.TOTALORDER:
+            return fn(total_order_key(a), total_order_key(b))
+        return fn(a.astype(np.float64), b.astype(np.float64))
+    if kind == ComparisonType.UNSIGNED and a.dtype.kind == "i":
+        return fn(a.view(_unsigned(a.dtype)), b.view(_unsigned(b.dtype)))
+    if kind == ComparisonType.SIGNED and a.dtype.kind == "u":
+        return fn(a.view(_signed(a.dtype)), b.view(_signed(b.dtype)))
+    return fn(a, b)
+
+
+@register("stablehlo.select", elementwise=True)
+def _select(ctx, op, pred, on_true, on_false):
+    return np.where(pred, on_true, on_false).astype(on_true.dtype)
+
+
+@register("stablehlo.clamp", elementwise=True)
+def _clamp(ctx, op, lo, x, hi):
+    if is_float_dtype(x.dtype):
+        return compute_float(lambda l, v, h: np.minimum(np.maximum(v, l), h), lo, x, hi, dtype=x.dtype)
+    return np.minimum(np.maximum(x, lo), hi).astype(x.dtype)
+
+
+# -- conversions ------------------------------------------------------------------------------
+
+def convert(x: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """``stablehlo.convert`` to numpy dtype ``dt`` (see the module docstring for the rules)."""
+    src = x.dtype
+    if dt == src:
+        return x
+    if dt == np.bool_:
+        return x != 0
+    if src.kind == "c" and dt.kind != "c":
+        x = np.real(x)
+        src = x.dtype
+    if dt.kind in "iu" and (is_float_dtype(src)):
+        info = np.iinfo(dt)
+        v = np.trunc(x.astype(np.float64))
+        v = np.where(np.isnan(v), 0, v)
+        # float64 cannot hold int64/uint64 bounds exactly; compare in float, then pin the ends.
+        low, high = float(info.min), float(info.max)
+        out = np.clip(v, low, high)
+        result = np.empty(out.shape, dtype=dt)
+        big = out >= high
+        small = out <= low
+        mid = ~(big | small)
+        result[mid] = out[mid].astype(dt)
+        result[big] = info.max
+        result[small] = info.min
+        return result
+    if is_float_dtype(dt) and _is_low_float(dt) and src.kind in "iub":
+        return x.astype(np.float64).astype(np.float32).astype(dt)
+    if is_float_dtype(dt) and _is_low_float(dt) and is_float_dtype(src) and src.itemsize > 4:
+        return x.astype(np.float32).astype(dt)
+    if dt.kind in "iu" and src.kind in "iu":
+        return x.astype(dt)  # wraps
+    return x.astype(dt)
+
+
+@register("stablehlo.convert")
+def _convert(ctx, op, x):
+    return convert(x, op.results[0].type.dtype)
+
+
+@register("stablehlo.bitcast_convert")
+def _bitcast_convert(ctx, op, x):
+    out = op.results[0].type
+    data = np.ascontiguousarray(x).reshape(x.shape)  # (ascontiguousarray makes 0-d arrays 1-d)
+    if x.dtype.itemsize == out.dtype.itemsize:
+        return data.view(out.dtype)
+    return data.reshape(-1).view(out.dtype).reshape(out.shape)
+

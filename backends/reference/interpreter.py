@@ -1,0 +1,406 @@
+"""The reference interpreter: runs a StableHLO module op by op with numpy.
+
+It is the living definition of op semantics in pjrt-hub and the oracle of the tests, so it aims
+at being obviously right rather than fast: each op is one entry of the table in
+:mod:`.registry` (implementations in :mod:`.elementwise`, :mod:`.structural` and here for the
+ops with regions), every result is checked against the type the program declares, and the
+behaviour the spec leaves open follows XLA (documented in :mod:`.elementwise`).
+
+Regions that combine elements (reduce bodies, sort comparators, scatter updates) are evaluated
+generally, not pattern-matched. When a region uses only elementwise ops it runs on whole arrays
+of element pairs at once (a reduction of n elements takes log2(n) region evaluations, a sort
+compares all pairs of a row in one evaluation); otherwise it runs element by element.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from pjrt_hub.abi import ExecutionError, InvalidArgument, PjrtError, UnsupportedOpError
+from pjrt_hub.backends.stablehlo import Block, Function, Module, Op, TensorType, TupleType
+
+from . import elementwise, rng, structural  # noqa: F401 - importing registers their ops
+from .registry import OPS, register, supported_ops
+from .structural import pad_array, scatter_destinations
+
+__all__ = ["Execution", "Interpreter", "Results", "check_supported", "run_module", "supported_ops"]
+
+_TERMINATORS = frozenset({"func.return", "stablehlo.return"})
+#: Ops that are the identity on rank-0 values, so they may appear in vectorised regions.
+_SCALAR_SAFE = frozenset({"stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.convert",
+                          "stablehlo.bitcast_convert", "stablehlo.transpose", "stablehlo.reverse",
+                          "stablehlo.constant"})
+#: Of those, the ones that are the identity on a rank-0 value.
+_SCALAR_IDENTITY = frozenset({"stablehlo.broadcast_in_dim", "stablehlo.reshape",
+                              "stablehlo.transpose", "stablehlo.reverse"})
+#: Sorting compares all pairs of a row at once while batch * n * n stays below this.
+_PAIRWISE_LIMIT = 1 << 24
+
+
+class Results(list):
+    """What an op with a variable number of results returns (while, case, call...)."""
+
+
+def check_supported(module: Module, backend: str = "reference") -> None:
+    """Raise UnsupportedOpError for the first op the interpreter cannot run."""
+    for op in module.walk():
+        if op.name not in OPS and op.name not in _TERMINATORS:
+            raise UnsupportedOpError(op.name, location=op.where, supported=supported_ops(),
+                                     backend=backend)
+
+
+class Interpreter:
+    """Runs the functions of a (verified) module on numpy arrays."""
+
+    def __init__(self, module: Module) -> None:
+        check_supported(module)
+        self.module = module
+
+    def run(self, args: Sequence[np.ndarray], function: str | None = None) -> list[np.ndarray]:
+        fn = self.module.main if function is None else self.module.functions[function]
+        if len(args) != len(fn.args):
+            raise InvalidArgument(f"@{fn.name} takes {len(fn.args)} arguments, got {len(args)}")
+        arrays = []
+        for i, (arg, value) in enumerate(zip(fn.args, args)):
+            array = np.asarray(value)
+            ty = arg.type
+            if isinstance(ty, TensorType) and (array.shape != ty.shape or array.dtype != ty.dtype):
+                raise InvalidArgument(
+                    f"argument {i} of @{fn.name} must be {ty} ({ty.dtype}{list(ty.shape)}), "
+                    f"got {array.dtype}{list(array.shape)}")
+            arrays.append(array)
+        with np.errstate(all="ignore"):
+            outputs = Execution(self.module).call(fn, arrays)
+        # Fresh, contiguous, writable arrays: never views of the inputs or of constants.
+        return [np.array(o, copy=True, order="C") if isinstance(o, np.ndarray) or np.isscalar(o)
+                else o for o in outputs]
+
+
+def run_module(module: Module, args: Sequence[np.ndarray], function: str | None = None) -> list[np.ndarray]:
+    return Interpreter(module).run(args, function)
+
+
+class Execution:
+    """One run of a module: the values of the function being executed and the region machinery
+    the op implementations use (``ctx`` in their signature)."""
+
+    def __init__(self, module: Module) -> None:
+        self.module = module
+        self.env: dict[int, Any] = {}
+        self.depth = 0
+
+    # -- functions and regions ---------------------------------------------------------------
+
+    def call(self, fn: Function | str, args: Sequence[Any]) -> list[Any]:
+        if isinstance(fn, str):
+            fn = self.module.functions[fn]
+        if self.depth > 256:
+            raise ExecutionError(f"call depth limit exceeded calling @{fn.name} (recursion?)")
+        saved = self.env
+        self.env = {}
+        self.depth += 1
+        try:
+            return self.run_block(fn.body, args)
+        finally:
+            self.env = saved
+            self.depth -= 1
+
+    def region(self, block: Block, args: Sequence[Any]) -> list[Any]:
+        """Run a region once on values of its declared types."""
+        return self.run_block(block, args)
+
+    def run_block(self, block: Block, args: Sequence[Any], batched: bool = False) -> list[Any]:
+        env = self.env
+        for v, a in zip(block.args, args):
+            env[v.id] = a
+        for op in block.ops[:-1]:
+            self._execute(op, env, batched)
+        return [env[v.id] for v in block.ops[-1].operands]
+
+    def combiner(self, block: Block) -> Callable[..., list[np.ndarray]]:
+        """A function applying the region ``block`` elementwise to arrays (of any common
+        broadcast shape) standing for its scalar arguments."""
+        result_types = [v.type for v in block.ops[-1].operands]
+        if _vectorizable(block):
+            def batched(*xs: np.ndarray) -> list[np.ndarray]:
+                shape = np.broadcast_shapes(*(np.shape(x) for x in xs))
+                outs = self.run_block(block, xs, batched=True)
+                return [np.broadcast_to(np.asarray(o), shape).astype(t.dtype, copy=False)
+                        for o, t in zip(outs, result_types)]
+            return batched
+
+        def one_by_one(*xs: np.ndarray) -> list[np.ndarray]:
+            xs = np.broadcast_arrays(*xs)
+            shape = xs[0].shape if xs else ()
+            outs = [np.empty(shape, dtype=t.dtype) for t in result_types]
+            for index in np.ndindex(*shape):
+                values = self.run_block(block, [np.asarray(x[index]) for x in xs])
+                for out, v in zip(outs, values):
+                    out[index] = v
+            return outs
+        return one_by_one
+
+    # -- one op ------------------------------------------------------------------------------
+
+    def _execute(self, op: Op, env: dict[int, Any], batched: bool) -> None:
+        args = [env[v.id] for v in op.operands]
+        try:
+            if batched and op.name in _SCALAR_IDENTITY:
+                out = args[0]
+            else:
+                out = OPS[op.name].fn(self, op, *args)
+        except PjrtError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure becomes an error naming the op
+            raise ExecutionError(f"{op.describe()}: {type(exc).__name__}: {exc}") from exc
+        if len(op.results) == 1 and not isinstance(out, Results):
+            outs = [out]
+        else:
+            outs = list(out)
+        if len(outs) != len(op.results):
+            raise ExecutionError(f"{op.describe()}: produced {len(outs)} results, expected {len(op.results)}")
+        for value, result in zip(op.results, outs):
+            env[value.id] = _checked(op, value.type, result, batched)
+
+
+def _checked(op: Op, ty, result: Any, batched: bool) -> Any:
+    if isinstance(ty, TupleType):
+        return result
+    if not isinstance(ty, TensorType):
+        return result
+    array = np.asarray(result)
+    if array.dtype != ty.dtype:
+        raise ExecutionError(f"internal error: {op.describe()} produced {array.dtype}, "
+                             f"expected {ty} ({ty.dtype})")
+    if not batched and array.shape != ty.shape:
+        raise ExecutionError(f"internal error: {op.describe()} produced shape {array.shape}, "
+                             f"expected {ty}")
+    return array
+
+
+@functools.lru_cache(maxsize=4096)
+def _vectorizable(block: Block) -> bool:
+    for op in block.ops[:-1]:
+        if op.regions:
+            return False
+        impl = OPS.get(op.name)
+        if impl is None:
+            return False
+        if impl.elementwise:
+            continue
+        if op.name in _SCALAR_SAFE and all(
+                isinstance(v.type, TensorType) and v.type.rank == 0 for v in op.operands + op.results):
+            continue
+        return False
+    return True
+
+
+# -- ops with regions -------------------------------------------------------------------------
+
+@register("func.call")
+def _call(ctx: Execution, op: Op, *args):
+    return Results(ctx.call(op.attributes["callee"].name, args))
+
+
+@register("stablehlo.composite")
+def _composite(ctx: Execution, op: Op, *args):
+    return Results(ctx.call(op.attributes["decomposition"].name, args))
+
+
+@register("stablehlo.optimization_barrier")
+def _optimization_barrier(ctx: Execution, op: Op, *args):
+    return Results(args)
+
+
+@register("stablehlo.while")
+def _while(ctx: Execution, op: Op, *args):
+    cond, body = op.regions
+    values = list(args)
+    while bool(np.asarray(ctx.region(cond, values)[0])):
+        values = ctx.region(body, values)
+    return Results(values)
+
+
+@register("stablehlo.case")
+def _case(ctx: Execution, op: Op, index):
+    i = int(np.asarray(index))
+    if not 0 <= i < len(op.regions):
+        i = len(op.regions) - 1  # out-of-range indices run the last branch (spec)
+    return Results(ctx.region(op.regions[i], []))
+
+
+@register("stablehlo.if")
+def _if(ctx: Execution, op: Op, pred):
+    return Results(ctx.region(op.regions[0 if bool(np.asarray(pred)) else 1], []))
+
+
+@register("stablehlo.map")
+def _map(ctx: Execution, op: Op, *args):
+    return Results(ctx.combiner(op.regions[0])(*args))
+
+
+def _tree_reduce(combine, xs: list[np.ndarray]) -> list[np.ndarray]:
+    """Reduce the last axis of each array pairwise: log2(n) evaluations of ``combine``."""
+    n = xs[0].shape[-1]
+    while n > 1:
+        half = n // 2
+        left = [x[..., :half] for x in xs]
+        right = [x[..., half:2 * half] for x in xs]
+        merged = combine(*left, *right)
+        if n % 2:
+            merged = [np.concatenate([m, x[..., 2 * half:]], axis=-1) for m, x in zip(merged, xs)]
+        xs = merged
+        n = half + n % 2
+    return [x[..., 0] for x in xs]
+
+
+@register("stablehlo.reduce")
+def _reduce(ctx: Execution, op: Op, *args):
+    n = len(args) // 2
+    inputs, inits = args[:n], args[n:]
+    dims = list(op.attributes["dimensions"])
+    rank = inputs[0].ndim
+    kept = [d for d in range(rank) if d not in dims]
+    kept_shape = tuple(inputs[0].shape[d] for d in kept)
+    count = int(np.prod([inputs[0].shape[d] for d in dims], dtype=np.int64))
+    combine = ctx.combiner(op.regions[0])
+    start = [np.broadcast_to(i, kept_shape) for i in inits]
+    if count == 0:
+        return Results([np.array(s) for s in start])
+    xs = [np.transpose(x, kept + dims).reshape(kept_shape + (count,)) for x in inputs]
+    partial = _tree_reduce(combine, xs)
+    return Results(combine(*start, *partial))
+
+
+@register("stablehlo.reduce_window")
+def _reduce_window(ctx: Execution, op: Op, *args):
+    n = len(args) // 2
+    inputs, inits = args[:n], args[n:]
+    a = op.attributes
+    window, strides = a["window_dimensions"], a["window_strides"]
+    base, wdil = a["base_dilations"], a["window_dilations"]
+    pad = np.asarray(a["padding"]).reshape(-1, 2)
+    out_shape = op.results[0].type.shape
+    combine = ctx.combiner(op.regions[0])
+    padded = [pad_array(x, init, [int(p) for p in pad[:, 0]], [int(p) for p in pad[:, 1]],
+                        [b - 1 for b in base]) for x, init in zip(inputs, inits)]
+    accs = [np.broadcast_to(init, out_shape) for init in inits]
+    for offset in np.ndindex(*window):
+        sl = tuple(slice(o * d, o * d + s * (m - 1) + 1, s) if m > 0 else slice(0, 0)
+                   for o, d, s, m in zip(offset, wdil, strides, out_shape))
+        accs = combine(*accs, *[p[sl] for p in padded])
+    return Results([np.array(x) for x in accs])
+
+
+def _apply_in_rounds(combine, targets: list[np.ndarray], dest: np.ndarray, updates: list[np.ndarray]) -> None:
+    """``targets[dest[i]] = combine(targets[dest[i]], updates[i])`` in order of i, vectorised:
+    each round applies, for every destination, the earliest update not yet applied."""
+    flat = [t.reshape(-1) for t in targets]
+    remaining = np.arange(dest.size)
+    while remaining.size:
+        _, first = np.unique(dest[remaining], return_index=True)
+        take = remaining[first]
+        where = dest[take]
+        new = combine(*[f[where] for f in flat], *[u[take] for u in updates])
+        for f, v in zip(flat, new):
+            f[where] = v
+        keep = np.ones(remaining.size, dtype=bool)
+        keep[first] = False
+        remaining = remaining[keep]
+
+
+@register("stablehlo.scatter")
+def _scatter(ctx: Execution, op: Op, *args):
+    n = (len(args) - 1) // 2
+    inputs, indices, updates = args[:n], args[n], args[n + 1:]
+    dn = op.attributes["scatter_dimension_numbers"]
+    dest, valid, perm = scatter_destinations(inputs[0].shape, indices, updates[0].shape, dn)
+    ordered = [np.transpose(u, perm).reshape(-1) for u in updates]
+    results = [np.array(x, copy=True) for x in inputs]
+    _apply_in_rounds(ctx.combiner(op.regions[0]), results, dest[valid], [u[valid] for u in ordered])
+    return Results(results)
+
+
+@register("stablehlo.select_and_scatter")
+def _select_and_scatter(ctx: Execution, op: Op, operand, source, init):
+    a = op.attributes
+    window, strides = a["window_dimensions"], a["window_strides"]
+    pad = np.asarray(a["padding"]).reshape(-1, 2)
+    select = ctx.combiner(op.regions[0])
+    out_shape = source.shape
+    lo = [int(p) for p in pad[:, 0]]
+    hi = [int(p) for p in pad[:, 1]]
+    # Positions are tracked in the padded frame; padding itself is never selected.
+    positions = np.arange(operand.size, dtype=np.int64).reshape(operand.shape)
+    padded_pos = pad_array(positions, -1, lo, hi, [0] * operand.ndim)
+    padded_val = pad_array(operand, np.zeros((), operand.dtype), lo, hi, [0] * operand.ndim)
+    best_val = best_pos = None
+    for offset in np.ndindex(*window):
+        sl = tuple(slice(o, o + s * (m - 1) + 1, s) if m > 0 else slice(0, 0)
+                   for o, s, m in zip(offset, strides, out_shape))
+        cand_val, cand_pos = padded_val[sl], padded_pos[sl]
+        if best_val is None:
+            best_val, best_pos = cand_val.copy(), cand_pos.copy()
+            continue
+        keep = select(best_val, cand_val)[0]
+        take = (~keep & (cand_pos >= 0)) | (best_pos < 0)
+        best_val = np.where(take, cand_val, best_val)
+        best_pos = np.where(take, cand_pos, best_pos)
+    result = np.array(np.broadcast_to(init, operand.shape), copy=True)
+    if best_pos is not None:
+        chosen = best_pos.reshape(-1)
+        ok = chosen >= 0
+        _apply_in_rounds(ctx.combiner(op.regions[1]), [result], chosen[ok], [source.reshape(-1)[ok]])
+    return result
+
+
+@register("stablehlo.sort")
+def _sort(ctx: Execution, op: Op, *inputs):
+    dim = op.attributes["dimension"]
+    comparator = op.regions[0]
+    moved = [np.moveaxis(x, dim, -1) for x in inputs]
+    n = moved[0].shape[-1]
+    batch_shape = moved[0].shape[:-1]
+    batch = int(np.prod(batch_shape, dtype=np.int64))
+    flat = [m.reshape(batch, n) for m in moved]
+    order = np.empty((batch, n), dtype=np.int64)
+    if n <= 1:
+        order[:] = np.arange(n)
+    elif n * n <= _PAIRWISE_LIMIT:
+        less = ctx.combiner(comparator)
+        rows = max(1, _PAIRWISE_LIMIT // (n * n))
+        for start in range(0, batch, rows):
+            chunk = [f[start:start + rows] for f in flat]
+            args = []
+            for c in chunk:
+                args += [c[:, :, None], c[:, None, :]]
+            lt = np.asarray(less(*args)[0], dtype=bool)  # lt[b, i, j] = comparator(x_i, x_j)
+            # Stable rank of i: elements strictly before it, plus equal ones earlier in the row.
+            before = lt.transpose(0, 2, 1)
+            equal = ~lt & ~before
+            earlier = np.tril(np.ones((n, n), dtype=bool), -1)  # j < i
+            rank = before.sum(axis=2) + (equal & earlier[None]).sum(axis=2)
+            rows_idx = np.arange(rank.shape[0])[:, None]
+            order[start:start + rows][rows_idx, rank] = np.arange(n)[None, :]
+    else:
+        def compare(b, i, j):
+            args = []
+            for f in flat:
+                args += [np.asarray(f[b, i]), np.asarray(f[b, j])]
+            if bool(np.asarray(ctx.region(comparator, args)[0])):
+                return -1
+            args = []
+            for f in flat:
+                args += [np.asarray(f[b, j]), np.asarray(f[b, i])]
+            return 1 if bool(np.asarray(ctx.region(comparator, args)[0])) else 0
+        for b in range(batch):
+            order[b] = sorted(range(n), key=functools.cmp_to_key(lambda i, j: compare(b, i, j)))
+    results = []
+    for f, m in zip(flat, moved):
+        sorted_rows = np.take_along_axis(f, order, axis=1).reshape(m.shape)
+        results.append(np.moveaxis(sorted_rows, -1, dim))
+    return Results(results)
+
