@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import importlib.metadata as md
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -243,12 +244,9 @@ def _tox_command() -> list[str] | None:
     tox = shutil.which("tox")
     if tox:
         return [tox]
-    try:
-        import tox as _tox  # noqa: F401
-
+    if importlib.util.find_spec("tox") is not None:
         return [sys.executable, "-m", "tox"]
-    except ImportError:
-        return None
+    return None
 
 
 def run_tox(output: Path, envs: Sequence[str] = DEFAULT_TOX_ENVS, *, project: Path | None = None,

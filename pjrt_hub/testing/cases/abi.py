@@ -12,7 +12,7 @@ from typing import Any
 from pjrt_hub.abi import history
 from pjrt_hub.extensions import extension_spec
 
-from .._case import case, check, skip
+from .._case import CaseFailure, case, check, skip
 from .._context import PluginUnderTest
 
 #: ``PJRT_Api`` before its first function pointer: struct_size, extension_start, PJRT_Api_Version.
@@ -27,13 +27,17 @@ def facts(ctx: PluginUnderTest) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for key, names in (("struct_size", ("api_struct_size", "struct_size")),
                        ("version_struct_size", ("api_version_struct_size", "version_struct_size")),
-                       ("extensions", ("extensions",))):
+                       ("extensions", ("extensions",)), ("null_functions", ("null_functions",))):
         for name in names:
             if details.get(name) is not None:
                 found[key] = details[name]
                 break
     if "struct_size" not in found and ctx.loaded:
-        library = getattr(getattr(ctx.api, "unwrapped", None), "library", None)
+        try:
+            api = ctx.api
+        except CaseFailure:  # no bridge to load it: the probe data is all there is
+            api = None
+        library = getattr(getattr(api, "unwrapped", None), "library", None)
         for key in ("struct_size", "version_struct_size"):
             if getattr(library, key, None) is not None:
                 found[key] = getattr(library, key)
@@ -87,3 +91,32 @@ def extension_struct_sizes(ctx: PluginUnderTest) -> None:
         smallest = min(spec.struct_sizes.values())
         check(size is not None and size >= smallest,
               f"extension {name} has struct_size {size}, smaller than version 1 of it ({smallest} bytes)")
+
+
+@case("abi", kind="c")
+def no_null_functions(ctx: PluginUnderTest) -> None:
+    """Every slot of the table the plugin's minor promises holds a function (a NULL one crashes the caller)."""
+    known = facts(ctx)
+    if "null_functions" not in known:
+        skip(f"no probe data for {ctx.name}: the function table was not read")
+    null = list(known["null_functions"])
+    check(not null, f"plugin {ctx.name} leaves {len(null)} slots of its PJRT_Api NULL: {', '.join(null)}")
+
+
+@case("abi", kind="c", timeout=120.0)
+def args_struct_sizes(ctx: PluginUnderTest) -> None:
+    """The Args structs the bridge passes are at least the size the plugin expects for each function
+    (asked of the plugin itself: it names its expected struct_size when given a too small one)."""
+    try:
+        from pjrt_hub.backends.c_api.abi_check import check_struct_sizes
+    except ImportError:
+        skip("the C bridge (pjrt_hub.backends.c_api) has no struct-size check installed")
+    path = ctx.record.library_path
+    if not path:
+        skip(f"plugin {ctx.name} has no library path")
+    report = ctx.call(check_struct_sizes, path, what="asking the plugin for its Args struct sizes", timeout=110.0)
+    if getattr(report, "outcome", "ok") != "ok":
+        skip(f"the struct-size check could not run: {getattr(report, 'reason', None)}")
+    small = report.too_small()
+    check(not small, "Args structs smaller than the plugin expects: " + ", ".join(
+        f"{c.function} ({c.ours} < {c.plugin_expects})" for c in small))
