@@ -275,8 +275,9 @@ def run_tox(output: Path, envs: Sequence[str] = DEFAULT_TOX_ENVS, *, project: Pa
         if path.exists():
             partials.append(MatrixReport.model_validate_json(path.read_text()))
             continue
-        skipped = any(name in line and "skipped" in line.lower() for line in log.splitlines())
+        skipped = any(name in line and "skip" in line.lower() for line in log.splitlines())
         missing.append(EnvironmentInfo(name=name, status="missing" if skipped else "failed",
-                                       note="tox skipped it: its interpreter is not installed" if skipped
+                                       note="tox skipped it: its interpreter was not found (with pyenv, set PYENV_VERSION to "
+                                       "list the installed versions)" if skipped
                                        else f"tox gave no result (exit {done.returncode}); see `tox -e {name}`"))
     return partials, missing
