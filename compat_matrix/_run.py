@@ -249,6 +249,17 @@ def _tox_command() -> list[str] | None:
     return None
 
 
+def _installed_interpreters() -> list[str]:
+    """Pythons that pyenv installed: tox finds them through its shims only for the active
+    versions, so they are handed to it (``--discover``)."""
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    found = []
+    for path in sorted(root.glob("*/bin/python3.*")):
+        if path.name.replace("python3.", "").isdigit() and os.access(path, os.X_OK):
+            found.append(str(path))
+    return found
+
+
 def run_tox(output: Path, envs: Sequence[str] = DEFAULT_TOX_ENVS, *, project: Path | None = None,
             parallel: str = "auto", extra: Sequence[str] = (), timeout: float | None = None
             ) -> tuple[list[MatrixReport], list[EnvironmentInfo]]:
@@ -264,12 +275,16 @@ def run_tox(output: Path, envs: Sequence[str] = DEFAULT_TOX_ENVS, *, project: Pa
         return [], [EnvironmentInfo(name=e, status="failed", note="tox is not installed") for e in envs]
     env = dict(os.environ, PJRT_HUB_MATRIX_OUT=str(output))
     command = [*tox, "run-parallel", "-p", parallel, "--parallel-no-spinner", "-e", ",".join(envs)]
+    interpreters = _installed_interpreters()
+    if interpreters:
+        command += ["--discover", *interpreters]
     if extra:
         command += ["--", *extra]
     done = subprocess.run(command, cwd=project or Path.cwd(), env=env, capture_output=True, text=True,
                           timeout=timeout)
     partials, missing = [], []
     log = (done.stdout or "") + (done.stderr or "")
+    tail = " | ".join(line.strip() for line in log.strip().splitlines()[-3:]) or "no output"
     for name in envs:
         path = partials_dir / f"{name}.json"
         if path.exists():
@@ -279,5 +294,5 @@ def run_tox(output: Path, envs: Sequence[str] = DEFAULT_TOX_ENVS, *, project: Pa
         missing.append(EnvironmentInfo(name=name, status="missing" if skipped else "failed",
                                        note="tox skipped it: its interpreter was not found (with pyenv, set PYENV_VERSION to "
                                        "list the installed versions)" if skipped
-                                       else f"tox gave no result (exit {done.returncode}); see `tox -e {name}`"))
+                                       else f"tox gave no result (exit {done.returncode}): {tail}"))
     return partials, missing
