@@ -233,6 +233,120 @@ def cmd_check(args: argparse.Namespace) -> int:
     return ExitCode.OK if report.ok else ExitCode.FAILURE
 
 
+# -- conformance -------------------------------------------------------------------------------
+
+
+def _render_conformance(report: Any) -> str:
+    marks = {"passed": "passed ", "failed": "FAILED ", "xfailed": "xfailed", "skipped": "skipped"}
+    lines = [f"PJRT conformance suite {report.suite_version}, framework PJRT API {report.framework_version}"]
+    for p in report.plugins:
+        dist = f", {p.distribution} {p.distribution_version}" if p.distribution else ""
+        lines += ["", f"{p.plugin} ({p.kind}{dist}, PJRT API {p.api_version or '?'}): {p.counts}"]
+        for c in p.cases:
+            detail = c.message or ""
+            if c.outcome.value == "xfailed":
+                detail = f"limitation: {c.limitation}" + (f" ({c.message})" if c.message else "")
+            text = " ".join(detail.split())
+            lines.append(f"  {marks[c.outcome.value]}  {c.id}" + (f": {text}" if text else ""))
+    failed = sum(p.counts.failed for p in report.plugins)
+    lines += ["", "OK: no case failed." if report.ok else f"NOT OK: {failed} cases failed."]
+    return "\n".join(lines)
+
+
+def cmd_conformance(args: argparse.Namespace) -> int:
+    from pjrt_hub.testing._report import ConformanceReport
+
+    if args.schema:
+        print(json.dumps(ConformanceReport.model_json_schema(), indent=2))
+        return ExitCode.OK
+    from pjrt_hub._registry import default_plugin_name
+    from pjrt_hub.testing._run import ConformanceRunError, run_conformance
+    from pjrt_hub.testing._session import make_registry
+
+    plugins = args.plugin or [default_plugin_name()]
+    framework = str(args.framework_version) if args.framework_version else None
+    registry, names = make_registry(plugins, framework=framework, strict=args.strict)
+    known = {r.name.lower() for r in registry.records}
+    missing = [p for p, n in zip(plugins, names) if n.lower() not in known]
+    if missing:
+        found = ", ".join(sorted(r.name for r in registry.records)) or "none"
+        print(f"no plugin named {', '.join(missing)} (found: {found})", file=sys.stderr)
+        return ExitCode.NOT_FOUND
+    try:
+        report = run_conformance(plugins, framework=framework, strict=args.strict, cases=args.case,
+                                 timeout_scale=args.timeout_scale, junit=args.junit,
+                                 show_output=args.pytest_output and not args.json)
+    except ConformanceRunError as exc:
+        print(str(exc), file=sys.stderr)
+        return ExitCode.USAGE
+    _emit(args, report, _render_conformance)
+    return ExitCode.OK if report.ok else ExitCode.FAILURE
+
+
+# -- matrix ------------------------------------------------------------------------------------
+
+
+def _render_matrix_summary(report: Any, paths: dict[str, str] | None = None) -> str:
+    from collections import Counter
+
+    tally = Counter(c.status.value for c in report.cells)
+    lines = [f"PJRT compatibility matrix: {len(report.plugins)} plugins x {len(report.framework_versions)} "
+             f"framework versions ({', '.join(report.framework_versions)}) in {len(report.environments)} environments",
+             "cells: " + ", ".join(f"{tally.get(k, 0)} {k}" for k in ("passed", "failed", "refused", "error"))]
+    for e in report.environments:
+        lines.append(f"environment {e.name}: {e.status}" + (f" ({e.note})" if e.note else ""))
+    for c in report.cells:
+        if c.status.value in ("failed", "error"):
+            why = c.error or "; ".join(f.id for f in c.failures)
+            lines.append(f"RED {c.plugin} at {c.framework_version} ({c.environment}): {c.status.value}: "
+                         f"{' '.join(why.split())[:300]}")
+    for kind, path in (paths or {}).items():
+        lines.append(f"wrote {path}")
+    return "\n".join(lines)
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from pjrt_hub.compat_matrix import (FIXTURE_PLUGINS, CellCache, MatrixReport, merge, run_environment,
+                                        run_tox, write_outputs)
+
+    if args.schema:
+        print(json.dumps(MatrixReport.model_json_schema(), indent=2))
+        return ExitCode.OK
+    output = Path(args.output)
+    cache = CellCache(Path(args.cache)) if args.cache else None
+    options = dict(frameworks=args.framework_version, plugins=args.plugin,
+                   fixtures=() if args.no_fixtures else FIXTURE_PLUGINS, libraries=args.library, jobs=args.jobs,
+                   cell_timeout=args.cell_timeout, cache=cache, refresh=args.refresh, cases=args.case)
+    if args.no_tox or args.partial:
+        run = run_environment(output, environment=args.env_name, **options)
+        report = run.report
+        if args.partial:
+            partial = Path(args.partial)
+            partial.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_text(report.model_dump_json(indent=2))
+            paths = {"partial": str(partial)}
+        else:
+            paths = write_outputs(report, output)
+        note = f"{run.cells_run} cells run, {run.cells_cached} from the cache"
+    else:
+        envs = args.env or None
+        partials, missing = run_tox(output, *([envs] if envs else []), extra=args.tox_arg)
+        if not partials:
+            print("no tox environment produced results: " + "; ".join(f"{m.name}: {m.note}" for m in missing),
+                  file=sys.stderr)
+            return ExitCode.FAILURE
+        report = merge(partials, missing)
+        paths = write_outputs(report, output)
+        note = f"{len(partials)} environments ran, {len(missing)} gave no result"
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        print(_render_matrix_summary(report, paths))
+        print(note)
+    red = [c for c in report.cells if c.status.value in ("failed", "error")]
+    return ExitCode.FAILURE if red else ExitCode.OK
 # -- run ---------------------------------------------------------------------------------------
 
 
@@ -399,6 +513,54 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output(p)
     p.set_defaults(func=cmd_check)
 
+    p = sub.add_parser("conformance", help="run the PJRT conformance suite on plugins; non-zero exit if "
+                                           "a case fails")
+    p.add_argument("--plugin", action="append", default=[], metavar="NAME",
+                   help="a plugin name or a PJRT C plugin library path (repeatable; default: PJRT_DEVICE "
+                        "or numba_cpu)")
+    p.add_argument("--case", action="append", default=[], metavar="PATTERN",
+                   help="only cases whose id (group/name) matches this fnmatch pattern (repeatable)")
+    p.add_argument("--framework-version", type=_api_version, default=None, metavar="MAJOR.MINOR",
+                   help=f"act as a framework at this PJRT API version (default {history.NEWEST_KNOWN})")
+    p.add_argument("--strict", action="store_true", help="require the exact framework version")
+    p.add_argument("--timeout-scale", type=float, default=1.0, metavar="X",
+                   help="multiply every case's time bound by X")
+    p.add_argument("--junit", default=None, metavar="FILE", help="also write a JUnit XML report")
+    p.add_argument("--pytest-output", action="store_true", help="show pytest's own output as it runs")
+    _add_output(p)
+    p.set_defaults(func=cmd_conformance)
+
+    p = sub.add_parser("matrix", help="the compatibility matrix: plugins x framework versions x environments; "
+                                      "non-zero exit if a cell is red")
+    p.add_argument("--output", default="matrix", metavar="DIR",
+                   help="where matrix.json, matrix.md, matrix.html and the cache go (default ./matrix)")
+    p.add_argument("--framework-version", type=_api_version, action="append", default=[], metavar="MAJOR.MINOR",
+                   help="a framework version column (repeatable; default 0.81, 0.95, 0.106, 0.115 and "
+                        f"{history.NEWEST_KNOWN})")
+    p.add_argument("--plugin", action="append", default=[], metavar="NAME",
+                   help="only this plugin (repeatable; default: every plugin found and the fixture plugins)")
+    p.add_argument("--library", action="append", default=[], metavar="PATH",
+                   help="also a PJRT C plugin library (repeatable)")
+    p.add_argument("--no-fixtures", action="store_true", help="leave out the toy fixture plugins")
+    p.add_argument("--case", action="append", default=[], metavar="PATTERN",
+                   help="only conformance cases matching this pattern (repeatable)")
+    p.add_argument("--no-tox", action="store_true",
+                   help="run this environment only, here, without tox")
+    p.add_argument("--env", action="append", default=[], metavar="TOXENV",
+                   help="tox environments to run (repeatable; default: the matrix-* environments of tox.ini)")
+    p.add_argument("--tox-arg", action="append", default=[], metavar="ARG", help="passed to tox after --")
+    p.add_argument("--env-name", default="local", metavar="NAME",
+                   help="the name of this environment in the report (tox passes its env name)")
+    p.add_argument("--partial", default=None, metavar="FILE",
+                   help="write this environment's partial report to FILE and render nothing (for tox)")
+    p.add_argument("--jobs", type=int, default=None, metavar="N", help="cells at a time (default: the cores)")
+    p.add_argument("--cell-timeout", type=float, default=900.0, metavar="S",
+                   help="seconds before a cell is a red time-out (default 900)")
+    p.add_argument("--cache", default=None, metavar="DIR",
+                   help="the cell cache (default: $PJRT_HUB_CACHE/matrix, else DIR/cache under --output)")
+    p.add_argument("--refresh", action="store_true", help="run every cell again, ignoring the cache")
+    _add_output(p)
+    p.set_defaults(func=cmd_matrix)
     p = sub.add_parser("probe", help="read a PJRT C library safely (in a subprocess): version, "
                                      "functions, extensions, attributes")
     p.add_argument("target", nargs="?", metavar="PATH_OR_NAME", help="a .so path, or a C plugin's name")
