@@ -6,6 +6,7 @@ per-call work is filling in handles and one call into the plugin."""
 from __future__ import annotations
 
 import ctypes
+import weakref
 from typing import TYPE_CHECKING, Any, Sequence
 
 from pjrt_hub.abi import (
@@ -43,13 +44,20 @@ if TYPE_CHECKING:
 
 
 class CExecutable(_Handle, Executable):
-    """``PJRT_Executable``: owned (from ``GetExecutable`` or ``PJRT_Compile``)."""
+    """``PJRT_Executable``: owned (from ``GetExecutable`` or ``PJRT_Compile``).
 
-    __slots__ = ("_lib", "_client")
+    One from ``GetExecutable`` borrows from its loaded executable (XLA's 0.81 plugin segfaults when
+    it is queried after the loaded one is gone), so it keeps that one alive, and the loaded one
+    destroys its derived executables before itself.
+    """
 
-    def __init__(self, lib: PluginLibrary, handle: int, client: "CClient | None") -> None:
+    __slots__ = ("_lib", "_client", "_loaded")
+
+    def __init__(self, lib: PluginLibrary, handle: int, client: "CClient | None",
+                 loaded: "CLoadedExecutable | None" = None) -> None:
         self._lib = lib
         self._client = client
+        self._loaded = loaded
         owner = client._owner if client is not None else None
         self._owned = _Owned(lib, handle, "PJRT_Executable_Destroy", "PJRT_Executable_Destroy_Args",
                              "executable", owner, 1)
@@ -182,10 +190,11 @@ class _ExecutePlan:
 class CLoadedExecutable(_Handle, LoadedExecutable):
     """``PJRT_LoadedExecutable``: owned; runs on the client's devices."""
 
-    __slots__ = ("_client", "_num_outputs", "_plans")
+    __slots__ = ("_client", "_num_outputs", "_plans", "_derived")
 
     def __init__(self, client: "CClient", handle: int) -> None:
         self._client = client
+        self._derived: weakref.WeakSet[CExecutable] = weakref.WeakSet()
         self._owned = _Owned(client._lib, handle, "PJRT_LoadedExecutable_Destroy",
                              "PJRT_LoadedExecutable_Destroy_Args", "executable", client._owner, 1)
         self._num_outputs: int | None = None
@@ -195,7 +204,14 @@ class CLoadedExecutable(_Handle, LoadedExecutable):
         lib = self._client._lib
         args = lib.args("PJRT_LoadedExecutable_GetExecutable_Args", loaded_executable=self._live("get_executable"))
         lib.call("PJRT_LoadedExecutable_GetExecutable", args)
-        return CExecutable(lib, args.executable, self._client)
+        executable = CExecutable(lib, args.executable, self._client, self)
+        self._derived.add(executable)
+        return executable
+
+    def destroy(self) -> None:
+        for executable in list(self._derived):
+            executable.destroy()
+        super().destroy()
 
     def num_outputs(self) -> int:
         if self._num_outputs is None:

@@ -380,3 +380,32 @@ def test_ahead_of_time_paths_report_the_plugins_answer(api, client):
         api.topology_create()
     with pytest.raises(NotFound, match="No compiler registered for platform cpu"):
         api.compile(Program(ADD_PROGRAM), client.topology_description(), client=client)
+
+
+def test_an_executable_outlives_the_loaded_executable_it_came_from(xla_cpu_path):
+    """XLA's PJRT_Executable from GetExecutable borrows from the loaded one; querying it after the
+    loaded one was collected segfaulted. Run in a child so a regression is a failure, not a crash."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import gc
+        from pjrt_hub.abi import Program
+        from pjrt_hub.backends.c_api import load_api
+        client = load_api({xla_cpu_path!r}).client_create({{}})
+        loaded = client.compile(Program("func.func @main(%a: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) "
+                                        "{{ return %a, %a : tensor<4xf32>, tensor<4xf32> }}"))
+        executable = loaded.get_executable()
+        del loaded
+        gc.collect()
+        print(executable.num_outputs())
+        executable.destroy()
+        again = client.compile(Program("func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {{ return %a : tensor<4xf32> }}"))
+        derived = again.get_executable()
+        again.destroy()          # destroys what it lent first
+        client.destroy()
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "2"
