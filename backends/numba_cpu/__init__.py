@@ -1,1 +1,30 @@
-"""(filled by its issue)"""
+"""numba_cpu: the built-in CPU backend, compiling StableHLO to numba.
+
+``NumbaCompiler`` is the :class:`~pjrt_hub.backends.cpu_runtime.compiler.ProgramCompiler` the
+host runtime plugs in: it parses the program, inlines calls, lowers the function to the source
+of one numba function (elementwise chains fused into loops, BLAS for ``dot_general``, control
+flow inside the compiled code), compiles it and caches the result on disk.
+"""
+
+from __future__ import annotations
+
+import os as _os
+
+# numba's OpenMP workers spin after each parallel loop; OpenBLAS (dot_general) then competes
+# with spinning threads for the same cores and runs 3-5x slower. Passive waiting costs a few
+# microseconds per parallel loop instead. Must be set before the OpenMP runtime starts; a value
+# the user chose is kept.
+_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+_os.environ.setdefault("KMP_BLOCKTIME", "0")
+
+from .compiler import CacheStats, NumbaCompiler, NumbaProgram, default_cache_dir
+
+__all__ = ["CacheStats", "NumbaCompiler", "NumbaProgram", "default_cache_dir", "supported_ops"]
+
+
+def supported_ops() -> list[str]:
+    """Names of the ops this backend lowers."""
+    from . import kernels, rules  # noqa: F401
+    from .codegen import supported_ops as _ops
+
+    return _ops()

@@ -1,0 +1,666 @@
+"""Lowering: StableHLO IR -> the Python source of one numba function.
+
+How a function is lowered
+-------------------------
+
+Every value gets a *binding*: a materialized array, a scalar variable, a constant, or
+:class:`Lazy` — "computed where it is read". Elementwise and indexing ops (``add``, ``exp``,
+``broadcast_in_dim``, ``slice``, ``gather``...) are lazy: reading one at an index reads its
+operands at the mapped indices and combines them, so a chain of them becomes one expression per
+element inside whichever loop reads it, with no temporary array between the ops. Memoising reads
+by (value, index) turns a DAG into straight-line code without recomputation.
+
+A value is materialized (gets its own loop nest writing an array) when something needs an array
+(``dot_general``, ``sort``, the function's results, a region reading it) or when recomputing it
+for several consumers would repeat expensive work. Those loop nests are *kernels*; consecutive
+kernels that share leading dimensions are fused into one *group* with a single outer loop
+(over rows), each member adding its own inner loops: softmax becomes, per row, a max loop, an
+exp-and-sum loop and a divide loop, with the exponentials kept in a row-sized buffer. Reductions
+take part as members whose reduced dimensions are inner loops with a scalar accumulator.
+
+Large groups run their outer loop with ``prange`` in chunks. Control flow (``while``, ``case``)
+becomes Python control flow in the same function, so loops never return to Python.
+
+The op rules live in :mod:`.rules`; this module is the machinery they use.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from pjrt_hub.abi import CompileError, UnsupportedOpError
+from pjrt_hub.backends.stablehlo import Block, Function, Op, TensorType, Value
+
+from .source import ElementKind, Expr, Scope, deepest, element_kind
+
+__all__ = ["Lowering", "LoweringOptions", "GeneratedFunction"]
+
+# -- bindings ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Arr:
+    """A materialized array (rank >= 1), or a global constant array."""
+
+    name: str
+    kind: ElementKind
+    is_global: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Scal:
+    """A rank-0 value held in a scalar variable (or any scalar expression)."""
+
+    expr: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Lazy:
+    op: Op
+    index: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """A group-local buffer holding one row (the dims after the group's outer dims)."""
+
+    name: str
+    kind: ElementKind
+    n_outer: int
+
+
+Binding = Arr | Scal | Lazy | Row
+
+
+#: Arrays from this size on are advised to use transparent huge pages (numpy's threshold too).
+_HUGEPAGE_MIN_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class LoweringOptions:
+    #: Elements of work above which a kernel group runs its outer loop in parallel.
+    parallel_threshold: int = 1 << 17
+    #: Threads to split parallel loops for (chunks per prange).
+    num_threads: int = 2
+    #: Subtree cost (see ``Rule.cost``) above which a multiply-used value is materialized.
+    recompute_limit: int = 6
+
+
+@dataclass
+class GeneratedFunction:
+    source: str
+    entry: str
+    parallel: bool
+    input_kinds: tuple[ElementKind, ...]
+    output_kinds: tuple[ElementKind, ...]
+    #: Module-level names (constants) the function reads: name -> Python expression.
+    globals: dict[str, str]
+
+
+# -- op rules ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How one op lowers. Exactly one of the three callables is set.
+
+    * ``elementwise(ctx, op, args) -> str``: the result at one index from the operands at the
+      same index (rank-0 operands of ``select``/``clamp`` broadcast).
+    * ``index(ctx, op, result_index, idx) -> Expr``: read the result at ``idx``, reading the
+      operands at other indices (broadcast, transpose, slice, gather...).
+    * ``kernel(ctx, op) -> list[Binding]``: anything else; operands are materialized first
+      (unless ``lazy_operands``), the rule emits code and returns the results' bindings.
+    """
+
+    elementwise: Callable | None = None
+    index: Callable | None = None
+    kernel: Callable | None = None
+    #: Relative cost of computing one element, to decide recomputation vs materialization.
+    cost: int = 1
+    #: Kernel rules that read their operands through ``ctx.read`` (fusing the producers).
+    lazy_operands: bool = False
+
+
+RULES: dict[str, Rule] = {}
+
+
+#: Ops handled by the lowering itself rather than a rule: calls and composites are inlined,
+#: terminators end blocks.
+STRUCTURAL_OPS = ("func.call", "func.return", "stablehlo.return", "stablehlo.composite")
+
+
+def supported_ops() -> list[str]:
+    return sorted(set(RULES) | set(STRUCTURAL_OPS))
+
+
+def _unsupported(op: Op) -> UnsupportedOpError:
+    return UnsupportedOpError(op.name, location=op.location, supported=supported_ops(), backend="numba_cpu")
+
+
+# -- the lowering context -------------------------------------------------------------------------
+
+
+@dataclass
+class _Member:
+    """One loop nest inside a group: elementwise roots, or one reduce."""
+
+    kind: str  # "ew" | "reduce"
+    values: list[Value]
+    op: Op | None = None  # the reduce op
+    shape: tuple[int, ...] = ()
+
+
+@dataclass
+class _Group:
+    outer: tuple[int, ...]
+    members: list[_Member] = field(default_factory=list)
+
+
+class _RejectFusion(Exception):
+    pass
+
+
+class Lowering:
+    """Lowers one (call-free) function to the source of a numba function."""
+
+    def __init__(self, fn: Function, options: LoweringOptions | None = None) -> None:
+        self.fn = fn
+        self.options = options or LoweringOptions()
+        self.env: dict[Value, Binding] = {}
+        self.memo: dict[tuple[int, tuple[str, ...]], Expr] = {}
+        self.globals: dict[str, str] = {}
+        self._global_keys: dict[tuple, str] = {}
+        self._names = itertools.count()
+        self.scope = Scope()
+        self.parallel = False
+        self._watch: set[Value] | None = None
+        self._watch_log: list[tuple[Value, tuple[Expr, ...]]] = []
+        self._views: dict = {}
+        self._view_scopes: dict = {}
+
+    # ---- names and globals ----
+
+    def fresh(self, prefix: str = "t") -> str:
+        return f"{prefix}{next(self._names)}"
+
+    def const(self, value, kind: ElementKind) -> Expr:
+        """A module-level scalar constant of the kind's computation type."""
+        v = np.asarray(value).reshape(())
+        if kind.cls == "f":
+            dt = np.float64 if kind.bits == 64 else np.float32
+            x = np.asarray(v, dtype=np.float64).astype(dt) if v.dtype.kind != "f" or v.dtype != dt else v.astype(dt)
+            bits = int(np.asarray(x).view(np.uint64 if dt == np.float64 else np.uint32))
+            key = ("f", dt.__name__, bits)
+            ubits = "uint64" if dt == np.float64 else "uint32"
+            text = f"np.{ubits}({bits}).view(np.{np.dtype(dt).name})"
+        elif kind.cls == "b":
+            key = ("b", bool(v))
+            text = f"np.bool_({bool(v)})"
+        else:
+            iv = int(v)
+            key = ("i", kind.storage.name, iv)
+            text = f"np.{kind.storage.name}({iv})"
+        name = self._global_keys.get(key)
+        if name is None:
+            name = f"K{len(self._global_keys)}"
+            self._global_keys[key] = name
+            self.globals[name] = text
+        return Expr(name)
+
+    def global_array(self, array: np.ndarray, kind: ElementKind) -> str:
+        data = np.ascontiguousarray(array)
+        if kind.narrow:
+            data = data.view(np.uint16)
+        else:
+            data = data.astype(kind.storage, copy=False)
+        key = ("a", data.dtype.str, data.shape, data.tobytes())
+        name = self._global_keys.get(key)
+        if name is None:
+            name = f"G{len(self._global_keys)}"
+            self._global_keys[key] = name
+            self.globals[name] = (
+                f"np.frombuffer(bytes.fromhex({data.tobytes().hex()!r}), np.{data.dtype.name})"
+                f".reshape({tuple(data.shape)!r})")
+        return name
+
+    # ---- temporaries ----
+
+    def temp(self, text: str, deps: Iterable[Expr], prefix: str = "t") -> Expr:
+        """Assign ``text`` to a fresh variable in the outermost scope where its deps exist."""
+        deps = list(deps)
+        target = deepest(deps, None)
+        if target is None or target.depth < self._base.depth:
+            # Never above the current group base (whose loops follow) or control-flow block:
+            # statements cannot be hoisted out of a branch or a loop with mutable variables.
+            target = self._base
+        name = self.fresh(prefix)
+        target.emit(f"{name} = {text}")
+        return Expr(name, target)
+
+    # ---- reading values ----
+
+    def kind(self, v: Value) -> ElementKind:
+        return element_kind(v.type, where=v.name)
+
+    def _memo_get(self, key) -> Expr | None:
+        e = self.memo.get(key)
+        if e is None:
+            return None
+        if e.scope is not None and not e.scope.encloses(self.scope):
+            return None
+        return e
+
+    def read(self, v: Value, idx: Sequence[Expr]) -> Expr:
+        """The element of ``v`` at ``idx`` as a scalar expression of its computation type."""
+        idx = tuple(idx)
+        key = (v.id, tuple(i.text for i in idx))
+        hit = self._memo_get(key)
+        if hit is not None:
+            return hit
+        b = self.env.get(v)
+        if b is None:
+            if self._watch is None:
+                raise CompileError(f"internal: value {v.name} read before it was defined")
+            # Fusion probe during planning: kernels before the group are not emitted yet.
+            b = Arr(f"_probe{v.id}", self.kind(v)) if v.type.rank else Scal(Expr(f"_probe{v.id}"))
+        if isinstance(b, Scal):
+            e = b.expr
+        elif isinstance(b, (Arr, Row)):
+            if self._watch is not None and v in self._watch:
+                self._watch_log.append((v, idx))
+            if isinstance(b, Row):
+                inner = idx[b.n_outer:]
+                sub = ", ".join(i.text for i in inner) if inner else "0"
+                e = self.temp(b.kind.load(f"{b.name}[{sub}]"), inner or idx[: b.n_outer])
+            else:
+                sub = ", ".join(i.text for i in idx) if idx else "()"
+                e = self.temp(b.kind.load(f"{b.name}[{sub}]"), idx)
+        else:
+            e = self.compute(v, idx, b)
+        self.memo[key] = e
+        return e
+
+    def compute(self, v: Value, idx: tuple[Expr, ...], b: Lazy | None = None) -> Expr:
+        """Evaluate a lazy value's defining op at ``idx`` (ignoring any materialized copy)."""
+        b = b or self._lazy_of(v)
+        op = b.op
+        rule = RULES.get(op.name)
+        if rule is None:
+            raise _unsupported(op)
+        if rule.elementwise is not None:
+            args = []
+            for o in op.operands:
+                rank = len(o.type.shape)
+                args.append(self.read(o, idx if rank else ()))
+            text = rule.elementwise(self, op, args)
+            if isinstance(text, Expr):
+                return text
+            return self.temp(text, list(args) + list(idx[:0]))
+        if rule.index is not None:
+            return rule.index(self, op, b.index, idx)
+        raise CompileError(f"internal: {op.name} is not lazy")
+
+    def _lazy_of(self, v: Value) -> Lazy:
+        b = self.env.get(v)
+        if isinstance(b, Lazy):
+            return b
+        lazy = self._defs.get(v)
+        if lazy is None:
+            raise CompileError(f"internal: {v.name} has no lazy definition")
+        return lazy
+
+    # ---- materialization ----
+
+    def array(self, v: Value) -> str:
+        """The name of an array holding ``v`` (rank >= 1), materializing it if it is lazy."""
+        b = self.env[v]
+        if isinstance(b, Arr):
+            return b.name
+        if len(v.type.shape) == 0:
+            raise CompileError(f"internal: array() of rank-0 value {v.name}")
+        name = self.fresh("a")
+        kind = self.kind(v)
+        self.alloc(name, v.type.shape, kind)
+        self.fill(name, kind, v.type.shape, lambda idx: self.read(v, idx))
+        self.env[v] = Arr(name, kind)
+        return name
+
+    def alloc(self, name: str, shape: Sequence[int], kind: ElementKind, scope: Scope | None = None) -> None:
+        """Emit ``name = np.empty(shape)``; large arrays get transparent huge pages."""
+        scope = scope or self.scope
+        shape = tuple(shape)
+        scope.emit(f"{name} = np.empty({shape!r}, {kind.np_name})")
+        if math.prod(shape) * kind.storage.itemsize >= _HUGEPAGE_MIN_BYTES:
+            scope.emit(f"advise_hugepages({name})")
+
+    def reshape_view(self, v: Value, b: Arr, shape: tuple[int, ...]) -> str:
+        """A reshaped view of a materialized (C-contiguous) array, made once."""
+        key = (v.id, shape)
+        name = self._views.get(key)
+        if name is None or not self._view_scopes[key].encloses(self.scope):
+            name = self.fresh("r")
+            self._base.emit(f"{name} = {b.name}.reshape({shape!r})")
+            self._views[key] = name
+            self._view_scopes[key] = self._base
+        return name
+
+    def owned_array(self, v: Value) -> str:
+        """Like :meth:`array`, but never a global constant or a function argument (whose type
+        or ownership differ from fresh arrays: loop-carried values and results need that)."""
+        name = self.array(v)
+        b = self.env[v]
+        if b.is_global or name in self._arg_names:
+            copy = self.fresh("a")
+            self.scope.emit(f"{copy} = {name}.copy()")
+            return copy
+        return name
+
+    def scalar(self, v: Value) -> Expr:
+        """A rank-0 value as a scalar expression usable in the current scope."""
+        return self.read(v, ())
+
+    def fill(self, name: str, kind: ElementKind, shape: Sequence[int], value_at: Callable[[tuple[Expr, ...]], Expr],
+             offsets: Sequence[str] | None = None) -> None:
+        """Emit loops writing ``value_at(idx)`` into ``name[idx (+ offsets)]``."""
+        with self.loops(shape) as idx:
+            val = value_at(idx)
+            if offsets:
+                sub = ", ".join(f"{i.text} + {o}" if o != "0" else i.text for i, o in zip(idx, offsets))
+            else:
+                sub = ", ".join(i.text for i in idx) if idx else "()"
+            self.scope.emit(f"{name}[{sub}] = {kind.store(val.text)}")
+
+    class _Loops:
+        def __init__(self, ctx: "Lowering", shape, parallel: bool = False) -> None:
+            self.ctx, self.shape, self.parallel = ctx, tuple(shape), parallel
+            self.opened: list[tuple[Scope, Scope]] = []
+
+        def __enter__(self) -> tuple[Expr, ...]:
+            ctx = self.ctx
+            idx = []
+            for d in self.shape:
+                var = ctx.fresh("i")
+                parent = ctx.scope
+                child = parent.open(f"for {var} in range({d}):")
+                self.opened.append((parent, child))
+                ctx.scope = child
+                idx.append(Expr(var, child, var))
+            return tuple(idx)
+
+        def __exit__(self, *exc) -> None:
+            for parent, child in reversed(self.opened):
+                parent.close(child)
+                self.ctx.scope = parent
+
+    def loops(self, shape: Sequence[int]) -> "Lowering._Loops":
+        """``with ctx.loops(shape) as idx:`` opens one loop per dimension."""
+        return Lowering._Loops(self, shape)
+
+    def block_scope(self, header: str):
+        """``with ctx.block_scope("if c:"):`` emits the body into a child block."""
+        ctx = self
+
+        class _B:
+            def __enter__(self_inner):
+                self_inner.parent = ctx.scope
+                self_inner.child = ctx.scope.open(header)
+                ctx.scope = self_inner.child
+                self_inner.base = ctx._base
+                ctx._base = self_inner.child
+                return self_inner.child
+
+            def __exit__(self_inner, *exc):
+                self_inner.parent.close(self_inner.child)
+                ctx.scope = self_inner.parent
+                ctx._base = self_inner.base
+
+        return _B()
+
+    # ---- entry point ----
+
+    def lower(self) -> GeneratedFunction:
+        fn = self.fn
+        self._base = self.scope
+        self._defs: dict[Value, Lazy] = {}
+        self._arg_names: set[str] = set()
+        in_kinds = []
+        params = []
+        for i, a in enumerate(fn.args):
+            if not isinstance(a.type, TensorType):
+                raise CompileError(f"@{fn.name} argument {a.name}: type {a.type} is not supported by numba_cpu")
+            kind = self.kind(a)
+            in_kinds.append(kind)
+            name = f"arg{i}"
+            params.append(name)
+            self._arg_names.add(name)
+            if a.type.rank == 0:
+                self.env[a] = Scal(self.temp(kind.load(f"{name}[()]"), [], prefix="s"))
+            else:
+                self.env[a] = Arr(name, kind)
+        results = self.lower_block(fn.body)
+        out_kinds = []
+        outs = []
+        seen: set[str] = set()
+        for v, b in zip(fn.body.terminator.operands, results):
+            kind = self.kind(v)
+            out_kinds.append(kind)
+            if v.type.rank == 0:
+                name = self.fresh("o")
+                self.scope.emit(f"{name} = np.empty((), {kind.np_name})")
+                self.scope.emit(f"{name}[()] = {kind.store(self.read(v, ()).text)}")
+            else:
+                name = self.owned_array(v)
+                if name in seen:
+                    copy = self.fresh("o")
+                    self.scope.emit(f"{copy} = {name}.copy()")
+                    name = copy
+            seen.add(name)
+            outs.append(name)
+        self.scope.emit(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+        body = self.scope.render(1)
+        entry = "entry"
+        src = [f"def {entry}({', '.join(params)}):", *body]
+        return GeneratedFunction("\n".join(src), entry, self.parallel, tuple(in_kinds), tuple(out_kinds),
+                                 dict(self.globals))
+
+    # ---- blocks ----
+
+    def lower_block(self, block: Block) -> list[Binding]:
+        """Lower the ops of ``block`` (its arguments already bound) into the current scope; the
+        bindings of the terminator's operands are returned (materialized as arrays/scalars)."""
+        from .planner import plan_block
+
+        items = plan_block(self, block)
+        for item in items:
+            if isinstance(item, _Group):
+                self.emit_group(item)
+            else:
+                self.emit_kernel(item)
+        out: list[Binding] = []
+        for v in block.terminator.operands:
+            if not isinstance(v.type, TensorType):
+                raise CompileError(f"{block.terminator.describe()}: {v.type} values are not supported by numba_cpu")
+            if v.type.rank == 0:
+                out.append(Scal(self.read(v, ())))
+            else:
+                self.array(v)
+                out.append(self.env[v])
+        return out
+
+    def emit_kernel(self, op: Op) -> None:
+        rule = RULES.get(op.name)
+        if rule is None or rule.kernel is None:
+            raise _unsupported(op)
+        if not rule.lazy_operands:
+            for o in op.operands:
+                if isinstance(o.type, TensorType) and o.type.rank > 0:
+                    self.array(o)
+        bindings = rule.kernel(self, op)
+        for r, b in zip(op.results, bindings):
+            self.env[r] = b
+
+    def lower_scalar_region(self, block: Block, args: Sequence[Expr]) -> list[Expr]:
+        """Inline a region whose values are all rank-0 (reduce bodies, sort comparators)."""
+        for a, e in zip(block.args, args):
+            self.env[a] = Scal(e)
+        inner = [r for op in block.ops for r in op.results]
+        for r in inner:
+            self.memo.pop((r.id, ()), None)
+        for op in block.ops[:-1]:
+            rule = RULES.get(op.name)
+            if rule is None:
+                raise _unsupported(op)
+            if any(isinstance(r.type, TensorType) and r.type.rank for r in op.results) or (
+                rule.elementwise is None and rule.index is None):
+                raise UnsupportedOpError(
+                    f"{op.name} inside a scalar region", location=op.location, supported=supported_ops(),
+                    backend="numba_cpu")
+            for i, r in enumerate(op.results):
+                self.env[r] = Lazy(op, i)
+        return [self.read(v, ()) for v in block.terminator.operands]
+
+    # ---- kernel groups ----
+
+    def emit_group(self, group: _Group) -> None:
+        from .planner import group_local_values
+
+        outer = group.outer
+        base = self.scope
+        local = group_local_values(self, group)
+        work = max((math.prod(m.shape) for m in group.members), default=1)
+        parallel = bool(outer) and outer[0] >= 2 and work * len(group.members) >= self.options.parallel_threshold
+        # Arrays that outlive the group.
+        for m in group.members:
+            for v in m.values:
+                if v.type.rank and v not in local:
+                    name = self.fresh("a")
+                    kind = self.kind(v)
+                    self.alloc(name, v.type.shape, kind, base)
+                    self.env[v] = Arr(name, kind)
+        opened: list[tuple[Scope, Scope]] = []
+
+        def open_(header: str) -> Scope:
+            child = self.scope.open(header)
+            opened.append((self.scope, child))
+            self.scope = child
+            return child
+
+        outer_idx: list[Expr] = []
+        if outer:
+            if parallel:
+                self.parallel = True
+                nch = min(outer[0], max(1, self.options.num_threads))
+                c = self.fresh("c")
+                open_(f"for {c} in prange({nch}):")
+                lo, hi = self.fresh("lo"), self.fresh("hi")
+                self.scope.emit(f"{lo} = ({c} * {outer[0]}) // {nch}")
+                self.scope.emit(f"{hi} = (({c} + 1) * {outer[0]}) // {nch}")
+                chunk_scope = self.scope
+                var = self.fresh("i")
+                open_(f"for {var} in range({lo}, {hi}):")
+            else:
+                chunk_scope = base
+                var = self.fresh("i")
+                open_(f"for {var} in range({outer[0]}):")
+            outer_idx.append(Expr(var, self.scope, var))
+            for d in outer[1:]:
+                var = self.fresh("i")
+                open_(f"for {var} in range({d}):")
+                outer_idx.append(Expr(var, self.scope, var))
+            # Row buffers for group-local values: one per chunk (per thread).
+            for m in group.members:
+                for v in m.values:
+                    if v in local and v.type.rank:
+                        kind = self.kind(v)
+                        inner = v.type.shape[len(outer):]
+                        name = self.fresh("row")
+                        chunk_scope.emit(f"{name} = np.empty({tuple(inner) or (1,)!r}, {kind.np_name})")
+                        self.env[v] = Row(name, kind, len(outer))
+        old_base = self._base
+        self._base = base
+        try:
+            for m in group.members:
+                self.emit_member(m, tuple(outer_idx))
+        finally:
+            for parent, child in reversed(opened):
+                parent.close(child)
+                self.scope = parent
+            self._base = old_base
+
+    def emit_member(self, m: _Member, outer_idx: tuple[Expr, ...]) -> None:
+        if m.kind == "ew":
+            inner = m.shape[len(outer_idx):]
+            with self.loops(inner) as idx:
+                full = outer_idx + idx
+                for v in m.values:
+                    e = self.compute(v, full)
+                    self.memo[(v.id, tuple(i.text for i in full))] = e
+                    self._store(v, full, e)
+        else:
+            from .rules import emit_reduce_member
+
+            emit_reduce_member(self, m.op, outer_idx)
+
+    def _store(self, v: Value, idx: tuple[Expr, ...], e: Expr) -> None:
+        b = self.env.get(v)
+        if v.type.rank == 0:
+            name = self.fresh("s")
+            self.scope.emit(f"{name} = {e.text}")
+            self.env[v] = Scal(Expr(name, self.scope))
+            return
+        if isinstance(b, Row):
+            inner = idx[b.n_outer:]
+            sub = ", ".join(i.text for i in inner) if inner else "0"
+            self.scope.emit(f"{b.name}[{sub}] = {b.kind.store(e.text)}")
+        elif isinstance(b, Arr):
+            sub = ", ".join(i.text for i in idx)
+            self.scope.emit(f"{b.name}[{sub}] = {b.kind.store(e.text)}")
+        else:
+            raise CompileError(f"internal: no storage for {v.name}")
+
+    # ---- fusion checks (used by the planner) ----
+
+    def try_member(self, group: _Group, member: _Member, produced: set[Value], same_member: set[Value],
+                   new: set[Value] = frozenset()) -> bool:
+        """Generate ``member`` into a scratch scope as if it joined ``group`` and check that it
+        reads values produced earlier in the group only within the current row (and values of
+        its own loop nest only at the very index it computes)."""
+        saved = (self.scope, self._base, dict(self.memo), dict(self.env), self._watch, self._watch_log)
+        scratch = Scope()
+        self.scope = scratch
+        self._base = scratch
+        self._watch = set(produced) | set(same_member)
+        self._watch_log = []
+        try:
+            outer_idx = []
+            for d in group.outer:
+                var = self.fresh("i")
+                child = self.scope.open(f"for {var} in range({d}):")
+                self.scope = child
+                outer_idx.append(Expr(var, child, var))
+            for v in produced | same_member | set(new):
+                b = self.env.get(v)
+                if isinstance(b, Lazy) or b is None:
+                    kind = self.kind(v)
+                    self.env[v] = Arr(f"_probe{v.id}", kind) if v.type.rank else Scal(Expr(f"_probe{v.id}", scratch))
+            if member.kind == "ew":
+                self.emit_member(member, tuple(outer_idx))
+            else:
+                from .rules import emit_reduce_member
+
+                emit_reduce_member(self, member.op, tuple(outer_idx), probe=True)
+            for v, idx in self._watch_log:
+                if v in same_member:
+                    return False
+                if len(idx) < len(outer_idx) or any(i.var != o.var for i, o in zip(idx, outer_idx)):
+                    return False
+            return True
+        except _RejectFusion:
+            return False
+        finally:
+            self.scope, self._base, self.memo, self.env, self._watch, self._watch_log = saved

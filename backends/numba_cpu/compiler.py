@@ -1,0 +1,365 @@
+"""``NumbaCompiler``: StableHLO text -> a :class:`NumbaProgram` the CPU runtime can run.
+
+Stages: parse (:mod:`pjrt_hub.backends.stablehlo`), inline calls (:mod:`.inline`), lower to the
+source of one numba function (:mod:`.codegen`), compile with numba. numba's compilation costs
+seconds, so compiled programs are cached on disk, twice over:
+
+* the generated module is written to the cache directory as ``p_<fingerprint>.py`` and imported
+  from there, so numba's own ``cache=True`` stores the machine code next to it (numba needs a
+  real source file for that); the fingerprint is a hash of the generated source, numba's version
+  and the lowering options, so two texts that lower alike (pretty and generic form of one
+  program) share an entry;
+* ``index/<hash of the program text and options>`` names the module a text produced, so a warm
+  compile skips parsing and lowering altogether and only loads numba's cached code.
+
+The cache directory is ``$PJRT_HUB_CACHE/numba`` if that is set, else ``~/.cache/pjrt-hub/numba``.
+A serialized executable carries the generated module itself, so it can be rebuilt in a process
+(or on a machine) whose cache does not have it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from pjrt_hub.abi import CompileError, CompileOptions, InvalidArgument, ParseError, PjrtHubError
+from pjrt_hub.backends.cpu_runtime.compiler import TensorSpec
+
+__all__ = ["NumbaCompiler", "NumbaProgram", "CacheStats", "default_cache_dir"]
+
+#: Bump when the cache layout changes.
+CODEGEN_VERSION = "1"
+_SERIAL_FORMAT = "pjrt_hub.numba_cpu/1"
+
+
+def default_cache_dir() -> Path:
+    root = os.environ.get("PJRT_HUB_CACHE")
+    if root:
+        return Path(root) / "numba"
+    return Path.home() / ".cache" / "pjrt-hub" / "numba"
+
+
+@dataclass
+class CacheStats:
+    """How compiles were served; tests assert on these instead of timing."""
+
+    #: Compiles answered from this process's memory.
+    memory_hits: int = 0
+    #: Compiles that found the program text in the on-disk index (no parse, no lowering).
+    index_hits: int = 0
+    #: Compiles that lowered the program but found its module already on disk.
+    module_hits: int = 0
+    #: Compiles that wrote a new module (numba compiled it from scratch).
+    misses: int = 0
+    #: Entry functions numba loaded from its cache instead of compiling (checked after import).
+    numba_cache_loads: int = 0
+
+
+@functools.lru_cache(maxsize=None)
+def backend_digest() -> str:
+    """Hash of this backend's own source: part of every cache key, so that a change to a
+    lowering rule or a helper (whose machine code numba inlines into the cached functions)
+    can never be served stale code from the cache."""
+    h = hashlib.sha256()
+    here = Path(__file__).parent
+    for path in sorted(here.glob("*.py")):
+        if path.name != "bench.py":
+            h.update(path.name.encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _numba_version() -> str:
+    import numba
+
+    return numba.__version__
+
+
+def _dtype_name(dt: np.dtype) -> str:
+    return str(dt)
+
+
+def _is_narrow(dt: np.dtype) -> bool:
+    """float16 and bfloat16 (an ml_dtypes type, kind ``V``)."""
+    return dt.itemsize == 2 and dt.kind in "fV"
+
+
+def _dtype_from_name(name: str) -> np.dtype:
+    try:
+        return np.dtype(name)
+    except TypeError:
+        import ml_dtypes  # bfloat16 and friends register with numpy on import
+
+        return np.dtype(getattr(ml_dtypes, name))
+
+
+class NumbaProgram:
+    """A compiled program: the ``CompiledProgram`` of :mod:`pjrt_hub.backends.cpu_runtime`."""
+
+    def __init__(self, module: ModuleType, source: str, fingerprint: str, cache_dir: Path) -> None:
+        meta = module.META
+        self._module = module
+        self._source = source
+        self._cache_dir = cache_dir
+        self.name: str = meta["name"]
+        self.fingerprint = fingerprint
+        self.inputs = tuple(TensorSpec(tuple(s), _dtype_from_name(d)) for s, d in meta["inputs"])
+        self.outputs = tuple(TensorSpec(tuple(s), _dtype_from_name(d)) for s, d in meta["outputs"])
+        self.aliases: Mapping[int, int] = {int(k): int(v) for k, v in meta["aliases"].items()}
+        self._cost = dict(meta["cost"])
+        self._entry = module.entry
+        # 16-bit floats travel as uint16 bit patterns through the numba function.
+        self._narrow_in = tuple(i for i, s in enumerate(self.inputs) if _is_narrow(s.dtype))
+        self._narrow_out = tuple(i for i, s in enumerate(self.outputs) if _is_narrow(s.dtype))
+        self._simple = not self._narrow_in and not self._narrow_out
+
+    # -- running --
+
+    def run(self, args: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
+        if self._simple:
+            try:
+                results = self._entry(*args)
+            except TypeError:
+                results = self._entry(*self._coerce(args))
+        else:
+            results = self._run_narrow(args)
+        if out is None:
+            return list(results)
+        results = list(results)
+        for i, o in enumerate(out):
+            if o is not None:
+                np.copyto(o, results[i])
+                results[i] = o
+        return results
+
+    def _run_narrow(self, args):
+        args = list(self._coerce(args))
+        for i in self._narrow_in:
+            args[i] = args[i].view(np.uint16)
+        results = list(self._entry(*args))
+        for i in self._narrow_out:
+            results[i] = results[i].view(self.outputs[i].dtype)
+        return results
+
+    def _coerce(self, args: Sequence[np.ndarray]) -> list[np.ndarray]:
+        if len(args) != len(self.inputs):
+            raise InvalidArgument(f"{self.name}: expected {len(self.inputs)} arguments, got {len(args)}")
+        fixed = []
+        for i, (a, spec) in enumerate(zip(args, self.inputs)):
+            a = np.asarray(a)
+            if a.shape != spec.shape or a.dtype != spec.dtype:
+                raise InvalidArgument(
+                    f"{self.name}: argument {i} is {a.dtype}{list(a.shape)}, the program expects "
+                    f"{spec.dtype}{list(spec.shape)}")
+            if not a.flags.c_contiguous or not a.flags.writeable or not a.flags.aligned:
+                a = np.array(a, order="C", copy=True)
+            fixed.append(a)
+        return fixed
+
+    # -- introspection --
+
+    def cost_analysis(self) -> Mapping[str, float]:
+        return dict(self._cost)
+
+    @property
+    def source(self) -> str:
+        """The generated Python module (for debugging and the curious)."""
+        return self._source
+
+    def serialize(self) -> bytes:
+        payload = {"format": _SERIAL_FORMAT, "fingerprint": self.fingerprint, "source": self._source,
+                   "numba": _numba_version()}
+        return json.dumps(payload).encode("utf-8")
+
+    def __repr__(self) -> str:
+        return f"<NumbaProgram {self.name} {self.fingerprint[:12]}>"
+
+
+class NumbaCompiler:
+    """The numba ``ProgramCompiler``. One instance can be shared; it is thread-safe."""
+
+    name = "numba_cpu"
+
+    def __init__(self, cache_dir: str | os.PathLike | None = None, *, num_threads: int | None = None,
+                 parallel_threshold: int | None = None) -> None:
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        self.stats = CacheStats()
+        self._num_threads = num_threads
+        self._parallel_threshold = parallel_threshold
+        self._lock = threading.RLock()
+        self._programs: dict[str, NumbaProgram] = {}
+
+    def warm_up(self) -> None:
+        """Do numba's one-time start-up now (import, target initialisation, the helper modules):
+        about half a second that would otherwise land on the first compile of the process.
+        Meant for plugin/client creation."""
+        from numba.core.registry import cpu_target
+
+        from . import kernels, rules, support  # noqa: F401
+
+        cpu_target.target_context.refresh()
+        cpu_target.typing_context.refresh()
+
+    # -- options --
+
+    def _lowering_options(self, options: CompileOptions | None):
+        from .codegen import LoweringOptions
+
+        import numba
+
+        env = dict(getattr(options, "env_option_overrides", None) or {})
+        threads = int(env.get("numba_cpu_num_threads", self._num_threads or numba.config.NUMBA_NUM_THREADS))
+        threshold = int(env.get("numba_cpu_parallel_threshold",
+                                self._parallel_threshold if self._parallel_threshold is not None
+                                else LoweringOptions.parallel_threshold))
+        return LoweringOptions(parallel_threshold=threshold, num_threads=max(1, threads))
+
+    # -- compile --
+
+    def compile(self, code: str | bytes, options: CompileOptions | bytes | None = None) -> NumbaProgram:
+        text = code.decode("utf-8") if isinstance(code, (bytes, bytearray, memoryview)) else code
+        if isinstance(options, (bytes, bytearray, memoryview)):
+            from pjrt_hub.abi import decode_compile_options
+
+            options = decode_compile_options(bytes(options))
+        lopts = self._lowering_options(options)
+        text_key = hashlib.sha256(
+            "\0".join([CODEGEN_VERSION, backend_digest(), _numba_version(), repr(lopts), text]).encode("utf-8")
+        ).hexdigest()
+        with self._lock:
+            prog = self._programs.get(text_key)
+            if prog is not None:
+                self.stats.memory_hits += 1
+                return prog
+            prog = self._from_index(text_key)
+            if prog is None:
+                source = self._generate(text, lopts)
+                prog = self._load(source, text_key)
+            self._programs[text_key] = prog
+            return prog
+
+    def _generate(self, text: str, lopts) -> str:
+        from pjrt_hub.backends.stablehlo import parse_module
+
+        from . import kernels, rules  # noqa: F401  (register the op rules)
+        from .codegen import Lowering
+        from .inline import inline_calls
+        from .module import render_module
+
+        module = parse_module(text)
+        verify = _verifier()
+        if verify is not None:
+            verify(module)
+        fn = inline_calls(module)
+        gen = Lowering(fn, lopts).lower()
+        return render_module(module, fn, gen)
+
+    def _from_index(self, text_key: str) -> NumbaProgram | None:
+        entry = self.cache_dir / "index" / text_key
+        try:
+            fingerprint = entry.read_text().strip()
+            path = self.cache_dir / f"p_{fingerprint}.py"
+            source = path.read_text()
+        except OSError:
+            return None
+        prog = self._import(source, fingerprint, path)
+        self.stats.index_hits += 1
+        return prog
+
+    def _load(self, source: str, text_key: str | None) -> NumbaProgram:
+        fingerprint = hashlib.sha256(
+            "\0".join([CODEGEN_VERSION, _numba_version(), source]).encode("utf-8")).hexdigest()[:32]
+        path = self.cache_dir / f"p_{fingerprint}.py"
+        if path.exists() and path.read_text() == source:
+            self.stats.module_hits += 1
+        else:
+            _atomic_write(path, source)
+            self.stats.misses += 1
+        prog = self._import(source, fingerprint, path)
+        if text_key is not None:
+            _atomic_write(self.cache_dir / "index" / text_key, fingerprint)
+        return prog
+
+    def _import(self, source: str, fingerprint: str, path: Path) -> NumbaProgram:
+        for prog in self._programs.values():
+            if prog.fingerprint == fingerprint:
+                return prog
+        modname = f"pjrt_hub_numba_cache.p_{fingerprint}"
+        spec = importlib.util.spec_from_file_location(modname, path)
+        module = importlib.util.module_from_spec(spec)
+        # numba finds a function's module through sys.modules, and reloading cached machine
+        # code re-imports it by name: the module must be registered before it runs.
+        sys.modules[modname] = module
+        try:
+            spec.loader.exec_module(module)
+        except PjrtHubError:
+            sys.modules.pop(modname, None)
+            raise
+        except Exception as exc:  # numba typing/lowering errors: a bug in a lowering rule
+            sys.modules.pop(modname, None)
+            raise CompileError(
+                f"numba could not compile the generated code ({type(exc).__name__}: {str(exc)[:2000]}); "
+                f"generated module: {path}") from exc
+        entry = module.entry
+        try:
+            entry.disable_compile()
+        except AttributeError:
+            pass
+        stats = getattr(entry, "stats", None)
+        if stats is not None and getattr(stats, "cache_hits", None):
+            self.stats.numba_cache_loads += sum(stats.cache_hits.values())
+        return NumbaProgram(module, source, fingerprint, self.cache_dir)
+
+    # -- deserialize --
+
+    def deserialize(self, data: bytes) -> NumbaProgram:
+        try:
+            payload = json.loads(bytes(data).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InvalidArgument(f"not a serialized numba_cpu executable: {exc}") from None
+        if not isinstance(payload, dict) or payload.get("format") != _SERIAL_FORMAT:
+            raise InvalidArgument(
+                f"not a serialized numba_cpu executable (format {payload.get('format') if isinstance(payload, dict) else None!r}, "
+                f"expected {_SERIAL_FORMAT!r})")
+        source = payload["source"]
+        with self._lock:
+            prog = self._load(source, None)
+        if prog.fingerprint != payload.get("fingerprint"):
+            # Another numba version: the module was recompiled for this one, which is fine.
+            pass
+        return prog
+
+
+def _verifier():
+    try:
+        from pjrt_hub.backends.stablehlo import verify  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return verify
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp_", suffix=path.suffix)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

@@ -1,0 +1,418 @@
+"""LLVM-level building blocks that plain numba code cannot express exactly.
+
+numba widens small integers to 64 bits and turns mixed signed/unsigned arithmetic into floats,
+has no scalar bit casts, no NaN-propagating min/max and no way to allow reassociation on a single
+reduction. StableHLO needs all of these bit-exact, and the fused loops need them without
+breaking vectorisation, so each one here is a numba ``@intrinsic`` that emits one or a few LLVM
+instructions at the operand's own width. Generated kernels and :mod:`.vecmath` call them like
+functions; after LLVM inlining nothing of the call remains.
+
+Integer semantics follow XLA (what JAX programs are tested against): ``divide`` by zero gives -1
+(all bits set), ``MIN / -1`` gives ``MIN``; ``remainder`` by zero gives the dividend and
+``MIN % -1`` gives 0; shift counts are read as unsigned and a count past the width shifts
+everything out (the arithmetic right shift fills with the sign); float to integer conversion
+truncates toward zero and saturates, NaN becoming 0.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core.extending import intrinsic
+
+__all__ = [
+    "bitcast", "ctlz", "ctpop", "f2i", "fmaximum", "fminimum", "iadd", "iand", "idiv", "imul",
+    "inot", "ior", "irem", "isub", "ixor", "icmp", "i2i", "i2f", "radd", "rmul", "rmax", "rmin",
+    "shl", "shr_arith", "shr_logical", "fcmp_total",
+]
+
+
+def _int_width(ty) -> int:
+    return 1 if isinstance(ty, types.Boolean) else ty.bitwidth
+
+
+def _is_signed(ty) -> bool:
+    return isinstance(ty, types.Integer) and ty.signed
+
+
+def _same_type_binop(build):
+    """An intrinsic ``f(a, b) -> type(a)`` for two operands of one integer type."""
+
+    def typer(typingctx, a, b):
+        if a != b:
+            return None
+
+        def codegen(context, builder, sig, args):
+            return build(builder, args[0], args[1], sig.args[0])
+
+        return a(a, b), codegen
+
+    return typer
+
+
+iadd = intrinsic(_same_type_binop(lambda b, x, y, t: b.add(x, y)))
+isub = intrinsic(_same_type_binop(lambda b, x, y, t: b.sub(x, y)))
+imul = intrinsic(_same_type_binop(lambda b, x, y, t: b.mul(x, y)))
+iand = intrinsic(_same_type_binop(lambda b, x, y, t: b.and_(x, y)))
+ior = intrinsic(_same_type_binop(lambda b, x, y, t: b.or_(x, y)))
+ixor = intrinsic(_same_type_binop(lambda b, x, y, t: b.xor(x, y)))
+
+
+def _select_const(builder, cond, value, other):
+    return builder.select(cond, value, other)
+
+
+def _build_div(builder, x, y, ty):
+    lty = x.type
+    zero = ir.Constant(lty, 0)
+    ones = ir.Constant(lty, -1)
+    is_zero = builder.icmp_unsigned("==", y, zero)
+    if _is_signed(ty):
+        minval = ir.Constant(lty, -(1 << (lty.width - 1)))
+        overflow = builder.and_(builder.icmp_signed("==", x, minval), builder.icmp_signed("==", y, ones))
+        bad = builder.or_(is_zero, overflow)
+        # Divide by a safe divisor, then patch the two special cases: LLVM's sdiv is UB there.
+        safe = builder.select(bad, ir.Constant(lty, 1), y)
+        q = builder.sdiv(x, safe)
+        q = builder.select(overflow, minval, q)
+        return builder.select(is_zero, ones, q)
+    safe = builder.select(is_zero, ir.Constant(lty, 1), y)
+    return builder.select(is_zero, ones, builder.udiv(x, safe))
+
+
+def _build_rem(builder, x, y, ty):
+    lty = x.type
+    zero = ir.Constant(lty, 0)
+    ones = ir.Constant(lty, -1)
+    is_zero = builder.icmp_unsigned("==", y, zero)
+    if _is_signed(ty):
+        minval = ir.Constant(lty, -(1 << (lty.width - 1)))
+        overflow = builder.and_(builder.icmp_signed("==", x, minval), builder.icmp_signed("==", y, ones))
+        bad = builder.or_(is_zero, overflow)
+        safe = builder.select(bad, ir.Constant(lty, 1), y)
+        r = builder.srem(x, safe)
+        r = builder.select(overflow, zero, r)
+        return builder.select(is_zero, x, r)
+    safe = builder.select(is_zero, ir.Constant(lty, 1), y)
+    return builder.select(is_zero, x, builder.urem(x, safe))
+
+
+idiv = intrinsic(_same_type_binop(_build_div))
+irem = intrinsic(_same_type_binop(_build_rem))
+
+
+def _build_shift(kind):
+    def build(builder, x, s, ty):
+        lty = x.type
+        width = ir.Constant(lty, lty.width)
+        in_range = builder.icmp_unsigned("<", s, width)
+        safe = builder.select(in_range, s, ir.Constant(lty, 0))
+        if kind == "shl":
+            return builder.select(in_range, builder.shl(x, safe), ir.Constant(lty, 0))
+        if kind == "lshr":
+            return builder.select(in_range, builder.lshr(x, safe), ir.Constant(lty, 0))
+        fill = builder.ashr(x, ir.Constant(lty, lty.width - 1))
+        return builder.select(in_range, builder.ashr(x, safe), fill)
+
+    return build
+
+
+shl = intrinsic(_same_type_binop(_build_shift("shl")))
+shr_logical = intrinsic(_same_type_binop(_build_shift("lshr")))
+shr_arith = intrinsic(_same_type_binop(_build_shift("ashr")))
+
+
+@intrinsic
+def inot(typingctx, a):
+    """Bitwise not at the operand's width (``not`` of a bool is logical not)."""
+
+    def codegen(context, builder, sig, args):
+        return builder.not_(args[0])
+
+    return a(a), codegen
+
+
+_ICMP = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+
+
+@intrinsic
+def icmp(typingctx, a, b, direction):
+    """Integer comparison at the operands' width; ``direction`` is a literal ``"LT"``...
+
+    Signedness comes from the operand type, so ui32 compares unsigned as StableHLO's
+    ``UNSIGNED`` comparison type asks (JAX emits the type that matches the element type).
+    """
+    if a != b or not isinstance(direction, types.StringLiteral):
+        return None
+    op = _ICMP[direction.literal_value]
+
+    def codegen(context, builder, sig, args):
+        if _is_signed(sig.args[0]):
+            return builder.icmp_signed(op, args[0], args[1])
+        return builder.icmp_unsigned(op, args[0], args[1])
+
+    return types.boolean(a, b, direction), codegen
+
+
+@intrinsic
+def bitcast(typingctx, x, to):
+    """Reinterpret the bits of a scalar as another type of the same width."""
+    target = to.instance_type
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], context.get_value_type(target))
+
+    return target(x, to), codegen
+
+
+@intrinsic
+def i2i(typingctx, x, to):
+    """Integer (or bool) to integer: truncate, or extend by the *source* signedness."""
+    target = to.instance_type
+
+    def codegen(context, builder, sig, args):
+        src = sig.args[0]
+        lty = context.get_value_type(target)
+        sw, dw = _int_width(src), _int_width(target)
+        v = args[0]
+        if isinstance(src, types.Boolean):
+            v = builder.zext(v, ir.IntType(8)) if v.type.width == 1 else v
+            v = builder.and_(v, ir.Constant(v.type, 1))
+            sw = v.type.width
+        if isinstance(target, types.Boolean):
+            return builder.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
+        if sw == dw:
+            return v
+        if sw > dw:
+            return builder.trunc(v, lty)
+        return builder.sext(v, lty) if _is_signed(src) else builder.zext(v, lty)
+
+    return target(x, to), codegen
+
+
+@intrinsic
+def i2f(typingctx, x, to):
+    """Integer (or bool) to float, rounding to nearest even; signedness from the source."""
+    target = to.instance_type
+
+    def codegen(context, builder, sig, args):
+        src = sig.args[0]
+        lty = context.get_value_type(target)
+        v = args[0]
+        if isinstance(src, types.Boolean):
+            return builder.uitofp(v, lty)
+        return builder.sitofp(v, lty) if _is_signed(src) else builder.uitofp(v, lty)
+
+    return target(x, to), codegen
+
+
+@intrinsic
+def f2i(typingctx, x, to):
+    """Float to integer: truncate toward zero, saturate at the type's range, NaN to 0."""
+    target = to.instance_type
+
+    def codegen(context, builder, sig, args):
+        lty = context.get_value_type(target)
+        if isinstance(target, types.Boolean):
+            return builder.fcmp_unordered("!=", args[0], ir.Constant(args[0].type, 0.0))
+        name = "llvm.fptosi.sat" if _is_signed(target) else "llvm.fptoui.sat"
+        fn = builder.module.declare_intrinsic(name, [lty, args[0].type],
+                                              ir.FunctionType(lty, [args[0].type]))
+        return builder.call(fn, [args[0]])
+
+    return target(x, to), codegen
+
+
+def _float_intrinsic2(name):
+    def typer(typingctx, a, b):
+        if a != b or not isinstance(a, types.Float):
+            return None
+
+        def codegen(context, builder, sig, args):
+            fty = args[0].type
+            fn = builder.module.declare_intrinsic(name, [fty], ir.FunctionType(fty, [fty, fty]))
+            return builder.call(fn, args)
+
+        return a(a, b), codegen
+
+    return typer
+
+
+#: IEEE 754-2019 maximum/minimum: NaN if either operand is NaN, and -0 < +0.
+fmaximum = intrinsic(_float_intrinsic2("llvm.maximum"))
+fminimum = intrinsic(_float_intrinsic2("llvm.minimum"))
+
+
+def _reassoc_binop(kind):
+    """A reduction step LLVM may reorder, so the loop vectoriser can split it into lanes.
+
+    Only the accumulate instruction carries the flag: the rest of a fused loop body keeps
+    strict IEEE semantics, which the float tricks in :mod:`.vecmath` rely on.
+    """
+
+    def typer(typingctx, a, b):
+        if a != b:
+            return None
+
+        def codegen(context, builder, sig, args):
+            x, y = args
+            if isinstance(sig.args[0], types.Float):
+                flags = ("reassoc", "nsz")
+                if kind == "add":
+                    return builder.fadd(x, y, flags=flags)
+                if kind == "mul":
+                    return builder.fmul(x, y, flags=flags)
+                name = "llvm.maximum" if kind == "max" else "llvm.minimum"
+                fn = builder.module.declare_intrinsic(name, [x.type], ir.FunctionType(x.type, [x.type, x.type]))
+                return builder.call(fn, [x, y])
+            if kind == "add":
+                return builder.add(x, y)
+            if kind == "mul":
+                return builder.mul(x, y)
+            signed = _is_signed(sig.args[0])
+            if isinstance(sig.args[0], types.Boolean):
+                return builder.or_(x, y) if kind == "max" else builder.and_(x, y)
+            op = ">" if kind == "max" else "<"
+            cmp = builder.icmp_signed(op, x, y) if signed else builder.icmp_unsigned(op, x, y)
+            return builder.select(cmp, x, y)
+
+        return a(a, b), codegen
+
+    return typer
+
+
+radd = intrinsic(_reassoc_binop("add"))
+rmul = intrinsic(_reassoc_binop("mul"))
+rmax = intrinsic(_reassoc_binop("max"))
+rmin = intrinsic(_reassoc_binop("min"))
+
+
+def _int_intrinsic1(name):
+    def typer(typingctx, a):
+        if not isinstance(a, types.Integer):
+            return None
+
+        def codegen(context, builder, sig, args):
+            lty = args[0].type
+            if name == "llvm.ctlz":
+                fn = builder.module.declare_intrinsic(name, [lty], ir.FunctionType(lty, [lty, ir.IntType(1)]))
+                return builder.call(fn, [args[0], ir.Constant(ir.IntType(1), 0)])
+            fn = builder.module.declare_intrinsic(name, [lty], ir.FunctionType(lty, [lty]))
+            return builder.call(fn, [args[0]])
+
+        return a(a), codegen
+
+    return typer
+
+
+ctlz = intrinsic(_int_intrinsic1("llvm.ctlz"))
+ctpop = intrinsic(_int_intrinsic1("llvm.ctpop"))
+
+
+@intrinsic
+def fcmp_total(typingctx, a, b, direction):
+    """Float comparison in StableHLO's ``TOTALORDER``: -NaN < -inf < ... < -0 < +0 < ... < +NaN.
+
+    Maps the bits to a signed integer whose order is the total order (flip the magnitude bits
+    of negatives), then compares integers.
+    """
+    if a != b or not isinstance(a, types.Float) or not isinstance(direction, types.StringLiteral):
+        return None
+    op = _ICMP[direction.literal_value]
+
+    def codegen(context, builder, sig, args):
+        ity = ir.IntType(sig.args[0].bitwidth)
+        keys = []
+        for v in args[:2]:
+            bits = builder.bitcast(v, ity)
+            sign = builder.ashr(bits, ir.Constant(ity, sig.args[0].bitwidth - 1))
+            mask = builder.lshr(sign, ir.Constant(ity, 1))
+            keys.append(builder.xor(bits, mask))
+        return builder.icmp_signed(op, keys[0], keys[1])
+
+    return types.boolean(a, b, direction), codegen
+
+
+def _float_intrinsic1(name):
+    def typer(typingctx, a):
+        if not isinstance(a, types.Float):
+            return None
+
+        def codegen(context, builder, sig, args):
+            fty = args[0].type
+            fn = builder.module.declare_intrinsic(name, [fty], ir.FunctionType(fty, [fty]))
+            return builder.call(fn, args)
+
+        return a(a), codegen
+
+    return typer
+
+
+# Unary float operations as LLVM intrinsics, which the loop vectoriser widens (libm calls it
+# would leave scalar, and a single scalar call keeps the whole fused loop scalar).
+fsqrt = intrinsic(_float_intrinsic1("llvm.sqrt"))
+fabs = intrinsic(_float_intrinsic1("llvm.fabs"))
+ffloor = intrinsic(_float_intrinsic1("llvm.floor"))
+fceil = intrinsic(_float_intrinsic1("llvm.ceil"))
+ftrunc = intrinsic(_float_intrinsic1("llvm.trunc"))
+#: Round half to even / half away from zero.
+fround_even = intrinsic(_float_intrinsic1("llvm.roundeven"))
+fround_afz = intrinsic(_float_intrinsic1("llvm.round"))
+fcopysign = intrinsic(_float_intrinsic2("llvm.copysign"))
+
+__all__ += ["fsqrt", "fabs", "ffloor", "fceil", "ftrunc", "fround_even", "fround_afz", "fcopysign"]
+
+
+def _raw_shift(kind):
+    def typer(typingctx, a, b):
+        if a != b or not isinstance(a, types.Integer):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return getattr(builder, kind)(args[0], args[1])
+
+        return a(a, b), codegen
+
+    return typer
+
+
+# Shifts by a count the caller knows is in range (no select): for bit tricks in vecmath.
+shl_raw = intrinsic(_raw_shift("shl"))
+ashr_raw = intrinsic(_raw_shift("ashr"))
+
+__all__ += ["shl_raw", "ashr_raw"]
+
+
+_HUGE = 1 << 21  # 2 MiB transparent huge pages
+_MADV_HUGEPAGE = 14
+
+
+@intrinsic
+def advise_hugepages(typingctx, arr):
+    """Ask the kernel to back a large array with transparent huge pages (``madvise``), as numpy
+    does for its own large allocations: a fresh 32 MiB output then costs ~500 page faults
+    instead of ~8000, which is several milliseconds per run. Only the 2 MiB-aligned interior of
+    the array is advised; failure (no THP support) is ignored."""
+    if not isinstance(arr, types.Array):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        i64 = ir.IntType(64)
+        data = builder.ptrtoint(ary.data, i64)
+        itemsize = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(sig.args[0].dtype)))
+        nbytes = builder.mul(ary.nitems, itemsize)
+        mask = ir.Constant(i64, ~(_HUGE - 1))
+        start = builder.and_(builder.add(data, ir.Constant(i64, _HUGE - 1)), mask)
+        end = builder.and_(builder.add(data, nbytes), mask)
+        fnty = ir.FunctionType(ir.IntType(32), [ir.IntType(8).as_pointer(), i64, ir.IntType(32)])
+        fn = builder.module.globals.get("madvise") or ir.Function(builder.module, fnty, "madvise")
+        with builder.if_then(builder.icmp_unsigned(">", end, start)):
+            builder.call(fn, [builder.inttoptr(start, ir.IntType(8).as_pointer()), builder.sub(end, start),
+                              ir.Constant(ir.IntType(32), _MADV_HUGEPAGE)])
+        return context.get_dummy_value()
+
+    return types.none(arr), codegen
+
+
+__all__ += ["advise_hugepages"]

@@ -1,0 +1,659 @@
+"""Lowering rules for the ops that get loops of their own (see :mod:`.rules` for the rest).
+
+``dot_general`` calls BLAS through numba's ``np.dot`` on 2-D float slices (batch dimensions as
+a loop); every other kernel is explicit loops whose operand reads go through ``ctx.read``,
+so a producer chain fuses into them where the rule allows it. ``while`` and ``case`` become
+Python control flow inside the same compiled function.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import numpy as np
+
+from pjrt_hub.abi import CompileError
+from pjrt_hub.backends.stablehlo import Op, Value
+
+from .codegen import Arr, Lowering, Scal
+from .rules import _unsupported_variant, convert_text, kernel, reducer
+from .source import ElementKind, Expr
+
+__all__: list[str] = []
+
+
+def _new_array(ctx: Lowering, v: Value) -> tuple[str, ElementKind]:
+    name = ctx.fresh("a")
+    kind = ctx.kind(v)
+    ctx.alloc(name, v.type.shape, kind)
+    return name, kind
+
+
+def _sub(idx: Sequence[Expr]) -> str:
+    return ", ".join(x.text for x in idx) if idx else "()"
+
+
+def _ix(text: str, deps: Sequence[Expr]) -> Expr:
+    scope = None
+    for d in deps:
+        if d.scope is not None and (scope is None or d.scope.depth > scope.depth):
+            scope = d.scope
+    return Expr(text, scope)
+
+
+def _carry(ctx: Lowering, b) -> str:
+    """Text of a binding to assign to a loop-carried or branch result variable."""
+    if isinstance(b, Arr):
+        if b.is_global:
+            name = ctx.fresh("a")
+            ctx.scope.emit(f"{name} = {b.name}.copy()")
+            return name
+        return b.name
+    return b.expr.text
+
+
+# -- dot_general ------------------------------------------------------------------------------
+
+
+@kernel("stablehlo.dot_general", "stablehlo.dot")
+def _dot_general(ctx: Lowering, op: Op):
+    lhs, rhs = op.operands
+    lrank, rrank = len(lhs.type.shape), len(rhs.type.shape)
+    if op.name == "stablehlo.dot":
+        lb, rb, lc, rc = (), (), (lrank - 1,), (0,)
+    else:
+        dn = op.attr("dot_dimension_numbers")
+        lb, rb = tuple(dn.lhs_batching_dimensions), tuple(dn.rhs_batching_dimensions)
+        lc, rc = tuple(dn.lhs_contracting_dimensions), tuple(dn.rhs_contracting_dimensions)
+    lf = tuple(d for d in range(lrank) if d not in lb + lc)
+    rf = tuple(d for d in range(rrank) if d not in rb + rc)
+    res = op.result
+    out, rk = _new_array(ctx, res)
+    lk, rkk = ctx.kind(lhs), ctx.kind(rhs)
+    ls, rs = lhs.type.shape, rhs.type.shape
+    B = math.prod(ls[d] for d in lb)
+    M = math.prod(ls[d] for d in lf)
+    K = math.prod(ls[d] for d in lc)
+    N = math.prod(rs[d] for d in rf)
+    if res.type.rank == 0 and lrank == 0:
+        raise _unsupported_variant(op, "scalar operands")
+    blas = rk.cls == "f" and not rk.narrow and lk == rk and rkk == rk and lrank and rrank
+    if blas and M * N and K:
+        l3, lt = _arrange(ctx, lhs, lb, lf, lc, (B, M, K))
+        r3, rt = _arrange(ctx, rhs, rb, rc, rf, (B, K, N))
+        o3 = ctx.fresh("r")
+        ctx.scope.emit(f"{o3} = {out}.reshape(({B}, {M}, {N}))")
+        b = ctx.fresh("b")
+        with ctx.block_scope(f"for {b} in range({B}):"):
+            lt_text = f"{l3}[{b}].T" if lt else f"{l3}[{b}]"
+            rt_text = f"{r3}[{b}].T" if rt else f"{r3}[{b}]"
+            ctx.scope.emit(f"np.dot({lt_text}, {rt_text}, {o3}[{b}])")
+        return [Arr(out, rk)]
+    if blas and M * N:
+        ctx.scope.emit(f"{out}.fill(0)")
+        return [Arr(out, rk)]
+    # Integers, narrow floats, mixed types: loops, accumulating in the result's compute type.
+    zero = ctx.const(0, rk)
+    with ctx.loops(res.type.shape) as oidx:
+        bvars = oidx[: len(lb)]
+        lvars = oidx[len(lb): len(lb) + len(lf)]
+        rvars = oidx[len(lb) + len(lf):]
+        acc = ctx.fresh("acc")
+        ctx.scope.emit(f"{acc} = {zero.text}")
+        with ctx.loops([ls[d] for d in lc]) as cvars:
+            li: list = [None] * lrank
+            ri: list = [None] * rrank
+            for d, x in zip(lb, bvars):
+                li[d] = x
+            for d, x in zip(rb, bvars):
+                ri[d] = x
+            for d, x in zip(lf, lvars):
+                li[d] = x
+            for d, x in zip(rf, rvars):
+                ri[d] = x
+            for d, x in zip(lc, cvars):
+                li[d] = x
+            for d, x in zip(rc, cvars):
+                ri[d] = x
+            a = ctx.read(lhs, li)
+            c = ctx.read(rhs, ri)
+            a = convert_text(a, lk, rk)
+            c = convert_text(c, rkk, rk)
+            a = a.text if isinstance(a, Expr) else a
+            c = c.text if isinstance(c, Expr) else c
+            if rk.cls == "f":
+                step = f"{acc} + {a} * {c}"
+            elif rk.cls == "b":
+                step = f"{acc} | ({a} & {c})"
+            else:
+                step = f"iadd({acc}, imul({a}, {c}))"
+            ctx.scope.emit(f"{acc} = {step}")
+        ctx.scope.emit(f"{out}[{_sub(oidx)}] = {rk.store(rk.rounded(acc))}")
+    return [Arr(out, rk)]
+
+
+def _arrange(ctx: Lowering, v: Value, batch, first, second, shape3) -> tuple[str, bool]:
+    """A (B, first, second) 3-D array for ``v``: a reshaped view when the dims are already in
+    that order (or in (B, second, first) order, returned transposed), else a permuted copy."""
+    name = ctx.array(v)
+    rank = len(v.type.shape)
+    b3, f3, s3 = shape3
+    if tuple(batch + first + second) == tuple(range(rank)):
+        view = ctx.fresh("r")
+        ctx.scope.emit(f"{view} = {name}.reshape(({b3}, {f3}, {s3}))")
+        return view, False
+    if tuple(batch + second + first) == tuple(range(rank)):
+        view = ctx.fresh("r")
+        ctx.scope.emit(f"{view} = {name}.reshape(({b3}, {s3}, {f3}))")
+        return view, True
+    order = tuple(batch + first + second)
+    kind = ctx.kind(v)
+    perm_shape = tuple(v.type.shape[d] for d in order)
+    copy = ctx.fresh("a")
+    ctx.alloc(copy, perm_shape, kind)
+
+    def at(idx):
+        src = [None] * rank
+        for d, x in zip(order, idx):
+            src[d] = x
+        return ctx.read(v, src)
+
+    ctx.fill(copy, kind, perm_shape, at)
+    view = ctx.fresh("r")
+    ctx.scope.emit(f"{view} = {copy}.reshape(({b3}, {f3}, {s3}))")
+    return view, False
+
+
+# -- copies with offsets ------------------------------------------------------------------------
+
+
+@kernel("stablehlo.concatenate", lazy_operands=True)
+def _concatenate(ctx: Lowering, op: Op):
+    dim = int(op.attr("dimension"))
+    out, kind = _new_array(ctx, op.result)
+    offset = 0
+    rank = len(op.result.type.shape)
+    for v in op.operands:
+        if v.type.shape[dim] == 0:
+            continue
+        offsets = ["0"] * rank
+        offsets[dim] = str(offset)
+        ctx.fill(out, kind, v.type.shape, lambda idx, v=v: ctx.read(v, idx), offsets)
+        offset += v.type.shape[dim]
+    return [Arr(out, kind)]
+
+
+@kernel("stablehlo.dynamic_update_slice", lazy_operands=True)
+def _dynamic_update_slice(ctx: Lowering, op: Op):
+    operand, update, *starts = op.operands
+    out, kind = _new_array(ctx, op.result)
+    ctx.fill(out, kind, operand.type.shape, lambda idx: ctx.read(operand, idx))
+    offs = []
+    for s, n, u in zip(starts, operand.type.shape, update.type.shape):
+        sv = ctx.read(s, ())
+        offs.append(ctx.temp(f"clamp_index({sv.text}, {n - u})", [sv], prefix="d").text)
+    ctx.fill(out, kind, update.type.shape, lambda idx: ctx.read(update, idx), offs)
+    return [Arr(out, kind)]
+
+
+# -- control flow -----------------------------------------------------------------------------------
+
+
+@kernel("stablehlo.while", lazy_operands=True)
+def _while(ctx: Lowering, op: Op):
+    cond, body = op.regions
+    names = []
+    for v in op.operands:
+        name = ctx.fresh("w")
+        if v.type.rank == 0:
+            ctx.scope.emit(f"{name} = {ctx.read(v, ()).text}")
+        else:
+            ctx.array(v)
+            ctx.scope.emit(f"{name} = {_carry(ctx, ctx.env[v])}")
+        names.append(name)
+    with ctx.block_scope("while True:") as loop:
+        _bind_carried(ctx, cond.args, op.operands, names, loop)
+        (c,) = ctx.lower_block(cond)
+        ctx.scope.emit(f"if not {c.expr.text}: break")
+        _bind_carried(ctx, body.args, op.operands, names, loop)
+        results = ctx.lower_block(body)
+        texts = [_carry(ctx, b) for b in results]
+        if names:
+            ctx.scope.emit(f"{', '.join(names)} = {', '.join(texts)}")
+    out = []
+    for v, name in zip(op.results, names):
+        out.append(Arr(name, ctx.kind(v)) if v.type.rank else Scal(Expr(name, ctx.scope)))
+    return out
+
+
+def _bind_carried(ctx: Lowering, args, operands, names, scope) -> None:
+    for a, v, name in zip(args, operands, names):
+        ctx.env[a] = Arr(name, ctx.kind(a)) if a.type.rank else Scal(Expr(name, scope))
+
+
+@kernel("stablehlo.case", lazy_operands=True)
+def _case(ctx: Lowering, op: Op):
+    index = ctx.read(op.operands[0], ())
+    names = [ctx.fresh("w") for _ in op.results]
+    n = len(op.regions)
+    for k, region in enumerate(op.regions):
+        if n == 1:
+            header = "if True:"
+        elif k == 0:
+            header = f"if icmp({index.text}, {ctx.const(0, ctx.kind(op.operands[0])).text}, 'EQ'):"
+        elif k < n - 1:
+            header = f"elif icmp({index.text}, {ctx.const(k, ctx.kind(op.operands[0])).text}, 'EQ'):"
+        else:
+            header = "else:"
+        with ctx.block_scope(header):
+            results = ctx.lower_block(region)
+            texts = [_carry(ctx, b) for b in results]
+            if names:
+                ctx.scope.emit(f"{', '.join(names)} = {', '.join(texts)}")
+    out = []
+    for v, name in zip(op.results, names):
+        out.append(Arr(name, ctx.kind(v)) if v.type.rank else Scal(Expr(name, ctx.scope)))
+    return out
+
+
+@kernel("stablehlo.optimization_barrier", lazy_operands=True)
+def _optimization_barrier(ctx: Lowering, op: Op):
+    out = []
+    for v in op.operands:
+        if v.type.rank:
+            ctx.array(v)
+            out.append(ctx.env[v])
+        else:
+            out.append(Scal(ctx.read(v, ())))
+    return out
+
+
+# -- sorting ----------------------------------------------------------------------------------------
+
+
+def _emit_sort(ctx: Lowering, operands: Sequence[Value], dim: int,
+               less: Callable[[list[Expr], list[Expr]], Expr], take: int | None = None,
+               write: Callable | None = None) -> None:
+    """Stable bottom-up merge sort of each slice along ``dim``, comparing with ``less``.
+
+    ``write(oidx, k, p)`` stores the k-th element of the sorted slice, ``p`` being the index
+    (in the original slice) of the element that goes there.
+    """
+    shape = operands[0].type.shape
+    n = shape[dim]
+    rank = len(shape)
+    for v in operands:
+        ctx.array(v)
+    pa, pb = ctx.fresh("pa"), ctx.fresh("pb")
+    ctx.scope.emit(f"{pa} = np.empty({max(n, 1)}, np.int64)")
+    ctx.scope.emit(f"{pb} = np.empty({max(n, 1)}, np.int64)")
+    other = [d for d in range(rank) if d != dim]
+    with ctx.loops([shape[d] for d in other]) as oidx:
+        def at(p: Expr) -> list[Expr]:
+            idx: list = [None] * rank
+            for d, x in zip(other, oidx):
+                idx[d] = x
+            idx[dim] = p
+            return idx
+
+        k, w, lo, mid, hi, a, b, ta = (ctx.fresh(x) for x in ("k", "w", "lo", "mid", "hi", "ia", "ib", "ta"))
+        s = ctx.scope
+        s.emit(f"for {k} in range({n}): {pa}[{k}] = {k}")
+        s.emit(f"{w} = 1")
+        with ctx.block_scope(f"while {w} < {n}:"):
+            ctx.scope.emit(f"{lo} = 0")
+            with ctx.block_scope(f"while {lo} < {n}:"):
+                ctx.scope.emit(f"{mid} = min({lo} + {w}, {n})")
+                ctx.scope.emit(f"{hi} = min({lo} + 2 * {w}, {n})")
+                ctx.scope.emit(f"{a} = {lo}")
+                ctx.scope.emit(f"{b} = {mid}")
+                with ctx.block_scope(f"for {k} in range({lo}, {hi}):"):
+                    ctx.scope.emit(f"{ta} = {a} < {mid}")
+                    with ctx.block_scope(f"if {ta} and {b} < {hi}:") as cmp_scope:
+                        right = at(Expr(f"{pa}[{b}]", cmp_scope))
+                        left = at(Expr(f"{pa}[{a}]", cmp_scope))
+                        lt = less([ctx.read(v, right) for v in operands], [ctx.read(v, left) for v in operands])
+                        ctx.scope.emit(f"{ta} = not {lt.text}")
+                    with ctx.block_scope(f"if {ta}:"):
+                        ctx.scope.emit(f"{pb}[{k}] = {pa}[{a}]")
+                        ctx.scope.emit(f"{a} += 1")
+                    with ctx.block_scope("else:"):
+                        ctx.scope.emit(f"{pb}[{k}] = {pa}[{b}]")
+                        ctx.scope.emit(f"{b} += 1")
+                ctx.scope.emit(f"{lo} += 2 * {w}")
+            ctx.scope.emit(f"{pa}, {pb} = {pb}, {pa}")
+            ctx.scope.emit(f"{w} *= 2")
+        count = n if take is None else take
+        with ctx.block_scope(f"for {k} in range({count}):") as ws:
+            write(oidx, Expr(k, ws), Expr(f"{pa}[{k}]", ws), at)
+
+
+@kernel("stablehlo.sort")
+def _sort(ctx: Lowering, op: Op):
+    dim = int(op.attr("dimension"))
+    rank = len(op.operands[0].type.shape)
+    if dim < 0:
+        dim += rank
+    region = op.regions[0]
+    outs = [_new_array(ctx, r) for r in op.results]
+
+    def less(lhs, rhs):
+        args = []
+        for x, y in zip(lhs, rhs):
+            args += [x, y]
+        (r,) = ctx.lower_scalar_region(region, args)
+        return r
+
+    def write(oidx, k, p, at):
+        dst = at(k)
+        src = at(p)
+        for v, (name, kind) in zip(op.operands, outs):
+            val = ctx.read(v, src)
+            ctx.scope.emit(f"{name}[{_sub(dst)}] = {kind.store(val.text)}")
+
+    if op.operands[0].type.shape[dim] > 0:
+        _emit_sort(ctx, op.operands, dim, less, write=write)
+    return [Arr(name, kind) for name, kind in outs]
+
+
+@kernel("chlo.top_k")
+def _top_k(ctx: Lowering, op: Op):
+    (x,) = op.operands
+    k = int(op.attr("k"))
+    rank = len(x.type.shape)
+    kind = ctx.kind(x)
+    (vname, vkind), (iname, ikind) = (_new_array(ctx, r) for r in op.results)
+
+    def less(lhs, rhs):
+        # Descending; the total order puts NaN first, as XLA's TopK does.
+        if kind.cls == "f":
+            return ctx.temp(f"fcmp_total({lhs[0].text}, {rhs[0].text}, 'GT')", [lhs[0], rhs[0]])
+        return ctx.temp(f"icmp({lhs[0].text}, {rhs[0].text}, 'GT')", [lhs[0], rhs[0]])
+
+    def write(oidx, kk, p, at):
+        dst = at(kk)
+        val = ctx.read(x, at(p))
+        ctx.scope.emit(f"{vname}[{_sub(dst)}] = {vkind.store(val.text)}")
+        ctx.scope.emit(f"{iname}[{_sub(dst)}] = i2i({p.text}, {ikind.nb})")
+
+    if k > 0:
+        _emit_sort(ctx, [x], rank - 1, less, take=k, write=write)
+    return [Arr(vname, vkind), Arr(iname, ikind)]
+
+
+# -- scatter ----------------------------------------------------------------------------------------
+
+
+@kernel("stablehlo.scatter", lazy_operands=True)
+def _scatter(ctx: Lowering, op: Op):
+    n = len(op.results)
+    inputs = op.operands[:n]
+    indices = op.operands[n]
+    updates = op.operands[n + 1:]
+    dn = op.attr("scatter_dimension_numbers")
+    outs = []
+    for v, r in zip(inputs, op.results):
+        name, kind = _new_array(ctx, r)
+        ctx.fill(name, kind, v.type.shape, lambda idx, v=v: ctx.read(v, idx))
+        outs.append((name, kind))
+    for u in updates:
+        ctx.array(u)
+    combine = reducer(ctx, op)
+    ushape = updates[0].type.shape
+    urank = len(ushape)
+    shape = inputs[0].type.shape
+    rank = len(shape)
+    uwd = tuple(dn.update_window_dims)
+    scatter_dims = [d for d in range(urank) if d not in uwd]
+    ivd = dn.index_vector_dim
+    ind_rank = len(indices.type.shape)
+    with ctx.loops(ushape) as uidx:
+        usi = [uidx[d] for d in scatter_dims]
+
+        def index_at(k):
+            pos = list(usi)
+            if ivd < ind_rank:
+                pos.insert(ivd, Expr(str(k)))
+            return pos
+
+        parts: list[list[str]] = [[] for _ in range(rank)]
+        deps: list[Expr] = list(uidx)
+        for k, d in enumerate(dn.scatter_dims_to_operand_dims):
+            sv = ctx.read(indices, index_at(k))
+            deps.append(sv)
+            parts[d].append(f"np.int64({sv.text})")
+        for ib, sb in zip(dn.input_batching_dims, dn.scatter_indices_batching_dims):
+            pos = sb if sb < ivd else sb - 1
+            parts[ib].append(usi[pos].text)
+        window_dims = [d for d in range(rank) if d not in dn.inserted_window_dims and d not in dn.input_batching_dims]
+        for d, ud in zip(window_dims, uwd):
+            parts[d].append(uidx[ud].text)
+        ridx = []
+        for d in range(rank):
+            text = " + ".join(parts[d]) or "0"
+            ridx.append(ctx.temp(text, deps, prefix="s"))
+        cond = " and ".join(f"0 <= {x.text} < {shape[d]}" for d, x in enumerate(ridx)) or "True"
+        with ctx.block_scope(f"if {cond}:"):
+            cur = [ctx.temp(kind.load(f"{name}[{_sub(ridx)}]"), ridx) for name, kind in outs]
+            upd = [ctx.read(u, uidx) for u in updates]
+            # The combiner reads the current value, so it must not be hoisted or memoised.
+            cur = [Expr(c.text, ctx.scope) for c in cur]
+            new = combine(cur, upd)
+            for (name, kind), t in zip(outs, new):
+                ctx.scope.emit(f"{name}[{_sub(ridx)}] = {kind.store(t)}")
+    return [Arr(name, kind) for name, kind in outs]
+
+
+# -- windows ------------------------------------------------------------------------------------------
+
+
+def _padding(op: Op, rank: int) -> list[tuple[int, int]]:
+    pad = op.attr("padding")
+    if pad is None:
+        return [(0, 0)] * rank
+    arr = np.asarray(pad).reshape(-1, 2)
+    return [(int(a), int(b)) for a, b in arr]
+
+
+@kernel("stablehlo.reduce_window", lazy_operands=True)
+def _reduce_window(ctx: Lowering, op: Op):
+    n = len(op.results)
+    inputs, inits = op.operands[:n], op.operands[n:]
+    rank = len(inputs[0].type.shape)
+    wdims = tuple(op.attr("window_dimensions"))
+    strides = tuple(op.attr("window_strides") or (1,) * rank)
+    bdil = tuple(op.attr("base_dilations") or (1,) * rank)
+    wdil = tuple(op.attr("window_dilations") or (1,) * rank)
+    pads = _padding(op, rank)
+    in_shape = inputs[0].type.shape
+    combine = reducer(ctx, op)
+    outs = [_new_array(ctx, r) for r in op.results]
+    init = [ctx.read(v, ()) for v in inits]
+    with ctx.loops(op.results[0].type.shape) as oidx:
+        accs = [ctx.fresh("acc") for _ in range(n)]
+        ctx.scope.emit(f"{', '.join(accs)} = {', '.join(e.text for e in init)}")
+        with ctx.loops(wdims) as widx:
+            src = []
+            conds = []
+            for d in range(rank):
+                pos = f"{oidx[d].text} * {strides[d]} + {widx[d].text} * {wdil[d]} - {pads[d][0]}"
+                p = ctx.temp(pos, [oidx[d], widx[d]], prefix="p")
+                extent = (in_shape[d] - 1) * bdil[d]
+                c = f"(0 <= {p.text} <= {extent})"
+                if bdil[d] > 1:
+                    c += f" and ({p.text} % {bdil[d]} == 0)"
+                    q = f"min(max({p.text}, 0), {extent}) // {bdil[d]}"
+                else:
+                    q = f"min(max({p.text}, 0), {in_shape[d] - 1})"
+                conds.append(c)
+                src.append(_ix(q, [p]))
+            valid = ctx.temp(" and ".join(conds) or "True", list(oidx) + list(widx), prefix="m")
+            xs = []
+            for v, e in zip(inputs, init):
+                val = ctx.read(v, src)
+                xs.append(ctx.temp(f"({val.text} if {valid.text} else {e.text})", [val, valid, e]))
+            in_loop = [Expr(a, ctx.scope) for a in accs]
+            new = combine(in_loop, xs)
+            ctx.scope.emit(f"{', '.join(accs)} = {', '.join(new)}")
+        for (name, kind), a in zip(outs, accs):
+            ctx.scope.emit(f"{name}[{_sub(oidx)}] = {kind.store(a)}")
+    return [Arr(name, kind) for name, kind in outs]
+
+
+@kernel("stablehlo.convolution")
+def _convolution(ctx: Lowering, op: Op):
+    lhs, rhs = op.operands
+    dn = op.attr("dimension_numbers")
+    nsp = len(dn.input_spatial_dimensions)
+    strides = tuple(op.attr("window_strides") or (1,) * nsp)
+    pads = _padding(op, nsp)
+    ldil = tuple(op.attr("lhs_dilation") or (1,) * nsp)
+    rdil = tuple(op.attr("rhs_dilation") or (1,) * nsp)
+    rev = tuple(op.attr("window_reversal") or (False,) * nsp)
+    fgc = int(op.attr("feature_group_count") or 1)
+    bgc = int(op.attr("batch_group_count") or 1)
+    out, rk = _new_array(ctx, op.result)
+    lk, kk = ctx.kind(lhs), ctx.kind(rhs)
+    ls, ks = lhs.type.shape, rhs.type.shape
+    out_shape = op.result.type.shape
+    out_f = out_shape[dn.output_feature_dimension]
+    kin = ks[dn.kernel_input_feature_dimension]
+    in_batch = ls[dn.input_batch_dimension]
+    zero = ctx.const(0, rk)
+    with ctx.loops(out_shape) as oidx:
+        ob = oidx[dn.output_batch_dimension]
+        of = oidx[dn.output_feature_dimension]
+        fbase = ctx.temp(f"({of.text} // {out_f // fgc}) * {kin}", [of], prefix="g") if fgc > 1 else Expr("0")
+        if bgc > 1:
+            bsrc = ctx.temp(f"({of.text} // {out_f // bgc}) * {in_batch // bgc} + {ob.text}", [of, ob], prefix="g")
+        else:
+            bsrc = ob
+        acc = ctx.fresh("acc")
+        ctx.scope.emit(f"{acc} = {zero.text}")
+        ksp = [ks[d] for d in dn.kernel_spatial_dimensions]
+        with ctx.loops(ksp + [kin]) as widx:
+            wsp, ci = widx[:nsp], widx[nsp]
+            lidx: list = [None] * len(ls)
+            kidx: list = [None] * len(ks)
+            conds = []
+            for s in range(nsp):
+                osd = oidx[dn.output_spatial_dimensions[s]]
+                p = ctx.temp(f"{osd.text} * {strides[s]} + {wsp[s].text} * {rdil[s]} - {pads[s][0]}", [osd, wsp[s]],
+                             prefix="p")
+                n_in = ls[dn.input_spatial_dimensions[s]]
+                extent = (n_in - 1) * ldil[s]
+                c = f"(0 <= {p.text} <= {extent})"
+                if ldil[s] > 1:
+                    c += f" and ({p.text} % {ldil[s]} == 0)"
+                    q = f"min(max({p.text}, 0), {extent}) // {ldil[s]}"
+                else:
+                    q = f"min(max({p.text}, 0), {n_in - 1})"
+                conds.append(c)
+                lidx[dn.input_spatial_dimensions[s]] = _ix(q, [p])
+                kpos = _ix(f"({ksp[s] - 1} - {wsp[s].text})", [wsp[s]]) if rev[s] else wsp[s]
+                kidx[dn.kernel_spatial_dimensions[s]] = kpos
+            lidx[dn.input_batch_dimension] = bsrc
+            lidx[dn.input_feature_dimension] = _ix(f"({fbase.text} + {ci.text})", [fbase, ci])
+            kidx[dn.kernel_input_feature_dimension] = ci
+            kidx[dn.kernel_output_feature_dimension] = of
+            valid = ctx.temp(" and ".join(conds) or "True", list(oidx) + list(widx), prefix="m")
+            a = convert_text(ctx.read(lhs, lidx), lk, rk)
+            b = convert_text(ctx.read(rhs, kidx), kk, rk)
+            a = a.text if isinstance(a, Expr) else a
+            b = b.text if isinstance(b, Expr) else b
+            if rk.cls == "f":
+                ctx.scope.emit(f"if {valid.text}: {acc} = {acc} + {a} * {b}")
+            else:
+                ctx.scope.emit(f"if {valid.text}: {acc} = iadd({acc}, imul({a}, {b}))")
+        ctx.scope.emit(f"{out}[{_sub(oidx)}] = {rk.store(rk.rounded(acc))}")
+    return [Arr(out, rk)]
+
+
+@kernel("stablehlo.if", lazy_operands=True)
+def _if(ctx: Lowering, op: Op):
+    pred = ctx.read(op.operands[0], ())
+    names = [ctx.fresh("w") for _ in op.results]
+    for header, region in ((f"if {pred.text}:", op.regions[0]), ("else:", op.regions[1])):
+        with ctx.block_scope(header):
+            results = ctx.lower_block(region)
+            texts = [_carry(ctx, b) for b in results]
+            if names:
+                ctx.scope.emit(f"{', '.join(names)} = {', '.join(texts)}")
+    return [Arr(name, ctx.kind(v)) if v.type.rank else Scal(Expr(name, ctx.scope))
+            for v, name in zip(op.results, names)]
+
+
+@kernel("stablehlo.select_and_scatter", lazy_operands=True)
+def _select_and_scatter(ctx: Lowering, op: Op):
+    operand, source, init = op.operands
+    rank = len(operand.type.shape)
+    wdims = tuple(op.attr("window_dimensions") or (1,) * rank)
+    strides = tuple(op.attr("window_strides") or (1,) * rank)
+    pads = _padding(op, rank)
+    shape = operand.type.shape
+    select_region, scatter_region = op.regions
+    out, kind = _new_array(ctx, op.result)
+    init_e = ctx.read(init, ())
+    ctx.fill(out, kind, shape, lambda idx: init_e)
+    ctx.array(operand)
+    with ctx.loops(source.type.shape) as sidx:
+        best, have = ctx.fresh("best"), ctx.fresh("have")
+        pos = [ctx.fresh("bp") for _ in range(rank)]
+        ctx.scope.emit(f"{have} = False")
+        ctx.scope.emit(f"{best} = {init_e.text}")
+        for p in pos:
+            ctx.scope.emit(f"{p} = 0")
+        with ctx.loops(wdims) as widx:
+            cand_pos = []
+            conds = []
+            for d in range(rank):
+                q = ctx.temp(f"{sidx[d].text} * {strides[d]} + {widx[d].text} - {pads[d][0]}", [sidx[d], widx[d]],
+                             prefix="p")
+                cand_pos.append(q)
+                conds.append(f"(0 <= {q.text} < {shape[d]})")
+            with ctx.block_scope(f"if {' and '.join(conds) or 'True'}:") as inside:
+                cand = ctx.read(operand, cand_pos)
+                take = ctx.fresh("take")
+                ctx.scope.emit(f"{take} = not {have}")
+                with ctx.block_scope(f"if {have}:"):
+                    (keep,) = ctx.lower_scalar_region(select_region, [Expr(best, ctx.scope), cand])
+                    ctx.scope.emit(f"{take} = not {keep.text}")
+                with ctx.block_scope(f"if {take}:"):
+                    ctx.scope.emit(f"{best} = {cand.text}")
+                    ctx.scope.emit(f"{have} = True")
+                    for p, q in zip(pos, cand_pos):
+                        ctx.scope.emit(f"{p} = {q.text}")
+                del inside
+        with ctx.block_scope(f"if {have}:"):
+            sub = ", ".join(pos)
+            cur = ctx.temp(kind.load(f"{out}[{sub}]"), [])
+            src = ctx.read(source, sidx)
+            (new,) = ctx.lower_scalar_region(scatter_region, [Expr(cur.text, ctx.scope), src])
+            ctx.scope.emit(f"{out}[{sub}] = {kind.store(new.text)}")
+    return [Arr(out, kind)]
+
+
+@kernel("stablehlo.rng_bit_generator")
+def _rng_bit_generator(ctx: Lowering, op: Op):
+    from pjrt_hub.backends.stablehlo import RngAlgorithm
+
+    (state,) = op.operands
+    new_state, values = op.results
+    skind, vkind = ctx.kind(state), ctx.kind(values)
+    if skind.storage != np.uint64:
+        raise _unsupported_variant(op, f"{skind.element} state")
+    algorithm = str(op.attr("rng_algorithm") or "DEFAULT")
+    count = math.prod(values.type.shape)
+    itemsize = vkind.storage.itemsize
+    words = -(-count * itemsize // 4)
+    name = ctx.array(state)
+    st, w = ctx.fresh("st"), ctx.fresh("rw")
+    if algorithm == str(RngAlgorithm.THREE_FRY):
+        ctx.scope.emit(f"{st}, {w} = rng_threefry({name}, {-(-words // 2)})")
+    else:
+        ctx.scope.emit(f"{st}, {w} = rng_philox({name}, {-(-words // 4)})")
+    out = ctx.fresh("a")
+    ctx.scope.emit(f"{out} = {w}.view(np.uint8)[:{count * itemsize}].copy().view({vkind.np_name})"
+                   f".reshape({tuple(values.type.shape)!r})")
+    return [Arr(st, skind), Arr(out, vkind)]

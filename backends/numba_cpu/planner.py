@@ -1,0 +1,199 @@
+"""Deciding what to materialize and which loop nests to fuse, for one block.
+
+Correctness does not depend on this module: a lazy value read where no array exists is simply
+recomputed. The plan decides where arrays pay off (a value needed as an array, or expensive and
+read by several loop nests) and groups consecutive loop nests that can share an outer loop,
+checking each candidate by generating it (``Lowering.try_member``), so the check is exactly
+what will be emitted.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from pjrt_hub.backends.stablehlo import Block, Op, TensorType, Value
+
+from .codegen import RULES, Lazy, Lowering, _Group, _Member, _unsupported
+
+__all__ = ["plan_block", "group_local_values"]
+
+
+def _is_lazy(op: Op) -> bool:
+    rule = RULES.get(op.name)
+    return rule is not None and (rule.elementwise is not None or rule.index is not None)
+
+
+def _rank(v: Value) -> int:
+    return len(v.type.shape) if isinstance(v.type, TensorType) else 0
+
+
+def plan_block(ctx: Lowering, block: Block) -> list:
+    ops = block.ops[:-1]
+    term = block.terminator
+    defined: set[Value] = set(block.args)
+    users: dict[Value, list] = defaultdict(list)
+    for op in ops:
+        rule = RULES.get(op.name)
+        if rule is None:
+            raise _unsupported(op)
+        for o in op.operands:
+            users[o].append(op)
+        for region in op.regions:
+            for inner in region.walk():
+                for o in inner.operands:
+                    users[o].append("region")
+        if _is_lazy(op):
+            for i, r in enumerate(op.results):
+                ctx.env[r] = Lazy(op, i)
+                ctx._defs[r] = Lazy(op, i)
+        defined.update(op.results)
+    for o in term.operands:
+        users[o].append("term")
+
+    # Values that must become arrays in this block.
+    materialize: set[Value] = set()
+    for op in ops:
+        if not _is_lazy(op):
+            continue
+        for r in op.results:
+            for u in users[r]:
+                if u in ("term", "region"):
+                    materialize.add(r)
+                elif not _is_lazy(u) and u.name != "stablehlo.reduce" and not RULES[u.name].lazy_operands:
+                    if _rank(r) > 0:
+                        materialize.add(r)
+
+    # Per-element cost of recomputing each lazy value where it is read.
+    cost: dict[Value, int] = {}
+    for op in ops:
+        if _is_lazy(op):
+            c = RULES[op.name].cost + sum(cost.get(o, 0) for o in op.operands if o not in materialize)
+            for r in op.results:
+                cost[r] = c
+
+    # Which loop nests (roots) read each lazy value; expensive values read by several are
+    # materialized once instead.
+    roots: dict[Value, frozenset] = {}
+    limit = ctx.options.recompute_limit
+    for op in reversed(ops):
+        if not _is_lazy(op):
+            continue
+        for r in op.results:
+            if r in materialize:
+                roots[r] = frozenset([r])
+                continue
+            rs: set = set()
+            for u in users[r]:
+                if isinstance(u, Op) and _is_lazy(u):
+                    for ur in u.results:
+                        rs |= roots.get(ur, frozenset())
+                elif isinstance(u, Op):
+                    rs.add(u)
+            if len(rs) >= 2 and cost[r] >= limit and _rank(r) > 0:
+                materialize.add(r)
+                roots[r] = frozenset([r])
+            else:
+                roots[r] = frozenset(rs)
+    ctx._plan_users = getattr(ctx, "_plan_users", {})
+    ctx._plan_users.update(users)
+    ctx._plan_roots = getattr(ctx, "_plan_roots", {})
+    ctx._plan_roots.update(roots)
+
+    # Kernels in program order, fused into groups where the outer loops can be shared.
+    items: list = []
+    group: _Group | None = None
+    for op in ops:
+        if _is_lazy(op):
+            members = [_Member("ew", [r], shape=tuple(r.type.shape)) for r in op.results if r in materialize]
+        elif op.name == "stablehlo.reduce":
+            members = [_reduce_member(op)]
+        else:
+            if group is not None:
+                items.append(group)
+                group = None
+            items.append(op)
+            continue
+        for m in members:
+            group = _add_member(ctx, items, group, m)
+    if group is not None:
+        items.append(group)
+    return items
+
+
+def _reduce_member(op: Op) -> _Member:
+    n = len(op.results)
+    shape = tuple(op.operands[0].type.shape)
+    return _Member("reduce", list(op.results), op=op, shape=shape)
+
+
+def _natural_outer(m: _Member) -> tuple[int, ...]:
+    if m.kind == "ew":
+        return m.shape
+    dims = set(m.op.attr("dimensions") or ())
+    out = []
+    for d, size in enumerate(m.shape):
+        if d in dims:
+            break
+        out.append(size)
+    return tuple(out)
+
+
+def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    out = []
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        out.append(x)
+    return tuple(out)
+
+
+def _add_member(ctx: Lowering, items: list, group: _Group | None, m: _Member) -> _Group:
+    natural = _natural_outer(m)
+    if group is None:
+        return _Group(natural, [m])
+    produced = {v for mm in group.members for v in mm.values}
+    last = group.members[-1]
+    # Same loop nest as the previous elementwise member: shares loads and temporaries.
+    if m.kind == "ew" and last.kind == "ew" and last.shape == m.shape and m.shape:
+        merged = _Member("ew", last.values + m.values, shape=m.shape)
+        trial = _Group(group.outer, group.members[:-1])
+        earlier = produced - set(last.values)
+        if ctx.try_member(trial, merged, earlier, set(last.values), new=set(m.values)):
+            group.members[-1] = merged
+            return group
+    outer = _common_prefix(group.outer, natural)
+    if outer and ctx.try_member(_Group(outer, group.members), m, produced, set(), new=set(m.values)):
+        group.outer = outer
+        group.members.append(m)
+        return group
+    items.append(group)
+    return _Group(natural, [m])
+
+
+def group_local_values(ctx: Lowering, group: _Group) -> set[Value]:
+    """Member values nothing outside the group reads: they get row buffers, not arrays."""
+    if not group.outer:
+        return set()
+    members = {v for m in group.members for v in m.values}
+    reduce_ops = {m.op for m in group.members if m.kind == "reduce"}
+    users = ctx._plan_users
+    roots = ctx._plan_roots
+    local = set()
+    for v in members:
+        ok = True
+        for u in users.get(v, ()):
+            if u in ("term", "region"):
+                ok = False
+            elif u in reduce_ops:
+                continue
+            elif _is_lazy(u):
+                for r in u.results:
+                    if not roots.get(r, frozenset()) <= (members | reduce_ops):
+                        ok = False
+            else:
+                ok = False
+            if not ok:
+                break
+        if ok and len(v.type.shape) >= len(group.outer):
+            local.add(v)
+    return local

@@ -1,0 +1,750 @@
+"""The lowering rules: one table entry per StableHLO/CHLO op.
+
+``@elementwise("stablehlo.add")`` registers how one element of the result is computed from the
+operands' elements; ``@index_map`` registers ops that read their operand elsewhere
+(broadcast, slice, gather...); ``@kernel`` registers everything that needs its own loops or
+calls (dot_general through BLAS, sort, scatter, while, case...). Adding an op is one function
+here and one test case.
+
+Elementwise semantics follow XLA, as JAX programs expect: integer ops wrap around, ``divide``
+and ``remainder`` by zero and shifts past the width are defined (see :mod:`.intrinsics`),
+``maximum``/``minimum`` propagate NaN, float to integer conversion truncates and saturates.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import numpy as np
+
+from pjrt_hub.abi import CompileError, UnsupportedOpError
+from pjrt_hub.backends.stablehlo import Op, TensorType, Value
+
+from .codegen import RULES, Arr, Lazy, Lowering, Row, Rule, Scal, supported_ops
+from .source import ElementKind, Expr, Scope, element_kind
+
+__all__ = ["elementwise", "index_map", "kernel", "emit_reduce_member"]
+
+
+def elementwise(*names: str, cost: int = 1):
+    def register(fn):
+        for name in names:
+            RULES[name] = Rule(elementwise=fn, cost=cost)
+        return fn
+
+    return register
+
+
+def index_map(*names: str, cost: int = 0):
+    def register(fn):
+        for name in names:
+            RULES[name] = Rule(index=fn, cost=cost)
+        return fn
+
+    return register
+
+
+def kernel(*names: str, lazy_operands: bool = False):
+    def register(fn):
+        for name in names:
+            RULES[name] = Rule(kernel=fn, lazy_operands=lazy_operands)
+        return fn
+
+    return register
+
+
+def _unsupported_variant(op: Op, what: str) -> UnsupportedOpError:
+    return UnsupportedOpError(f"{op.name} ({what})", location=op.location, supported=supported_ops(),
+                              backend="numba_cpu")
+
+
+def _k(ctx: Lowering, v: Value) -> ElementKind:
+    return ctx.kind(v)
+
+
+def _c(ctx: Lowering, value, kind: ElementKind) -> str:
+    return ctx.const(value, kind).text
+
+
+# -- arithmetic -------------------------------------------------------------------------------
+
+
+def _float_or_int(op_text: Callable[[str, str], str], int_fn: str, bool_text: str | None = None):
+    def rule(ctx, op, args):
+        kind = _k(ctx, op.result)
+        a, b = args[0].text, args[1].text
+        if kind.cls == "f":
+            return kind.rounded(op_text(a, b))
+        if kind.cls == "b":
+            if bool_text is None:
+                raise _unsupported_variant(op, "boolean operands")
+            return bool_text.format(a=a, b=b)
+        return f"{int_fn}({a}, {b})"
+
+    return rule
+
+
+elementwise("stablehlo.add")(_float_or_int(lambda a, b: f"({a} + {b})", "iadd", "({a} | {b})"))
+elementwise("stablehlo.subtract")(_float_or_int(lambda a, b: f"({a} - {b})", "isub", "({a} ^ {b})"))
+elementwise("stablehlo.multiply")(_float_or_int(lambda a, b: f"({a} * {b})", "imul", "({a} & {b})"))
+elementwise("stablehlo.divide", cost=4)(_float_or_int(lambda a, b: f"({a} / {b})", "idiv"))
+elementwise("stablehlo.maximum")(_float_or_int(lambda a, b: f"fmaximum({a}, {b})", "imax", "({a} | {b})"))
+elementwise("stablehlo.minimum")(_float_or_int(lambda a, b: f"fminimum({a}, {b})", "imin", "({a} & {b})"))
+
+
+@elementwise("stablehlo.remainder", cost=8)
+def _remainder(ctx, op, args):
+    kind = _k(ctx, op.result)
+    a, b = args[0].text, args[1].text
+    if kind.cls == "f":
+        return kind.rounded(f"np.{kind.compute_dtype.name}(frem({a}, {b}))")
+    if kind.cls == "b":
+        raise _unsupported_variant(op, "boolean operands")
+    return f"irem({a}, {b})"
+
+
+@elementwise("stablehlo.power", cost=20)
+def _power(ctx, op, args):
+    kind = _k(ctx, op.result)
+    a, b = args[0].text, args[1].text
+    if kind.cls == "f":
+        if kind.bits == 64:
+            return f"fpow64({a}, {b})"
+        return kind.rounded(f"pow_f32({a}, {b})")
+    if kind.cls == "b":
+        raise _unsupported_variant(op, "boolean operands")
+    return f"ipow({a}, {b}, {_c(ctx, 0, kind)}, {_c(ctx, 1, kind)})"
+
+
+def _bitwise(int_fn: str, bool_op: str):
+    def rule(ctx, op, args):
+        kind = _k(ctx, op.result)
+        a, b = args[0].text, args[1].text
+        if kind.cls == "b":
+            return f"({a} {bool_op} {b})"
+        if kind.cls == "f":
+            raise _unsupported_variant(op, "float operands")
+        return f"{int_fn}({a}, {b})"
+
+    return rule
+
+
+elementwise("stablehlo.and")(_bitwise("iand", "&"))
+elementwise("stablehlo.or")(_bitwise("ior", "|"))
+elementwise("stablehlo.xor")(_bitwise("ixor", "^"))
+
+
+@elementwise("stablehlo.not")
+def _not(ctx, op, args):
+    kind = _k(ctx, op.result)
+    if kind.cls == "f":
+        raise _unsupported_variant(op, "float operand")
+    return f"inot({args[0].text})"
+
+
+def _shift(fn: str):
+    def rule(ctx, op, args):
+        kind = _k(ctx, op.result)
+        if kind.cls not in "iu":
+            raise _unsupported_variant(op, f"{kind.element} operands")
+        return f"{fn}({args[0].text}, {args[1].text})"
+
+    return rule
+
+
+elementwise("stablehlo.shift_left")(_shift("shl"))
+elementwise("stablehlo.shift_right_logical")(_shift("shr_logical"))
+elementwise("stablehlo.shift_right_arithmetic")(_shift("shr_arith"))
+
+
+@elementwise("stablehlo.popcnt")
+def _popcnt(ctx, op, args):
+    return f"ctpop({args[0].text})"
+
+
+@elementwise("stablehlo.count_leading_zeros")
+def _clz(ctx, op, args):
+    return f"ctlz({args[0].text})"
+
+
+@elementwise("stablehlo.negate")
+def _negate(ctx, op, args):
+    kind = _k(ctx, op.result)
+    a = args[0].text
+    if kind.cls == "f":
+        return f"(-{a})"
+    if kind.cls == "b":
+        return a
+    return f"isub({_c(ctx, 0, kind)}, {a})"
+
+
+@elementwise("stablehlo.abs")
+def _abs(ctx, op, args):
+    kind = _k(ctx, _operand0(op))
+    a = args[0].text
+    if kind.cls == "f":
+        return f"fabs({a})"
+    if kind.cls == "u" or kind.cls == "b":
+        return a
+    return f"iabs({a}, {_c(ctx, 0, kind)})"
+
+
+def _operand0(op: Op) -> Value:
+    return op.operands[0]
+
+
+@elementwise("stablehlo.sign")
+def _sign(ctx, op, args):
+    kind = _k(ctx, op.result)
+    a = args[0].text
+    if kind.cls == "f":
+        return f"fsign({a}, {_c(ctx, 1, kind)})"
+    if kind.cls == "u":
+        return f"({_c(ctx, 1, kind)} if {a} != {_c(ctx, 0, kind)} else {_c(ctx, 0, kind)})"
+    if kind.cls == "b":
+        return a
+    return f"isign({a}, {_c(ctx, 0, kind)}, {_c(ctx, 1, kind)})"
+
+
+def _float_unary(f32: str, f64: str, *, via64: bool = False):
+    """``f32``/``f64`` are function names; ``via64`` functions return float64 for any input."""
+
+    def rule(ctx, op, args):
+        kind = _k(ctx, op.result)
+        a = args[0].text
+        if kind.cls != "f":
+            raise _unsupported_variant(op, f"{kind.element} operand")
+        if kind.bits == 64:
+            return f"{f64}({a})"
+        if via64:
+            return kind.rounded(f"np.float32({f32}({a}))")
+        return kind.rounded(f"{f32}({a})")
+
+    return rule
+
+
+elementwise("stablehlo.exponential", cost=8)(_float_unary("exp_f32", "exp_f64"))
+elementwise("stablehlo.exponential_minus_one", cost=8)(_float_unary("expm1_f32", "expm1_f64"))
+elementwise("stablehlo.log", cost=8)(_float_unary("log_f32", "log_f64"))
+elementwise("stablehlo.log_plus_one", cost=8)(_float_unary("log1p_f32", "log1p_f64"))
+elementwise("stablehlo.tanh", cost=10)(_float_unary("tanh_f32", "tanh_f64"))
+elementwise("stablehlo.logistic", cost=10)(_float_unary("logistic_f32", "logistic_f64"))
+elementwise("stablehlo.sine", cost=20)(_float_unary("sin_f", "sin_f", via64=True))
+elementwise("stablehlo.cosine", cost=20)(_float_unary("cos_f", "cos_f", via64=True))
+elementwise("stablehlo.tan", cost=20)(_float_unary("tan_f", "tan_f", via64=True))
+elementwise("stablehlo.cbrt", cost=20)(_float_unary("cbrt_f", "cbrt_f", via64=True))
+elementwise("chlo.erf", cost=20)(_float_unary("erf_f", "erf_f", via64=True))
+elementwise("chlo.erfc", cost=20)(_float_unary("erfc_f", "erfc_f", via64=True))
+elementwise("chlo.erf_inv", cost=40)(_float_unary("erf_inv_f", "erf_inv_f", via64=True))
+elementwise("chlo.tan", cost=20)(_float_unary("tan_f", "tan_f", via64=True))
+elementwise("chlo.sinh", cost=20)(_float_unary("sinh_f", "sinh_f", via64=True))
+elementwise("chlo.cosh", cost=20)(_float_unary("cosh_f", "cosh_f", via64=True))
+elementwise("chlo.asin", cost=20)(_float_unary("asin_f", "asin_f", via64=True))
+elementwise("chlo.acos", cost=20)(_float_unary("acos_f", "acos_f", via64=True))
+elementwise("chlo.atan", cost=20)(_float_unary("atan_f", "atan_f", via64=True))
+elementwise("chlo.asinh", cost=20)(_float_unary("asinh_f", "asinh_f", via64=True))
+elementwise("chlo.acosh", cost=20)(_float_unary("acosh_f", "acosh_f", via64=True))
+elementwise("chlo.atanh", cost=20)(_float_unary("atanh_f", "atanh_f", via64=True))
+elementwise("chlo.lgamma", cost=20)(_float_unary("lgamma_f", "lgamma_f", via64=True))
+elementwise("stablehlo.floor")(_float_unary("ffloor", "ffloor"))
+elementwise("stablehlo.ceil")(_float_unary("fceil", "fceil"))
+elementwise("stablehlo.round_nearest_even")(_float_unary("fround_even", "fround_even"))
+elementwise("stablehlo.round_nearest_afz")(_float_unary("fround_afz", "fround_afz"))
+elementwise("stablehlo.sqrt", cost=4)(_float_unary("fsqrt", "fsqrt"))
+
+
+@elementwise("stablehlo.rsqrt", cost=5)
+def _rsqrt(ctx, op, args):
+    kind = _k(ctx, op.result)
+    if kind.cls != "f":
+        raise _unsupported_variant(op, f"{kind.element} operand")
+    one = _c(ctx, 1, kind)
+    return kind.rounded(f"({one} / fsqrt({args[0].text}))")
+
+
+@elementwise("chlo.square")
+def _square(ctx, op, args):
+    kind = _k(ctx, op.result)
+    a = args[0].text
+    if kind.cls == "f":
+        return kind.rounded(f"({a} * {a})")
+    if kind.cls == "b":
+        return a
+    return f"imul({a}, {a})"
+
+
+@elementwise("stablehlo.atan2", cost=20)
+def _atan2(ctx, op, args):
+    kind = _k(ctx, op.result)
+    if kind.cls != "f":
+        raise _unsupported_variant(op, f"{kind.element} operands")
+    text = f"atan2_f({args[0].text}, {args[1].text})"
+    return text if kind.bits == 64 else kind.rounded(f"np.float32({text})")
+
+
+@elementwise("chlo.is_inf")
+def _is_inf(ctx, op, args):
+    return f"(fabs({args[0].text}) == np.inf)"
+
+
+@elementwise("chlo.is_pos_inf")
+def _is_pos_inf(ctx, op, args):
+    return f"({args[0].text} == np.inf)"
+
+
+@elementwise("chlo.is_neg_inf")
+def _is_neg_inf(ctx, op, args):
+    return f"({args[0].text} == -np.inf)"
+
+
+@elementwise("stablehlo.is_finite")
+def _is_finite(ctx, op, args):
+    return f"isfinite_f({args[0].text})"
+
+
+@elementwise("stablehlo.select")
+def _select(ctx, op, args):
+    return f"({args[1].text} if {args[0].text} else {args[2].text})"
+
+
+@elementwise("stablehlo.clamp")
+def _clamp(ctx, op, args):
+    kind = _k(ctx, op.result)
+    lo, x, hi = (a.text for a in args)
+    if kind.cls == "f":
+        return f"fminimum(fmaximum({x}, {lo}), {hi})"
+    if kind.cls == "b":
+        return f"(({x} | {lo}) & {hi})"
+    return f"imin(imax({x}, {lo}), {hi})"
+
+
+_CMP_SYMBOL = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+
+
+@elementwise("stablehlo.compare")
+def _compare(ctx, op, args):
+    direction = str(op.attr("comparison_direction"))
+    ctype = str(op.attr("compare_type") or "")
+    kind = _k(ctx, op.operands[0])
+    a, b = args[0].text, args[1].text
+    if kind.cls == "f":
+        if ctype == "TOTALORDER":
+            # A narrow float's float32 value has the same sign, NaN-ness and order.
+            return f"fcmp_total({a}, {b}, {direction!r})"
+        return f"({a} {_CMP_SYMBOL[direction]} {b})"
+    return f"icmp({a}, {b}, {direction!r})"
+
+
+@elementwise("stablehlo.convert")
+def _convert(ctx, op, args):
+    src = _k(ctx, op.operands[0])
+    dst = _k(ctx, op.result)
+    return convert_text(args[0], src, dst)
+
+
+def convert_text(a: Expr, src: ElementKind, dst: ElementKind) -> str | Expr:
+    x = a.text
+    if src == dst:
+        return a
+    if dst.cls == "f":
+        if src.cls == "f":
+            if dst.narrow:
+                return dst.rounded(f"np.float32({x})")
+            return f"np.{dst.storage.name}({x})"
+        value = f"i2f({x}, {'types.float64' if dst.bits == 64 else 'types.float32'})"
+        return dst.rounded(value)
+    target = dst.nb
+    if src.cls == "f":
+        return f"f2i({x}, {target})"
+    return f"i2i({x}, {target})"
+
+
+@elementwise("stablehlo.bitcast_convert")
+def _bitcast_convert(ctx, op, args):
+    src = _k(ctx, op.operands[0])
+    dst = _k(ctx, op.result)
+    if src.bits != dst.bits or src.cls == "b" or dst.cls == "b":
+        raise _unsupported_variant(op, f"{src.element} -> {dst.element}")
+    x = args[0].text
+    width = src.bits
+    # To the raw unsigned bits, then to the target.
+    if src.narrow:
+        bits = src.store(x)
+    else:
+        bits = f"bitcast({x}, types.uint{width})"
+    if dst.narrow:
+        return dst.load(bits)
+    return f"bitcast({bits}, {dst.nb})"
+
+
+@elementwise("stablehlo.reduce_precision")
+def _reduce_precision(ctx, op, args):
+    kind = _k(ctx, op.result)
+    e, m = int(op.attr("exponent_bits")), int(op.attr("mantissa_bits"))
+    if kind.cls != "f":
+        raise _unsupported_variant(op, f"{kind.element} operand")
+    wide = 64 if kind.bits == 64 else 32
+    src_mant, src_exp = (52, 11) if wide == 64 else (23, 8)
+    uk = element_kind(f"ui{wide}")
+    drop = max(src_mant - m, 0)
+    src_bias = (1 << (src_exp - 1)) - 1
+    dst_bias = (1 << (e - 1)) - 1 if e > 0 else 0
+    c = lambda v: _c(ctx, v, uk)  # noqa: E731
+    text = (f"reduce_precision{wide}({args[0].text}, {c(drop)}, {c(1 << drop)}, "
+            f"{c(((src_bias + dst_bias) << src_mant) % (1 << wide))}, {c(max(src_bias - dst_bias, 0) << src_mant)}, "
+            f"{e < src_exp}, {m > 0})")
+    # Narrow storage types then round to their own precision, as a store would.
+    return kind.rounded(text)
+
+
+@elementwise("stablehlo.map", cost=10)
+def _map(ctx, op, args):
+    (result,) = ctx.lower_scalar_region(op.regions[0], list(args))
+    return result
+
+
+@elementwise("stablehlo.optimization_barrier")
+def _barrier(ctx, op, args):
+    return args[0]
+
+
+# -- index maps -----------------------------------------------------------------------------------
+
+_ZERO = Expr("0")
+
+
+def _int_index(text: str, deps: Sequence[Expr]) -> Expr:
+    scope = None
+    for d in deps:
+        if d.scope is not None and (scope is None or d.scope.depth > scope.depth):
+            scope = d.scope
+    return Expr(text, scope)
+
+
+@index_map("stablehlo.get_dimension_size")
+def _get_dimension_size(ctx, op, i, idx):
+    d = int(op.attr("dimension"))
+    return ctx.const(op.operands[0].type.shape[d], _k(ctx, op.result))
+
+
+@index_map("stablehlo.constant")
+def _constant(ctx, op, i, idx):
+    value = np.asarray(op.attr("value"))
+    kind = _k(ctx, op.result)
+    flat = value.reshape(-1)
+    if flat.size == 0:
+        return ctx.const(0, kind)
+    first = flat[0]
+    if value.dtype.kind == "f":
+        same = np.all(flat.view(np.uint8).reshape(flat.size, -1) == flat[:1].view(np.uint8).reshape(1, -1))
+    else:
+        same = bool(np.all(flat == first))
+    if same:
+        return ctx.const(first, kind)
+    name = ctx.global_array(value, kind)
+    return ctx.temp(kind.load(f"{name}[{', '.join(x.text for x in idx)}]"), idx)
+
+
+@index_map("stablehlo.iota")
+def _iota(ctx, op, i, idx):
+    kind = _k(ctx, op.result)
+    d = int(op.attr("iota_dimension"))
+    x = idx[d]
+    if kind.cls == "f":
+        return ctx.temp(kind.rounded(f"np.{kind.compute_dtype.name}({x.text})"), [x])
+    return ctx.temp(f"i2i(np.int64({x.text}), {kind.nb})", [x])
+
+
+@index_map("stablehlo.broadcast_in_dim")
+def _broadcast_in_dim(ctx, op, i, idx):
+    operand = op.operands[0]
+    dims = op.attr("broadcast_dimensions")
+    src = []
+    for k, d in enumerate(dims):
+        if operand.type.shape[k] == 1 and op.result.type.shape[d] != 1:
+            src.append(_ZERO)
+        else:
+            src.append(idx[d])
+    return ctx.read(operand, src)
+
+
+@index_map("stablehlo.broadcast")
+def _broadcast(ctx, op, i, idx):
+    operand = op.operands[0]
+    extra = len(op.result.type.shape) - len(operand.type.shape)
+    return ctx.read(operand, idx[extra:])
+
+
+@index_map("stablehlo.transpose")
+def _transpose(ctx, op, i, idx):
+    perm = op.attr("permutation")
+    src = [None] * len(perm)
+    for d, p in enumerate(perm):
+        src[p] = idx[d]
+    return ctx.read(op.operands[0], src)
+
+
+@index_map("stablehlo.reverse")
+def _reverse(ctx, op, i, idx):
+    dims = set(op.attr("dimensions"))
+    shape = op.result.type.shape
+    src = [(_int_index(f"({shape[d] - 1} - {x.text})", [x]) if d in dims else x) for d, x in enumerate(idx)]
+    return ctx.read(op.operands[0], src)
+
+
+@index_map("stablehlo.slice")
+def _slice(ctx, op, i, idx):
+    start = op.attr("start_indices")
+    strides = op.attr("strides") or (1,) * len(start)
+    src = []
+    for x, s, st in zip(idx, start, strides):
+        if s == 0 and st == 1:
+            src.append(x)
+        else:
+            text = x.text if st == 1 else f"{x.text} * {st}"
+            src.append(_int_index(f"({text} + {s})" if s else f"({text})", [x]))
+    return ctx.read(op.operands[0], src)
+
+
+@index_map("stablehlo.reshape")
+def _reshape(ctx, op, i, idx):
+    operand = op.operands[0]
+    src_shape = tuple(operand.type.shape)
+    dst_shape = tuple(op.result.type.shape)
+    # Only unit dimensions added or removed: the other indices carry over.
+    if [d for d in src_shape if d != 1] == [d for d in dst_shape if d != 1]:
+        carried = [x for x, d in zip(idx, dst_shape) if d != 1]
+        it = iter(carried)
+        src = [_ZERO if d == 1 else next(it) for d in src_shape]
+        return ctx.read(operand, src)
+    b = ctx.env.get(operand)
+    if isinstance(b, Arr):
+        view = ctx.reshape_view(operand, b, dst_shape)
+        return ctx.temp(b.kind.load(f"{view}[{', '.join(x.text for x in idx)}]"), idx)
+    # General case: through the flat index.
+    terms = []
+    stride = 1
+    for x, d in reversed(list(zip(idx, dst_shape))):
+        if d != 1:
+            terms.append(x.text if stride == 1 else f"{x.text} * {stride}")
+        stride *= d
+    flat = ctx.temp(" + ".join(reversed(terms)) or "0", idx, prefix="f")
+    src = []
+    stride = math.prod(src_shape)
+    for d in src_shape:
+        stride //= d
+        if d == 1:
+            src.append(_ZERO)
+        else:
+            src.append(_int_index(f"(({flat.text} // {stride}) % {d})" if stride > 1 else f"({flat.text} % {d})", [flat]))
+    return ctx.read(operand, src)
+
+
+@index_map("stablehlo.pad")
+def _pad(ctx, op, i, idx):
+    operand, padding = op.operands
+    lows = op.attr("edge_padding_low")
+    interiors = op.attr("interior_padding")
+    shape = operand.type.shape
+    conds = []
+    src = []
+    for x, lo, it, n in zip(idx, lows, interiors, shape):
+        q = f"({x.text} - {lo})" if lo else x.text
+        step = it + 1
+        if n == 0:
+            conds.append("False")
+            src.append(_ZERO)
+            continue
+        c = f"({q} >= 0) & ({q} <= {(n - 1) * step})"
+        if step > 1:
+            c += f" & ({q} % {step} == 0)"
+            pos = f"min(max({q}, 0), {(n - 1) * step}) // {step}"
+        else:
+            pos = f"min(max({q}, 0), {n - 1})"
+        conds.append(f"({c})")
+        src.append(_int_index(pos, [x]))
+    cond = ctx.temp(" & ".join(conds) or "True", idx, prefix="m")
+    if any(n == 0 for n in shape):
+        return ctx.read(padding, ())
+    value = ctx.read(operand, src)
+    pad = ctx.read(padding, ())
+    return ctx.temp(f"({value.text} if {cond.text} else {pad.text})", [value, pad, cond])
+
+
+@index_map("stablehlo.dynamic_slice")
+def _dynamic_slice(ctx, op, i, idx):
+    operand = op.operands[0]
+    starts = op.operands[1:]
+    sizes = op.attr("slice_sizes")
+    src = []
+    for x, s, size, n in zip(idx, starts, sizes, operand.type.shape):
+        sv = ctx.read(s, ())
+        start = ctx.temp(f"clamp_index({sv.text}, {n - size})", [sv], prefix="d")
+        src.append(_int_index(f"({start.text} + {x.text})", [start, x]))
+    return ctx.read(operand, src)
+
+
+@index_map("stablehlo.gather", cost=2)
+def _gather(ctx, op, i, idx):
+    operand, indices = op.operands
+    dn = op.attr("dimension_numbers")
+    sizes = op.attr("slice_sizes")
+    out_rank = len(op.result.type.shape)
+    offset_dims = tuple(dn.offset_dims)
+    batch_dims = [d for d in range(out_rank) if d not in offset_dims]
+    ivd = dn.index_vector_dim
+    ind_rank = len(indices.type.shape)
+    batch_idx = [idx[d] for d in batch_dims]
+
+    def index_at(k: int | None) -> list[Expr]:
+        pos = list(batch_idx)
+        if ivd < ind_rank:
+            pos.insert(ivd, Expr(str(k)) if k is not None else _ZERO)
+        return pos
+
+    op_rank = len(operand.type.shape)
+    full = [None] * op_rank
+    for k, d in enumerate(dn.start_index_map):
+        sv = ctx.read(indices, index_at(k))
+        full[d] = ctx.temp(f"clamp_index({sv.text}, {operand.type.shape[d] - sizes[d]})", [sv], prefix="g")
+    for ob, sb in zip(dn.operand_batching_dims, dn.start_indices_batching_dims):
+        pos = sb if sb < ivd else sb - 1
+        full[ob] = _int_index(f"np.int64({batch_idx[pos].text})", [batch_idx[pos]])
+    offset_operand_dims = [d for d in range(op_rank)
+                           if d not in dn.collapsed_slice_dims and d not in dn.operand_batching_dims]
+    offsets = {d: idx[od] for d, od in zip(offset_operand_dims, offset_dims)}
+    src = []
+    for d in range(op_rank):
+        start = full[d]
+        off = offsets.get(d)
+        if start is None:
+            src.append(off if off is not None else _ZERO)
+        elif off is None:
+            src.append(start)
+        else:
+            src.append(_int_index(f"({start.text} + {off.text})", [start, off]))
+    return ctx.read(operand, src)
+
+
+# -- reductions -------------------------------------------------------------------------------------
+
+_ASSOC = {"stablehlo.add": "add", "stablehlo.multiply": "mul", "stablehlo.maximum": "max",
+          "stablehlo.minimum": "min", "stablehlo.and": "and", "stablehlo.or": "or", "stablehlo.xor": "xor"}
+
+
+def _simple_reducer(block, n: int) -> str | None:
+    """The associative op of a single-op body ``return op(acc, x)``, if that is what it is."""
+    if n != 1 or len(block.ops) != 2:
+        return None
+    body, ret = block.ops
+    kind = _ASSOC.get(body.name)
+    if kind is None or ret.operands != (body.result,):
+        return None
+    if set(body.operands) != set(block.args) or len(block.args) != 2:
+        return None
+    return kind
+
+
+def _combine_text(kind_name: str, ek: ElementKind, acc: str, x: str) -> str:
+    if ek.cls == "f":
+        fn = {"add": "radd", "mul": "rmul", "max": "rmax", "min": "rmin"}.get(kind_name)
+        if fn is None:
+            raise CompileError(f"bitwise reduction over {ek.element}")
+        return ek.rounded(f"{fn}({acc}, {x})")
+    if ek.cls == "b":
+        return {"add": f"({acc} | {x})", "or": f"({acc} | {x})", "max": f"({acc} | {x})",
+                "mul": f"({acc} & {x})", "and": f"({acc} & {x})", "min": f"({acc} & {x})",
+                "xor": f"({acc} ^ {x})"}[kind_name]
+    return {"add": f"iadd({acc}, {x})", "mul": f"imul({acc}, {x})", "max": f"imax({acc}, {x})",
+            "min": f"imin({acc}, {x})", "and": f"iand({acc}, {x})", "or": f"ior({acc}, {x})",
+            "xor": f"ixor({acc}, {x})"}[kind_name]
+
+
+def reducer(ctx: Lowering, op: Op, region_index: int = 0):
+    """``combine(accs, xs) -> list[str]``: one reduction step for an op's body region."""
+    block = op.regions[region_index]
+    n = len(block.args) // 2
+    simple = _simple_reducer(block, n)
+    if simple is not None:
+        ek = element_kind(block.args[0].type)
+
+        def combine(accs, xs):
+            return [_combine_text(simple, ek, accs[0].text, xs[0].text)]
+
+        return combine
+
+    def combine(accs, xs):
+        return [e.text for e in ctx.lower_scalar_region(block, list(accs) + list(xs))]
+
+    return combine
+
+
+def emit_reduce_member(ctx: Lowering, op: Op, outer_idx: tuple[Expr, ...], probe: bool = False) -> None:
+    """One ``reduce`` as a member of a group whose outer loops (``outer_idx``) are open."""
+    n = len(op.results)
+    inputs, inits = op.operands[:n], op.operands[n:]
+    dims = set(op.attr("dimensions"))
+    shape = tuple(inputs[0].type.shape)
+    rank = len(shape)
+    r = len(outer_idx)
+    kept = [d for d in range(r, rank) if d not in dims]
+    red = [d for d in range(r, rank) if d in dims]
+    combine = reducer(ctx, op)
+    init = [ctx.read(v, ()) for v in inits]
+    suffix = not kept or not red or min(red) > max(kept)
+    kinds = [ctx.kind(v) for v in op.results]
+    if suffix:
+        with ctx.loops([shape[d] for d in kept]) as kidx:
+            accs = [ctx.fresh("acc") for _ in range(n)]
+            ctx.scope.emit(f"{', '.join(accs)} = {', '.join(e.text for e in init)}")
+            with ctx.loops([shape[d] for d in red]) as ridx:
+                full = outer_idx + kidx + ridx
+                xs = [ctx.read(v, full) for v in inputs]
+                in_loop = [Expr(a, ctx.scope) for a in accs]
+                new = combine(in_loop, xs)
+                ctx.scope.emit(f"{', '.join(accs)} = {', '.join(new)}")
+            res_idx = outer_idx + kidx
+            for v, a in zip(op.results, accs):
+                e = Expr(a, ctx.scope)
+                ctx.memo[(v.id, tuple(x.text for x in res_idx))] = e
+                ctx._store(v, res_idx, e)
+        return
+    # Reduced dims interleaved with kept ones: accumulate in the result arrays.
+    names = []
+    for v in op.results:
+        b = ctx.env.get(v)
+        if not isinstance(b, (Arr, Row)):
+            raise CompileError(f"internal: reduce result {v.name} has no array")
+        names.append(b)
+    with ctx.loops([shape[d] for d in kept]) as kidx:
+        res_idx = outer_idx + kidx
+        for v, e in zip(op.results, init):
+            ctx._store(v, res_idx, e)
+    with ctx.loops([shape[d] for d in range(r, rank)]) as iidx:
+        full = outer_idx + iidx
+        kpos = [iidx[d - r] for d in kept]
+        res_idx = outer_idx + tuple(kpos)
+        accs = []
+        for v, b in zip(op.results, names):
+            sub = _sub(b, res_idx)
+            accs.append(ctx.temp(b.kind.load(f"{b.name}[{sub}]"), list(full)))
+        xs = [ctx.read(v, full) for v in inputs]
+        new = combine(accs, xs)
+        for v, b, t in zip(op.results, names, new):
+            ctx.scope.emit(f"{b.name}[{_sub(b, res_idx)}] = {b.kind.store(t)}")
+
+
+def _sub(b, idx: Sequence[Expr]) -> str:
+    n_outer = getattr(b, "n_outer", 0)
+    inner = idx[n_outer:]
+    if n_outer and not inner:
+        return "0"
+    return ", ".join(x.text for x in inner) if inner else "()"
+
+
+@kernel("stablehlo.reduce", lazy_operands=True)
+def _reduce_kernel(ctx, op):
+    # Reached only when a reduce is lowered outside the planner's groups (never in practice);
+    # kept so that every op has a kernel form.
+    raise CompileError(f"internal: {op.describe()} must be planned as a group member")

@@ -1,0 +1,182 @@
+"""The pieces generated source is built from: scopes (loop bodies), expressions, element types.
+
+The lowering emits Python text for one numba function. A :class:`Scope` is one indented block
+(the function body, a loop body, a branch); every scalar the lowering computes becomes a
+temporary assigned in the *outermost* scope where everything it depends on is defined, so
+loop-invariant work lands outside the loops without relying on LLVM to hoist it (a row
+statistic of layernorm is computed once per row, not once per element). To make that possible a
+scope accepts statements "before the child scope that is currently open", next to the normal
+append.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pjrt_hub.abi import CompileError
+from pjrt_hub.backends.stablehlo import TensorType
+
+__all__ = ["Expr", "Scope", "ElementKind", "element_kind"]
+
+
+class Scope:
+    """An indented block of generated code."""
+
+    __slots__ = ("parent", "header", "items", "depth", "_insert_at")
+
+    def __init__(self, parent: "Scope | None" = None, header: str | None = None) -> None:
+        self.parent = parent
+        self.header = header
+        self.items: list[str | Scope] = []
+        self.depth = 0 if parent is None else parent.depth + 1
+        self._insert_at: int | None = None
+
+    def _place(self, item: "str | Scope") -> None:
+        if self._insert_at is None:
+            self.items.append(item)
+        else:
+            self.items.insert(self._insert_at, item)
+            self._insert_at += 1
+
+    def emit(self, line: str) -> None:
+        self._place(line)
+
+    def open(self, header: str) -> "Scope":
+        """A child block (``for ...:``, ``if ...:``); until :meth:`close` is called on it,
+        statements emitted into this scope go before it."""
+        child = Scope(self, header)
+        self._place(child)
+        self._insert_at = self.items.index(child) if self._insert_at is None else self._insert_at - 1
+        return child
+
+    def close(self, child: "Scope") -> None:
+        assert child.parent is self
+        self._insert_at = None
+
+    def encloses(self, other: "Scope") -> bool:
+        """True when code in ``other`` can see variables assigned in this scope."""
+        s: Scope | None = other
+        while s is not None:
+            if s is self:
+                return True
+            s = s.parent
+        return False
+
+    def render(self, indent: int = 0) -> list[str]:
+        pad = "    " * indent
+        out: list[str] = []
+        for item in self.items:
+            if isinstance(item, Scope):
+                out.append(pad + item.header)
+                body = item.render(indent + 1)
+                out.extend(body if body else [pad + "    pass"])
+            else:
+                out.append(pad + item)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Expr:
+    """A scalar (or index) in generated code: its text and the scope it is valid in.
+
+    ``scope`` is ``None`` for constants and other names valid everywhere. ``var`` is the loop
+    variable when the expression is exactly one, which is how row fusion checks that a read
+    stays within the current row.
+    """
+
+    text: str
+    scope: Scope | None = None
+    var: str | None = None
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def deepest(exprs, default: Scope | None = None) -> Scope | None:
+    best = default
+    for e in exprs:
+        s = e.scope
+        if s is not None and (best is None or s.depth > best.depth):
+            best = s
+    return best
+
+
+@dataclass(frozen=True, slots=True)
+class ElementKind:
+    """How one MLIR element type lives in generated code."""
+
+    element: str
+    #: numba type of a scalar in computations (``types.float32``); f16/bf16 compute in float32.
+    nb: str
+    #: numpy dtype of array storage (f16/bf16 are stored as uint16 bit patterns).
+    storage: np.dtype
+    #: ``"f"`` float, ``"i"`` signed, ``"u"`` unsigned, ``"b"`` bool.
+    cls: str
+    bits: int
+    #: ``"bf16"`` / ``"f16"`` when stored as bits and rounded after each op, else ``None``.
+    narrow: str | None = None
+
+    @property
+    def np_name(self) -> str:
+        return "np." + ("bool_" if self.storage == np.bool_ else self.storage.name)
+
+    @property
+    def is_float(self) -> bool:
+        return self.cls == "f"
+
+    @property
+    def compute_dtype(self) -> np.dtype:
+        return np.dtype(np.float32) if self.narrow else self.storage
+
+    def load(self, text: str) -> str:
+        """Expression turning a stored element into a computation scalar."""
+        if self.narrow == "bf16":
+            return f"bf16_value({text})"
+        if self.narrow == "f16":
+            return f"f16_value({text})"
+        return text
+
+    def store(self, text: str) -> str:
+        if self.narrow == "bf16":
+            return f"bf16_bits({text})"
+        if self.narrow == "f16":
+            return f"f16_bits({text})"
+        return text
+
+    def rounded(self, text: str) -> str:
+        """A float32 result rounded to the narrow type (identity for full-width types)."""
+        if self.narrow == "bf16":
+            return f"round_bf16({text})"
+        if self.narrow == "f16":
+            return f"round_f16({text})"
+        return text
+
+
+_KINDS: dict[str, ElementKind] = {}
+
+
+def _kind(element, nb, storage, cls, bits, narrow=None):
+    _KINDS[element] = ElementKind(element, nb, np.dtype(storage), cls, bits, narrow)
+
+
+_kind("f32", "types.float32", np.float32, "f", 32)
+_kind("f64", "types.float64", np.float64, "f", 64)
+_kind("f16", "types.float32", np.uint16, "f", 16, "f16")
+_kind("bf16", "types.float32", np.uint16, "f", 16, "bf16")
+_kind("i1", "types.boolean", np.bool_, "b", 1)
+for _w in (8, 16, 32, 64):
+    _kind(f"i{_w}", f"types.int{_w}", f"int{_w}", "i", _w)
+    _kind(f"si{_w}", f"types.int{_w}", f"int{_w}", "i", _w)
+    _kind(f"ui{_w}", f"types.uint{_w}", f"uint{_w}", "u", _w)
+
+
+def element_kind(ty: TensorType | str, *, where: str = "") -> ElementKind:
+    element = ty if isinstance(ty, str) else getattr(ty, "element_type", None)
+    kind = _KINDS.get(element) if element is not None else None
+    if kind is None:
+        raise CompileError(
+            f"{where + ': ' if where else ''}element type {element or ty} is not supported by numba_cpu "
+            f"(supported: {', '.join(sorted(_KINDS))})")
+    return kind

@@ -1,0 +1,270 @@
+"""Transcendental functions the loop vectoriser can widen, for the fused elementwise loops.
+
+This llvmlite has no SVML: numba lowers ``math.exp`` on a float32 to a scalar libm call, and one
+such call keeps the whole fused loop scalar. The float32 functions here are written from
+multiplies, adds, compares, selects and integer bit manipulation only (range reduction by the
+exponent bits, a short polynomial on the reduced argument), so LLVM vectorises a loop that calls
+them once they are inlined. Polynomials are truncated Taylor series or least-squares fits made for
+this module; the accuracy (at most a few ulp, inf/NaN/zero/denormal handled as IEEE does) is
+checked by tests over the whole float32 range.
+
+float64 and the rarely-hot functions (trigonometry, erf) go through libm in float64, which is
+accurate and fine off the hot path. ``pow_f32`` works in float64 internally: a float32
+``exp(y*log(x))`` would lose ``|y*log(x)|`` ulps.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, types
+
+from .intrinsics import ashr_raw, bitcast, fabs, ffloor, fround_even, iadd, iand, isub, shl_raw
+
+__all__ = [
+    "cbrt_f", "erf_f", "erfc_f", "erf_inv_f", "exp_f32", "expm1_f32", "log_f32", "log1p_f32",
+    "logistic_f32", "pow_f32", "tanh_f32",
+]
+
+_f = np.float32
+_i = np.int32
+_jit = njit(cache=True, nogil=True, error_model="numpy", inline="always")
+
+_LOG2E = _f(1.4426950408889634)
+# ln 2 split so that k * _LN2_HI is exact for |k| < 2**8 (the high part has 16 bits).
+_LN2_HI = _f(0.693145751953125)
+_LN2_LO = _f(1.428606765330187e-06)
+# Adding and subtracting 1.5 * 2**23 rounds a float32 of magnitude < 2**22 to an integer.
+_ROUND = _f(12582912.0)
+_I23 = _i(23)
+_I127 = _i(127)
+
+# Taylor coefficients of exp(r) from r**3 on; |r| <= ln(2)/2 leaves a remainder under 2**-28.
+_E3, _E4, _E5, _E6, _E7 = (_f(1 / 6), _f(1 / 24), _f(1 / 120), _f(1 / 720), _f(1 / 5040))
+
+
+@_jit
+def _exp_core(x):
+    """exp(x) for x already clamped to [-104, 89]; scales by 2**n in two steps, so that
+    results below the normal range come out denormal instead of flushed."""
+    k = (x * _LOG2E + _ROUND) - _ROUND
+    r = (x - k * _LN2_HI) - k * _LN2_LO
+    p = _f(1.0) + r * (_f(1.0) + r * (_f(0.5) + r * (_E3 + r * (_E4 + r * (_E5 + r * (_E6 + r * _E7))))))
+    n = _i(k)
+    h = ashr_raw(n, _i(1))
+    s1 = bitcast(shl_raw(iadd(h, _I127), _I23), types.float32)
+    s2 = bitcast(shl_raw(iadd(isub(n, h), _I127), _I23), types.float32)
+    return p * s1 * s2
+
+
+@_jit
+def exp_f32(x):
+    xc = min(max(x, _f(-104.0)), _f(89.0))
+    y = _exp_core(xc)
+    return y if x == x else x
+
+
+# Taylor coefficients of expm1 from x**2 to x**9, used for |x| < 0.5.
+_M = tuple(_f(1 / math.factorial(k)) for k in range(2, 10))
+
+
+@_jit
+def expm1_f32(x):
+    if fabs(x) < _f(0.5):
+        p = _M[7]
+        p = p * x + _M[6]
+        p = p * x + _M[5]
+        p = p * x + _M[4]
+        p = p * x + _M[3]
+        p = p * x + _M[2]
+        p = p * x + _M[1]
+        p = p * x + _M[0]
+        return x + x * x * p
+    return exp_f32(x) - _f(1.0)
+
+
+_SQRT_HALF_BITS = _i(0x3F3504F3)
+_MANT_MASK = _i(0x007FFFFF)
+_MIN_NORMAL = _f(1.1754943508222875e-38)
+_TWO23 = _f(8388608.0)
+# 2/3, 2/5, 2/7, 2/9: the atanh series of log(1+f) = 2*atanh(f/(2+f)), |f/(2+f)| <= 0.172.
+_L1, _L2, _L3, _L4 = _f(2 / 3), _f(2 / 5), _f(2 / 7), _f(2 / 9)
+_INF32 = _f(np.inf)
+_NAN32 = _f(np.nan)
+
+
+@_jit
+def log_f32(x):
+    tiny = x < _MIN_NORMAL
+    xs = x * _TWO23 if tiny else x
+    ix = isub(bitcast(xs, types.int32), _SQRT_HALF_BITS)
+    e = isub(ashr_raw(ix, _I23), _i(23) if tiny else _i(0))
+    m = bitcast(iadd(iand(ix, _MANT_MASK), _SQRT_HALF_BITS), types.float32)
+    f = m - _f(1.0)
+    s = f / (_f(2.0) + f)
+    z = s * s
+    r = z * (_L1 + z * (_L2 + z * (_L3 + z * _L4)))
+    hfsq = _f(0.5) * f * f
+    ef = _f(e)
+    y = ef * _LN2_HI + (f - (hfsq - (s * (hfsq + r) + ef * _LN2_LO)))
+    if x == _f(0.0):
+        y = -_INF32
+    if x < _f(0.0):
+        y = _NAN32
+    if x == _INF32:
+        y = x
+    return y if x == x else x
+
+
+@_jit
+def log1p_f32(x):
+    # log(u) * x / (u - 1) with u = 1 + x cancels the rounding error of forming u.
+    u = _f(1.0) + x
+    d = u - _f(1.0)
+    y = log_f32(u) * (x / d)
+    if d == _f(0.0):
+        y = x
+    if u == _INF32:
+        y = u
+    return y
+
+
+# tanh(x) = x + x**3 * P(x**2) for |x| < 0.625: least-squares fit, under 1 ulp.
+_T0, _T1, _T2, _T3, _T4, _T5 = (
+    _f(-0.3333333134651184), _f(0.13333211839199066), _f(-0.05394745245575905),
+    _f(0.021703997626900673), _f(-0.008184656500816345), _f(0.0021489786449819803),
+)
+
+
+@_jit
+def tanh_f32(x):
+    a = fabs(x)
+    z = x * x
+    small = x + x * z * (_T0 + z * (_T1 + z * (_T2 + z * (_T3 + z * (_T4 + z * _T5)))))
+    e = exp_f32(min(_f(2.0) * a, _f(88.0)))
+    big = _f(1.0) - _f(2.0) / (e + _f(1.0))
+    big = big if x >= _f(0.0) else -big
+    return small if a < _f(0.625) else (big if x == x else x)
+
+
+@_jit
+def logistic_f32(x):
+    # exp of -|x| never overflows, so results far out on the negative side stay denormal.
+    e = exp_f32(-fabs(x))
+    r = _f(1.0) / (_f(1.0) + e)
+    return r if x >= _f(0.0) else e * r
+
+
+# --- pow ---------------------------------------------------------------------------------
+
+_D_SQRT_HALF_BITS = np.int64(0x3FE6A09E667F3BCD)
+_D_MANT_MASK = np.int64(0x000FFFFFFFFFFFFF)
+_D52 = np.int64(52)
+_D1023 = np.int64(1023)
+_LOG2E_64 = 1.4426950408889634
+_LN2_64 = 0.6931471805599453
+# 2/(2k+1) for k = 1..6: the atanh series again, to ~1e-12 (z <= 0.0295); a float32 result
+# needs t = y*log2(x) to ~1e-9 absolute over |t| <= 150.
+_DL1, _DL2, _DL3, _DL4, _DL5, _DL6 = (2.0 / (2 * k + 1) for k in range(1, 7))
+# 1/k! for k = 2..10: exp(u) for |u| <= ln(2)/2 to ~3e-11.
+_DE2, _DE3, _DE4, _DE5, _DE6, _DE7, _DE8, _DE9, _DE10 = (1.0 / math.factorial(k) for k in range(2, 11))
+
+
+@_jit
+def _log2_f64(x):
+    """log2 of a positive, finite, normal float64 (every float32 widens to one)."""
+    ix = isub(bitcast(x, types.int64), _D_SQRT_HALF_BITS)
+    e = ashr_raw(ix, _D52)
+    m = bitcast(iadd(iand(ix, _D_MANT_MASK), _D_SQRT_HALF_BITS), types.float64)
+    f = m - 1.0
+    s = f / (2.0 + f)
+    z = s * s
+    r = _DL1 + z * (_DL2 + z * (_DL3 + z * (_DL4 + z * (_DL5 + z * _DL6))))
+    hfsq = 0.5 * f * f
+    return np.float64(e) + (f - (hfsq - s * (hfsq + z * r))) * _LOG2E_64
+
+
+@_jit
+def _exp2_f64(t):
+    """2**t for t in [-300, 300]."""
+    n = fround_even(t)
+    u = (t - n) * _LN2_64
+    p = _DE2 + u * (_DE3 + u * (_DE4 + u * (_DE5 + u * (_DE6 + u * (_DE7 + u * (_DE8 + u * (_DE9 + u * _DE10)))))))
+    p = 1.0 + u + u * u * p
+    return p * bitcast(shl_raw(iadd(np.int64(n), _D1023), _D52), types.float64)
+
+
+@_jit
+def pow_f32(x, y):
+    # Branch-free on purpose (``&``/``|`` on bools, conditional expressions): short-circuit
+    # ``and``/``or`` make control flow that stops LLVM from vectorising the caller's loop.
+    ax = fabs(x)
+    ay = fabs(y)
+    finite_pos = (ax > _f(0.0)) & (ax < _INF32)
+    l2 = _log2_f64(np.float64(ax) if finite_pos else 1.0)
+    t = min(max(np.float64(y) * l2, -300.0), 300.0)
+    mag = np.float32(_exp2_f64(t))
+    # Zero and infinite bases: |x|**y is 0 or inf by the sign of y.
+    edge = (ax == _INF32) == (y > _f(0.0))
+    mag = mag if finite_pos else (_INF32 if edge else _f(0.0))
+    # Infinite exponents: |x| < 1 and |x| > 1 go opposite ways; |x| == 1 gives 1.
+    edge = (ax > _f(1.0)) == (y > _f(0.0))
+    mag_inf_y = _f(1.0) if ax == _f(1.0) else (_INF32 if edge else _f(0.0))
+    mag = mag_inf_y if ay == _INF32 else mag
+    half = y * _f(0.5)
+    y_int = ffloor(y) == y
+    y_odd = y_int & (ffloor(half) != half)
+    negative = bitcast(x, types.int32) < _i(0)
+    r = -mag if negative & y_odd else mag
+    # A negative finite base needs an integer exponent; (-inf)**y is |inf|**y signed.
+    nan = (negative & (x != _f(0.0)) & ~y_int & (ax < _INF32)) | (x != x) | (y != y)
+    r = _NAN32 if nan else r
+    return _f(1.0) if (y == _f(0.0)) | (x == _f(1.0)) else r
+
+
+# --- libm-backed, float64 inside ---------------------------------------------------------
+
+
+@_jit
+def erf_f(x):
+    return math.erf(np.float64(x))
+
+
+@_jit
+def erfc_f(x):
+    return math.erfc(np.float64(x))
+
+
+@_jit
+def cbrt_f(x):
+    d = np.float64(x)
+    r = np.cbrt(d)
+    return r
+
+
+_TWO_OVER_SQRT_PI = 1.1283791670955126
+
+
+@_jit
+def erf_inv_f(x):
+    """Inverse error function in float64: a closed-form first guess, then Newton on libm's erf."""
+    d = np.float64(x)
+    if not (d > -1.0 and d < 1.0):
+        if d == 1.0:
+            return np.inf
+        if d == -1.0:
+            return -np.inf
+        return np.nan
+    if d == 0.0:
+        return d
+    # Winitzki's approximation (a = 0.147), good to ~2e-3, as the starting point.
+    a = 0.147
+    ln = math.log1p(-d * d)
+    t = 2.0 / (math.pi * a) + 0.5 * ln
+    y = math.sqrt(math.sqrt(t * t - ln / a) - t)
+    y = y if d > 0.0 else -y
+    for _ in range(4):
+        err = math.erf(y) - d
+        y = y - err / (_TWO_OVER_SQRT_PI * math.exp(-y * y))
+    return y

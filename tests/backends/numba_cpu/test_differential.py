@@ -1,0 +1,459 @@
+"""numba_cpu against the reference interpreter, op by op, on the corner cases.
+
+Each program packs many ops (one compile each, numba being slow to compile); every output is
+compared with the reference interpreter: exactly for integers and bools, to a few float32 ulps
+for floats (numba_cpu uses its own vectorisable exp/log/tanh).
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from numba_helpers import assert_matches
+from pjrt_hub.backends.reference import Interpreter
+from pjrt_hub.backends.stablehlo import parse_module, verify
+
+I32_MIN, I32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
+bf16 = ml_dtypes.bfloat16
+
+_ELEMENT = {
+    np.dtype(np.float32): "f32", np.dtype(np.float64): "f64", np.dtype(np.float16): "f16",
+    np.dtype(bf16): "bf16", np.dtype(np.int8): "i8", np.dtype(np.int16): "i16",
+    np.dtype(np.int32): "i32", np.dtype(np.int64): "i64", np.dtype(np.uint8): "ui8",
+    np.dtype(np.uint16): "ui16", np.dtype(np.uint32): "ui32", np.dtype(np.uint64): "ui64",
+    np.dtype(np.bool_): "i1",
+}
+
+
+def tt(shape, dtype) -> str:
+    return "tensor<" + "".join(f"{d}x" for d in shape) + _ELEMENT[np.dtype(dtype)] + ">"
+
+
+class Program:
+    """A ``@main`` built line by line; ``out`` marks results."""
+
+    def __init__(self, *args: np.ndarray) -> None:
+        self.args = [np.asarray(a) for a in args]
+        self.lines: list[str] = []
+        self.results: list[tuple[str, str]] = []
+        self._n = 0
+
+    def __call__(self, line: str, type_: str | None = None, *, out: bool = True) -> str:
+        name = f"%v{self._n}"
+        self._n += 1
+        self.lines.append(f"    {name} = {line}")
+        if out:
+            self.results.append((name, type_ or line.rsplit("-> ", 1)[-1].rsplit(": ", 1)[-1].strip()))
+        return name
+
+    def text(self) -> str:
+        params = ", ".join(f"%a{i}: {tt(a.shape, a.dtype)}" for i, a in enumerate(self.args))
+        rtypes = ", ".join(t for _, t in self.results)
+        names = ", ".join(n for n, _ in self.results)
+        body = "\n".join(self.lines)
+        return (f"module @diff {{\n  func.func public @main({params}) -> ({rtypes}) {{\n{body}\n"
+                f"    return {names} : {rtypes}\n  }}\n}}\n")
+
+
+def check(compiler, prog: Program, *, rtol=1e-6, atol=0.0, rtols: dict[int, float] | None = None):
+    text = prog.text()
+    expected = Interpreter(verify(parse_module(text))).run(prog.args)
+    got = compiler.compile(text).run(prog.args)
+    assert len(got) == len(expected)
+    for i, (g, e) in enumerate(zip(got, expected)):
+        tol = (rtols or {}).get(i, rtol)
+        name = prog.results[i][0]
+        line = next((ln.strip() for ln in prog.lines if ln.strip().startswith(name.split("#")[0] + " ")), name)
+        assert_matches(g, e, rtol=tol, atol=atol, what=f"output {i} ({line[:100]})")
+
+
+SPECIAL_F32 = np.array(
+    [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, -2.5, 2.5, 3.7, -3.7, 1e-7, -1e-7, 1e-40, -1e-40, 20.0, -20.0,
+     88.0, -88.0, 100.0, -104.5, 1e30, -1e30, 3.4e38, np.inf, -np.inf, np.nan, 0.999, -0.999, 0.9999999,
+     7.0, 1e-3], np.float32)
+
+
+def test_float_unary_ops(compiler):
+    x = np.concatenate([SPECIAL_F32, np.random.default_rng(0).normal(0, 3, 32).astype(np.float32)])
+    t = tt(x.shape, np.float32)
+    p = Program(x)
+    for op in ["abs", "negate", "sign", "floor", "ceil", "round_nearest_even", "round_nearest_afz", "sqrt",
+               "rsqrt", "cbrt", "exponential", "exponential_minus_one", "log", "log_plus_one", "tanh",
+               "logistic", "sine", "cosine", "tan"]:
+        p(f"stablehlo.{op} %a0 : {t}")
+    for op in ["erf", "erfc", "erf_inv", "square", "sinh", "cosh", "tan", "asin", "acos", "atan", "asinh", "acosh",
+               "atanh", "lgamma"]:
+        p(f"chlo.{op} %a0 : {t} -> {t}")
+    bt = tt(x.shape, np.bool_)
+    p(f"stablehlo.is_finite %a0 : ({t}) -> {bt}", bt)
+    for op in ["is_inf", "is_pos_inf", "is_neg_inf"]:
+        p(f"chlo.{op} %a0 : {t} -> {bt}", bt)
+    check(compiler, p, rtol=4e-7, atol=1e-44)
+
+
+def test_float_binary_ops_and_comparisons(compiler):
+    rng = np.random.default_rng(1)
+    a = np.repeat(SPECIAL_F32, len(SPECIAL_F32))
+    b = np.tile(SPECIAL_F32, len(SPECIAL_F32))
+    a = np.concatenate([a, rng.uniform(0, 3, 64).astype(np.float32)])
+    b = np.concatenate([b, rng.normal(0, 4, 64).astype(np.float32)])
+    t, bt = tt(a.shape, np.float32), tt(a.shape, np.bool_)
+    p = Program(a, b)
+    for op in ["add", "subtract", "multiply", "divide", "remainder", "power", "maximum", "minimum", "atan2"]:
+        p(f"stablehlo.{op} %a0, %a1 : {t}")
+    for d in ["EQ", "NE", "LT", "LE", "GT", "GE"]:
+        for ct in ["FLOAT", "TOTALORDER"]:
+            p(f"stablehlo.compare {d}, %a0, %a1, {ct} : ({t}, {t}) -> {bt}", bt)
+    cmp = p(f"stablehlo.compare LT, %a0, %a1, FLOAT : ({t}, {t}) -> {bt}", bt, out=False)
+    p(f"stablehlo.select {cmp}, %a0, %a1 : {bt}, {t}", t)
+    p(f"stablehlo.clamp %a1, %a0, %a1 : {t}")
+    lo = p("stablehlo.constant dense<-1.0> : tensor<f32>", out=False)
+    hi = p("stablehlo.constant dense<2.0> : tensor<f32>", out=False)
+    p(f"stablehlo.clamp {lo}, %a0, {hi} : (tensor<f32>, {t}, tensor<f32>) -> {t}", t)
+    check(compiler, p, rtol=4e-7, atol=1e-44)
+
+
+def _int_program(a, b):
+    t, bt = tt(a.shape, a.dtype), tt(a.shape, np.bool_)
+    signed = a.dtype.kind == "i"
+    p = Program(a, b)
+    for op in ["add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "and", "or", "xor",
+               "shift_left", "shift_right_logical", "shift_right_arithmetic", "power"]:
+        p(f"stablehlo.{op} %a0, %a1 : {t}")
+    for op in ["not", "popcnt", "count_leading_zeros", "abs", "negate", "sign"]:
+        p(f"stablehlo.{op} %a0 : {t}")
+    for d in ["EQ", "NE", "LT", "LE", "GT", "GE"]:
+        p(f"stablehlo.compare {d}, %a0, %a1, {'SIGNED' if signed else 'UNSIGNED'} : ({t}, {t}) -> {bt}", bt)
+    p(f"stablehlo.clamp %a1, %a0, %a1 : {t}")
+    return p
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.int8, np.uint64])
+def test_integer_ops_wrap_and_xla_corner_cases(compiler, dtype):
+    info = np.iinfo(dtype)
+    edge = [0, 1, -1, 2, -2, 7, -7, 31, 32, 33, 63, 64, 65, info.min, info.max, info.min + 1, 100, -100, 3, 5]
+    vals = np.array([v % (1 << info.bits) if v < 0 and info.min == 0 else v for v in edge], dtype=object)
+    vals = np.array([int(v) if info.min <= int(v) <= info.max else int(v) % (1 << info.bits) for v in vals],
+                    dtype=np.uint64 if dtype == np.uint64 else np.int64)
+    vals = vals.astype(dtype)
+    a = np.repeat(vals, len(vals))
+    b = np.tile(vals, len(vals))
+    check(compiler, _int_program(a, b))
+
+
+def test_bool_ops(compiler):
+    a = np.array([False, False, True, True])
+    b = np.array([False, True, False, True])
+    t, bt = tt(a.shape, np.bool_), tt(a.shape, np.bool_)
+    p = Program(a, b)
+    for op in ["and", "or", "xor", "maximum", "minimum", "add", "multiply"]:
+        p(f"stablehlo.{op} %a0, %a1 : {t}")
+    p(f"stablehlo.not %a0 : {t}")
+    for d in ["EQ", "NE", "LT", "GT"]:
+        p(f"stablehlo.compare {d}, %a0, %a1, UNSIGNED : ({t}, {t}) -> {bt}", bt)
+    p(f"stablehlo.select %a0, %a0, %a1 : {bt}, {t}", t)
+    check(compiler, p)
+
+
+def test_conversions_round_and_saturate(compiler):
+    x = np.concatenate([SPECIAL_F32, np.array([2.5e9, -2.5e9, 300.0, -300.0, 255.5, 127.5, -128.5, 65519.0,
+                                               65520.0, 1.00390625, 1.01171875, 3e-8], np.float32)])
+    i = np.array([0, 1, -1, I32_MAX, I32_MIN, 16777217, -16777217, 255, 256, -129, 300, 65535, 7, 8],
+                 np.int32)
+    u = np.array([0, 1, 2**32 - 1, 2**31, 16777217, 255, 256, 300], np.uint32)
+    f, it, ut = tt(x.shape, np.float32), tt(i.shape, np.int32), tt(u.shape, np.uint32)
+    p = Program(x, i, u)
+    for dst in [np.int32, np.uint8, np.int8, np.uint32, np.int64, np.uint64, np.bool_, bf16, np.float16, np.float64]:
+        p(f"stablehlo.convert %a0 : ({f}) -> {tt(x.shape, dst)}", tt(x.shape, dst))
+    for dst in [np.float32, np.uint8, np.int8, np.int16, np.uint32, np.bool_, bf16, np.float16, np.int64]:
+        p(f"stablehlo.convert %a1 : ({it}) -> {tt(i.shape, dst)}", tt(i.shape, dst))
+    for dst in [np.float32, np.int32, np.uint8, np.uint64, np.float64]:
+        p(f"stablehlo.convert %a2 : ({ut}) -> {tt(u.shape, dst)}", tt(u.shape, dst))
+    b16 = p(f"stablehlo.convert %a0 : ({f}) -> {tt(x.shape, bf16)}", out=False)
+    p(f"stablehlo.convert {b16} : ({tt(x.shape, bf16)}) -> {f}", f)
+    h16 = p(f"stablehlo.convert %a0 : ({f}) -> {tt(x.shape, np.float16)}", out=False)
+    p(f"stablehlo.add {h16}, {h16} : {tt(x.shape, np.float16)}", tt(x.shape, np.float16))
+    p(f"stablehlo.bitcast_convert %a0 : ({f}) -> {tt(x.shape, np.int32)}", tt(x.shape, np.int32))
+    p(f"stablehlo.bitcast_convert %a1 : ({it}) -> {tt(i.shape, np.float32)}", tt(i.shape, np.float32))
+    p(f"stablehlo.bitcast_convert {b16} : ({tt(x.shape, bf16)}) -> {tt(x.shape, np.int16)}", tt(x.shape, np.int16))
+    for e, m in [(5, 10), (8, 7), (4, 3), (8, 23)]:
+        p(f'"stablehlo.reduce_precision"(%a0) <{{exponent_bits = {e} : i32, mantissa_bits = {m} : i32}}> : ({f}) -> {f}', f)
+    check(compiler, p, rtol=0.0)
+
+
+def test_shape_and_index_ops(compiler):
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(3, 4, 5)).astype(np.float32)
+    idx = np.array([[0, 1], [2, 3], [-1, 9], [1, 0]], np.int32)
+    s = np.array(7, np.int32)
+    xt, it = tt(x.shape, np.float32), tt(idx.shape, np.int32)
+    p = Program(x, idx, s)
+    p(f"stablehlo.transpose %a0, dims = [2, 0, 1] : ({xt}) -> tensor<5x3x4xf32>", "tensor<5x3x4xf32>")
+    p(f"stablehlo.reshape %a0 : ({xt}) -> tensor<6x10xf32>", "tensor<6x10xf32>")
+    p(f"stablehlo.reshape %a0 : ({xt}) -> tensor<3x1x20x1xf32>", "tensor<3x1x20x1xf32>")
+    p(f"stablehlo.slice %a0 [0:3:2, 1:4, 0:5:3] : ({xt}) -> tensor<2x3x2xf32>", "tensor<2x3x2xf32>")
+    p(f"stablehlo.reverse %a0, dims = [0, 2] : {xt}")
+    zero = p("stablehlo.constant dense<-9.0> : tensor<f32>", out=False)
+    p(f"stablehlo.pad %a0, {zero}, low = [1, -1, 0], high = [0, 2, -2], interior = [1, 0, 2] : ({xt}, tensor<f32>) -> tensor<6x5x11xf32>",
+      "tensor<6x5x11xf32>")
+    p(f"stablehlo.concatenate %a0, %a0, dim = 1 : ({xt}, {xt}) -> tensor<3x8x5xf32>", "tensor<3x8x5xf32>")
+    p("stablehlo.iota dim = 1 : tensor<2x5xi32>", "tensor<2x5xi32>")
+    p("stablehlo.iota dim = 0 : tensor<4x2xf32>", "tensor<4x2xf32>")
+    p(f"stablehlo.broadcast_in_dim %a0, dims = [0, 2, 3] : ({xt}) -> tensor<3x2x4x5xf32>", "tensor<3x2x4x5xf32>")
+    c0 = p("stablehlo.constant dense<1> : tensor<i32>", out=False)
+    p(f"stablehlo.dynamic_slice %a0, {c0}, %a2, {c0}, sizes = [2, 2, 3] : ({xt}, tensor<i32>, tensor<i32>, tensor<i32>) -> tensor<2x2x3xf32>",
+      "tensor<2x2x3xf32>")
+    upd = p("stablehlo.constant dense<5.0> : tensor<2x2x2xf32>", out=False)
+    p(f"stablehlo.dynamic_update_slice %a0, {upd}, %a2, {c0}, %a2 : ({xt}, tensor<2x2x2xf32>, tensor<i32>, tensor<i32>, tensor<i32>) -> {xt}",
+      xt)
+    p(f'"stablehlo.gather"(%a0, %a1) <{{dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0, 1], start_index_map = [0, 1], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1, 1, 4>}}> : ({xt}, {it}) -> tensor<4x4xf32>',
+      "tensor<4x4xf32>")
+    bidx = p("stablehlo.constant dense<[[[0], [3]], [[1], [1]], [[2], [0]]]> : tensor<3x2x1xi32>", out=False)
+    p(f'"stablehlo.gather"(%a0, {bidx}) <{{dimension_numbers = #stablehlo.gather<offset_dims = [2], collapsed_slice_dims = [1], operand_batching_dims = [0], start_indices_batching_dims = [0], start_index_map = [1], index_vector_dim = 2>, indices_are_sorted = false, slice_sizes = array<i64: 1, 1, 5>}}> : ({xt}, tensor<3x2x1xi32>) -> tensor<3x2x5xf32>',
+      "tensor<3x2x5xf32>")
+    check(compiler, p, rtol=0.0)
+
+
+def test_reductions(compiler):
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(4, 6, 5)).astype(np.float32)
+    x[1, 2, 3] = np.nan
+    n = rng.integers(-50, 50, size=(4, 6), dtype=np.int32)
+    xt, nt = tt(x.shape, np.float32), tt(n.shape, np.int32)
+    p = Program(x, n)
+    zero = p("stablehlo.constant dense<0.0> : tensor<f32>", out=False)
+    one = p("stablehlo.constant dense<1.0> : tensor<f32>", out=False)
+    ninf = p("stablehlo.constant dense<0xFF800000> : tensor<f32>", out=False)
+    p(f"stablehlo.reduce(%a0 init: {zero}) applies stablehlo.add across dimensions = [1] : ({xt}, tensor<f32>) -> tensor<4x5xf32>",
+      "tensor<4x5xf32>")
+    p(f"stablehlo.reduce(%a0 init: {ninf}) applies stablehlo.maximum across dimensions = [0, 2] : ({xt}, tensor<f32>) -> tensor<6xf32>",
+      "tensor<6xf32>")
+    p(f"stablehlo.reduce(%a0 init: {one}) applies stablehlo.multiply across dimensions = [2] : ({xt}, tensor<f32>) -> tensor<4x6xf32>",
+      "tensor<4x6xf32>")
+    p(f"stablehlo.reduce(%a0 init: {zero}) applies stablehlo.minimum across dimensions = [0, 1, 2] : ({xt}, tensor<f32>) -> tensor<f32>",
+      "tensor<f32>")
+    ci = p("stablehlo.constant dense<0> : tensor<i32>", out=False)
+    p(f"stablehlo.reduce(%a1 init: {ci}) applies stablehlo.add across dimensions = [0] : ({nt}, tensor<i32>) -> tensor<6xi32>",
+      "tensor<6xi32>")
+    cmax = p("stablehlo.constant dense<-2147483648> : tensor<i32>", out=False)
+    p(f"stablehlo.reduce(%a1 init: {cmax}) applies stablehlo.maximum across dimensions = [1] : ({nt}, tensor<i32>) -> tensor<4xi32>",
+      "tensor<4xi32>")
+    # argmax: a variadic reduce with a comparator body; ties go to the lower index.
+    io = p(f"stablehlo.iota dim = 1 : {nt}", out=False)
+    p.lines.append(f"""    %am:2 = stablehlo.reduce(%a1 init: {cmax}), ({io} init: {ci}) across dimensions = [1] : ({nt}, {nt}, tensor<i32>, tensor<i32>) -> (tensor<4xi32>, tensor<4xi32>)
+     reducer(%p0: tensor<i32>, %q0: tensor<i32>) (%p1: tensor<i32>, %q1: tensor<i32>)  {{
+      %g = stablehlo.compare GT, %p0, %q0, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      %e = stablehlo.compare EQ, %p0, %q0, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      %l = stablehlo.compare LT, %p1, %q1, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      %el = stablehlo.and %e, %l : tensor<i1>
+      %take = stablehlo.or %g, %el : tensor<i1>
+      %v = stablehlo.select %take, %p0, %q0 : tensor<i1>, tensor<i32>
+      %i = stablehlo.select %take, %p1, %q1 : tensor<i1>, tensor<i32>
+      stablehlo.return %v, %i : tensor<i32>, tensor<i32>
+    }}""")
+    p.results += [("%am#0", "tensor<4xi32>"), ("%am#1", "tensor<4xi32>")]
+    # A row reduction fused with its consumers (softmax shape).
+    mx = p(f"stablehlo.reduce(%a0 init: {ninf}) applies stablehlo.maximum across dimensions = [2] : ({xt}, tensor<f32>) -> tensor<4x6xf32>",
+           out=False)
+    b = p(f"stablehlo.broadcast_in_dim {mx}, dims = [0, 1] : (tensor<4x6xf32>) -> {xt}", out=False)
+    d = p(f"stablehlo.subtract %a0, {b} : {xt}", out=False)
+    e = p(f"stablehlo.exponential {d} : {xt}", out=False)
+    s = p(f"stablehlo.reduce({e} init: {zero}) applies stablehlo.add across dimensions = [2] : ({xt}, tensor<f32>) -> tensor<4x6xf32>",
+          out=False)
+    sb = p(f"stablehlo.broadcast_in_dim {s}, dims = [0, 1] : (tensor<4x6xf32>) -> {xt}", out=False)
+    p(f"stablehlo.divide {e}, {sb} : {xt}")
+    check(compiler, p, rtol=2e-6)
+
+
+def test_sort_and_top_k(compiler):
+    x = np.array([[3.0, np.nan, -0.0, 0.0, 1.0, -np.inf, 1.0, 2.0],
+                  [5.0, 4.0, 4.0, 4.0, np.inf, -1.0, np.nan, 0.5]], np.float32)
+    k = np.array([[2, 1, 2, 1, 0, 0, 2, 1], [1, 1, 1, 0, 0, 0, 1, 1]], np.int32)
+    xt, kt = tt(x.shape, np.float32), tt(k.shape, np.int32)
+    p = Program(x, k)
+    # Sort by the integer key descending, stable, carrying the floats along.
+    p.lines.append(f"""    %s:2 = "stablehlo.sort"(%a1, %a0) <{{dimension = 1 : i64, is_stable = true}}> ({{
+    ^bb0(%l0: tensor<i32>, %r0: tensor<i32>, %l1: tensor<f32>, %r1: tensor<f32>):
+      %c = stablehlo.compare GT, %l0, %r0, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %c : tensor<i1>
+    }}) : ({kt}, {xt}) -> ({kt}, {xt})""")
+    p.results += [("%s#0", kt), ("%s#1", xt)]
+    p.lines.append(f"""    %t = "stablehlo.sort"(%a0) <{{dimension = 0 : i64, is_stable = true}}> ({{
+    ^bb0(%l: tensor<f32>, %r: tensor<f32>):
+      %c = stablehlo.compare LT, %l, %r, TOTALORDER : (tensor<f32>, tensor<f32>) -> tensor<i1>
+      stablehlo.return %c : tensor<i1>
+    }}) : ({xt}) -> {xt}""")
+    p.results.append(("%t", xt))
+    p.lines.append(f"    %vals, %idx = chlo.top_k(%a0, k = 3) : {xt} -> (tensor<2x3xf32>, tensor<2x3xi32>)")
+    p.results += [("%vals", "tensor<2x3xf32>"), ("%idx", "tensor<2x3xi32>")]
+    check(compiler, p, rtol=0.0)
+
+
+def test_scatter(compiler):
+    x = np.arange(20, dtype=np.float32).reshape(5, 4)
+    idx = np.array([[1], [3], [1], [7], [-1]], np.int32)
+    upd = np.arange(20, dtype=np.float32).reshape(5, 4) * 10
+    xt, it, ut = tt(x.shape, np.float32), tt(idx.shape, np.int32), tt(upd.shape, np.float32)
+    p = Program(x, idx, upd)
+    dn = ("#stablehlo.scatter<update_window_dims = [1], inserted_window_dims = [0], "
+          "scatter_dims_to_operand_dims = [0], index_vector_dim = 1>")
+    for body in ["%r = stablehlo.add %o, %u : tensor<f32>\n      stablehlo.return %r : tensor<f32>",
+                 "stablehlo.return %u : tensor<f32>",
+                 "%r = stablehlo.maximum %o, %u : tensor<f32>\n      stablehlo.return %r : tensor<f32>"]:
+        p(f""""stablehlo.scatter"(%a0, %a1, %a2) <{{indices_are_sorted = false, scatter_dimension_numbers = {dn}, unique_indices = false}}> ({{
+    ^bb0(%o: tensor<f32>, %u: tensor<f32>):
+      {body}
+    }}) : ({xt}, {it}, {ut}) -> {xt}""", xt)
+    check(compiler, p, rtol=0.0)
+
+
+def test_windows_and_convolution(compiler):
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(2, 7, 6, 4)).astype(np.float32)
+    w = rng.normal(size=(3, 2, 2, 6)).astype(np.float32)
+    xt, wt = tt(x.shape, np.float32), tt(w.shape, np.float32)
+    p = Program(x, w)
+    ninf = p("stablehlo.constant dense<0xFF800000> : tensor<f32>", out=False)
+    zero = p("stablehlo.constant dense<0.0> : tensor<f32>", out=False)
+    p(f""""stablehlo.reduce_window"(%a0, {ninf}) <{{window_dimensions = array<i64: 1, 3, 2, 1>, window_strides = array<i64: 1, 2, 1, 1>, base_dilations = array<i64: 1, 1, 2, 1>, window_dilations = array<i64: 1, 2, 1, 1>, padding = dense<[[0, 0], [1, 2], [0, 1], [0, 0]]> : tensor<4x2xi64>}}> ({{
+    ^bb0(%p: tensor<f32>, %q: tensor<f32>):
+      %m = stablehlo.maximum %p, %q : tensor<f32>
+      stablehlo.return %m : tensor<f32>
+    }}) : ({xt}, tensor<f32>) -> tensor<2x3x11x4xf32>""", "tensor<2x3x11x4xf32>")
+    p(f""""stablehlo.reduce_window"(%a0, {zero}) <{{window_dimensions = array<i64: 1, 7, 1, 1>, window_strides = array<i64: 1, 1, 1, 1>, padding = dense<[[0, 0], [6, 0], [0, 0], [0, 0]]> : tensor<4x2xi64>}}> ({{
+    ^bb0(%p: tensor<f32>, %q: tensor<f32>):
+      %m = stablehlo.add %p, %q : tensor<f32>
+      stablehlo.return %m : tensor<f32>
+    }}) : ({xt}, tensor<f32>) -> {xt}""", xt)
+    # NHWC x HWIO, stride 2, padding, rhs dilation, 2 feature groups, reversed window.
+    p(f"stablehlo.convolution(%a0, %a1) dim_numbers = [b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f], "
+      f"window = {{stride = [2, 1], pad = [[1, 1], [0, 2]], lhs_dilate = [1, 1], rhs_dilate = [2, 1], reverse = [true, false]}} "
+      f"{{batch_group_count = 1 : i64, feature_group_count = 2 : i64}} : ({xt}, {wt}) -> tensor<2x3x7x6xf32>",
+      "tensor<2x3x7x6xf32>")
+    # lhs dilation (a transposed convolution).
+    w1 = p(f"stablehlo.slice %a1 [0:2, 0:2, 0:2, 0:4] : ({wt}) -> tensor<2x2x2x4xf32>", out=False)
+    p(f"stablehlo.convolution(%a0, {w1}) dim_numbers = [b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f], "
+      f"window = {{stride = [1, 1], pad = [[1, 1], [1, 1]], lhs_dilate = [2, 2], rhs_dilate = [1, 1]}} "
+      f"{{batch_group_count = 1 : i64, feature_group_count = 2 : i64}} : ({xt}, tensor<2x2x2x4xf32>) -> tensor<2x14x12x4xf32>",
+      "tensor<2x14x12x4xf32>")
+    check(compiler, p, rtol=2e-5, atol=1e-5)
+
+
+def test_dot_general_layouts_and_types(compiler):
+    rng = np.random.default_rng(5)
+    a = rng.normal(size=(3, 4, 2)).astype(np.float32)   # [k, b, m]
+    b = rng.normal(size=(2, 5, 3)).astype(np.float32)   # [b?]: used as [n?]
+    c = rng.integers(-100, 100, size=(4, 6), dtype=np.int32)
+    d = rng.integers(-100, 100, size=(6, 3), dtype=np.int32)
+    at, bt, ct, dt = (tt(v.shape, v.dtype) for v in (a, b, c, d))
+    p = Program(a, b, c, d)
+    # batch dim 1 of lhs with dim 0 of rhs, contracting lhs 0 with rhs 2: needs permuted copies.
+    p(f"stablehlo.dot_general %a0, %a1, batching_dims = [2] x [0], contracting_dims = [0] x [2] : ({at}, {bt}) -> tensor<2x4x5xf32>",
+      "tensor<2x4x5xf32>")
+    # lhs contracting on its first dim (a transposed BLAS operand).
+    p(f"stablehlo.dot_general %a2, %a2, contracting_dims = [0] x [0] : ({ct}, {ct}) -> tensor<6x6xi32>",
+      "tensor<6x6xi32>")
+    p(f"stablehlo.dot_general %a2, %a3, contracting_dims = [1] x [0] : ({ct}, {dt}) -> tensor<4x3xi32>", "tensor<4x3xi32>")
+    cf = p(f"stablehlo.convert %a2 : ({ct}) -> tensor<4x6xf32>", out=False)
+    p(f"stablehlo.dot_general {cf}, {cf}, contracting_dims = [0] x [0] : (tensor<4x6xf32>, tensor<4x6xf32>) -> tensor<6x6xf32>",
+      "tensor<6x6xf32>")
+    v = p(f"stablehlo.slice {cf} [0:4, 0:1] : (tensor<4x6xf32>) -> tensor<4x1xf32>", out=False)
+    v1 = p(f"stablehlo.reshape {v} : (tensor<4x1xf32>) -> tensor<4xf32>", out=False)
+    p(f"stablehlo.dot_general {v1}, {cf}, contracting_dims = [0] x [0] : (tensor<4xf32>, tensor<4x6xf32>) -> tensor<6xf32>",
+      "tensor<6xf32>")
+    p(f"stablehlo.dot_general {v1}, {v1}, contracting_dims = [0] x [0] : (tensor<4xf32>, tensor<4xf32>) -> tensor<f32>",
+      "tensor<f32>")
+    hb = p(f"stablehlo.convert {cf} : (tensor<4x6xf32>) -> tensor<4x6xbf16>", out=False)
+    p(f"stablehlo.dot_general {hb}, {hb}, contracting_dims = [0] x [0] : (tensor<4x6xbf16>, tensor<4x6xbf16>) -> tensor<6x6xf32>",
+      "tensor<6x6xf32>")
+    check(compiler, p, rtol=1e-5, atol=1e-5)
+
+
+def test_while_and_case(compiler):
+    x = np.arange(6, dtype=np.float32)
+    n = np.array(5, np.int32)
+    sel = np.array([0, 1, 2, 7, -1], np.int32)
+    p = Program(x, n, sel)
+    p.lines.append("""    %c0 = stablehlo.constant dense<0> : tensor<i32>
+    %c1 = stablehlo.constant dense<1> : tensor<i32>
+    %w:3 = stablehlo.while(%i = %c0, %acc = %a0, %cnt = %c0) : tensor<i32>, tensor<6xf32>, tensor<i32>
+    cond {
+      %lt = stablehlo.compare LT, %i, %a1, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %lt : tensor<i1>
+    } do {
+      %i1 = stablehlo.add %i, %c1 : tensor<i32>
+      %h = stablehlo.constant dense<0.5> : tensor<6xf32>
+      %m = stablehlo.multiply %acc, %h : tensor<6xf32>
+      %s = stablehlo.add %m, %a0 : tensor<6xf32>
+      %inner:2 = stablehlo.while(%j = %c0, %k = %cnt) : tensor<i32>, tensor<i32>
+      cond {
+        %lt2 = stablehlo.compare LT, %j, %i1, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+        stablehlo.return %lt2 : tensor<i1>
+      } do {
+        %j1 = stablehlo.add %j, %c1 : tensor<i32>
+        %k1 = stablehlo.add %k, %j : tensor<i32>
+        stablehlo.return %j1, %k1 : tensor<i32>, tensor<i32>
+      }
+      stablehlo.return %i1, %s, %inner#1 : tensor<i32>, tensor<6xf32>, tensor<i32>
+    }""")
+    p.results += [("%w#0", "tensor<i32>"), ("%w#1", "tensor<6xf32>"), ("%w#2", "tensor<i32>")]
+    for k in range(5):
+        p.lines.append(f"""    %idx{k} = stablehlo.slice %a2 [{k}:{k + 1}] : (tensor<5xi32>) -> tensor<1xi32>
+    %sc{k} = stablehlo.reshape %idx{k} : (tensor<1xi32>) -> tensor<i32>
+    %case{k} = "stablehlo.case"(%sc{k}) ({{
+      %r = stablehlo.negate %a0 : tensor<6xf32>
+      stablehlo.return %r : tensor<6xf32>
+    }}, {{
+      %r = stablehlo.add %a0, %a0 : tensor<6xf32>
+      stablehlo.return %r : tensor<6xf32>
+    }}, {{
+      stablehlo.return %a0 : tensor<6xf32>
+    }}) : (tensor<i32>) -> tensor<6xf32>""")
+        p.results.append((f"%case{k}", "tensor<6xf32>"))
+    check(compiler, p, rtol=0.0)
+
+
+def test_if_map_select_and_scatter_rng_and_composite(compiler):
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(2, 6, 5)).astype(np.float32)
+    src = rng.normal(size=(2, 3, 2)).astype(np.float32)
+    state = np.array([0x0123456789ABCDEF, 5], np.uint64)
+    state3 = np.array([42, 2**64 - 2, 7], np.uint64)
+    flag = np.array(True)
+    xt, st = tt(x.shape, np.float32), tt(src.shape, np.float32)
+    p = Program(x, src, state, state3, flag)
+    p.lines.append(f"""    %if = "stablehlo.if"(%a4) ({{
+      %n = stablehlo.negate %a0 : {xt}
+      stablehlo.return %n : {xt}
+    }}, {{
+      stablehlo.return %a0 : {xt}
+    }}) : (tensor<i1>) -> {xt}""")
+    p.results.append(("%if", xt))
+    p(f""""stablehlo.map"(%a0, %a0) <{{dimensions = array<i64: 0, 1, 2>}}> ({{
+    ^bb0(%m0: tensor<f32>, %m1: tensor<f32>):
+      %q = stablehlo.multiply %m0, %m1 : tensor<f32>
+      %r = stablehlo.subtract %q, %m0 : tensor<f32>
+      stablehlo.return %r : tensor<f32>
+    }}) : ({xt}, {xt}) -> {xt}""", xt)
+    zero = p("stablehlo.constant dense<0.0> : tensor<f32>", out=False)
+    # max-pool gradient: 3x3 windows, stride 2x3, padded.
+    p(f""""stablehlo.select_and_scatter"(%a0, %a1, {zero}) <{{window_dimensions = array<i64: 1, 3, 3>, window_strides = array<i64: 1, 2, 3>, padding = dense<[[0, 0], [1, 0], [1, 1]]> : tensor<3x2xi64>}}> ({{
+    ^bb0(%s0: tensor<f32>, %s1: tensor<f32>):
+      %ge = stablehlo.compare GE, %s0, %s1, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
+      stablehlo.return %ge : tensor<i1>
+    }}, {{
+    ^bb0(%t0: tensor<f32>, %t1: tensor<f32>):
+      %sum = stablehlo.add %t0, %t1 : tensor<f32>
+      stablehlo.return %sum : tensor<f32>
+    }}) : ({xt}, {st}, tensor<f32>) -> {xt}""", xt)
+    for alg, sarg, stype, out in [("THREE_FRY", "%a2", "tensor<2xui64>", "tensor<3x5xui32>"),
+                                  ("THREE_FRY", "%a2", "tensor<2xui64>", "tensor<7xui64>"),
+                                  ("PHILOX", "%a3", "tensor<3xui64>", "tensor<2x3xui32>"),
+                                  ("DEFAULT", "%a3", "tensor<3xui64>", "tensor<9xui8>")]:
+        n = len(p.lines)
+        p.lines.append(f'    %rng{n}:2 = "stablehlo.rng_bit_generator"({sarg}) <{{rng_algorithm = #stablehlo<rng_algorithm {alg}>}}> : ({stype}) -> ({stype}, {out})')
+        p.results += [(f"%rng{n}#0", stype), (f"%rng{n}#1", out)]
+    p(f"stablehlo.get_dimension_size %a0, dim = 1 : ({xt}) -> tensor<i32>", "tensor<i32>")
+    check(compiler, p, rtol=0.0)

@@ -1,0 +1,220 @@
+"""Accuracy of the vectorisable float32 math kernels over the whole float32 range, and the
+bit-level semantics of the integer intrinsics."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+numba = pytest.importorskip("numba")
+
+from pjrt_hub.backends.numba_cpu import intrinsics as intr  # noqa: E402
+from pjrt_hub.backends.numba_cpu import vecmath as vm  # noqa: E402
+
+SPECIALS = np.array(
+    [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.17e-38, -1.17e-38, 3.4e38, -3.4e38,
+     1.0, -1.0, 0.5, 88.72, 88.73, -87.3, -103.9, -104.0, 89.0, 1e-7, -1e-7],
+    np.float32,
+)
+
+
+def sample_f32(n=1_000_000, seed=0):
+    """Random bit patterns (every exponent, denormals, NaNs) plus dense grids near zero."""
+    rng = np.random.default_rng(seed)
+    bits = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    return np.concatenate([
+        bits.view(np.float32),
+        np.linspace(-120, 120, 400_001, dtype=np.float32),
+        np.linspace(-3, 3, 400_001, dtype=np.float32),
+        SPECIALS,
+    ])
+
+
+def ulp_error(got, ref64):
+    """|got - ref| in float32 ulps of the reference; matching inf/NaN counts as 0."""
+    with np.errstate(all="ignore"):
+        ref32 = ref64.astype(np.float32)
+        spacing = np.spacing(np.abs(ref32)).astype(np.float64)
+        err = np.abs(got.astype(np.float64) - ref64) / spacing
+    same = (np.isnan(got) & np.isnan(ref64)) | ((got == ref64) & np.isinf(ref64))
+    err[same] = 0.0
+    overflow = np.isfinite(ref64) & np.isinf(ref32)
+    err[overflow] = np.where(np.isinf(got[overflow]) & (np.sign(got[overflow]) == np.sign(ref64[overflow])), 0, np.inf)
+    err[np.isnan(err)] = np.inf
+    return err
+
+
+@numba.njit(error_model="numpy")
+def _apply_all(x, out):
+    for i in range(x.size):
+        v = x[i]
+        out[0, i] = vm.exp_f32(v)
+        out[1, i] = vm.log_f32(v)
+        out[2, i] = vm.tanh_f32(v)
+        out[3, i] = vm.expm1_f32(v)
+        out[4, i] = vm.log1p_f32(v)
+        out[5, i] = vm.logistic_f32(v)
+
+
+@pytest.fixture(scope="module")
+def unary_results():
+    x = sample_f32()
+    out = np.empty((6, x.size), np.float32)
+    _apply_all(x, out)
+    return x, out
+
+
+@pytest.mark.parametrize("row, name, ref, max_ulp", [
+    (0, "exp", np.exp, 1.5),
+    (1, "log", np.log, 1.0),
+    (2, "tanh", np.tanh, 1.5),
+    (3, "expm1", np.expm1, 2.5),
+    (4, "log1p", np.log1p, 2.5),
+    (5, "logistic", lambda x: 1.0 / (1.0 + np.exp(-x)), 3.0),
+])
+def test_unary_accuracy_over_float32_range(unary_results, row, name, ref, max_ulp):
+    x, out = unary_results
+    with np.errstate(all="ignore"):
+        expected = ref(x.astype(np.float64))
+    err = ulp_error(out[row], expected)
+    worst = int(np.argmax(err))
+    assert err[worst] <= max_ulp, f"{name}({x[worst]!r}) = {out[row][worst]!r}, expected {expected[worst]!r}"
+
+
+def test_exp_edge_cases(unary_results):
+    x, out = unary_results
+    got = dict(zip(x[-len(SPECIALS):].tolist(), out[0][-len(SPECIALS):].tolist()))
+    assert got[0.0] == 1.0 and got[np.inf] == np.inf and got[-np.inf] == 0.0
+    assert math.isinf(got[float(np.float32(88.73))])
+    # exp(-103.9) is a float32 denormal, not flushed to zero.
+    assert 0.0 < got[float(np.float32(-103.9))] < 1.2e-38
+
+
+def test_log_edge_cases(unary_results):
+    x, out = unary_results
+    got = out[1][-len(SPECIALS):]
+    specials = x[-len(SPECIALS):]
+    assert got[specials.tolist().index(0.0)] == -np.inf
+    assert np.isnan(got[specials.tolist().index(-1.0)])
+    assert got[specials.tolist().index(np.inf)] == np.inf
+    # The smallest denormal still has a finite logarithm.
+    assert got[specials.tolist().index(float(np.float32(1e-45)))] == pytest.approx(math.log(1.401298464324817e-45), rel=1e-6)
+
+
+@numba.njit(error_model="numpy")
+def _apply_pow(x, y, out):
+    for i in range(x.size):
+        out[i] = vm.pow_f32(x[i], y[i])
+
+
+def test_pow_accuracy_and_ieee_special_cases():
+    rng = np.random.default_rng(1)
+    n = 500_000
+    with np.errstate(over="ignore"):
+        x = np.concatenate([rng.uniform(0, 3, n), rng.uniform(-3, 3, n), np.exp(rng.uniform(-100, 100, n))]).astype(np.float32)
+    y = np.concatenate([rng.uniform(-30, 30, n), np.round(rng.uniform(-20, 20, n)), rng.uniform(-1.5, 1.5, n)]).astype(np.float32)
+    special = np.array([0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, np.inf, -np.inf, np.nan, 3.0, -3.0, 1e-45, 1e38], np.float32)
+    gx, gy = np.meshgrid(special, special)
+    x = np.concatenate([x, gx.ravel()])
+    y = np.concatenate([y, gy.ravel()])
+    out = np.empty_like(x)
+    _apply_pow(x, y, out)
+    with np.errstate(all="ignore"):
+        expected = np.power(x.astype(np.float64), y.astype(np.float64))
+    err = ulp_error(out, expected)
+    worst = int(np.argmax(err))
+    assert err[worst] <= 1.0, f"pow({x[worst]!r}, {y[worst]!r}) = {out[worst]!r}, expected {expected[worst]!r}"
+    # Signs of zero results follow IEEE pow: (-0)**3 = -0, (-0)**2 = +0.
+    assert np.signbit(vm.pow_f32(np.float32(-0.0), np.float32(3.0)))
+    assert not np.signbit(vm.pow_f32(np.float32(-0.0), np.float32(2.0)))
+
+
+def test_erf_inv_inverts_erf():
+    xs = np.linspace(-0.999999, 0.999999, 2001)
+    for x in xs:
+        assert math.erf(vm.erf_inv_f(x)) == pytest.approx(x, rel=1e-12, abs=1e-15)
+    assert vm.erf_inv_f(1.0) == np.inf and vm.erf_inv_f(-1.0) == -np.inf
+    assert math.isnan(vm.erf_inv_f(1.5)) and vm.erf_inv_f(0.0) == 0.0
+
+
+# -- integer intrinsics: XLA's semantics at the operand's own width --------------------------
+
+
+@numba.njit
+def _int_ops32(a, b, out):
+    for i in range(a.size):
+        out[0, i] = intr.idiv(a[i], b[i])
+        out[1, i] = intr.irem(a[i], b[i])
+        out[2, i] = intr.shl(a[i], b[i])
+        out[3, i] = intr.shr_arith(a[i], b[i])
+        out[4, i] = intr.shr_logical(a[i], b[i])
+        out[5, i] = intr.iadd(a[i], b[i])
+        out[6, i] = intr.imul(a[i], b[i])
+
+
+@numba.njit
+def _uint_ops32(a, b, out):
+    for i in range(a.size):
+        out[0, i] = intr.idiv(a[i], b[i])
+        out[1, i] = intr.irem(a[i], b[i])
+        out[2, i] = intr.shr_logical(a[i], b[i])
+
+
+def test_signed_division_shift_and_wraparound():
+    mn = np.iinfo(np.int32).min
+    a = np.array([7, -7, 7, -7, mn, mn, 5, -5, 1, -1, 2**30, 123], np.int32)
+    b = np.array([2, 2, -2, 0, -1, 0, 31, 31, 32, 40, 2, -1], np.int32)
+    out = np.empty((7, a.size), np.int32)
+    _int_ops32(a, b, out)
+    assert out[0].tolist() == [3, -3, -3, -1, mn, -1, 0, 0, 0, 0, 2**29, -123]
+    assert out[1].tolist() == [1, -1, 1, -7, 0, mn, 5, -5, 1, -1, 0, 0]
+    assert out[2][6] == -(2**31)  # 5 << 31 keeps the low bit only
+    assert out[2][8] == 0 and out[2][9] == 0  # shift by >= 32 (and negative counts) -> 0
+    assert out[3][7] == -1 and out[3][9] == -1 and out[3][8] == 0  # sign fill past the width
+    assert out[4][7] == 1 and out[4][9] == 0
+    assert out[5][4] == np.iinfo(np.int32).max  # MIN + (-1) wraps
+    assert out[6][10] == -(2**31)  # 2**30 * 2 wraps
+
+
+def test_unsigned_division_by_zero_and_logical_shift():
+    a = np.array([7, 0xFFFFFFFF, 9, 0x80000000], np.uint32)
+    b = np.array([0, 2, 4, 31], np.uint32)
+    out = np.empty((3, a.size), np.uint32)
+    _uint_ops32(a, b, out)
+    assert out[0].tolist() == [0xFFFFFFFF, 0x7FFFFFFF, 2, 0x80000000 // 31]
+    assert out[1].tolist() == [7, 1, 1, 0x80000000 % 31]
+    assert out[2].tolist() == [7, 0x3FFFFFFF, 0, 1]
+
+
+@numba.njit
+def _f2i(x, out_i32, out_u8):
+    for i in range(x.size):
+        out_i32[i] = intr.f2i(x[i], numba.types.int32)
+        out_u8[i] = intr.f2i(x[i], numba.types.uint8)
+
+
+def test_float_to_int_truncates_and_saturates():
+    x = np.array([1.9, -1.9, np.nan, 3e9, -3e9, np.inf, 300.0, -5.0], np.float32)
+    i32 = np.empty(x.size, np.int32)
+    u8 = np.empty(x.size, np.uint8)
+    _f2i(x, i32, u8)
+    assert i32.tolist() == [1, -1, 0, 2**31 - 1, -(2**31), 2**31 - 1, 300, -5]
+    assert u8.tolist() == [1, 0, 0, 255, 0, 255, 255, 0]
+
+
+@numba.njit
+def _total_order_lt(a, b, out):
+    for i in range(a.size):
+        out[i] = intr.fcmp_total(a[i], b[i], "LT")
+
+
+def test_total_order_comparison():
+    nan = np.float32(np.nan)
+    neg_nan = np.float32(-np.nan) if np.signbit(np.float32(-np.nan)) else -nan
+    a = np.array([-0.0, neg_nan, 1.0, np.inf, nan], np.float32)
+    b = np.array([0.0, -np.inf, nan, nan, nan], np.float32)
+    out = np.empty(a.size, np.bool_)
+    _total_order_lt(a, b, out)
+    assert out.tolist() == [True, True, True, True, False]
