@@ -19,6 +19,7 @@ from pjrt_hub.extensions import KNOWN_EXTENSIONS, extension_spec
 
 __all__ = [
     "ArrayInfo",
+    "BenchReport",
     "CheckReport",
     "DeclarationModel",
     "LimitationModel",
@@ -223,3 +224,26 @@ class ProbeCommandReport(BaseModel):
     probe: dict[str, Any] = Field(description="what the loader read (see pjrt_hub.backends.c_api.probe)")
     verdict: VerdictModel | None = None
     client_creation_risk: str | None = None
+
+
+class BenchRow(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    plugin: str
+    execute_ms_median: float | None = None
+    compile_ms_cold: float | None = None
+    compile_ms_warm: float | None = Field(None, description="fresh process, cache warm, plugin started")
+    outputs_match: bool | None = Field(None, description="manifest probes and sum agree")
+    runs: int | None = None
+    xla_cpu_baseline_ms: float | None = Field(None, description="XLA:CPU through JAX, from the manifest")
+    error: str | None = None
+
+
+class BenchReport(BaseModel):
+    """``pjrt-hub bench --json``; rows also carry ``speedup_vs_<plugin>`` ratios."""
+
+    programs: list[BenchRow]
+    tiny_execute_us: float | None = Field(None, description="the first plugin's tiny-add execute, in us")
+    tiny_execute_us_by_plugin: dict[str, float]
+    plugins: list[str]

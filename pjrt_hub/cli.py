@@ -487,6 +487,45 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return ExitCode.OK if probe.get("outcome") == "ok" else ExitCode.PLUGIN_ERROR
 
 
+# -- bench -------------------------------------------------------------------------------------
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from pjrt_hub._bench import bench, format_report, perf_programs
+    from pjrt_hub._reports import BenchReport, Outcome
+    from pjrt_hub.abi import PjrtHubError
+
+    if args.schema:
+        print(json.dumps(BenchReport.model_json_schema(), indent=2))
+        return ExitCode.OK
+    known = [e["name"] for e in perf_programs()]
+    unknown = [p for p in args.program if p not in known]
+    if unknown:
+        raise _Usage(f"unknown perf program(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    for path in args.library:
+        _plugin_target(args, path)
+    registry = _registry(args)
+    records = registry.load()
+    plugins = list(args.plugin) or ["numba_cpu", "reference"]
+    if not args.plugin:
+        # Real C plugins found (installed wheels, --library) join the run, unless a client for them
+        # would need hardware that is not here.
+        plugins += [r.name for r in records if r.kind == "c" and r.outcome is Outcome.LOADED
+                    and not registry.client_creation_risk(r.name)]
+    try:
+        registry.require(plugins)
+        report = bench(registry, plugins, args.program or None, warm=not args.no_warm,
+                       library=tuple(args.library), runs=args.runs or None,
+                       progress=None if args.json else (lambda m: print(m, file=sys.stderr)))
+    except PjrtHubError as exc:
+        print(f"pjrt-hub bench: {exc}", file=sys.stderr)
+        return ExitCode.PLUGIN_ERROR
+    model = BenchReport.model_validate(report)
+    _emit(args, model, lambda r: format_report(report))
+    failed = [r for r in report["programs"] if "error" in r or not r.get("outputs_match", False)]
+    return ExitCode.FAILURE if failed else ExitCode.OK
+
+
 # -- entry point -------------------------------------------------------------------------------
 
 
@@ -569,6 +608,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_registry(p)
     _add_output(p)
     p.set_defaults(func=cmd_probe)
+
+    p = sub.add_parser("bench", help="time the perf corpus on several plugins in one run")
+    p.add_argument("--plugin", action="append", default=[], metavar="NAME",
+                   help="plugins to time, the first being the one ratios are about (default: "
+                        "numba_cpu, reference and every loaded CPU-safe C plugin)")
+    p.add_argument("--program", action="append", default=[], metavar="NAME",
+                   help="perf programs to run (default: all)")
+    p.add_argument("--no-warm", action="store_true", help="skip the warm-cache compile (a subprocess each)")
+    p.add_argument("--runs", type=_non_negative, default=None, metavar="N",
+                   help="timed runs per program (default: 30, softmax 60; tiny add 3000)")
+    _add_registry(p)
+    _add_output(p)
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("run", help="compile a StableHLO program and run it on inputs from an .npz")
     p.add_argument("program", nargs="?", metavar="PROGRAM.mlir", help="StableHLO text, as JAX prints it")
