@@ -20,6 +20,7 @@ from pjrt_hub.extensions import KNOWN_EXTENSIONS, ExtensionSpec, MemoryLayout
 from .._case import Case, add_case, case, check, fail
 from .._context import PluginUnderTest
 from .._programs import add_one, two_outputs
+from .client import device_id
 
 
 def _unwrap(obj: Any) -> Any:
@@ -69,7 +70,7 @@ def _smoke_memory_descriptions(ctx: PluginUnderTest, impl: Any, version: int) ->
                                           and isinstance(k[1], int) for k in kinds),
           f"MemoryDescriptions.memory_descriptions returned {kinds!r}, expected a list of (kind, kind_id)")
     memories = sorted({m.kind() for m in device.addressable_memories()})
-    check(kinds, f"MemoryDescriptions.memory_descriptions describes no memory of device {device!r}, "
+    check(kinds, f"MemoryDescriptions.memory_descriptions describes no memory of device {device_id(device)}, "
                  f"whose memories are {memories}")
     default = device.default_memory().kind()
     check(kinds[0][0] == default, f"MemoryDescriptions lists {kinds[0][0]!r} first, but the default memory is {default!r}")
