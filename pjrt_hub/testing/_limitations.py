@@ -31,26 +31,33 @@ def _patterns(value: str | tuple[str, ...]) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(value)
 
 
+def _normal(name: str) -> str:
+    """Names compare like distribution names: case, ``-`` and ``_`` do not matter."""
+    return name.lower().replace("-", "_")
+
+
 @dataclass(frozen=True)
 class KnownLimitations:
     """Limitations of the C plugins whose name or distribution matches ``plugin``, at ``api_versions``."""
 
-    #: fnmatch pattern(s) on the plugin's registry name or its distribution (case-insensitive).
+    #: fnmatch pattern(s) on the plugin's registry name or its distribution (case, ``-`` and ``_``
+    #: do not matter).
     plugin: str | tuple[str, ...]
     limitations: tuple[Limitation, ...]
     #: fnmatch pattern(s) on the plugin's PJRT API version (``"0.81"``, ``("0.81", "0.106")``).
     api_versions: str | tuple[str, ...] = "*"
 
     def applies(self, record: "PluginRecord") -> bool:
-        names = [n.lower() for n in (record.name, record.distribution or "") if n]
+        names = [_normal(n) for n in (record.name, record.distribution or "") if n]
         version = record.api_version or ""
-        return any(fnmatchcase(n, p.lower()) for n in names for p in _patterns(self.plugin)) and \
+        return any(fnmatchcase(n, _normal(p)) for n in names for p in _patterns(self.plugin)) and \
             any(fnmatchcase(version, p) for p in _patterns(self.api_versions))
 
 
-#: The names XLA's CPU plugin goes by on PyPI: registry names (from the library file) and distributions.
-XLA_CPU_PLUGINS = ("xla_cpu_pjrt", "xla-cpu-pjrt", "pjrt_cpu", "fastatomstruct-xla-cpu",
-                   "pjrt_c_api_cpu_plugin", "lammps-jax-pjrt-cpu")
+#: The names XLA's CPU plugin goes by on PyPI: the distributions (also the names the matrix gives
+#: them) and the registry names of their library files.
+XLA_CPU_PLUGINS = ("xla-cpu-pjrt", "fastatomstruct-xla-cpu", "lammps-jax-pjrt-cpu",
+                   "pjrt_cpu", "pjrt_c_api_cpu_plugin")
 
 _NO_MEMORY_DESCRIPTIONS = Limitation(
     "XLA's CPU plugin offers the MemoryDescriptions extension but its device descriptions describe no "
