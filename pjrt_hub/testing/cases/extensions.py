@@ -102,7 +102,9 @@ def _extension_case(spec: ExtensionSpec) -> Case:
         check(not missing, f"{spec.name} {version} of plugin {ctx.name} lacks {', '.join(missing)} "
                            f"({type(impl).__name__})")
         smoke = SMOKE.get(spec.name)
-        if smoke is not None:
+        # Version 0: a node too small for version 1 (abi/extension_struct_sizes names it); no
+        # method of the protocol is promised, so none is called.
+        if smoke is not None and version >= 1:
             smoke(ctx, impl, version)
 
     return Case("extensions", spec.name,
