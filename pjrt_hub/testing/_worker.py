@@ -7,7 +7,7 @@ line per case each way. When the worker dies, the case it was running fails with
 the last lines the plugin wrote to stderr, a fresh worker takes the next case, and after
 :data:`MAX_CONSECUTIVE_CRASHES` deaths in a row without a case finishing, the remaining cases fail
 at once rather than each paying for a new worker. A worker that stops answering is killed after
-the case's own time bound plus :data:`WORKER_GRACE` seconds.
+the case's own time bound plus :data:`WORKER_GRACE` seconds, and counts as a crash.
 
 The worker has its own registry, built from the same request, so it sees the plugin exactly as
 the parent does; the parent keeps deciding what applies and what is a declared limitation.
@@ -67,15 +67,20 @@ class CaseWorker:
         self._stderr: IO[bytes] | None = None
         self.crashes_in_a_row = 0
         self.last_crash: str | None = None
+        self.grace = WORKER_GRACE
 
     # -- the process -----------------------------------------------------------------------
+
+    def command(self, protocol_fd: int) -> list[str]:
+        """The worker's command line; it answers on ``protocol_fd``."""
+        return [sys.executable, "-m", "pjrt_hub.testing._worker", str(protocol_fd)]
 
     def _start(self) -> None:
         read_fd, write_fd = os.pipe()
         self._stderr = tempfile.TemporaryFile(prefix="pjrt-conformance-worker-")
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "pjrt_hub.testing._worker", str(write_fd)],
+                self.command(write_fd),
                 stdin=subprocess.PIPE, stdout=self._stderr, stderr=self._stderr, pass_fds=(write_fd,),
                 start_new_session=True)
         finally:
@@ -152,7 +157,7 @@ class CaseWorker:
         if self._proc is None:
             self._start()
         assert self._proc is not None and self._proc.stdin is not None
-        limit = self.timeout_scale * item.timeout + WORKER_GRACE
+        limit = self.timeout_scale * item.timeout + self.grace
         try:
             self._proc.stdin.write((json.dumps({"case": item.id}) + "\n").encode())
             self._proc.stdin.flush()
@@ -160,6 +165,8 @@ class CaseWorker:
         except TimeoutError:
             self._stop(kill=True)
             tail = self._stderr_tail()
+            self.crashes_in_a_row += 1
+            self.last_crash = f"no answer within {limit:g} s during {item.id}"
             raise CaseFailure(f"{item.id}: the conformance worker gave no answer within {limit:g} s and was "
                               f"killed" + (f"; its last lines:\n{tail}" if tail else "")) from None
         except BrokenPipeError:

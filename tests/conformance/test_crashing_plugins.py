@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from pjrt_hub.testing import run_conformance
-from pjrt_hub.testing._worker import MAX_CONSECUTIVE_CRASHES
+from pjrt_hub.testing import Case, CaseFailure, CaseSkipped, run_conformance
+from pjrt_hub.testing._worker import MAX_CONSECUTIVE_CRASHES, CaseWorker
 
 # PJRT API 0.81 with 118 slots: initialize and attributes work, PJRT_Client_Create makes a client
 # (or aborts, with CREATE_ABORTS), PJRT_Client_PlatformName writes through a NULL pointer, every
@@ -123,3 +124,54 @@ def test_the_run_never_loads_a_c_plugin_here_unless_asked(crashing):
     assert not mapped(library)
     run_conformance([library], cases=["plugin/attributes"], framework="0.81", extra_args=["--pjrt-in-process"])
     assert mapped(library)
+
+
+# -- the worker protocol, with stand-in workers --------------------------------------------------
+
+
+class StandIn(CaseWorker):
+    """A worker running ``script`` instead of the suite's worker."""
+
+    def __init__(self, script: str) -> None:
+        super().__init__("unused", framework=None, strict=False, timeout_scale=1.0)
+        self.script = script
+
+    def command(self, protocol_fd: int) -> list[str]:
+        return [sys.executable, "-c", self.script, str(protocol_fd)]
+
+
+QUICK = Case("client", "stand_in", "a case for stand-in workers", run=lambda ctx: None, timeout=0.5)
+
+ANSWERS = """
+import json, os, sys
+out = os.fdopen(int(sys.argv[1]), "w", buffering=1)
+sys.stdin.readline()
+for line in sys.stdin:
+    out.write(json.dumps({"case": json.loads(line)["case"], "outcome": "skipped", "message": "no device"}) + "\\n")
+"""
+SILENT = "import sys, time\nsys.stdin.readline(); sys.stdin.readline(); time.sleep(60)\n"
+ABORTS = "import os, sys\nsys.stdin.readline(); sys.stdin.readline(); print('F0000 dying', file=sys.stderr); os.abort()\n"
+
+
+def test_a_worker_answer_becomes_the_case_outcome():
+    worker = StandIn(ANSWERS)
+    try:
+        for _ in range(2):  # one worker serves several cases
+            with pytest.raises(CaseSkipped, match="no device"):
+                worker.run(QUICK)
+        assert worker._proc is not None and worker.crashes_in_a_row == 0
+    finally:
+        worker.close()
+
+
+def test_a_silent_worker_is_killed_and_a_dead_one_reported():
+    silent = StandIn(SILENT)
+    silent.grace = 0.5
+    with pytest.raises(CaseFailure, match=r"client/stand_in: the conformance worker gave no answer within 1 s "
+                                          r"and was killed"):
+        silent.run(QUICK)
+    assert silent._proc is None and silent.crashes_in_a_row == 1
+    dying = StandIn(ABORTS)
+    with pytest.raises(CaseFailure, match=r"(?s)crashed the conformance worker \(SIGABRT\) during client/stand_in; "
+                                          r"its last lines:\nF0000 dying"):
+        dying.run(QUICK)
