@@ -30,7 +30,7 @@ from pjrt_hub.abi import (
     to_numpy_dtype,
 )
 
-from .buffers import PACKED_TYPES, CBuffer, _device_handle
+from .buffers import PACKED_TYPES, CBuffer, _device_handle, _memory_handle
 from .devices import CDevice, CDeviceDescription, CMemory, _int_query, _string_query
 from .executables import CLoadedExecutable
 from .handles import _close_quietly, _event, _keep_until_ready, _Owned, _Owner
@@ -291,8 +291,7 @@ class CClient(Client):
             if semantics == HostBufferSemantics.MUTABLE_ZERO_COPY:
                 raise InvalidArgument("buffer_from_host_buffer: kMutableZeroCopy needs a C-contiguous array")
             host = np.ascontiguousarray(host)
-        if memory is not None and not isinstance(memory, CMemory):
-            raise InvalidArgument(f"buffer_from_host_buffer: expected a memory of this plugin, got {memory!r}")
+        memory_handle = _memory_handle(memory, "buffer_from_host_buffer", self)
         if device is None and memory is None:
             device = self.addressable_devices()[0]
         dims = (ctypes.c_int64 * max(1, host.ndim))(*host.shape)
@@ -300,7 +299,7 @@ class CClient(Client):
                         data=host.ctypes.data or None, type=int(kind), dims=ctypes.addressof(dims),
                         num_dims=host.ndim, host_buffer_semantics=int(semantics),
                         device=_device_handle(device, "buffer_from_host_buffer", self),
-                        memory=memory._live("buffer_from_host_buffer") if isinstance(memory, CMemory) else None)
+                        memory=memory_handle or None)
         lib.check(fn(ctypes.addressof(args)), "PJRT_Client_BufferFromHostBuffer")
         buffer = CBuffer(self, args.buffer, host if zero_copy else None)
         done = args.done_with_host_buffer
@@ -317,8 +316,7 @@ class CClient(Client):
                               client=self._live("create_uninitialized_buffer"), shape_dims=ctypes.addressof(shape),
                               shape_num_dims=len(dims), shape_element_type=int(BufferType(element_type)),
                               device=_device_handle(device, "create_uninitialized_buffer", self),
-                              memory=memory._live("create_uninitialized_buffer") if isinstance(memory, CMemory)
-                              else None)
+                              memory=_memory_handle(memory, "create_uninitialized_buffer", self) or None)
         self._lib.call("PJRT_Client_CreateUninitializedBuffer", args)
         return CBuffer(self, args.buffer)
 
