@@ -46,6 +46,11 @@ EXTENSION_HEADER_SIZE = 24
 _EXPECTED_SIZE = re.compile(r"Unexpected (\w+) size: expected (\d+), got 1\b")
 
 
+def _slots(*c_functions: str) -> dict[str, int]:
+    """Byte offsets of the function pointers of a node, in the order its header declares them."""
+    return {name: EXTENSION_HEADER_SIZE + 8 * i for i, name in enumerate(c_functions)}
+
+
 def _unwrap(obj: Any) -> Any:
     """The plugin's own object behind the host's version gate (which passes ``unwrapped``)."""
     return getattr(obj, "unwrapped", obj)
@@ -204,15 +209,15 @@ class CLayoutsExtension(CExtension):
     """Layouts (``PJRT_Layouts_Extension``): memory layouts of buffers, clients, topologies and
     executables, read back through ``PJRT_Layouts_MemoryLayout_Serialize``."""
 
-    FUNCTIONS = {
-        "PJRT_Layouts_MemoryLayout_Destroy": 24,
-        "PJRT_Layouts_MemoryLayout_Serialize": 32,
-        "PJRT_Layouts_PJRT_Client_GetDefaultLayout": 40,
-        "PJRT_Layouts_PJRT_Buffer_MemoryLayout": 48,
-        "PJRT_Layouts_PJRT_Topology_GetDefaultLayout": 56,
-        "PJRT_Layouts_PJRT_Executable_GetOutputLayouts": 64,
-        "PJRT_Layouts_PJRT_Executable_GetParameterLayouts": 72,
-    }
+    FUNCTIONS = _slots(
+        "PJRT_Layouts_MemoryLayout_Destroy",
+        "PJRT_Layouts_MemoryLayout_Serialize",
+        "PJRT_Layouts_PJRT_Client_GetDefaultLayout",
+        "PJRT_Layouts_PJRT_Buffer_MemoryLayout",
+        "PJRT_Layouts_PJRT_Topology_GetDefaultLayout",
+        "PJRT_Layouts_PJRT_Executable_GetOutputLayouts",
+        "PJRT_Layouts_PJRT_Executable_GetParameterLayouts",
+    )
 
     def _need(self, *c_functions: str) -> None:
         # Every function a method uses is checked before the first call, so that a node too
@@ -333,10 +338,7 @@ class CMemoryDescriptionsExtension(CExtension):
     """MemoryDescriptions (``PJRT_MemoryDescriptions_Extension``): the memory kinds of a device
     description, without a client (for ahead-of-time compilation)."""
 
-    FUNCTIONS = {
-        "PJRT_DeviceDescription_MemoryDescriptions": 24,
-        "PJRT_MemoryDescription_Kind": 32,
-    }
+    FUNCTIONS = _slots("PJRT_DeviceDescription_MemoryDescriptions", "PJRT_MemoryDescription_Kind")
 
     def memory_descriptions(self, device_description: Any) -> list[tuple[str, int]]:
         """``(kind, kind_id)`` of each memory of the device, the default one first."""
@@ -446,11 +448,7 @@ class CFfiExtension(CExtension):
     because the plugin never lets go of it).
     """
 
-    FUNCTIONS = {
-        "PJRT_FFI_Type_Register": 24,
-        "PJRT_FFI_UserData_Add": 32,
-        "PJRT_FFI_Register_Handler": 40,
-    }
+    FUNCTIONS = _slots("PJRT_FFI_Type_Register", "PJRT_FFI_UserData_Add", "PJRT_FFI_Register_Handler")
 
     def type_id_register(self, name: str, type_id: int = 0) -> int:
         """Register an FFI type by name and return its id; ``type_id`` 0 lets the plugin pick one,
