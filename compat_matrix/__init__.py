@@ -10,7 +10,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ._axes import DEFAULT_FRAMEWORKS, FIXTURE_PLUGINS, KNOWN_C_DISTRIBUTIONS, FixturePlugin, environment_facts
+from ._axes import (
+    DEFAULT_FRAMEWORKS,
+    FIXTURE_PLUGINS,
+    KNOWN_C_DISTRIBUTIONS,
+    REAL_C_PLUGINS,
+    FixturePlugin,
+    RealCPlugin,
+    environment_facts,
+)
 from ._cache import CellCache, cache_key
 from ._cell import CellSpec, evaluate_cell, run_cell
 from ._models import CaseBrief, CellResult, CellStatus, EnvironmentInfo, MatrixReport, PluginInfo
@@ -20,8 +28,8 @@ from ._run import DEFAULT_TOX_ENVS, MatrixRun, merge, run_environment, run_tox
 __all__ = [
     "CaseBrief", "CellCache", "CellResult", "CellSpec", "CellStatus", "DEFAULT_FRAMEWORKS", "DEFAULT_TOX_ENVS",
     "EnvironmentInfo", "FIXTURE_PLUGINS", "FixturePlugin", "KNOWN_C_DISTRIBUTIONS", "MatrixReport", "MatrixRun",
-    "PluginInfo", "cache_key", "environment_facts", "evaluate_cell", "merge", "render_html", "render_markdown",
-    "run_cell", "run_environment", "run_tox", "write_outputs",
+    "PluginInfo", "REAL_C_PLUGINS", "RealCPlugin", "cache_key", "environment_facts", "evaluate_cell", "merge",
+    "render_html", "render_markdown", "run_cell", "run_environment", "run_tox", "write_outputs",
 ]
 
 

@@ -4,7 +4,7 @@ Framework versions are acted in one environment (the version policy's ``framewor
 cost nothing to add. Plugins are whatever the environment has installed (discovered without
 importing them), plus the fixture plugins the matrix installs itself: the toy plugin of
 :mod:`pjrt_hub.testing.toy` at skewed versions and with backward policies, which show every rule
-of the policy. Environments (a Python, a numba, a plugin distribution) are tox environments.
+of the policy, and, when asked, the real C plugins of :data:`REAL_C_PLUGINS` from the wheel cache. Environments (a Python, a numba, a plugin distribution) are tox environments.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from pjrt_hub.abi import ApiVersion, history
 
-__all__ = ["DEFAULT_FRAMEWORKS", "FIXTURE_PLUGINS", "FixturePlugin", "KNOWN_C_DISTRIBUTIONS", "environment_facts"]
+__all__ = ["DEFAULT_FRAMEWORKS", "FIXTURE_PLUGINS", "FixturePlugin", "KNOWN_C_DISTRIBUTIONS", "REAL_C_PLUGINS",
+           "RealCPlugin", "environment_facts"]
 
 #: 0.81, 0.106 and 0.115 are the real CPU plugins' versions; 0.95 sits between; the newest is ours.
 DEFAULT_FRAMEWORKS: tuple[ApiVersion, ...] = tuple(sorted({
@@ -55,6 +56,26 @@ KNOWN_C_DISTRIBUTIONS: dict[str, str] = {
     "fastatomstruct-xla-cpu": "fastatomstruct_xla_cpu",
     "lammps-jax-pjrt-cpu": "lammps_jax_pjrt_cpu",
 }
+
+
+@dataclass(frozen=True)
+class RealCPlugin:
+    """A real PJRT C plugin on PyPI the matrix can fetch into the wheel cache (``--c-plugins``)."""
+
+    #: The plugin's name in the matrix: its entry point's, or the one KNOWN_C_DISTRIBUTIONS gives.
+    name: str
+    requirement: str
+    api_version: str
+    #: ``platform.machine()`` values it has wheels for.
+    machines: tuple[str, ...]
+
+
+#: The real CPU plugins: XLA's CPU client at three PJRT API versions (0.81, 0.106, 0.115).
+REAL_C_PLUGINS: tuple[RealCPlugin, ...] = (
+    RealCPlugin("xla_cpu_pjrt", "xla-cpu-pjrt==0.0.1", "0.81", ("x86_64", "aarch64")),
+    RealCPlugin("fastatomstruct_xla_cpu", "fastatomstruct-xla-cpu==2026.6.23", "0.106", ("x86_64",)),
+    RealCPlugin("lammps_jax_pjrt_cpu", "lammps-jax-pjrt-cpu==0.11.2", "0.115", ("x86_64",)),
+)
 
 
 def _version(dist: str) -> str | None:

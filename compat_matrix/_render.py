@@ -100,6 +100,7 @@ def render_markdown(report: MatrixReport) -> str:
             if cell.counts:
                 lines.append(f"- conformance: {_counts(cell)}")
             lines += [f"- FAILED {f.id}: {_one_line(f.message)}" for f in cell.failures]
+            lines += [f"- xfailed {x.id}: {_one_line(x.message)}" for x in cell.xfailed]
             lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

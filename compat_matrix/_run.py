@@ -14,6 +14,7 @@ import hashlib
 import importlib.metadata as md
 import importlib.util
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from typing import Iterable, Sequence
 
 from pjrt_hub.abi import ApiVersion
 
-from ._axes import DEFAULT_FRAMEWORKS, FIXTURE_PLUGINS, KNOWN_C_DISTRIBUTIONS, FixturePlugin, environment_facts
+from ._axes import DEFAULT_FRAMEWORKS, FIXTURE_PLUGINS, KNOWN_C_DISTRIBUTIONS, FixturePlugin, RealCPlugin, environment_facts
 from ._cache import CellCache, cache_key
 from ._cell import DEFAULT_CELL_TIMEOUT, CellSpec, run_cell
 from ._fixtures import fixture_identity, install_fixtures
@@ -118,18 +119,43 @@ def _known_c_libraries() -> list[str]:
     return items
 
 
-def _installed_targets(environment: str, libraries: Sequence[str]) -> tuple[list[_Target], dict[str, str]]:
-    """Every plugin of this environment, found without importing any of them."""
+def _wheel_cache_libraries(plugins: Sequence[RealCPlugin]) -> tuple[list[str], list[str]]:
+    """``name:path`` items for the real C plugins, fetched into the wheel cache on first use, and a
+    note for each that cannot be had here (no wheel for this machine, no network)."""
+    from pjrt_hub.backends.c_api.wheels import WheelUnavailable, plugin_library
+
+    items, notes = [], []
+    machine = platform.machine()
+    for plugin in plugins:
+        if machine not in plugin.machines:
+            notes.append(f"{plugin.requirement} has no wheel for {machine}")
+            continue
+        try:
+            items.append(f"{plugin.name}{os.path.pathsep}{plugin_library(plugin.requirement)}")
+        except (WheelUnavailable, FileNotFoundError) as exc:
+            notes.append(f"{plugin.requirement} is not available: {exc}")
+    return items, notes
+
+
+def _installed_targets(environment: str, libraries: Sequence[str], cached: Sequence[str] = (), *,
+                       autoload: bool = True) -> tuple[list[_Target], dict[str, str]]:
+    """Every plugin of this environment (with ``autoload``) and the wheel cache's ``cached`` C
+    plugins, found without importing any of them. An installed plugin wins over a cached one of
+    the same name."""
     from pjrt_hub._discovery import discover
 
-    env = dict(os.environ)
-    extra = _known_c_libraries()
+    env = dict(os.environ) if autoload else {}
+    extra = _known_c_libraries() if autoload else []
+    taken = {item.split(os.path.pathsep, 1)[0].lower() for item in extra}
+    if autoload:
+        taken |= {c.name.lower() for c in discover(environ={})}
+    extra += [item for item in cached if item.split(os.path.pathsep, 1)[0].lower() not in taken]
     if extra:
         env[ENV_LIBRARY_PATHS] = ",".join(filter(None, [env.get(ENV_LIBRARY_PATHS), *extra]))
     cell_env = {ENV_LIBRARY_PATHS: env[ENV_LIBRARY_PATHS]} if env.get(ENV_LIBRARY_PATHS) else {}
     targets = []
     seen: set[str] = set()
-    for candidate in discover(environ=env, paths=libraries):
+    for candidate in discover(autoload=autoload, environ=env, paths=libraries):
         if candidate.name.lower() in seen:
             continue  # the registry reports duplicates; the matrix tests the one it loads
         seen.add(candidate.name.lower())
@@ -160,10 +186,14 @@ def _fixture_targets(fixtures: Sequence[FixturePlugin], site: Path, environment:
 
 def run_environment(output: Path, *, environment: str = "local", frameworks: Sequence[ApiVersion | str] = (),
                     plugins: Sequence[str] = (), fixtures: Sequence[FixturePlugin] | None = None,
-                    include_installed: bool = True, libraries: Sequence[str] = (), jobs: int | None = None,
+                    include_installed: bool = True, libraries: Sequence[str] = (),
+                    c_plugins: Sequence[RealCPlugin] = (), jobs: int | None = None,
                     cell_timeout: float = DEFAULT_CELL_TIMEOUT, cache: CellCache | None = None,
                     refresh: bool = False, cases: Sequence[str] = (), timeout_scale: float = 1.0) -> MatrixRun:
-    """Every cell of this environment: plugins x framework versions, from the cache where it holds."""
+    """Every cell of this environment: plugins x framework versions, from the cache where it holds.
+
+    ``c_plugins`` (e.g. :data:`REAL_C_PLUGINS`) are real C plugins taken from the wheel cache
+    (downloaded on first use) when this environment has not installed them."""
     from pjrt_hub import __version__
     from pjrt_hub.testing import suite_version
 
@@ -171,8 +201,10 @@ def run_environment(output: Path, *, environment: str = "local", frameworks: Seq
     versions = [str(ApiVersion.parse(v)) for v in (frameworks or DEFAULT_FRAMEWORKS)]
     facts = environment_facts()
     targets = _fixture_targets(FIXTURE_PLUGINS if fixtures is None else fixtures, output / "fixture-site", environment)
-    if include_installed:
-        installed, _ = _installed_targets(environment, libraries)
+    cached, notes = _wheel_cache_libraries(c_plugins) if c_plugins else ([], [])
+    if include_installed or cached:
+        installed, _ = _installed_targets(environment, libraries if include_installed else (), cached,
+                                          autoload=include_installed)
         fixture_names = {t.info.name.lower() for t in targets}
         targets += [t for t in installed if t.info.name.lower() not in fixture_names]
     if plugins:
@@ -205,7 +237,7 @@ def run_environment(output: Path, *, environment: str = "local", frameworks: Seq
     report = MatrixReport(
         generated_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), suite_version=suite,
         pjrt_hub_version=__version__, framework_versions=versions,
-        environments=[EnvironmentInfo(name=environment, status="ran", **facts)],
+        environments=[EnvironmentInfo(name=environment, status="ran", note="; ".join(notes) or None, **facts)],
         plugins=[_with_api_version(t.info, cells) for t in targets], cells=cells)
     return MatrixRun(report, cells_run=len(pending), cells_cached=cached)
 

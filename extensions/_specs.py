@@ -174,7 +174,10 @@ class ExtensionSpec:
 
 
 _PROTOCOLS: dict[str, tuple[type, dict[int, int], str]] = {
-    "Layouts": (LayoutsExtension, {1: 64, 2: 72, 3: 80}, "buffer, client and executable memory layouts"),
+    # Version 1's methods need the node up to Buffer_MemoryLayout (56 bytes: destroy, serialize,
+    # client default layout, buffer layout); Topology_GetDefaultLayout, which came next, is not
+    # part of the protocol.
+    "Layouts": (LayoutsExtension, {1: 56, 2: 72, 3: 80}, "buffer, client and executable memory layouts"),
     "MemoryDescriptions": (MemoryDescriptionsExtension, {1: 40}, "memory kinds of a device description"),
     "Profiler": (ProfilerExtension, {1: 40}, "profiler sessions and traces"),
     "FFI": (FfiExtension, {1: 40, 2: 48}, "custom-call handlers and user data"),

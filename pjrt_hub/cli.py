@@ -308,8 +308,8 @@ def _render_matrix_summary(report: Any, paths: dict[str, str] | None = None) -> 
 def cmd_matrix(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from pjrt_hub.compat_matrix import (FIXTURE_PLUGINS, CellCache, MatrixReport, merge, run_environment,
-                                        run_tox, write_outputs)
+    from pjrt_hub.compat_matrix import (FIXTURE_PLUGINS, REAL_C_PLUGINS, CellCache, MatrixReport, merge,
+                                        run_environment, run_tox, write_outputs)
 
     if args.schema:
         print(json.dumps(MatrixReport.model_json_schema(), indent=2))
@@ -317,7 +317,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     output = Path(args.output)
     cache = CellCache(Path(args.cache)) if args.cache else None
     options = dict(frameworks=args.framework_version, plugins=args.plugin,
-                   fixtures=() if args.no_fixtures else FIXTURE_PLUGINS, libraries=args.library, jobs=args.jobs,
+                   fixtures=() if args.no_fixtures else FIXTURE_PLUGINS, libraries=args.library,
+                   c_plugins=REAL_C_PLUGINS if args.c_plugins else (), jobs=args.jobs,
                    cell_timeout=args.cell_timeout, cache=cache, refresh=args.refresh, cases=args.case)
     if args.no_tox or args.partial:
         run = run_environment(output, environment=args.env_name, **options)
@@ -581,6 +582,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--library", action="append", default=[], metavar="PATH",
                    help="also a PJRT C plugin library (repeatable)")
     p.add_argument("--no-fixtures", action="store_true", help="leave out the toy fixture plugins")
+    p.add_argument("--c-plugins", action="store_true",
+                   help="also the real CPU plugins xla-cpu-pjrt (0.81), fastatomstruct-xla-cpu (0.106) and "
+                        "lammps-jax-pjrt-cpu (0.115) from the wheel cache ($PJRT_HUB_CACHE, else "
+                        "~/.cache/pjrt-hub/wheels; downloaded on first use, about 63 MB each), where this "
+                        "environment has not installed them (with --no-tox; the tox environment "
+                        "matrix-py311-cplugins installs them)")
     p.add_argument("--case", action="append", default=[], metavar="PATTERN",
                    help="only conformance cases matching this pattern (repeatable)")
     p.add_argument("--no-tox", action="store_true",

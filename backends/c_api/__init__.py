@@ -3,9 +3,11 @@
 :func:`probe` looks at a plugin from a child process (it may abort, hang or crash);
 :func:`load_api` loads it here and returns a :class:`CApi`, which implements
 :class:`pjrt_hub.abi.Api` and hands out clients, buffers and executables that implement the
-rest of the binding. :func:`client_creation_risk` and :func:`safe_client_check` say whether a
-client may be created on this machine. The version history and the Args struct sizes of every
-minor live in :mod:`pjrt_hub.abi.history` and :mod:`.structs`.
+rest of the binding; its extensions are served through the protocols of
+:mod:`pjrt_hub.extensions` (:mod:`.extensions`). :func:`client_creation_risk` and
+:func:`safe_client_check` say whether a client may be created on this machine. The version
+history and the Args struct sizes of every minor live in :mod:`pjrt_hub.abi.history` and
+:mod:`.structs`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,14 @@ from .api import CApi, load_api
 from .buffers import CBuffer
 from .client import CClient, CTopologyDescription
 from .devices import CDevice, CDeviceDescription, CMemory
-from .executables import CExecutable, CLoadedExecutable
+from .executables import CExecutable, CExecuteContext, CLoadedExecutable
+from .extensions import (
+    CExtension,
+    CFfiExtension,
+    CLayoutsExtension,
+    CMemoryDescriptionsExtension,
+    parse_xla_layout,
+)
 from .handles import CEvent
 from .library import ExtensionInfo, PluginLibrary, open_library
 from .probe import ExtensionReport, ProbeReport, probe, resolve_library
@@ -28,7 +37,12 @@ __all__ = [
     "CDeviceDescription",
     "CEvent",
     "CExecutable",
+    "CExecuteContext",
+    "CExtension",
+    "CFfiExtension",
+    "CLayoutsExtension",
     "CLoadedExecutable",
+    "CMemoryDescriptionsExtension",
     "CMemory",
     "CTopologyDescription",
     "ClientCheck",
@@ -39,6 +53,7 @@ __all__ = [
     "client_creation_risk",
     "load_api",
     "open_library",
+    "parse_xla_layout",
     "probe",
     "resolve_library",
     "safe_client_check",

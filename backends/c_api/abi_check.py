@@ -1,5 +1,8 @@
 """Ask a plugin which ``struct_size`` it expects for each Args struct, and compare with ours.
 
+The functions of ``PJRT_Api`` are asked, and those of the extensions the bridge wraps (Layouts,
+MemoryDescriptions, FFI) where their node covers them.
+
 A plugin checks ``args->struct_size`` first thing and answers a too-small one with
 "Unexpected PJRT_X_Args size: expected N, got 1". Calling each function with ``struct_size`` 1
 therefore reveals N without doing anything else, which makes the plugin an oracle for the struct
@@ -57,17 +60,26 @@ def _check_here(path: str) -> dict[str, Any]:
     from .library import PluginLibrary
     from .structs import STRUCTS, struct_size
 
+    from .extensions import wrap_extension
+
     lib = PluginLibrary(path)
     report: dict[str, Any] = {"path": path, "api_version": str(lib.version), "checks": [], "finished": False}
-    for name in lib.slot_names[:lib.num_slots]:
+    functions: list[tuple[str, Any]] = [(name, lib.function) for name in lib.slot_names[:lib.num_slots]
+                                        if name not in _SKIP and lib.has(name)]
+    # The functions of the extensions pjrt-hub wraps, where their node covers them.
+    nodes, _ = lib.extensions()
+    for node in nodes:
+        wrapper = wrap_extension(lib, node)
+        functions += [(name, wrapper.function) for name in wrapper.FUNCTIONS if wrapper.has(name)]
+    for name, function in functions:
         args_name = name + "_Args"
-        if name in _SKIP or args_name not in STRUCTS or not lib.has(name):
+        if args_name not in STRUCTS:
             continue
         report["stage"] = name
         _child.emit(report)
         probe_args = (ctypes.c_char * 1024)()
         ctypes.c_size_t.from_buffer(probe_args).value = 1
-        err = lib.function(name)(ctypes.addressof(probe_args))
+        err = function(name)(ctypes.addressof(probe_args))
         entry: dict[str, Any] = {"function": name, "ours": struct_size(args_name, lib.minor)}
         if err:
             message = lib.error(err, name).message

@@ -17,8 +17,9 @@ from pjrt_hub.abi import (
 )
 
 from .client import CClient, CTopologyDescription, _compile_error, _options_bytes, _program_structs
-from .executables import CExecutable
-from .library import ExtensionInfo, PluginLibrary, encode_named_values, open_library
+from .executables import CExecutable, CExecuteContext
+from .extensions import CExtension, wrap_extension
+from .library import PluginLibrary, encode_named_values, open_library
 
 
 _INITIALIZED: set[str] = set()
@@ -28,10 +29,11 @@ _INIT_LOCK = threading.Lock()
 class CApi(Api):
     """``PJRT_Api`` of a loaded C plugin: the entry to its clients, topologies and compiler."""
 
-    __slots__ = ("_lib",)
+    __slots__ = ("_lib", "_extensions")
 
     def __init__(self, lib: PluginLibrary) -> None:
         self._lib = lib
+        self._extensions: dict[str, CExtension] | None = None
 
     @property
     def library(self) -> PluginLibrary:
@@ -48,10 +50,25 @@ class CApi(Api):
         """Whether the plugin's table holds ``c_function`` (and pjrt-hub may call it)."""
         return self._lib.has(c_function)
 
-    def extensions(self) -> Mapping[str, ExtensionInfo]:
-        """The extension chain as data, by extension name (implementations are not wrapped here)."""
-        nodes, _stopped = self._lib.extensions()
-        return {node.name: node for node in nodes}
+    def extensions(self) -> Mapping[str, CExtension]:
+        """The extension chain by extension name, in chain order: each node with its data
+        (``struct_size``, ``type``, ``version``) and, for Layouts, MemoryDescriptions and FFI, the
+        methods of the extension's protocol (:mod:`.extensions`)."""
+        if self._extensions is None:
+            nodes, _stopped = self._lib.extensions()
+            wrapped: dict[str, CExtension] = {}
+            for node in nodes:
+                # A chain may repeat a type; the first node is the one a C caller finds.
+                wrapped.setdefault(node.name, wrap_extension(self._lib, node))
+            self._extensions = wrapped
+        return dict(self._extensions)
+
+    def execute_context_create(self) -> CExecuteContext:
+        """``PJRT_ExecuteContext_Create``: a context carrying FFI user data into executions."""
+        self.plugin_initialize()
+        args = self._lib.args("PJRT_ExecuteContext_Create_Args")
+        self._lib.call("PJRT_ExecuteContext_Create", args)
+        return CExecuteContext(self._lib, args.context)
 
     def plugin_initialize(self) -> None:
         with _INIT_LOCK:
@@ -104,9 +121,9 @@ class CApi(Api):
         prog, keep = _program_structs(lib, program)
         opts = _options_bytes(options)
         opts_buf = ctypes.create_string_buffer(opts, max(1, len(opts)))
-        args = lib.args("PJRT_Compile_Args", topology=topology.handle, program=ctypes.addressof(prog),
+        args = lib.args("PJRT_Compile_Args", topology=topology._live("compile"), program=ctypes.addressof(prog),
                         compile_options=ctypes.addressof(opts_buf), compile_options_size=len(opts),
-                        client=client.handle if client is not None else None)
+                        client=client._live("compile") if client is not None else None)
         err = fn(ctypes.addressof(args))
         del keep
         if err:

@@ -135,10 +135,10 @@ class CBuffer(_Handle, Buffer):
 
     def copy_to_memory(self, memory: Memory) -> "CBuffer":
         lib = self._client._lib
-        if not isinstance(memory, CMemory):
-            raise InvalidArgument(f"copy_to_memory: expected a memory of this plugin, got {memory!r}")
+        if memory is None:
+            raise InvalidArgument("copy_to_memory: memory is None")
         args = lib.args("PJRT_Buffer_CopyToMemory_Args", buffer=self._live("copy_to_memory"),
-                        dst_memory=memory.handle)
+                        dst_memory=_memory_handle(memory, "copy_to_memory", self._client))
         lib.call("PJRT_Buffer_CopyToMemory", args)
         return CBuffer(self._client, args.dst_buffer)
 
@@ -180,3 +180,13 @@ def _device_handle(device: Device | None, what: str, client: "CClient | None" = 
     if not isinstance(device, CDevice) or (client is not None and device._client is not client):
         raise InvalidArgument(f"{what}: expected a device of this client, got {device!r}")
     return device.handle
+
+
+def _memory_handle(memory: Memory | None, what: str, client: "CClient") -> int:
+    """The handle of a memory of ``client`` (a memory of another client, even of the same plugin,
+    is a pointer into that client's state: the plugin would follow it wherever it points now)."""
+    if memory is None:
+        return 0
+    if not isinstance(memory, CMemory) or memory._client is not client:
+        raise InvalidArgument(f"{what}: expected a memory of this client, got {memory!r}")
+    return memory._live(what)

@@ -30,7 +30,7 @@ from pjrt_hub.abi import (
     to_numpy_dtype,
 )
 
-from .buffers import PACKED_TYPES, CBuffer, _device_handle
+from .buffers import PACKED_TYPES, CBuffer, _device_handle, _memory_handle
 from .devices import CDevice, CDeviceDescription, CMemory, _int_query, _string_query
 from .executables import CLoadedExecutable
 from .handles import _close_quietly, _event, _keep_until_ready, _Owned, _Owner
@@ -57,8 +57,16 @@ class CTopologyDescription(TopologyDescription):
     def handle(self) -> int:
         return self._handle
 
+    def _live(self, what: str) -> int:
+        """The handle, once the topology (or the client it is borrowed from) is known to be alive."""
+        if self._owned is not None and not self._owned.alive:
+            raise FailedPrecondition(f"{what}: the topology description was destroyed")
+        if self._owner is not None:
+            self._owner._live(f"{what} (of the client's topology)")
+        return self._handle
+
     def _string(self, fn: str, out: str) -> str:
-        return _string_query(self._lib, fn, "topology", self._handle, out, out + "_size")
+        return _string_query(self._lib, fn, "topology", self._live(out), out, out + "_size")
 
     def platform_name(self) -> str:
         return self._string("PJRT_TopologyDescription_PlatformName", "platform_name")
@@ -67,13 +75,14 @@ class CTopologyDescription(TopologyDescription):
         return self._string("PJRT_TopologyDescription_PlatformVersion", "platform_version")
 
     def get_device_descriptions(self) -> list[DeviceDescription]:
-        args = self._lib.args("PJRT_TopologyDescription_GetDeviceDescriptions_Args", topology=self._handle)
+        args = self._lib.args("PJRT_TopologyDescription_GetDeviceDescriptions_Args",
+                              topology=self._live("get_device_descriptions"))
         self._lib.call("PJRT_TopologyDescription_GetDeviceDescriptions", args)
         return [CDeviceDescription(self._lib, h, self)
                 for h in read_pointers(args.descriptions, args.num_descriptions)]
 
     def serialize(self) -> bytes:
-        args = self._lib.args("PJRT_TopologyDescription_Serialize_Args", topology=self._handle)
+        args = self._lib.args("PJRT_TopologyDescription_Serialize_Args", topology=self._live("serialize"))
         self._lib.call("PJRT_TopologyDescription_Serialize", args)
         try:
             return ctypes.string_at(args.serialized_bytes, args.serialized_bytes_size)
@@ -82,7 +91,7 @@ class CTopologyDescription(TopologyDescription):
                 void_fn(args.serialized_topology_deleter)(args.serialized_topology)
 
     def attributes(self) -> dict[str, Any]:
-        args = self._lib.args("PJRT_TopologyDescription_Attributes_Args", topology=self._handle)
+        args = self._lib.args("PJRT_TopologyDescription_Attributes_Args", topology=self._live("attributes"))
         self._lib.call("PJRT_TopologyDescription_Attributes", args)
         return decode_named_values(args.attributes, args.num_attributes,
                                    what="PJRT_TopologyDescription_Attributes", plugin=self._lib.name)
@@ -282,8 +291,7 @@ class CClient(Client):
             if semantics == HostBufferSemantics.MUTABLE_ZERO_COPY:
                 raise InvalidArgument("buffer_from_host_buffer: kMutableZeroCopy needs a C-contiguous array")
             host = np.ascontiguousarray(host)
-        if memory is not None and not isinstance(memory, CMemory):
-            raise InvalidArgument(f"buffer_from_host_buffer: expected a memory of this plugin, got {memory!r}")
+        memory_handle = _memory_handle(memory, "buffer_from_host_buffer", self)
         if device is None and memory is None:
             device = self.addressable_devices()[0]
         dims = (ctypes.c_int64 * max(1, host.ndim))(*host.shape)
@@ -291,7 +299,7 @@ class CClient(Client):
                         data=host.ctypes.data or None, type=int(kind), dims=ctypes.addressof(dims),
                         num_dims=host.ndim, host_buffer_semantics=int(semantics),
                         device=_device_handle(device, "buffer_from_host_buffer", self),
-                        memory=memory.handle if isinstance(memory, CMemory) else None)
+                        memory=memory_handle or None)
         lib.check(fn(ctypes.addressof(args)), "PJRT_Client_BufferFromHostBuffer")
         buffer = CBuffer(self, args.buffer, host if zero_copy else None)
         done = args.done_with_host_buffer
@@ -308,7 +316,7 @@ class CClient(Client):
                               client=self._live("create_uninitialized_buffer"), shape_dims=ctypes.addressof(shape),
                               shape_num_dims=len(dims), shape_element_type=int(BufferType(element_type)),
                               device=_device_handle(device, "create_uninitialized_buffer", self),
-                              memory=memory.handle if isinstance(memory, CMemory) else None)
+                              memory=_memory_handle(memory, "create_uninitialized_buffer", self) or None)
         self._lib.call("PJRT_Client_CreateUninitializedBuffer", args)
         return CBuffer(self, args.buffer)
 

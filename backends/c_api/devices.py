@@ -1,4 +1,8 @@
-"""``PJRT_DeviceDescription``, ``PJRT_Memory`` and ``PJRT_Device``: borrowed from the client, never destroyed."""
+"""``PJRT_DeviceDescription``, ``PJRT_Memory`` and ``PJRT_Device``: borrowed from the client, never destroyed.
+
+They live as long as what they were borrowed from (the client, or a topology), so every call first
+checks that it is still there: a description read after its client was destroyed is a
+FailedPrecondition here, where the plugin would read freed memory (XLA's CPU plugin segfaults)."""
 
 from __future__ import annotations
 
@@ -38,30 +42,37 @@ class CDeviceDescription(DeviceDescription):
     def __init__(self, lib: PluginLibrary, handle: int, owner: Any) -> None:
         self._lib, self._handle, self._owner = lib, handle, owner
 
+    def _live(self, what: str) -> int:
+        """The handle, once the client or topology it belongs to is known to be alive."""
+        live = getattr(self._owner, "_live", None)
+        if live is not None:
+            live(f"{what} (of a device description)")
+        return self._handle
+
     def id(self) -> int:
-        return _int_query(self._lib, "PJRT_DeviceDescription_Id", "device_description", self._handle, "id")
+        return _int_query(self._lib, "PJRT_DeviceDescription_Id", "device_description", self._live("id"), "id")
 
     def process_index(self) -> int:
         return _int_query(self._lib, "PJRT_DeviceDescription_ProcessIndex", "device_description",
-                          self._handle, "process_index")
+                          self._live("process_index"), "process_index")
 
     def attributes(self) -> dict[str, Any]:
-        args = self._lib.args("PJRT_DeviceDescription_Attributes_Args", device_description=self._handle)
+        args = self._lib.args("PJRT_DeviceDescription_Attributes_Args", device_description=self._live("attributes"))
         self._lib.call("PJRT_DeviceDescription_Attributes", args)
         return decode_named_values(args.attributes, args.num_attributes,
                                    what="PJRT_DeviceDescription_Attributes", plugin=self._lib.name)
 
     def kind(self) -> str:
-        return _string_query(self._lib, "PJRT_DeviceDescription_Kind", "device_description", self._handle,
+        return _string_query(self._lib, "PJRT_DeviceDescription_Kind", "device_description", self._live("kind"),
                              "device_kind", "device_kind_size")
 
     def debug_string(self) -> str:
         return _string_query(self._lib, "PJRT_DeviceDescription_DebugString", "device_description",
-                             self._handle, "debug_string", "debug_string_size")
+                             self._live("debug_string"), "debug_string", "debug_string_size")
 
     def to_string(self) -> str:
         return _string_query(self._lib, "PJRT_DeviceDescription_ToString", "device_description",
-                             self._handle, "to_string", "to_string_size")
+                             self._live("to_string"), "to_string", "to_string_size")
 
     def __repr__(self) -> str:
         return f"<CDeviceDescription {self._handle:#x}>"
@@ -79,26 +90,30 @@ class CMemory(Memory):
     def handle(self) -> int:
         return self._handle
 
+    def _live(self, what: str) -> int:
+        self._client._live(f"{what} (of a memory)")
+        return self._handle
+
     def id(self) -> int:
-        return _int_query(self._client._lib, "PJRT_Memory_Id", "memory", self._handle, "id")
+        return _int_query(self._client._lib, "PJRT_Memory_Id", "memory", self._live("id"), "id")
 
     def kind(self) -> str:
-        return _string_query(self._client._lib, "PJRT_Memory_Kind", "memory", self._handle, "kind", "kind_size")
+        return _string_query(self._client._lib, "PJRT_Memory_Kind", "memory", self._live("kind"), "kind", "kind_size")
 
     def kind_id(self) -> int:
-        return _int_query(self._client._lib, "PJRT_Memory_Kind_Id", "memory", self._handle, "kind_id")
+        return _int_query(self._client._lib, "PJRT_Memory_Kind_Id", "memory", self._live("kind_id"), "kind_id")
 
     def debug_string(self) -> str:
-        return _string_query(self._client._lib, "PJRT_Memory_DebugString", "memory", self._handle,
+        return _string_query(self._client._lib, "PJRT_Memory_DebugString", "memory", self._live("debug_string"),
                              "debug_string", "debug_string_size")
 
     def to_string(self) -> str:
-        return _string_query(self._client._lib, "PJRT_Memory_ToString", "memory", self._handle,
+        return _string_query(self._client._lib, "PJRT_Memory_ToString", "memory", self._live("to_string"),
                              "to_string", "to_string_size")
 
     def addressable_by_devices(self) -> list[Device]:
         lib = self._client._lib
-        args = lib.args("PJRT_Memory_AddressableByDevices_Args", memory=self._handle)
+        args = lib.args("PJRT_Memory_AddressableByDevices_Args", memory=self._live("addressable_by_devices"))
         lib.call("PJRT_Memory_AddressableByDevices", args)
         return [self._client._device(h) for h in read_pointers(args.devices, args.num_devices)]
 
@@ -124,32 +139,38 @@ class CDevice(Device):
     def handle(self) -> int:
         return self._handle
 
+    def _live(self, what: str) -> int:
+        self._client._live(f"{what} (of a device)")
+        return self._handle
+
     def get_description(self) -> CDeviceDescription:
         lib = self._client._lib
-        desc = _int_query(lib, "PJRT_Device_GetDescription", "device", self._handle, "device_description")
+        desc = _int_query(lib, "PJRT_Device_GetDescription", "device", self._live("get_description"),
+                          "device_description")
         return CDeviceDescription(lib, desc, self._client)
 
     def is_addressable(self) -> bool:
-        return bool(_int_query(self._client._lib, "PJRT_Device_IsAddressable", "device", self._handle,
+        return bool(_int_query(self._client._lib, "PJRT_Device_IsAddressable", "device", self._live("is_addressable"),
                                "is_addressable"))
 
     def local_hardware_id(self) -> int:
-        return _int_query(self._client._lib, "PJRT_Device_LocalHardwareId", "device", self._handle,
+        return _int_query(self._client._lib, "PJRT_Device_LocalHardwareId", "device", self._live("local_hardware_id"),
                           "local_hardware_id")
 
     def addressable_memories(self) -> list[Memory]:
         lib = self._client._lib
-        args = lib.args("PJRT_Device_AddressableMemories_Args", device=self._handle)
+        args = lib.args("PJRT_Device_AddressableMemories_Args", device=self._live("addressable_memories"))
         lib.call("PJRT_Device_AddressableMemories", args)
         return [self._client._memory(h) for h in read_pointers(args.memories, args.num_memories)]
 
     def default_memory(self) -> Memory:
         lib = self._client._lib
-        return self._client._memory(_int_query(lib, "PJRT_Device_DefaultMemory", "device", self._handle, "memory"))
+        handle = _int_query(lib, "PJRT_Device_DefaultMemory", "device", self._live("default_memory"), "memory")
+        return self._client._memory(handle)
 
     def memory_stats(self) -> MemoryStats:
         lib = self._client._lib
-        args = lib.args("PJRT_Device_MemoryStats_Args", device=self._handle)
+        args = lib.args("PJRT_Device_MemoryStats_Args", device=self._live("memory_stats"))
         lib.call("PJRT_Device_MemoryStats", args)
 
         def opt(name: str) -> int | None:
@@ -165,7 +186,7 @@ class CDevice(Device):
 
     def get_attributes(self) -> dict[str, Any]:
         lib = self._client._lib
-        args = lib.args("PJRT_Device_GetAttributes_Args", device=self._handle)
+        args = lib.args("PJRT_Device_GetAttributes_Args", device=self._live("get_attributes"))
         lib.call("PJRT_Device_GetAttributes", args)
         try:
             return decode_named_values(args.attributes, args.num_attributes,

@@ -163,6 +163,32 @@ class CExecutable(_Handle, Executable):
         return f"<CExecutable {self._owned.handle:#x} of {self._lib.name}>"
 
 
+class CExecuteContext(_Handle):
+    """``PJRT_ExecuteContext``: owned; carries FFI user data (``FFI.user_data_add``) into executions.
+
+    It belongs to no client. Memory handed to the plugin as user data is held here until the
+    context is destroyed, since the plugin may read it in any execution until then.
+    """
+
+    __slots__ = ("_lib", "_kept")
+
+    def __init__(self, lib: PluginLibrary, handle: int) -> None:
+        self._lib = lib
+        self._kept: list[Any] = []
+        self._owned = _Owned(lib, handle, "PJRT_ExecuteContext_Destroy", "PJRT_ExecuteContext_Destroy_Args",
+                             "context", None, 3)
+
+    def _hold(self, *objects: Any) -> None:
+        self._kept.extend(o for o in objects if o is not None)
+
+    def destroy(self) -> None:
+        super().destroy()
+        self._kept.clear()
+
+    def __repr__(self) -> str:
+        return f"<CExecuteContext {self._owned.handle:#x} of {self._lib.name}>"
+
+
 class _ExecutePlan:
     """The structs of one ``PJRT_LoadedExecutable_Execute`` shape, built once and reused."""
 

@@ -313,6 +313,37 @@ _LAYOUTS: list[StructLayout] = [
        F("serialized_topology_size", SZ), F("topology", P)),
     _s("PJRT_Compile_Args", F("topology", P), F("program", P), F("compile_options", P),
        F("compile_options_size", SZ), F("client", P), F("executable", P)),
+    # -- execute contexts (0.52) -------------------------------------------------------------
+    _s("PJRT_ExecuteContext_Create_Args", F("context", P)),
+    _s("PJRT_ExecuteContext_Destroy_Args", F("context", P)),
+    # -- extensions: the Args of the functions an extension node points to -------------------
+    # Their layouts are the extension headers' (pjrt_c_api_layouts_extension.h,
+    # pjrt_c_api_memory_descriptions_extension.h, pjrt_c_api_ffi_extension.h); an extension has
+    # no core minor, so they do not vary with it (layouts that changed under one extension
+    # version are settled by asking the plugin, see .extensions).
+    _s("PJRT_Layouts_MemoryLayout_Destroy_Args", F("layout", P)),
+    _s("PJRT_Layouts_MemoryLayout_Serialize_Args", F("layout", P), F("serialized_bytes", P),
+       F("serialized_bytes_size", SZ), F("serialized_layout", P), F("serialized_layout_deleter", P)),
+    _s("PJRT_Layouts_PJRT_Client_GetDefaultLayout_Args", F("client", P), F("type", I32), F("dims", P),
+       F("num_dims", SZ), F("layout", P)),
+    _s("PJRT_Layouts_PJRT_Buffer_MemoryLayout_Args", F("buffer", P), F("layout", P)),
+    _s("PJRT_Layouts_PJRT_Topology_GetDefaultLayout_Args", F("topology_description", P), F("type", I32),
+       F("dims", P), F("num_dims", SZ), F("layout", P)),
+    _s("PJRT_Layouts_PJRT_Executable_GetOutputLayouts_Args", F("executable", P), F("num_outputs", SZ),
+       F("layouts", P)),
+    _s("PJRT_Layouts_PJRT_Executable_GetParameterLayouts_Args", F("executable", P),
+       F("num_parameters", SZ), F("layouts", P)),
+    _s("PJRT_DeviceDescription_MemoryDescriptions_Args", F("device_description", P),
+       F("memory_descriptions", P), F("num_memory_descriptions", SZ), F("default_memory_index", SZ)),
+    _s("PJRT_MemoryDescription_Kind_Args", F("memory_description", P), F("kind", P), F("kind_size", SZ),
+       F("kind_id", I32)),
+    # `type_info` points to {deleter, serialize, deserialize}; plugins that have it read it
+    # unconditionally, so it is always sent (older layouts stop at type_id and ignore it).
+    _s("PJRT_FFI_Type_Register_Args", F("type_name", P), F("type_name_size", SZ), F("type_id", I64),
+       F("type_info", P)),
+    # PJRT_FFI_UserData {type_id, data, deleter} inlined; the deleter is missing in some layouts.
+    _s("PJRT_FFI_UserData_Add_Args", F("context", P), F("user_data_type_id", I64), F("user_data_data", P),
+       F("user_data_deleter", P)),
 ]
 
 STRUCTS: dict[str, StructLayout] = {spec.name: spec for spec in _LAYOUTS}

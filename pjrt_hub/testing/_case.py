@@ -158,12 +158,13 @@ def matching(case_id: str, patterns: Iterable[str]) -> str | None:
 
 def suite_version(cases: Mapping[str, Case] | None = None) -> str:
     """A short hash of the case definitions: metadata, the source of every run function and the
-    modules they are written in. Results computed by another suite version are not reused."""
-    from . import _context, _programs
+    modules they are written in, and of what decides an outcome besides them (the runner, the
+    C-plugin limitations table). Results computed by another suite version are not reused."""
+    from . import _context, _limitations, _programs, _runner
 
     cases = CASES if cases is None else cases
     digest = hashlib.sha256()
-    modules = {inspect.getmodule(_context), inspect.getmodule(_programs)}
+    modules = {inspect.getmodule(m) for m in (_context, _programs, _runner, _limitations)}
     for item in cases.values():
         digest.update(repr((item.id, item.description, item.min_api_minor, item.needs_extensions,
                             item.kind, item.timeout)).encode())

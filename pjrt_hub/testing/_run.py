@@ -1,4 +1,5 @@
-"""Running the suite from Python (the CLI, the compatibility matrix): pytest, in this process.
+"""Running the suite from Python (the CLI, the compatibility matrix): pytest, in this process
+(the cases of C plugins in worker processes, see :mod:`._worker`).
 
 The run is isolated from wherever it is started: pytest gets an empty directory as its only
 path and an empty ini file, so no ``conftest.py``, test file or ``addopts`` of the current

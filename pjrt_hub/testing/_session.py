@@ -3,7 +3,9 @@
 The items hang off the session (there is no test file to collect), one collector per plugin, so
 node ids read ``pjrt-conformance[toy]::client/lookup_device``, ``-k`` selects by plugin, group or
 case, and everything pytest offers (``-x``, ``--junitxml``, ``-v``, xdist-free reruns) applies. A
-declared limitation becomes a strict xfail marker on its items.
+declared limitation becomes a strict xfail marker on its items. The cases of a C plugin run in a
+worker process (:mod:`._worker`), so that a plugin that crashes fails a case instead of ending
+the run; ``--pjrt-in-process`` runs them here (for a debugger).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from ._case import CASES, GROUPS, Case, CaseFailure, CaseSkipped, matching, suit
 from ._context import PluginUnderTest
 from ._report import CaseOutcome, CaseResult, ConformanceReport, Counts, PluginConformance
 from ._runner import run_case
+from ._worker import CaseWorker, isolation_available
 from . import cases as _cases  # noqa: F401 - registers the cases
 
 __all__ = ["ConformanceItem", "ConformanceSession", "make_registry"]
@@ -53,10 +56,12 @@ def make_registry(plugins: list[str], *, framework: str | None = None, strict: b
 
 
 class ConformanceItem(pytest.Item):
-    def __init__(self, *, case: Case, ctx: PluginUnderTest, **kwargs: Any) -> None:
+    def __init__(self, *, case: Case, ctx: PluginUnderTest, worker: CaseWorker | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.case = case
         self.ctx = ctx
+        self.worker = worker
         self.keywords[case.group] = True
         self.keywords[ctx.name] = True
         limitation = ctx.limitation_for(case)
@@ -68,7 +73,7 @@ class ConformanceItem(pytest.Item):
         # Outside the except blocks, so that pytest does not print the case's exception chain.
         skipped = failed = None
         try:
-            run_case(self.case, self.ctx)
+            self._run()
         except CaseSkipped as exc:
             skipped = str(exc)
         except CaseFailure as exc:
@@ -77,6 +82,16 @@ class ConformanceItem(pytest.Item):
             pytest.skip(skipped)
         if failed is not None:
             pytest.fail(failed, pytrace=False)
+
+    def _run(self) -> None:
+        if self.worker is None:
+            run_case(self.case, self.ctx)
+            return
+        # What applies is decided here, from the registry record: no worker for a skip.
+        reason = self.ctx.not_applicable(self.case)
+        if reason is not None:
+            raise CaseSkipped(reason)
+        self.worker.run(self.case)
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
         return self.path, None, f"{self.case.id}[{self.ctx.name}]"
@@ -88,8 +103,8 @@ class PluginSuite(pytest.Collector):
     def collect(self) -> list[pytest.Item]:
         return list(self._items)
 
-    def build(self, ctx: PluginUnderTest, selected: list[Case]) -> list[ConformanceItem]:
-        self._items = [ConformanceItem.from_parent(self, name=c.id, case=c, ctx=ctx,
+    def build(self, ctx: PluginUnderTest, selected: list[Case], worker: CaseWorker | None) -> list[ConformanceItem]:
+        self._items = [ConformanceItem.from_parent(self, name=c.id, case=c, ctx=ctx, worker=worker,
                                                    nodeid=f"{self.nodeid}::{c.id}") for c in selected]
         return self._items
 
@@ -117,6 +132,14 @@ class ConformanceSession:
                 self.contexts.append(PluginUnderTest(self.registry, name, timeout_scale=self.timeout_scale))
             except NotFound as exc:
                 raise pytest.UsageError(f"--pjrt-plugin {asked}: {exc.message}") from None
+        # C plugins run in worker processes (a crash fails one case), unless asked otherwise.
+        isolate = not config.getoption("pjrt_in_process") and isolation_available()
+        self.workers: dict[str, CaseWorker] = {}
+        for asked, ctx in zip(self.requested, self.contexts):
+            if isolate and ctx.kind == "c" and ctx.name not in self.workers:
+                self.workers[ctx.name] = CaseWorker(asked, framework=config.getoption("pjrt_framework_version"),
+                                                    strict=config.getoption("pjrt_strict"),
+                                                    timeout_scale=self.timeout_scale)
         self.results: dict[str, CaseResult] = {}
         self.owners: dict[str, tuple[PluginUnderTest, Case]] = {}
         self.started = time.monotonic()
@@ -140,7 +163,7 @@ class ConformanceSession:
             for ctx in self.contexts:
                 name = f"{SUITE_NODE}[{ctx.name}]"
                 suite = PluginSuite.from_parent(collector, name=name, nodeid=name)
-                for item in suite.build(ctx, selected):
+                for item in suite.build(ctx, selected, self.workers.get(ctx.name)):
                     self.owners[item.nodeid] = (ctx, item.case)
                 report.result.append(suite)
         return report
@@ -194,6 +217,8 @@ class ConformanceSession:
                                  ok=all(p.ok for p in plugins))
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        for worker in self.workers.values():
+            worker.close()
         if self.report_path:
             path = Path(self.report_path)
             path.parent.mkdir(parents=True, exist_ok=True)

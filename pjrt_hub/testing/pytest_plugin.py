@@ -27,6 +27,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="multiply every case's time bound by X (slow machines, debuggers)")
     group.addoption("--pjrt-report", default=None, metavar="FILE",
                     help="write the conformance report as JSON (schema: pjrt-hub conformance --schema)")
+    group.addoption("--pjrt-in-process", action="store_true", default=False,
+                    help="run the cases of C plugins in this process rather than in a worker process "
+                         "(a crash of the plugin then ends the run; for debuggers)")
     group.addoption("--pjrt-only", action="store_true", default=False,
                     help="run only the conformance cases; deselect the other collected tests")
 

@@ -57,8 +57,7 @@ from pjrt_hub.abi import (
     to_numpy_dtype,
 )
 from pjrt_hub.abi.types import mlir_element_type
-# MemoryLayout is the Layouts protocol's value type; pjrt_hub.extensions does not re-export it yet.
-from pjrt_hub.extensions._specs import MemoryLayout
+from pjrt_hub.extensions import MemoryLayout
 
 __all__ = ["ToyApi", "ToyBuffer", "ToyClient", "ToyEvent", "ToyPlugin", "TOY_OPS"]
 

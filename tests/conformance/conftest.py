@@ -17,6 +17,12 @@ from pjrt_hub.abi import ApiVersion
 from pjrt_hub.testing import CASES, CaseFailure, CaseSkipped, PluginUnderTest, run_case
 from pjrt_hub.testing._case import matching
 
+from ..real_plugins import skip_extra_unless_asked
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    skip_extra_unless_asked(config, items)
+
 
 
 def run_direct(name: str, patterns: tuple[str, ...] = ("*",), *, framework: str | None = None,

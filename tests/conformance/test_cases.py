@@ -54,6 +54,18 @@ def test_the_suite_version_is_a_hash_of_the_definitions():
     assert suite_version(fewer) != first
 
 
+def test_the_suite_version_changes_with_the_limitations_table(monkeypatch):
+    # Matrix cells are cached by suite version: a new limitation must not leave old verdicts.
+    import inspect
+
+    from pjrt_hub.testing import _limitations
+
+    first = suite_version()
+    real = inspect.getsource
+    monkeypatch.setattr(inspect, "getsource", lambda obj: real(obj) + ("# edited" if obj is _limitations else ""))
+    assert suite_version() != first
+
+
 def test_a_case_in_an_unknown_group_or_twice_is_refused():
     import pytest
 

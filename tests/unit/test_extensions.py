@@ -46,6 +46,8 @@ def test_protocol_methods_grow_with_version():
 
 def test_c_versions_follow_struct_size():
     layouts = KNOWN_EXTENSIONS["Layouts"]
+    assert version_from_struct_size(layouts, 56) == 1  # up to Buffer_MemoryLayout
+    assert version_from_struct_size(layouts, 64) == 1  # and Topology_GetDefaultLayout
     assert version_from_struct_size(layouts, 72) == 2  # xla-cpu-pjrt 0.81
     assert version_from_struct_size(layouts, 80) == 3  # 0.106 and later
     assert version_from_struct_size(layouts, 16) == 0

@@ -116,11 +116,18 @@ def invalid_program_format(ctx: PluginUnderTest) -> None:
 
 @case("compile")
 def executable_delete(ctx: PluginUnderTest) -> None:
-    """After PJRT_LoadedExecutable_Delete it is deleted, and executing it fails with a PJRT error."""
+    """After PJRT_LoadedExecutable_Delete, PJRT_LoadedExecutable_IsDeleted is true."""
+    loaded = ctx.compile(add_one())
+    loaded.delete()
+    check(loaded.is_deleted() is True, "PJRT_LoadedExecutable_IsDeleted is false after PJRT_LoadedExecutable_Delete")
+
+
+@case("compile")
+def execute_deleted(ctx: PluginUnderTest) -> None:
+    """Executing a loaded executable after PJRT_LoadedExecutable_Delete fails with a PJRT error."""
     loaded = ctx.compile(add_one())
     buffer = ctx.put(np.zeros(4, np.float32))
     loaded.delete()
-    check(loaded.is_deleted() is True, "PJRT_LoadedExecutable_IsDeleted is false after PJRT_LoadedExecutable_Delete")
     try:
         ctx.execute(loaded, [[buffer]])
     except PjrtError:

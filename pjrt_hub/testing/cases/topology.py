@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from .._case import case, check
-from .._context import PluginUnderTest
+from pjrt_hub.abi import NotFound, Unimplemented
+
+from .._case import case, check, skip
+from .._context import PluginUnderTest, describe
 
 
 @case("topology", min_api_minor=36)
@@ -29,11 +31,17 @@ def device_descriptions(ctx: PluginUnderTest) -> None:
 @case("topology", min_api_minor=75)
 def serialize_round_trip(ctx: PluginUnderTest) -> None:
     """PJRT_TopologyDescription_Serialize then PJRT_TopologyDescription_Deserialize keeps the platform
-    and the devices."""
+    and the devices (where the plugin deserializes topologies at all: that takes an ahead-of-time
+    compiler, which a plugin may not have)."""
     topology = ctx.client.topology_description()
     data = topology.serialize()
     check(isinstance(data, (bytes, bytearray)) and data, f"PJRT_TopologyDescription_Serialize returned {data!r}")
-    again = ctx.api.topology_deserialize(bytes(data))
+    try:
+        again = ctx.api.topology_deserialize(bytes(data))
+    except (NotFound, Unimplemented) as exc:
+        # XLA's CPU plugins answer NOT_FOUND "No compiler registered for platform" when they are
+        # built without a topology compiler: an optional feature missing, not a broken one.
+        skip(f"plugin {ctx.name} does not deserialize topologies: {describe(exc)}")
     check(again.platform_name() == topology.platform_name(),
           f"the deserialized topology is of platform {again.platform_name()!r}, expected {topology.platform_name()!r}")
     count, expected = len(again.get_device_descriptions()), len(topology.get_device_descriptions())

@@ -7,8 +7,6 @@ Tests marked ``real_plugin_extra`` use further wheels (60-190 MB each) and run o
 
 from __future__ import annotations
 
-import os
-import platform
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,10 +15,10 @@ from typing import Callable, Iterator
 import pytest
 
 from pjrt_hub.backends.c_api import CApi, CClient, load_api
-from pjrt_hub.backends.c_api.wheels import WheelUnavailable, plugin_library
 
-#: The default real plugin: no Python dependencies, x86_64 and aarch64 wheels, API 0.81.
-DEFAULT_PLUGIN = "xla-cpu-pjrt==0.0.1"
+from ...real_plugins import DEFAULT_PLUGIN, real_plugin, skip_extra_unless_asked
+
+__all__ = ["ADD_PROGRAM", "DEFAULT_PLUGIN", "real_plugin"]
 
 ADD_PROGRAM = """func.func @main(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
   %0 = stablehlo.add %a, %b : tensor<4xf32>
@@ -29,25 +27,7 @@ ADD_PROGRAM = """func.func @main(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    wanted = "real_plugin_extra" in (config.getoption("-m") or "") or os.environ.get("PJRT_HUB_EXTRA_PLUGINS")
-    if wanted:
-        return
-    skip = pytest.mark.skip(reason="extra real plugin: opt in with -m real_plugin_extra or PJRT_HUB_EXTRA_PLUGINS=1")
-    for item in items:
-        if "real_plugin_extra" in item.keywords:
-            item.add_marker(skip)
-
-
-def real_plugin(requirement: str) -> str:
-    """The plugin library of a wheel, fetched once into the cache; skip when it cannot be had."""
-    if platform.system() != "Linux":
-        pytest.skip(f"{requirement}: PJRT plugin wheels on PyPI are Linux-only")
-    try:
-        return plugin_library(requirement)
-    except WheelUnavailable as exc:
-        pytest.skip(f"{requirement} is not available here: {exc}")
-    except FileNotFoundError as exc:
-        pytest.skip(f"{requirement}: {exc}")
+    skip_extra_unless_asked(config, items)
 
 
 @pytest.fixture(scope="session")

@@ -32,6 +32,12 @@ def test_our_struct_sizes_are_never_below_what_the_plugin_checks(xla_cpu_path):
     # xla-cpu-pjrt 0.81 checks an older minimum for this one than its header says.
     stats = sized["PJRT_Executable_GetCompiledMemoryStats"]
     assert (stats.plugin_expects, stats.ours) == (56, 112)
+    # The extensions' functions are asked too: the Layouts node of 0.81 covers six of seven.
+    layouts = {n: (c.ours, c.plugin_expects) for n, c in sized.items() if n.startswith("PJRT_Layouts_")}
+    assert len(layouts) == 6 and all(ours == expects for ours, expects in layouts.values()), layouts
+    assert sized["PJRT_DeviceDescription_MemoryDescriptions"].plugin_expects == 48
+    # Sent at 48 with a deleter field that this plugin's layout (40) ignores.
+    assert (sized["PJRT_FFI_UserData_Add"].ours, sized["PJRT_FFI_UserData_Add"].plugin_expects) == (48, 40)
 
 
 @pytest.mark.real_plugin
