@@ -595,22 +595,25 @@ class CpuLoadedExecutable(LoadedExecutable):
                 hooks.append(hook)
         return hooks
 
+    def _compute(self, launch: _Launch) -> tuple[list[np.ndarray], list[bool], PjrtError | None]:
+        """Wait for inputs still being computed, then run; an error is returned, not raised."""
+        if launch.error is not None:
+            return [], [], launch.error
+        try:
+            for index, source, position in launch.pending:
+                source.event.await_()
+                launch.arrays[index] = source.results[position]
+            for index, source, position in launch.out_pending:
+                source.event.await_()
+                if source.reusable[position]:  # type: ignore[index]
+                    launch.out[index] = source.results[position]  # type: ignore[index]
+            results, reusable = self._run_program(launch.arrays, launch.out)
+            return results, reusable, None
+        except Exception as exc:  # noqa: BLE001 - an execution error goes onto the event
+            return [], [], as_pjrt_error(exc, f"{self._name} on {launch.device._label}")
+
     def _run_inline(self, launch: _Launch) -> tuple[list[CpuBuffer], CpuEvent]:
-        error = launch.error
-        results: list[np.ndarray] = []
-        reusable: list[bool] = []
-        if error is None:
-            try:
-                for index, source, position in launch.pending:
-                    source.event.await_()
-                    launch.arrays[index] = source.results[position]
-                for index, source, position in launch.out_pending:
-                    source.event.await_()
-                    if source.reusable[position]:  # type: ignore[index]
-                        launch.out[index] = source.results[position]  # type: ignore[index]
-                results, reusable = self._run_program(launch.arrays, launch.out)
-            except Exception as exc:  # noqa: BLE001 - an execution error goes onto the event
-                error = as_pjrt_error(exc, f"{self._name} on {launch.device._label}")
+        results, reusable, error = self._compute(launch)
         memory = launch.device._memories[0]
         outputs = []
         with self._client._lock:
@@ -677,21 +680,7 @@ class _Execution(Pending):
 
     def __call__(self) -> None:
         executable, launch = self.executable, self.launch
-        error = launch.error
-        results: list[np.ndarray] = []
-        reusable: list[bool] = []
-        if error is None:
-            try:
-                for index, source, position in launch.pending:
-                    source.event.await_()
-                    launch.arrays[index] = source.results[position]
-                for index, source, position in launch.out_pending:
-                    source.event.await_()
-                    if source.reusable[position]:  # type: ignore[index]
-                        launch.out[index] = source.results[position]  # type: ignore[index]
-                results, reusable = executable._run_program(launch.arrays, launch.out)
-            except Exception as exc:  # noqa: BLE001 - an execution error goes onto the event
-                error = as_pjrt_error(exc, f"{executable._name} on {launch.device._label}")
+        results, reusable, error = executable._compute(launch)
         client = executable._client
         with client._lock:
             hooks = executable._give_back(launch)

@@ -6,30 +6,17 @@ with, the baseline of ``pjrt-hub bench``, and a light plugin for testing harness
 
 from __future__ import annotations
 
-from pjrt_hub.abi import FRAMEWORK_VERSION, Api, PluginDeclaration, hookimpl
-
-#: The StableHLO versions the parser reads (the text JAX 0.10 prints); as int64 lists, the way
-#: XLA's plugins report them.
-STABLEHLO_ATTRIBUTES = {"stablehlo_current_version": [1, 13, 0], "stablehlo_minimum_version": [0, 9, 0]}
+from pjrt_hub.abi import Api, PluginDeclaration, hookimpl
+from pjrt_hub.backends.cpu_runtime.builtin import builtin_api, builtin_declaration
 
 
 @hookimpl
 def pjrt_hub_declare() -> PluginDeclaration:
-    return PluginDeclaration(
-        api_version=str(FRAMEWORK_VERSION),
-        platform_name="cpu",
-        # A Python plugin keeps every call to the framework's minor, so any framework since the
-        # floor of the history can use it.
-        min_framework_version="0.29",
-        description="numpy reference interpreter of StableHLO (op by op, eager)",
-    )
+    return builtin_declaration("numpy reference interpreter of StableHLO (op by op, eager)")
 
 
 @hookimpl
 def pjrt_hub_get_api() -> Api:
-    from pjrt_hub.backends.cpu_runtime import CpuApi
     from pjrt_hub.backends.reference import ReferenceCompiler
 
-    return CpuApi(ReferenceCompiler(), platform_name="cpu", api_version=FRAMEWORK_VERSION,
-                  platform_version="pjrt-hub reference interpreter",
-                  attributes={"pjrt_hub_backend": "reference", **STABLEHLO_ATTRIBUTES})
+    return builtin_api(ReferenceCompiler(), "reference")
