@@ -1,14 +1,18 @@
 """The PJRT C API history as data: what each minor changed, when, and which ``PJRT_Api`` slots it added.
 
-Sources: ``xla/pjrt/c/CHANGELOG.md`` and ``xla/pjrt/c/pjrt_c_api.h`` in openxla/xla (the table stops
-at 0.105, the newest upstream header seen), plus what real plugins on PyPI report (0.106 to 0.117).
+Sources: ``xla/pjrt/c/CHANGELOG.md`` and ``xla/pjrt/c/pjrt_c_api.h`` in openxla/xla, to the 0.114
+header and changelog that pypjrt 0.1.1 vendors (:data:`NEWEST_HEADER`), plus what real plugins on
+PyPI report (0.115 to 0.117) and the symbols behind their slots.
 Dates are the changelog's; where it gives none the date is ``None`` and the version policy falls
 back to a floor minor instead of guessing.
 
-The slot order is the one of ``PJRT_Api`` from 0.57 on (0.57 rearranged the fields): the functions
-that existed before the history starts (:data:`BASE_FUNCTIONS`), then each minor's additions in
-order. Before 0.57 only the slot *count* is meaningful, and the count of a plugin's table is
-``(PJRT_Api.struct_size - 40) / 8``.
+The slot order is the one of ``PJRT_Api``: the functions that existed before the history starts
+(:data:`BASE_FUNCTIONS`), then each minor's additions in order, less what a minor removed. It holds
+for every minor but 0.56 (see :data:`UNSTABLE_SLOT_LAYOUT_MINORS`): upstream's ABI test
+(``pjrt_c_api_test.cc``, ``FieldOffsetsAndSizesForVersion``) builds the same order for 0.1-0.55 and
+0.57 on, the 0.55 header has it, and so do the symbols behind the slots of real plugins (0.40, 0.81,
+0.106). The count of a plugin's table is ``(PJRT_Api.struct_size - 40) / 8``; from 0.40 to 0.56 that
+count is smaller than the struct (see :data:`STALE_API_STRUCT_SIZE`).
 
 Minors newer than :data:`NEWEST_KNOWN` are accepted as versions; they just carry no facts.
 """
@@ -26,9 +30,12 @@ __all__ = [
     "FLOOR_MINOR",
     "HISTORY",
     "MinorRelease",
+    "NEWEST_HEADER",
     "NEWEST_KNOWN",
     "OLDEST_KNOWN",
     "SLOT_LAYOUT_STABLE_SINCE",
+    "STALE_API_STRUCT_SIZE",
+    "UNSTABLE_SLOT_LAYOUT_MINORS",
     "function_slots",
     "introduced_in",
     "release",
@@ -39,8 +46,21 @@ __all__ = [
 #: to give "a forward compatibility window of at least 12 weeks".
 FLOOR_MINOR = 29
 
-#: 0.57 "Rearranged fields in the PJRT_Api"; slot *positions* are only known from here on.
+#: 0.57 "Rearranged fields in the PJRT_Api": it moved ``PJRT_Buffer_CopyRawToHost`` (added at 0.56)
+#: to the end. The positions of the other slots are the same before and after.
 SLOT_LAYOUT_STABLE_SINCE = 57
+
+#: Minors whose slot positions are not known: upstream's ABI test says "No ABI stability at version
+#: 0.56" (``PJRT_Buffer_CopyRawToHost`` sat among the Buffer functions then). The value is the first
+#: slot whose position is in doubt: slots before it are the same as in every other minor.
+UNSTABLE_SLOT_LAYOUT_MINORS: dict[int, int] = {56: 58}
+
+#: From 0.40 to 0.56 the header's ``PJRT_Api_STRUCT_SIZE`` still ended at
+#: ``PJRT_Client_TopologyDescription`` (slot 95), so plugins of those minors report
+#: ``struct_size`` 808 (96 slots) although their table holds the functions added since; 0.57
+#: "update[d] outdated struct sizes". Seen on jax-cuda12-pjrt 0.4.23 (0.40): struct_size 808.
+#: (first minor, last minor, slots the plugin reports)
+STALE_API_STRUCT_SIZE: tuple[int, int, int] = (40, 56, 96)
 
 #: ``PJRT_Api`` function slots present before 0.29, in struct order (index = slot number).
 BASE_FUNCTIONS: tuple[str, ...] = (
@@ -101,6 +121,8 @@ class MinorRelease:
     #: above is known to be incomplete (0.106 to 0.117 come from plugins, not from headers).
     observed_slots: int | None = None
     breaking: bool = False
+    #: ``PJRT_Api`` functions this minor took out again (their slot goes to what follows).
+    removed: tuple[str, ...] = ()
     extension_types: tuple[str, ...] = field(default=())
 
     @property
@@ -226,10 +248,25 @@ HISTORY: tuple[MinorRelease, ...] = (
     MinorRelease(103, "Added payloads to PJRT_Client_CreateErrorBuffer_Args"),
     MinorRelease(104, "Added total_allocation_bytes, indefinite_allocations and "
                   "peak_unpadded_heap_bytes to compiled memory stats"),
-    MinorRelease(105, "Added PJRT_Buffer_CopyRawFromHost", None, ("PJRT_Buffer_CopyRawFromHost",)),
-    MinorRelease(106, "Seen in fastatomstruct-xla-cpu 2026.6.23 (no upstream header seen)",
-                 observed_slots=136),
-    MinorRelease(114, "Seen in jax-tt-plugin 0.1.3 (no upstream header seen)", observed_slots=138),
+    MinorRelease(105, "Added PJRT_Memory_FunctionTable (changelog); the 0.105 header at openxla/xla "
+                  "0c79bedb also appends PJRT_Buffer_CopyRawFromHost", None, ("PJRT_Buffer_CopyRawFromHost",)),
+    # 0.106 to 0.114: upstream CHANGELOG.md as vendored at 0.114 (pypjrt 0.1.1, vendor/), and the
+    # slots of real plugins (fastatomstruct-xla-cpu 0.106: slot 135 is PJRT_Device_ClearMemoryStats).
+    MinorRelease(106, "Added PJRT_Device_ClearMemoryStats; PJRT_Buffer_CopyRawFromHost is gone from "
+                  "PJRT_Api (seen in fastatomstruct-xla-cpu 2026.6.23)", None,
+                 ("PJRT_Device_ClearMemoryStats",), observed_slots=136,
+                 breaking=True, removed=("PJRT_Buffer_CopyRawFromHost",)),
+    MinorRelease(107, "Added PJRT_Error_FunctionTable"),
+    MinorRelease(108, "Added use_major_to_minor_data_layout_for_callbacks to PJRT_ExecuteOptions"),
+    MinorRelease(109, "Added PJRT_TopologyDescription_MakeCanonicalShapeForMemorySpace", None,
+                 ("PJRT_TopologyDescription_MakeCanonicalShapeForMemorySpace",)),
+    MinorRelease(110, "Added PJRT_TopologyDescription_GetMemorySpaceKindIds", None,
+                 ("PJRT_TopologyDescription_GetMemorySpaceKindIds",)),
+    MinorRelease(111, "Added PJRT_LoadOptions and load_options to PJRT_Executable_DeserializeAndLoad_Args"),
+    MinorRelease(112, "Added PJRT_HloOutputCallbackInfo to PJRT_ExecuteOptions"),
+    MinorRelease(113, "Added peak_allocated_bytes to PJRT_Device_MemoryStats_Args"),
+    MinorRelease(114, "Added the F6E2M3FN and F6E3M2FN element types (also seen in jax-tt-plugin 0.1.3)",
+                 observed_slots=138),
     MinorRelease(115, "Seen in lammps-jax-pjrt-cpu 0.11.2 (no upstream header seen)", observed_slots=138),
     MinorRelease(116, "Seen in jax-cuda12-pjrt 0.12.0.1 (no upstream header seen)", observed_slots=138),
     MinorRelease(117, "Seen in libtpu 0.0.52 (no upstream header seen)", observed_slots=138),
@@ -237,6 +274,9 @@ HISTORY: tuple[MinorRelease, ...] = (
 
 OLDEST_KNOWN: ApiVersion = HISTORY[0].version
 NEWEST_KNOWN: ApiVersion = HISTORY[-1].version
+#: The newest minor whose header we have (pypjrt 0.1.1 vendors openxla/xla's at 0.114): up to it
+#: the slot table is complete; past it only the slot counts of real plugins are known.
+NEWEST_HEADER = 114
 
 _BY_MINOR = {r.minor: r for r in HISTORY}
 
@@ -254,20 +294,25 @@ def function_slots(minor: int) -> tuple[str, ...]:
     for entry in HISTORY:
         if entry.minor > minor:
             break
+        names = [name for name in names if name not in entry.removed]
         names.extend(entry.functions)
     return tuple(names)
 
 
 def slot_count(minor: int) -> int | None:
-    """How many function slots a plugin of this minor has, or None if the history cannot tell."""
-    if minor < OLDEST_KNOWN.minor:
+    """How many function slots a plugin of this minor reports (``(struct_size - 40) / 8``), or None
+    if the history cannot tell. From 0.40 to 0.56 that is fewer than its table holds
+    (:data:`STALE_API_STRUCT_SIZE`); a caller must not read past it."""
+    if minor < OLDEST_KNOWN.minor or minor > NEWEST_KNOWN.minor:
         return None
-    known = [r for r in HISTORY if r.minor <= minor]
-    last = known[-1]
-    if last.observed_slots is not None:
-        return last.observed_slots
-    if minor > NEWEST_KNOWN.minor:
-        return None
+    first, last_stale, reported = STALE_API_STRUCT_SIZE
+    if first <= minor <= last_stale:
+        return reported
+    entry = _BY_MINOR.get(minor)
+    if entry is not None and entry.observed_slots is not None:
+        return entry.observed_slots
+    if minor > NEWEST_HEADER:
+        return None  # past the newest header, between plugins we have only seen: not known
     return len(function_slots(minor))
 
 

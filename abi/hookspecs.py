@@ -15,6 +15,10 @@ A Python plugin is any object (usually a module) named by an entry point in the 
         from my_plugin._impl import MyApi   # heavy imports belong here, not at module top
         return MyApi()
 
+PJRT C libraries are reached through *loaders*, objects named by entry points in the group
+``pjrt_hub.loaders`` that implement the two library hooks below; pjrt-hub's own ctypes bridge is
+one, registered the same way.
+
 Rules (pluggy's, stated for this API): adding a hook or a hook argument is a minor bump; removing
 or renaming one is a major bump. An implementation may accept fewer arguments than its spec.
 Implementation arguments must not have defaults: pluggy never passes them.
@@ -22,7 +26,7 @@ Implementation arguments must not have defaults: pluggy never passes them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import pluggy
 
@@ -67,6 +71,43 @@ def pjrt_hub_get_api() -> "Api":
     Called once the declaration was accepted. This is the place for heavy imports.
 
     :return: an instance of a subclass of :class:`~pjrt_hub.abi.Api`. Stops at first non-None result.
+
+    .. versionadded:: 0.29
+    """
+
+
+# -- C libraries (loaders) ---------------------------------------------------------------------
+
+
+@_spec(firstresult=True)
+def pjrt_hub_probe_library(path: str, timeout: float) -> "Mapping[str, Any] | None":
+    """Read what a PJRT C library declares, without risking the caller's process.
+
+    A library may abort, hang or crash when loaded or called, so a loader reads it in a separate
+    process with ``timeout`` seconds to finish.
+
+    :param path: the shared library (``.so``) to read.
+    :param timeout: seconds before the reading is abandoned and reported as timed out.
+    :return: a JSON-able mapping with at least ``outcome`` (``"ok"``, or what went wrong:
+        ``"load_failed"``, ``"no_symbol"``, ``"crashed"``, ``"timed_out"``, ...) and
+        ``message``; when ok, ``api_version`` (``"0.81"``), ``extensions`` (a list of
+        ``{"type": int, "name": str, "struct_size": int}``) and, when creating a client is
+        known to be unsafe here, ``client_creation_risk`` (why). Other keys are reported as they
+        are. None if this loader cannot read such a file. Stops at first non-None result.
+
+    .. versionadded:: 0.29
+    """
+
+
+@_spec(firstresult=True)
+def pjrt_hub_load_library(path: str, name: str) -> "Api | None":
+    """Load a PJRT C library into this process and return its API object.
+
+    Called only for a library whose probe was accepted by the version policy.
+
+    :param path: the shared library.
+    :param name: the plugin's name, for messages.
+    :return: an :class:`~pjrt_hub.abi.Api` over the library. Stops at first non-None result.
 
     .. versionadded:: 0.29
     """

@@ -1,1 +1,57 @@
-"""pjrt-hub: load, check and test PJRT device plugins."""
+"""pjrt-hub: load, check and test PJRT device plugins.
+
+The public API lives here; the modules behind it are private. Names are imported lazily, so that
+``import pjrt_hub.abi`` (what every plugin does) stays cheap and pulls in none of the host.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._discovery import Candidate, discover
+    from ._facade import Gated, gate
+    from ._policy import Policy, Verdict, judge, strict_from_environment
+    from ._registry import PluginRegistry, RegistrySettings, default_plugin_name
+    from ._reports import CheckReport, ListReport, Outcome, PluginRecord
+
+_EXPORTS = {
+    "Candidate": "._discovery",
+    "discover": "._discovery",
+    "Gated": "._facade",
+    "gate": "._facade",
+    "Policy": "._policy",
+    "Verdict": "._policy",
+    "judge": "._policy",
+    "strict_from_environment": "._policy",
+    "PluginRegistry": "._registry",
+    "RegistrySettings": "._registry",
+    "default_plugin_name": "._registry",
+    "CheckReport": "._reports",
+    "ListReport": "._reports",
+    "Outcome": "._reports",
+    "PluginRecord": "._reports",
+}
+
+__all__ = sorted([*_EXPORTS, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("pjrt-hub")
+        except PackageNotFoundError:
+            return "0+unknown"
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pjrt_hub' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -4,6 +4,29 @@ The runtime (devices, memories, buffers, events, executables, donation, DLPack) 
 every backend that keeps its arrays in host memory: numba_cpu and the reference interpreter. What
 differs is how a program becomes something that runs; that is a :class:`ProgramCompiler`, and what
 it returns is a :class:`CompiledProgram`.
+
+Besides the members of the protocol, the runtime reads these optional attributes of a compiled
+program when present (``getattr`` with a default, so older compilers keep working):
+
+``num_replicas``, ``num_partitions`` (int, default 1)
+    The module's ``mhlo.num_replicas`` / ``mhlo.num_partitions``; compile options that keep the
+    default 1 take these, and options that disagree with them are refused.
+``donated_inputs`` (iterable of int, default: the inputs named in ``aliases``)
+    Inputs donated without naming an output (``jax.buffer_donor``): they are consumed by an
+    execution, and their storage is freed rather than reused.
+``generated_code_size_in_bytes``, ``temp_size_in_bytes`` (int, default 0)
+    Reported by ``PJRT_Executable_SizeOfGeneratedCodeInBytes`` and the compiled memory stats.
+
+What ``run`` may do with its arrays:
+
+* ``args`` are the buffers' own storage: read them, never write them.
+* ``out[i]``, when not None, is the storage of the input that output ``i`` aliases (donation):
+  it may be the very memory of that input, so read what you need of the input before writing
+  ``out[i]`` (elementwise code can do both in one pass; a transpose cannot).
+* Return arrays of the declared shapes and dtypes. The runtime copies a result that is an input,
+  a view of one, or the same array as another result, because two buffers must never share
+  storage; a result the program keeps a reference to (a constant returned every call) is used
+  as it is but never overwritten by donation. Returning fresh arrays is the cheap path.
 """
 
 from __future__ import annotations
@@ -46,7 +69,9 @@ class CompiledProgram(Protocol):
     def run(self, args: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
         """Compute the outputs. Arrays in ``out`` (same specs as ``outputs``) may be written
         into and returned, which is how donated input storage is reused; ``None`` entries are
-        allocated by the program. Must not keep references to ``args`` after returning."""
+        allocated by the program. Must not keep references to ``args`` after returning.
+        Raising is how a program reports an execution error: the runtime puts it on the
+        execution's event and outputs (see the module docstring for the rules on arrays)."""
         ...
 
     def cost_analysis(self) -> Mapping[str, float]:

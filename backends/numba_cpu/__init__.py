@@ -17,7 +17,10 @@ import os as _os
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 _os.environ.setdefault("KMP_BLOCKTIME", "0")
 
-from .compiler import CacheStats, NumbaCompiler, NumbaProgram, default_cache_dir
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .compiler import CacheStats, NumbaCompiler, NumbaProgram, default_cache_dir
 
 __all__ = ["CacheStats", "NumbaCompiler", "NumbaProgram", "default_cache_dir", "supported_ops"]
 
@@ -28,3 +31,13 @@ def supported_ops() -> list[str]:
     from .codegen import supported_ops as _ops
 
     return _ops()
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: the plugin module (``.plugin``) is imported by discovery on every ``pjrt-hub list``,
+    # and must not pull in numba to declare itself.
+    if name in ("CacheStats", "NumbaCompiler", "NumbaProgram", "default_cache_dir"):
+        from . import compiler
+
+        return getattr(compiler, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -48,14 +48,12 @@ class ReferenceCompiler:
         text = _text(code)
         opts = decode_compile_options(options)
         module = verify(parse_module(text))
-        if opts.num_replicas * opts.num_partitions != 1:
+        # Replicas run the same program on their own arguments (the runtime gives each device its
+        # list); partitions would need sharding propagation, which the interpreter does not do.
+        if opts.num_partitions != 1 or module.num_partitions != 1:
             raise CompileError(
-                f"the reference backend runs on one device; compile options ask for "
-                f"{opts.num_replicas} replicas x {opts.num_partitions} partitions")
-        if module.num_replicas * module.num_partitions != 1:
-            raise CompileError(
-                f"the program is for {module.num_replicas} replicas x {module.num_partitions} "
-                "partitions; the reference backend runs on one device")
+                f"the reference backend does not partition programs; asked for "
+                f"{max(opts.num_partitions, module.num_partitions)} partitions")
         return ReferenceProgram(text, opts, module)
 
     def deserialize(self, data: bytes) -> "ReferenceProgram":

@@ -412,6 +412,14 @@ class Op:
     #: ``case`` one per branch, ``sort`` its comparator, ``scatter`` its update computation.
     regions: tuple[Block, ...] = ()
     location: str | None = None
+    #: Where the op sits in the text it was parsed from (``"line 7, column 10"``): what a user can
+    #: act on when the program carries no debug locations.
+    source: str | None = None
+
+    @property
+    def where(self) -> str | None:
+        """The debug location if the program has one, else the place in the text."""
+        return self.location or self.source
 
     @property
     def result(self) -> Value:
@@ -444,7 +452,7 @@ class Op:
     def describe(self) -> str:
         """``stablehlo.add (%3) at model.py:4:2`` for error messages."""
         res = ", ".join(v.name for v in self.results)
-        where = f" at {self.location}" if self.location else ""
+        where = f" at {self.where}" if self.where else ""
         return f"{self.name}{f' ({res})' if res else ''}{where}"
 
 

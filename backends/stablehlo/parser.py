@@ -16,6 +16,8 @@ supported ops, rather than as a syntax error. Every syntax error is a
 
 from __future__ import annotations
 
+import dataclasses
+
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -575,7 +577,9 @@ class _Parser:
             parts = handler(full, op_pos)
         if not parts.location_parsed:
             parts.location = self._optional_location()
-        return self._build_op(parts, groups, start)
+        op = self._build_op(parts, groups, start)
+        line, column = cur.line_col(op_pos)
+        return dataclasses.replace(op, source=f"line {line}, column {column}")
 
     def _build_op(self, parts: _OpParts, groups: list[tuple[str, int, int]], start: int) -> Op:
         cur = self.cur

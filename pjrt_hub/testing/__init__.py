@@ -1,1 +1,50 @@
-"""(filled by the conformance issue)"""
+"""``pjrt_hub.testing``: the PJRT conformance suite, shipped as a pytest plugin.
+
+``pytest --pjrt-plugin NAME`` (or ``pjrt-hub conformance --plugin NAME``) runs every case on a
+plugin. Cases are data (:data:`CASES`, :class:`Case`), grouped like the PJRT C API's own tests;
+:mod:`pjrt_hub.testing.toy` is a tiny complete plugin that passes them.
+
+Names are imported lazily: the pytest plugin module is imported by every pytest run of an
+environment with pjrt-hub installed, and must not pull in the suite unless asked.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._case import CASES, GROUPS, Case, CaseFailure, CaseSkipped, suite_version
+    from ._context import PluginUnderTest
+    from ._limitations import C_PLUGIN_LIMITATIONS, KnownLimitations
+    from ._report import CaseOutcome, CaseResult, ConformanceReport, Counts, PluginConformance
+    from ._run import ConformanceRunError, run_conformance
+    from ._runner import run_case
+
+_EXPORTS = {
+    "CASES": "._case", "GROUPS": "._case", "Case": "._case", "CaseFailure": "._case",
+    "CaseSkipped": "._case", "suite_version": "._case",
+    "PluginUnderTest": "._context",
+    "C_PLUGIN_LIMITATIONS": "._limitations", "KnownLimitations": "._limitations",
+    "CaseOutcome": "._report", "CaseResult": "._report", "ConformanceReport": "._report",
+    "Counts": "._report", "PluginConformance": "._report",
+    "run_case": "._runner",
+    "run_conformance": "._run", "ConformanceRunError": "._run",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pjrt_hub.testing' has no attribute {name!r}")
+    if module in ("._case", "._runner"):
+        importlib.import_module(".cases", __name__)  # the registry of cases is only whole once they are imported
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,157 @@
+"""``CpuApi``: the ``PJRT_Api`` of a host-memory plugin, given the compiler that makes its programs.
+
+The numba_cpu plugin and the reference plugin are both this class with their own compiler,
+API version and attributes; everything else (devices, buffers, events, executables) is shared.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from pjrt_hub.abi import (
+    Api,
+    ApiVersion,
+    Client,
+    CompileOptions,
+    Executable,
+    InvalidArgument,
+    NamedValues,
+    Program,
+    TopologyDescription,
+)
+from pjrt_hub.abi.version import VersionLike
+
+from ._client import CpuClient, _compile_options, compile_program
+from ._executables import InlinePolicy
+from ._topology import (
+    DEFAULT_NUM_DEVICES,
+    DEVICE_COUNT_OPTIONS,
+    CpuTopologyDescription,
+    _attributes,
+    deserialize_topology,
+    read_num_devices,
+)
+from .compiler import ProgramCompiler
+
+__all__ = ["CLIENT_OPTIONS", "DEFAULT_API_VERSION", "CpuApi"]
+
+#: Create options a client accepts, with their types. Anything else is refused, as XLA's CPU
+#: plugin does from 0.115 on ("Unexpected option name passed to PJRT_Client_Create").
+CLIENT_OPTIONS: dict[str, type] = {"num_devices": int, "cpu_device_count": int, "asynchronous": bool}
+
+#: The PJRT C API version a plugin reports unless it says otherwise: the newest upstream header.
+DEFAULT_API_VERSION = ApiVersion(0, 105)
+
+_DEFAULT_INLINE_POLICY = InlinePolicy()
+
+#: Options of PJRT_TopologyDescription_Create: only the device count.
+TOPOLOGY_OPTIONS: dict[str, type] = {name: int for name in DEVICE_COUNT_OPTIONS}
+
+
+class CpuApi(Api):
+    """A plugin's ``PJRT_Api`` over the host-memory runtime.
+
+    :param compiler: turns program text into :class:`~.compiler.CompiledProgram` objects.
+    :param platform_name: ``PJRT_Client_PlatformName`` (``"cpu"``).
+    :param api_version: the PJRT C API version the plugin implements.
+    :param attributes: ``PJRT_Plugin_Attributes``; add ``xla_version``,
+        ``stablehlo_current_version`` and ``stablehlo_minimum_version`` for frameworks that read them.
+    :param platform_version: ``PJRT_Client_PlatformVersion``; defaults to one naming the compiler.
+    :param num_devices: devices of a client created without a device-count option.
+    :param device_attributes: ``PJRT_DeviceDescription_Attributes`` of every device.
+    :param extensions: extension implementations by name, handed to the host as they are.
+    :param inline_policy: which programs run on the calling thread instead of a device worker.
+    """
+
+    __slots__ = ("_compiler", "_platform_name", "_api_version", "_attributes", "_platform_version",
+                 "_num_devices", "_device_attributes", "_extensions", "_inline_policy")
+
+    def __init__(self, compiler: ProgramCompiler, *, platform_name: str = "cpu",
+                 api_version: VersionLike = DEFAULT_API_VERSION,
+                 attributes: Mapping[str, Any] | None = None, platform_version: str | None = None,
+                 num_devices: int = DEFAULT_NUM_DEVICES,
+                 device_attributes: Mapping[str, Any] | None = None,
+                 extensions: Mapping[str, Any] | None = None,
+                 inline_policy: InlinePolicy = _DEFAULT_INLINE_POLICY) -> None:
+        if not isinstance(compiler, ProgramCompiler):
+            raise InvalidArgument(
+                f"CpuApi needs a ProgramCompiler (name, compile, deserialize), got {type(compiler).__name__}"
+            )
+        self._compiler = compiler
+        self._platform_name = platform_name
+        self._api_version = ApiVersion.parse(api_version)
+        self._attributes = _attributes(attributes)
+        self._platform_version = platform_version or f"pjrt-hub cpu_runtime; compiler {compiler.name}"
+        if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
+            raise InvalidArgument(f"CpuApi: num_devices must be a positive int, got {num_devices!r}")
+        self._num_devices = num_devices
+        self._device_attributes = _attributes(device_attributes)
+        self._extensions = dict(extensions or {})
+        self._inline_policy = inline_policy
+
+    @property
+    def compiler(self) -> ProgramCompiler:
+        return self._compiler
+
+    def api_version(self) -> ApiVersion:
+        return self._api_version
+
+    def extensions(self) -> Mapping[str, Any]:
+        return dict(self._extensions)
+
+    def plugin_attributes(self) -> dict[str, Any]:
+        return dict(self._attributes)
+
+    def client_create(self, options: NamedValues | None = None) -> Client:
+        options = _check_options(options, CLIENT_OPTIONS, "PJRT_Client_Create")
+        topology = self._topology(read_num_devices(options, self._num_devices))
+        return CpuClient(self._compiler, topology, asynchronous=options.get("asynchronous", True),
+                         inline_policy=self._inline_policy)
+
+    def topology_create(self, options: NamedValues | None = None) -> TopologyDescription:
+        options = _check_options(options, TOPOLOGY_OPTIONS, "PJRT_TopologyDescription_Create")
+        return self._topology(read_num_devices(options, self._num_devices))
+
+    def topology_deserialize(self, serialized: bytes) -> TopologyDescription:
+        topology = deserialize_topology(serialized)
+        if topology.platform_name() != self._platform_name:
+            raise InvalidArgument(
+                f"PJRT_TopologyDescription_Deserialize: the topology is for platform "
+                f"{topology.platform_name()!r}; this plugin is {self._platform_name!r}"
+            )
+        return topology
+
+    def compile(self, program: Program, topology: TopologyDescription,
+                options: CompileOptions | bytes | None = None) -> Executable:
+        if not isinstance(topology, CpuTopologyDescription):
+            raise InvalidArgument(f"PJRT_Compile: {topology!r} is not a topology of a pjrt-hub CPU plugin")
+        return compile_program(self._compiler, program, _compile_options(options), topology.num_devices)
+
+    def _topology(self, num_devices: int) -> CpuTopologyDescription:
+        return CpuTopologyDescription(
+            num_devices, platform_name=self._platform_name, platform_version=self._platform_version,
+            attributes={"num_devices": num_devices}, device_attributes=self._device_attributes,
+        )
+
+    def __repr__(self) -> str:
+        return f"<CpuApi {self._platform_name} {self._api_version} compiler={self._compiler.name}>"
+
+
+def _check_options(options: NamedValues | None, known: Mapping[str, type], action: str) -> dict[str, Any]:
+    options = dict(options or {})
+    for name, value in options.items():
+        expected = known.get(name)
+        if expected is None:
+            raise InvalidArgument(
+                f"Unexpected option name passed to {action}: {name} (known options: {', '.join(known)})"
+            )
+        if expected is int and (isinstance(value, bool) or not isinstance(value, int)):
+            ok = False
+        else:
+            ok = isinstance(value, expected)
+        if not ok:
+            raise InvalidArgument(
+                f"Option passed to {action} with name {name} has type {type(value).__name__} "
+                f"but expected type {expected.__name__}"
+            )
+    return options

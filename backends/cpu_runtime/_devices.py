@@ -1,0 +1,215 @@
+"""CPU devices, their memories, the bytes accounted to each, and the worker that runs their work.
+
+Each device has three memories, as XLA's CPU client does: ``device`` (the default), and the host
+kinds ``pinned_host`` and ``unpinned_host``. On a CPU they are all the same RAM; they exist so
+that programs and frameworks that place arrays by memory kind find the kinds they expect, and so
+that copies between memories behave as on any other platform.
+
+Accounting counts the bytes the runtime itself allocated (copies from host, execution outputs,
+copies between devices). Buffers that alias memory they do not own (zero-copy host arrays, views
+of DLPack producers) count nothing, because freeing them frees nothing.
+
+Executions on one device run in submission order on that device's worker thread, the way a
+stream orders work on an accelerator; the thread starts on first use.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import TYPE_CHECKING, Any, Callable
+
+from pjrt_hub.abi import Device, DeviceDescription, InvalidArgument, Memory, MemoryStats
+
+from ._topology import CpuDeviceDescription
+
+if TYPE_CHECKING:
+    from ._client import CpuClient
+
+__all__ = ["MEMORY_KINDS", "CpuDevice", "CpuMemory"]
+
+_log = logging.getLogger(__name__)
+
+#: Memory kinds of every device, the default first, with their kind ids.
+MEMORY_KINDS: dict[str, int] = {"device": 0, "pinned_host": 1, "unpinned_host": 2}
+
+
+class _Account:
+    """Bytes in use and their high-water mark; :meth:`CpuMemory._alloc` updates them under the
+    client's lock."""
+
+    __slots__ = ("in_use", "peak", "num_allocs", "largest")
+
+    def __init__(self) -> None:
+        self.in_use = self.peak = self.num_allocs = self.largest = 0
+
+    def stats(self) -> MemoryStats:
+        return MemoryStats(bytes_in_use=self.in_use, peak_bytes_in_use=self.peak,
+                           num_allocs=self.num_allocs, largest_alloc_size=self.largest)
+
+
+class CpuMemory(Memory):
+    """``PJRT_Memory``: one memory space of one CPU device."""
+
+    __slots__ = ("_id", "_kind", "_kind_id", "_device", "_account", "__weakref__")
+
+    def __init__(self, memory_id: int, kind: str, device: "CpuDevice") -> None:
+        self._id = memory_id
+        self._kind = kind
+        self._kind_id = MEMORY_KINDS[kind]
+        self._device = device
+        self._account = _Account()
+
+    @property
+    def device(self) -> "CpuDevice":
+        return self._device
+
+    def id(self) -> int:
+        return self._id
+
+    def kind(self) -> str:
+        return self._kind
+
+    def kind_id(self) -> int:
+        return self._kind_id
+
+    def debug_string(self) -> str:
+        return f"CpuMemory(id={self._id}, kind={self._kind}, device={self._device._label})"
+
+    def to_string(self) -> str:
+        return f"{self._kind.upper()}_{self._id}"
+
+    def addressable_by_devices(self) -> list[Device]:
+        return [self._device]
+
+    def _alloc(self, nbytes: int) -> None:
+        """Count an allocation here and on the device. Caller holds the client's lock."""
+        # Written out rather than two method calls: this runs for every output of every execution.
+        for account in (self._account, self._device._account):
+            in_use = account.in_use = account.in_use + nbytes
+            account.num_allocs += 1
+            if in_use > account.peak:
+                account.peak = in_use
+            if nbytes > account.largest:
+                account.largest = nbytes
+
+    def _free(self, nbytes: int) -> None:
+        self._account.in_use -= nbytes
+        self._device._account.in_use -= nbytes
+
+    def stats(self) -> MemoryStats:
+        """Bytes the runtime allocated in this memory (not a PJRT call: PJRT has device stats only)."""
+        with self._device._client._lock:
+            return self._account.stats()
+
+    def __repr__(self) -> str:
+        return f"<CpuMemory {self.to_string()} of {self._device._label}>"
+
+
+class CpuDevice(Device):
+    """``PJRT_Device``: one CPU device of a client."""
+
+    __slots__ = ("_client", "_description", "_memories", "_account", "_worker", "_label",
+                 "__weakref__")
+
+    def __init__(self, client: "CpuClient", description: CpuDeviceDescription, num_devices: int) -> None:
+        self._client = client
+        self._description = description
+        #: Precomputed: it goes into every error message about this device.
+        self._label = description.debug_string()
+        device_id = description.id()
+        self._memories = tuple(
+            CpuMemory(device_id + index * num_devices, kind, self) for index, kind in enumerate(MEMORY_KINDS)
+        )
+        self._account = _Account()
+        self._worker = _Worker(self._label)
+
+    @property
+    def id(self) -> int:
+        return self._description._id
+
+    @property
+    def client(self) -> "CpuClient":
+        return self._client
+
+    def memory(self, kind: str) -> CpuMemory:
+        """The memory of this kind (a Python convenience; PJRT lists them)."""
+        for memory in self._memories:
+            if memory._kind == kind:
+                return memory
+        raise InvalidArgument(
+            f"device {self._label} has no memory of kind {kind!r}; kinds: {', '.join(MEMORY_KINDS)}"
+        )
+
+    def get_description(self) -> DeviceDescription:
+        return self._description
+
+    def is_addressable(self) -> bool:
+        return True
+
+    def local_hardware_id(self) -> int:
+        return self._description._id
+
+    def addressable_memories(self) -> list[Memory]:
+        return list(self._memories)
+
+    def default_memory(self) -> Memory:
+        return self._memories[0]
+
+    def memory_stats(self) -> MemoryStats:
+        with self._client._lock:
+            return self._account.stats()
+
+    def get_attributes(self) -> dict[str, Any]:
+        return self._description.attributes()
+
+    def __repr__(self) -> str:
+        return f"<CpuDevice {self._label}>"
+
+
+class _Worker:
+    """One thread running a device's work in submission order. Tasks never raise into it."""
+
+    __slots__ = ("_name", "_queue", "_thread", "_lock")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, task: Callable[[], None]) -> None:
+        if self._thread is None:
+            self._start()
+        self._queue.put(task)
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                # Daemon: a program that never destroys its client must still be able to exit.
+                thread = threading.Thread(target=_run_worker, args=(self._queue,),
+                                          name=f"pjrt-hub {self._name}", daemon=True)
+                thread.start()
+                self._thread = thread
+
+    def stop(self, wait: bool = True) -> None:
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._queue.put(None)
+            if wait and thread is not threading.current_thread():
+                thread.join()
+
+
+def _run_worker(tasks: "queue.SimpleQueue[Callable[[], None] | None]") -> None:
+    # The loop holds only the queue, never the client, so a forgotten client can be collected.
+    while True:
+        task = tasks.get()
+        if task is None:
+            return
+        try:
+            task()
+        except BaseException:  # noqa: BLE001 - a task bug must not take the device down with it
+            _log.exception("pjrt-hub cpu_runtime: a device task raised; the worker continues")
+        del task

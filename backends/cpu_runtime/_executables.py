@@ -1,0 +1,750 @@
+"""Executables and the execute path: argument checks, donation, inline or worker execution.
+
+Everything an execution checks that does not depend on the arguments is computed once, when the
+executable is loaded (:class:`_Plan`): argument layouts, which inputs are donated and which
+output may take over each one's storage, whether the program is cheap enough to run inline.
+
+An execution takes its arguments' storage under the client's lock, all replicas at once, so that
+a bad argument anywhere leaves every buffer as it was. Then it runs, either inline on the calling
+thread (cheap programs whose inputs are ready: a thread hand-off would cost more than the work,
+the choice XLA's CPU client makes for programs under 1000 flops) or on each device's worker
+thread. Outputs are returned at once either way, with one event per device; an exception inside
+the program becomes an :class:`ExecutionError` on that event and on every output, never an
+exception out of the worker.
+
+Results are checked against the declared outputs. A result that is an input, or a view of one,
+is copied: two buffers must not share storage the runtime may later overwrite by donation. A
+result the program still references (a constant it returns every time) is kept but marked as
+not reusable in place.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import numpy as np
+
+from pjrt_hub.abi import (
+    BufferType,
+    CompiledMemoryStats,
+    CompileOptions,
+    Device,
+    Executable,
+    ExecuteOptions,
+    ExecuteResult,
+    ExecutionError,
+    FailedPrecondition,
+    InvalidArgument,
+    LoadedExecutable,
+    PjrtError,
+    Program,
+)
+
+from ._buffers import DONATED, LIVE, CpuBuffer, Layout, Pending, layout_of
+from ._events import READY, CpuEvent, as_pjrt_error, failed_event
+from .compiler import CompiledProgram
+
+if TYPE_CHECKING:
+    from ._client import CpuClient
+    from ._devices import CpuDevice
+
+__all__ = ["CpuExecutable", "CpuLoadedExecutable", "InlinePolicy"]
+
+_MAGIC = b"pjrt_hub.cpu_executable\n"
+_FORMAT_VERSION = 1
+
+
+
+def _exclusive_refs() -> int:
+    # The same expression as the check in ``_run_program``, on a list held by a local, so that
+    # the count is right on any CPython version.
+    results = [np.empty(0)]
+    return sys.getrefcount(results[0])
+
+
+#: References a result array has when only the runtime's results list holds it.
+_EXCLUSIVE_REFS = _exclusive_refs()
+
+
+@dataclass(frozen=True, slots=True)
+class InlinePolicy:
+    """Which programs run on the calling thread: both limits must hold.
+
+    A hand-off to a worker thread costs tens of microseconds in Python; below these limits the
+    work is shorter than that. Programs whose cost analysis lacks a figure are estimated from
+    their argument and result sizes.
+    """
+
+    max_flops: float = 100_000
+    max_bytes_accessed: float = 1 << 20
+
+    def allows(self, flops: float, bytes_accessed: float) -> bool:
+        return flops <= self.max_flops and bytes_accessed <= self.max_bytes_accessed
+
+
+# -- the unloaded executable --------------------------------------------------------------------
+
+
+def _layouts(specs: Sequence[Any], what: str, name: str) -> tuple[Layout, ...]:
+    layouts = []
+    for index, spec in enumerate(specs):
+        try:
+            layouts.append(layout_of(tuple(spec.shape), np.dtype(spec.dtype)))
+        except PjrtError as exc:
+            raise InvalidArgument(f"{name}: {what} {index} has no PJRT element type: {exc.message}") from None
+    return tuple(layouts)
+
+
+class CpuExecutable(Executable):
+    """``PJRT_Executable``: a compiled program with its replica and partition counts."""
+
+    __slots__ = ("_program", "_compiler_name", "_num_replicas", "_num_partitions", "_assignment",
+                 "_code", "_inputs", "_outputs", "_aliases", "_donated", "_cost", "__weakref__")
+
+    def __init__(self, program: CompiledProgram, *, compiler_name: str, num_replicas: int = 1,
+                 num_partitions: int = 1, device_assignment: tuple[tuple[int, ...], ...] | None = None,
+                 code: bytes | str | None = None) -> None:
+        self._program = program
+        self._compiler_name = compiler_name
+        self._num_replicas = num_replicas
+        self._num_partitions = num_partitions
+        self._assignment = device_assignment
+        self._code = code
+        name = program.name
+        self._inputs = _layouts(program.inputs, "input", name)
+        self._outputs = _layouts(program.outputs, "output", name)
+        self._aliases, self._donated = _donation_of(program, self._inputs, self._outputs)
+        self._cost: dict[str, Any] | None = None
+
+    @property
+    def program(self) -> CompiledProgram:
+        return self._program
+
+    def name(self) -> str:
+        return self._program.name
+
+    def num_replicas(self) -> int:
+        return self._num_replicas
+
+    def num_partitions(self) -> int:
+        return self._num_partitions
+
+    def num_outputs(self) -> int:
+        return len(self._outputs)
+
+    def size_of_generated_code_in_bytes(self) -> int:
+        return int(getattr(self._program, "generated_code_size_in_bytes", 0) or 0)
+
+    def get_cost_analysis(self) -> dict[str, Any]:
+        if self._cost is None:
+            self._cost = {str(key): float(value) for key, value in self._program.cost_analysis().items()}
+        return dict(self._cost)
+
+    def output_memory_kinds(self) -> list[str]:
+        return ["device"] * len(self._outputs)
+
+    def optimized_program(self) -> Program:
+        # The compilers here do not rewrite the program text, so the program is what was compiled.
+        if self._code is None:
+            raise FailedPrecondition(f"PJRT_Executable_OptimizedProgram: {self.name()} kept no program text")
+        return Program(self._code, "mlir")
+
+    def output_element_types(self) -> list[BufferType]:
+        return [layout.element_type for layout in self._outputs]
+
+    def output_dimensions(self) -> list[tuple[int, ...]]:
+        return [layout.shape for layout in self._outputs]
+
+    def fingerprint(self) -> str:
+        return self._program.fingerprint
+
+    def get_compiled_memory_stats(self) -> CompiledMemoryStats:
+        arguments = sum(layout.nbytes for layout in self._inputs)
+        outputs = sum(layout.nbytes for layout in self._outputs)
+        alias = sum(self._outputs[out].nbytes for out in self._aliases.values())
+        temp = int(getattr(self._program, "temp_size_in_bytes", 0) or 0)
+        peak = arguments + outputs - alias + temp
+        return CompiledMemoryStats(
+            generated_code_size_in_bytes=self.size_of_generated_code_in_bytes(),
+            argument_size_in_bytes=arguments, output_size_in_bytes=outputs, alias_size_in_bytes=alias,
+            temp_size_in_bytes=temp, peak_memory_in_bytes=peak, total_size_in_bytes=peak,
+        )
+
+    def serialize(self) -> bytes:
+        program = self._program.serialize()
+        code = self._code.encode() if isinstance(self._code, str) else (self._code or b"")
+        header = {
+            "version": _FORMAT_VERSION,
+            "compiler": self._compiler_name,
+            "num_replicas": self._num_replicas,
+            "num_partitions": self._num_partitions,
+            "device_assignment": self._assignment,
+            "code_is_text": isinstance(self._code, str),
+            "has_code": self._code is not None,
+            "code_size": len(code),
+            "program_size": len(program),
+        }
+        encoded = json.dumps(header, sort_keys=True).encode()
+        return _MAGIC + struct.pack("<I", len(encoded)) + encoded + code + program
+
+    def destroy(self) -> None:
+        """Nothing to release; the program lives as long as something references it."""
+
+    def __repr__(self) -> str:
+        return (f"<CpuExecutable {self.name()} replicas={self._num_replicas} "
+                f"partitions={self._num_partitions}>")
+
+
+def _donation_of(program: CompiledProgram, inputs: tuple[Layout, ...],
+                 outputs: tuple[Layout, ...]) -> tuple[dict[int, int], frozenset[int]]:
+    """(input -> output whose storage it may become, donated inputs), checked against the specs."""
+    name = program.name
+    reuse: dict[int, int] = {}
+    donated: set[int] = set()
+    for out_index, in_index in dict(program.aliases).items():
+        if not 0 <= out_index < len(outputs) or not 0 <= in_index < len(inputs):
+            raise InvalidArgument(
+                f"{name}: alias output {out_index} -> input {in_index} is out of range "
+                f"({len(outputs)} outputs, {len(inputs)} inputs)"
+            )
+        donated.add(in_index)
+        # An input aliased to an output of another shape is still donated (the program said so)
+        # but its storage cannot hold that output; it is freed instead.
+        if inputs[in_index] is outputs[out_index] and in_index not in reuse:
+            reuse[in_index] = out_index
+    for in_index in getattr(program, "donated_inputs", ()) or ():
+        if not 0 <= in_index < len(inputs):
+            raise InvalidArgument(f"{name}: donated input {in_index} is out of range ({len(inputs)} inputs)")
+        donated.add(in_index)
+    return reuse, frozenset(donated)
+
+
+def deserialize_executable(serialized: bytes, compiler: Any) -> CpuExecutable:
+    """The inverse of :meth:`CpuExecutable.serialize`; InvalidArgument for anything else."""
+
+    def bad(reason: str) -> InvalidArgument:
+        return InvalidArgument(f"PJRT_Executable_DeserializeAndLoad: {reason}")
+
+    if not isinstance(serialized, (bytes, bytearray, memoryview)):
+        raise bad(f"expected bytes, got {type(serialized).__name__}")
+    data = bytes(serialized)
+    if not data.startswith(_MAGIC) or len(data) < len(_MAGIC) + 4:
+        raise bad("these bytes are not a serialized pjrt-hub CPU executable")
+    (size,) = struct.unpack_from("<I", data, len(_MAGIC))
+    start = len(_MAGIC) + 4
+    try:
+        header = json.loads(data[start:start + size].decode())
+        if not isinstance(header, dict):
+            raise ValueError("the header is not an object")
+        if header.get("version") != _FORMAT_VERSION:
+            raise ValueError(f"format version {header.get('version')!r}, expected {_FORMAT_VERSION}")
+        code_size, program_size = int(header["code_size"]), int(header["program_size"])
+        body = data[start + size:]
+        if len(body) != code_size + program_size:
+            raise ValueError(f"{len(body)} bytes of payload, the header announces {code_size + program_size}")
+        replicas, partitions = int(header["num_replicas"]), int(header["num_partitions"])
+        assignment = header["device_assignment"]
+        if assignment is not None:
+            assignment = tuple(tuple(int(d) for d in row) for row in assignment)
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        raise bad(f"corrupt executable header ({exc})") from None
+    if header.get("compiler") != compiler.name:
+        raise bad(f"the executable was compiled by {header.get('compiler')!r}; "
+                  f"this client compiles with {compiler.name!r}")
+    code: bytes | str | None = body[:code_size] if header.get("has_code") else None
+    if code is not None and header.get("code_is_text"):
+        code = code.decode("utf-8", "replace")
+    try:
+        program = compiler.deserialize(body[code_size:])
+    except PjrtError as exc:
+        raise bad(f"{compiler.name} could not read the program: {exc.message}") from None
+    except Exception as exc:  # noqa: BLE001 - corrupt bytes may break a compiler in any way
+        raise bad(f"{compiler.name} could not read the program: {type(exc).__name__}: {exc}") from None
+    return CpuExecutable(program, compiler_name=compiler.name, num_replicas=replicas,
+                         num_partitions=partitions, device_assignment=assignment, code=code)
+
+
+# -- the loaded executable ----------------------------------------------------------------------
+
+
+class _Launch:
+    """One device's share of an execution, from argument checks to outputs."""
+
+    __slots__ = ("device", "replica", "buffers", "arrays", "pending", "held", "out", "out_pending",
+                 "out_accounted", "out_release", "error")
+
+    def __init__(self, device: "CpuDevice", replica: int, buffers: Sequence[CpuBuffer]) -> None:
+        self.device = device
+        self.replica = replica
+        self.buffers = buffers
+        self.arrays: list[np.ndarray | None] = []
+        #: (argument index, source, index in source) of inputs not computed yet.
+        self.pending: list[tuple[int, Pending, int]] = []
+        #: Buffers whose storage this execution uses and must give back.
+        self.held: list[CpuBuffer] = []
+        #: Donated storage outputs may take over (None: none of them).
+        self.out: list[np.ndarray | None] | None = None
+        self.out_pending: list[tuple[int, Pending, int]] = []
+        self.out_accounted: dict[int, int] = {}
+        self.out_release: dict[int, Any] = {}
+        self.error: PjrtError | None = None
+
+
+class CpuLoadedExecutable(LoadedExecutable):
+    """``PJRT_LoadedExecutable``: an executable bound to devices of a client."""
+
+    __slots__ = ("_executable", "_client", "_assignment", "_devices", "_deleted", "_name", "_program",
+                 "_inputs", "_outputs", "_num_inputs", "_reuse", "_donated", "_inline", "_fast", "__weakref__")
+
+    def __init__(self, executable: CpuExecutable, client: "CpuClient",
+                 assignment: tuple[tuple[int, ...], ...], inline: bool) -> None:
+        self._executable = executable
+        self._client = client
+        self._assignment = assignment
+        # Argument list i runs on addressable device i: replica-major, partition-minor.
+        self._devices = tuple(client._device_by_id[d] for row in assignment for d in row)
+        self._deleted = False
+        self._name = executable._program.name
+        self._program = executable._program
+        self._inputs = executable._inputs
+        self._outputs = executable._outputs
+        self._num_inputs = len(self._inputs)
+        self._reuse = executable._aliases
+        self._donated = tuple(sorted(executable._donated))
+        self._inline = inline
+        self._fast = inline and not self._donated and len(self._devices) == 1
+
+    # -- metadata --------------------------------------------------------------------------------
+
+    def get_executable(self) -> Executable:
+        return self._executable
+
+    def addressable_devices(self) -> list[Device]:
+        return list(self._devices)
+
+    def delete(self) -> None:
+        self._deleted = True
+
+    def is_deleted(self) -> bool:
+        return self._deleted
+
+    def fingerprint(self) -> str:
+        return self._executable.fingerprint()
+
+    def get_device_assignment(self) -> tuple[tuple[int, ...], ...]:
+        return self._assignment
+
+    def destroy(self) -> None:
+        self._deleted = True
+
+    def __repr__(self) -> str:
+        devices = ", ".join(d._label for d in self._devices)
+        return f"<CpuLoadedExecutable {self._name} on {devices}{' (deleted)' if self._deleted else ''}>"
+
+    # -- execute ---------------------------------------------------------------------------------
+
+    def execute(self, argument_lists: Sequence[Sequence[CpuBuffer]], options: ExecuteOptions | None = None,
+                execute_device: Device | None = None) -> ExecuteResult:
+        if self._deleted or self._client._destroyed:
+            what = "was deleted" if self._deleted else "belongs to a destroyed client"
+            raise FailedPrecondition(f"PJRT_LoadedExecutable_Execute: the executable {self._name} {what}")
+        devices = self._devices if execute_device is None else self._portable_device(execute_device)
+        if len(argument_lists) != len(devices):
+            raise InvalidArgument(
+                f"PJRT_LoadedExecutable_Execute: {self._name} runs on {len(devices)} device(s) "
+                f"({', '.join(d._label for d in devices)}) and needs one argument list per device; "
+                f"got {len(argument_lists)}"
+            )
+        if self._fast and execute_device is None and len(argument_lists) == 1:
+            result = self._execute_fast(argument_lists[0])
+            if result is not None:
+                return result
+        non_donatable = options.non_donatable_input_indices if options is not None else ()
+        client = self._client
+        with client._lock:
+            launches = [self._check(args, device, replica, non_donatable)
+                        for replica, (args, device) in enumerate(zip(argument_lists, devices))]
+            for launch in launches:
+                self._take(launch, non_donatable)
+            inline = self._inline and not any(launch.pending or launch.out_pending for launch in launches)
+            if not inline and client._asynchronous:
+                return self._submit(launches)
+        outputs, events = [], []
+        for launch in launches:
+            buffers, event = self._run_inline(launch)
+            outputs.append(buffers)
+            events.append(event)
+        return ExecuteResult(outputs, events)
+
+    def _execute_fast(self, args: Sequence[CpuBuffer]) -> ExecuteResult | None:
+        """The common case, kept lean: one device, ready arguments, nothing donated, run inline.
+
+        Returns None, having changed nothing, for anything else; the general path then handles
+        it (and raises the right error for a bad argument).
+        """
+        device = self._devices[0]
+        client = self._client
+        if len(args) != self._num_inputs:
+            return None
+        arrays = []
+        with client._lock:
+            for buffer, expected in zip(args, self._inputs):
+                # A set _array means live and ready; the identical layout object means same shape
+                # and dtype (layouts are interned).
+                if type(buffer) is not CpuBuffer or buffer._device is not device or buffer._layout is not expected:
+                    return None
+                array = buffer._array
+                if array is None:
+                    return None
+                arrays.append(array)
+            for buffer in args:
+                buffer._uses += 1
+        error = None
+        try:
+            results, reusable = self._run_program(arrays, None)
+        except Exception as exc:  # noqa: BLE001 - an execution error goes onto the event
+            error = as_pjrt_error(exc, f"{self._name} on {device._label}")
+        del arrays
+        memory = device._memories[0]
+        outputs = []
+        hooks = None
+        with client._lock:
+            for buffer in args:
+                buffer._uses -= 1
+                if buffer._release is not None:
+                    hook = buffer._take_release_hook()
+                    if hook is not None:
+                        hooks = (hooks or []) + [hook]
+            if error is None:
+                event = READY
+                for index, layout in enumerate(self._outputs):
+                    memory._alloc(layout.nbytes)
+                    outputs.append(CpuBuffer._make(memory, layout, results[index], READY, layout.nbytes,
+                                                   reusable[index]))
+            else:
+                event = failed_event(error)
+                for layout in self._outputs:
+                    outputs.append(CpuBuffer._make(memory, layout, None, event, 0, True)._failed_with(error))
+        if hooks:
+            for hook in hooks:
+                hook()
+        return ExecuteResult([outputs], [event])
+
+    def _portable_device(self, device: Device) -> tuple["CpuDevice", ...]:
+        if len(self._devices) != 1:
+            raise InvalidArgument(
+                f"PJRT_LoadedExecutable_Execute: execute_device is only for single-device "
+                f"executables; {self._name} runs on {len(self._devices)} devices"
+            )
+        if getattr(device, "_client", None) is not self._client:
+            raise InvalidArgument(
+                f"PJRT_LoadedExecutable_Execute: execute_device {device!r} is not a device of this client"
+            )
+        return (device,)  # type: ignore[return-value]
+
+    def _check(self, args: Sequence[CpuBuffer], device: "CpuDevice", replica: int,
+               non_donatable: Sequence[int]) -> _Launch:
+        """Validate one argument list; changes nothing. Caller holds the client's lock."""
+        if len(args) != self._num_inputs:
+            raise InvalidArgument(
+                f"Execution supplied {len(args)} buffers but compiled program expected "
+                f"{self._num_inputs} buffers (executable {self._name}, replica {replica})"
+            )
+        launch = _Launch(device, replica, args)
+        arrays = launch.arrays
+        inputs = self._inputs
+        for index, buffer in enumerate(args):
+            if type(buffer) is not CpuBuffer and not isinstance(buffer, CpuBuffer):
+                raise InvalidArgument(
+                    f"PJRT_LoadedExecutable_Execute: argument {index} of {self._name} (replica {replica}) "
+                    f"is not a buffer of a pjrt-hub CPU client: got {type(buffer).__name__}"
+                )
+            if buffer._device is not device:
+                raise InvalidArgument(
+                    f"Buffer passed to Execute() as argument {index} to replica {replica} is on "
+                    f"device {buffer._device._label}, but replica is assigned to device {device._label}."
+                )
+            if buffer._state != LIVE:
+                raise buffer._unusable(
+                    f"PJRT_LoadedExecutable_Execute: argument {index} of {self._name} (replica {replica})"
+                )
+            layout = buffer._layout
+            expected = inputs[index]
+            if layout is not expected and (layout.shape != expected.shape or layout.dtype != expected.dtype):
+                raise InvalidArgument(
+                    f"PJRT_LoadedExecutable_Execute: argument {index} of {self._name} (replica {replica}) "
+                    f"has the wrong shape or element type: expected {expected.text}, got {layout.text}"
+                )
+            array = buffer._array
+            if array is None:
+                if buffer._error is not None:
+                    launch.error = buffer._error
+                elif buffer._source is not None:
+                    launch.pending.append((index, buffer._source, buffer._index))
+            arrays.append(array)
+        for index in self._donated:
+            if index in non_donatable:
+                continue
+            buffer = args[index]
+            if buffer._ext_refs:
+                raise FailedPrecondition(
+                    f"Donation requested for buffer with external reference: argument {index} of "
+                    f"{self._name} (replica {replica}) is a {buffer._describe()} with "
+                    f"{buffer._ext_refs} external reference(s) (DLPack or IncreaseExternalReferenceCount)"
+                )
+            for other, candidate in enumerate(args):
+                if candidate is buffer and other != index:
+                    first, second = min(index, other), max(index, other)
+                    both = other in self._donated and other not in non_donatable
+                    if both:
+                        raise InvalidArgument(
+                            f"Attempt to donate the same buffer twice in Execute() (flattened argument "
+                            f"{second}, replica {replica}, first use: {first}). Toy example for this "
+                            "bug: `f(donate(a), donate(a))`."
+                        )
+                    raise InvalidArgument(
+                        f"Attempt to donate a buffer which is also used by the same call to Execute() "
+                        f"(flattened argument {second}, replica {replica}, first use: {first}). Toy "
+                        "example for this bug: `f(a, donate(a))`."
+                    )
+        return launch
+
+    def _take(self, launch: _Launch, non_donatable: Sequence[int]) -> None:
+        """Hold the arguments' storage and carry out donations. Caller holds the client's lock."""
+        held = launch.held
+        donated = self._donated if launch.error is None else ()
+        reuse = self._reuse
+        default_memory = launch.device._memories[0]
+        for index, buffer in enumerate(launch.buffers):
+            if index in donated and index not in non_donatable:
+                out_index = reuse.get(index)
+                array = buffer._array
+                if (out_index is not None and buffer._mutable and not buffer._uses
+                        and buffer._memory is default_memory
+                        and (array is None or array.flags.writeable)):
+                    # The storage moves to the output, with its accounting and release hook.
+                    if launch.out is None:
+                        launch.out = [None] * len(self._outputs)
+                    if array is None:
+                        launch.out_pending.append((out_index, buffer._source, buffer._index))
+                    launch.out[out_index] = array
+                    launch.out_accounted[out_index] = buffer._accounted
+                    launch.out_release[out_index] = buffer._release
+                    buffer._accounted = 0
+                    buffer._release = None
+                    buffer._state = DONATED
+                    buffer._donated_to = self._name
+                    buffer._array = None
+                    buffer._source = None
+                    continue
+                buffer._uses += 1
+                held.append(buffer)
+                buffer._donated_to = self._name
+                buffer._drop_storage(DONATED)  # no hook yet: this execution still holds it
+                continue
+            buffer._uses += 1
+            held.append(buffer)
+
+    # -- running ---------------------------------------------------------------------------------
+
+    def _run_program(self, arrays: list[np.ndarray], out: list[np.ndarray | None] | None
+                     ) -> tuple[list[np.ndarray], list[bool]]:
+        """Run and check the results; returns them with, for each, whether it is ours to reuse."""
+        # A list of our own: results are replaced below, and the program may keep its list.
+        results = list(self._program.run(arrays, out))
+        outputs = self._outputs
+        if len(results) != len(outputs):
+            raise ExecutionError(
+                f"{self._name}: the program returned {len(results)} results but declares {len(outputs)} outputs"
+            )
+        reusable = []
+        for index, layout in enumerate(outputs):
+            result = results[index]
+            if type(result) is not np.ndarray:
+                result = results[index] = np.asarray(result)
+            dtype = result.dtype
+            if result.shape != layout.shape or (dtype is not layout.dtype and dtype != layout.dtype):
+                raise ExecutionError(
+                    f"{self._name}: result {index} is {result.dtype}{list(result.shape)} but the "
+                    f"program declares {layout.text} ({layout.dtype})"
+                )
+            if out is not None and result is out[index]:
+                reusable.append(True)
+                continue
+            if (index and any(result is earlier for earlier in results[:index])) or _aliases_an_input(result, arrays):
+                # One value returned twice, or an input (or a view of one) returned: each output
+                # gets storage of its own.
+                results[index] = result.copy()
+                reusable.append(True)
+                continue
+            del result
+            reusable.append(sys.getrefcount(results[index]) <= _EXCLUSIVE_REFS)
+        return results, reusable
+
+    def _give_back(self, launch: _Launch) -> list[Any]:
+        """Release the holds; returns the release hooks now due. Caller holds the client's lock."""
+        hooks = []
+        for buffer in launch.held:
+            buffer._uses -= 1
+            hook = buffer._take_release_hook()
+            if hook is not None:
+                hooks.append(hook)
+        return hooks
+
+    def _compute(self, launch: _Launch) -> tuple[list[np.ndarray], list[bool], PjrtError | None]:
+        """Wait for inputs still being computed, then run; an error is returned, not raised."""
+        if launch.error is not None:
+            return [], [], launch.error
+        try:
+            for index, source, position in launch.pending:
+                source.event.await_()
+                launch.arrays[index] = source.results[position]
+            for index, source, position in launch.out_pending:
+                source.event.await_()
+                if source.reusable[position]:  # type: ignore[index]
+                    launch.out[index] = source.results[position]  # type: ignore[index]
+            results, reusable = self._run_program(launch.arrays, launch.out)
+            return results, reusable, None
+        except Exception as exc:  # noqa: BLE001 - an execution error goes onto the event
+            return [], [], as_pjrt_error(exc, f"{self._name} on {launch.device._label}")
+
+    def _run_inline(self, launch: _Launch) -> tuple[list[CpuBuffer], CpuEvent]:
+        results, reusable, error = self._compute(launch)
+        memory = launch.device._memories[0]
+        outputs = []
+        with self._client._lock:
+            hooks = self._give_back(launch)
+            if error is None:
+                event = READY
+                accounted = launch.out_accounted
+                released = launch.out_release
+                for index, layout in enumerate(self._outputs):
+                    nbytes = accounted.pop(index, None) if accounted else None
+                    if nbytes is None:
+                        nbytes = layout.nbytes
+                        memory._alloc(nbytes)
+                    outputs.append(CpuBuffer._make(memory, layout, results[index], READY, nbytes,
+                                                   reusable[index], released.get(index) if released else None))
+            else:
+                event = failed_event(error)
+                for layout in self._outputs:
+                    buffer = CpuBuffer._make(memory, layout, None, event, 0, True)
+                    buffer._error = error
+                    outputs.append(buffer)
+                for nbytes in launch.out_accounted.values():
+                    memory._free(nbytes)
+                hooks.extend(hook for hook in launch.out_release.values() if hook is not None)
+        for hook in hooks:
+            hook()
+        return outputs, event
+
+    def _submit(self, launches: list[_Launch]) -> ExecuteResult:
+        """Create pending outputs and queue each launch on its device. Caller holds the lock."""
+        outputs, events = [], []
+        for launch in launches:
+            event = CpuEvent()
+            task = _Execution(self, launch, event)
+            memory = launch.device._memories[0]
+            buffers = []
+            for index, layout in enumerate(self._outputs):
+                nbytes = launch.out_accounted.pop(index, None)
+                if nbytes is None:
+                    nbytes = layout.nbytes
+                    memory._alloc(nbytes)
+                buffer = CpuBuffer._make(memory, layout, None, event, nbytes, True,
+                                         launch.out_release.pop(index, None))
+                buffer._source = task
+                buffer._index = index
+                buffers.append(buffer)
+            task.outputs = buffers
+            outputs.append(buffers)
+            events.append(event)
+            launch.device._worker.submit(task)
+        return ExecuteResult(outputs, events)
+
+
+class _Execution(Pending):
+    """A launch queued on a device's worker; its results feed the pending outputs."""
+
+    __slots__ = ("executable", "launch", "outputs")
+
+    def __init__(self, executable: CpuLoadedExecutable, launch: _Launch, event: CpuEvent) -> None:
+        super().__init__(event)
+        self.executable = executable
+        self.launch = launch
+        self.outputs: list[CpuBuffer] = []
+
+    def __call__(self) -> None:
+        executable, launch = self.executable, self.launch
+        results, reusable, error = executable._compute(launch)
+        client = executable._client
+        with client._lock:
+            hooks = executable._give_back(launch)
+            if error is None:
+                self.results = results
+                self.reusable = reusable
+                for buffer, array, mutable in zip(self.outputs, results, reusable):
+                    buffer._mutable = mutable
+                    hook = buffer._settle(array, None)
+                    if hook is not None:
+                        hooks.append(hook)
+            else:
+                for buffer in self.outputs:
+                    hook = buffer._settle(None, error)
+                    if hook is not None:
+                        hooks.append(hook)
+        # Drop the argument arrays and the outputs before anyone is told: a waiter may check
+        # memory right away, and consumers of the results need only ``results``.
+        self.launch = None  # type: ignore[assignment]
+        self.outputs = []
+        del launch
+        for hook in hooks:
+            hook()
+        self.event.set(error)
+
+
+def _aliases_an_input(result: np.ndarray, arrays: Sequence[np.ndarray | None]) -> bool:
+    for array in arrays:
+        if result is array:
+            return True
+    base = result.base
+    if base is None or not isinstance(base, np.ndarray):
+        return False
+    return any(array is not None and np.may_share_memory(result, array) for array in arrays)
+
+
+def resolve_replication(program: CompiledProgram, options: CompileOptions) -> tuple[int, int]:
+    """Replica and partition counts from the options, or from the module when the options keep
+    the default; InvalidArgument when both are set and disagree."""
+    counts = []
+    for what in ("num_replicas", "num_partitions"):
+        from_options = getattr(options, what)
+        from_module = getattr(program, what, None) or 1
+        if isinstance(from_options, bool) or not isinstance(from_options, int) or from_options < 1:
+            raise InvalidArgument(f"compile option {what} must be a positive int, got {from_options!r}")
+        if from_options != 1 and from_module != 1 and from_options != from_module:
+            raise InvalidArgument(
+                f"{program.name}: compile options ask for {what}={from_options} but the module "
+                f"says mhlo.{what} = {from_module}"
+            )
+        counts.append(from_options if from_options != 1 else int(from_module))
+    return counts[0], counts[1]
+
+
+def cost_figures(program: CompiledProgram, inputs: tuple[Layout, ...],
+                 outputs: tuple[Layout, ...]) -> tuple[float, float]:
+    """(flops, bytes accessed) from the cost analysis, estimated from sizes where missing."""
+    try:
+        cost: Mapping[str, float] = program.cost_analysis() or {}
+    except Exception:  # noqa: BLE001 - a missing analysis only costs the inline path
+        cost = {}
+    size = sum(layout.nbytes for layout in inputs) + sum(layout.nbytes for layout in outputs)
+    elements = sum(layout.nbytes // max(layout.dtype.itemsize, 1) for layout in outputs)
+    flops = cost.get("flops")
+    accessed = cost.get("bytes accessed")
+    return (float(flops) if flops is not None else float(elements),
+            float(accessed) if accessed is not None else float(size))

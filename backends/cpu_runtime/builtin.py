@@ -1,0 +1,34 @@
+"""What pjrt-hub's own host-memory plugins (numba_cpu, reference) declare and build alike.
+
+Both are built with the framework, so they implement its newest minor; being Python plugins
+behind the version gate, they serve any framework since the history's floor. Only the compiler
+and the description differ.
+"""
+
+from __future__ import annotations
+
+from pjrt_hub.abi import FRAMEWORK_VERSION, PluginDeclaration, history
+
+from ._api import CpuApi
+from .compiler import ProgramCompiler
+
+__all__ = ["STABLEHLO_ATTRIBUTES", "builtin_api", "builtin_declaration"]
+
+#: The StableHLO versions the shared parser reads (the text JAX 0.10 prints), as int64 lists,
+#: the way XLA's plugins report them.
+STABLEHLO_ATTRIBUTES = {"stablehlo_current_version": [1, 13, 0], "stablehlo_minimum_version": [0, 9, 0]}
+
+
+def builtin_declaration(description: str) -> PluginDeclaration:
+    return PluginDeclaration(
+        api_version=str(FRAMEWORK_VERSION),
+        platform_name="cpu",
+        min_framework_version=f"0.{history.FLOOR_MINOR}",
+        description=description,
+    )
+
+
+def builtin_api(compiler: ProgramCompiler, backend: str) -> CpuApi:
+    return CpuApi(compiler, platform_name="cpu", api_version=FRAMEWORK_VERSION,
+                  platform_version=f"pjrt-hub {backend}",
+                  attributes={"pjrt_hub_backend": backend, **STABLEHLO_ATTRIBUTES})

@@ -1,0 +1,253 @@
+"""``pjrt-hub bench``: the perf corpus on several plugins in one run, through the same binding.
+
+Every plugin is measured the same way, the way XLA:CPU was measured for the research notes:
+inputs are uploaded once, then each timed run is execute + await of the completion events (the
+outputs are destroyed outside the clock), and the median is reported. Compile is timed cold (a
+fresh, empty compile cache for the run, so numba_cpu compiles from scratch) and warm (a fresh
+process whose cache holds the program, after the plugin's one-time start-up, which a compile of
+a tiny program absorbs). Outputs are checked against the manifest's probe values and sums, so a
+fast wrong answer is visible. The tiny program (an add of two 4-element vectors) measures the
+fixed cost of one execute.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from pjrt_hub.abi import PjrtError, Program
+
+__all__ = ["TINY_ADD", "bench", "perf_programs"]
+
+TINY_ADD = """func.func @main(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.add %a, %b : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+"""
+
+#: Timed runs per program (softmax is short and noisy, so it gets more).
+RUNS = {"perf_softmax": 60}
+DEFAULT_RUNS = 30
+TINY_RUNS = 3000
+
+
+def _perf_dir() -> Path:
+    return Path(str(resources.files("pjrt_hub") / "data" / "corpus" / "perf"))
+
+
+def perf_programs() -> list[dict[str, Any]]:
+    """The perf corpus manifest entries."""
+    return json.loads((_perf_dir() / "manifest.json").read_text())["programs"]
+
+
+def _regenerate(entry: dict[str, Any]) -> list[np.ndarray]:
+    spec = importlib.util.spec_from_file_location("_pjrt_hub_perf_inputs", _perf_dir() / "make_inputs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.regenerate(entry)
+
+
+def _matches(outputs: Sequence[np.ndarray], entry: dict[str, Any]) -> bool:
+    for array, spec in zip(outputs, entry["outputs"]):
+        flat = np.asarray(array, dtype=np.float64).ravel()
+        probes = flat[np.asarray(spec["probe_flat_indices"])]
+        expected = np.asarray(spec["probe_values"], dtype=np.float64)
+        if not np.allclose(probes, expected, rtol=spec["rtol"], atol=spec["atol"]):
+            return False
+        if abs(flat.sum() - spec["sum"]) > 1e-4 * spec["abs_sum"]:
+            return False
+    return True
+
+
+class _Loaded:
+    """A program compiled on a client, with its inputs on the first device."""
+
+    def __init__(self, client: Any, text: str, arrays: Sequence[np.ndarray]) -> None:
+        t0 = time.perf_counter()
+        self.executable = client.compile(Program(text, "mlir"))
+        self.compile_ms = (time.perf_counter() - t0) * 1e3
+        device = client.addressable_devices()[0]
+        self.buffers = []
+        for array in arrays:
+            transfer = client.buffer_from_host_buffer(np.ascontiguousarray(array), device=device)
+            transfer.done_with_host_buffer.await_()
+            self.buffers.append(transfer.buffer)
+
+    def execute_once(self) -> float:
+        t0 = time.perf_counter()
+        result = self.executable.execute([self.buffers])
+        for event in result.device_complete_events:
+            event.await_()
+        elapsed = time.perf_counter() - t0
+        for buffer in result.outputs[0]:
+            buffer.destroy()
+        return elapsed
+
+    def outputs(self) -> list[np.ndarray]:
+        result = self.executable.execute([self.buffers])
+        arrays = []
+        for buffer in result.outputs[0]:
+            host = buffer.to_host_buffer()
+            host.event.await_()
+            arrays.append(host.array)
+            buffer.destroy()
+        return arrays
+
+    def close(self) -> None:
+        for buffer in self.buffers:
+            buffer.destroy()
+        self.executable.destroy()
+
+
+def _median_ms(fn: Callable[[], float], runs: int, warm: int = 3) -> float:
+    for _ in range(warm):
+        fn()
+    return statistics.median(fn() for _ in range(runs)) * 1e3
+
+
+def _warm_compile_ms(plugin: str, program: Path, cache: str, library: Sequence[str]) -> float | None:
+    """Compile ``program`` in a fresh process that shares the run's compile cache."""
+    env = dict(os.environ, PJRT_HUB_CACHE=cache)
+    cmd = [sys.executable, "-m", "pjrt_hub._bench", "--warm-compile", plugin, str(program), *library]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    except subprocess.TimeoutExpired:
+        return None
+    if done.returncode != 0:
+        return None
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def bench(registry: Any, plugins: Sequence[str], programs: Iterable[str] | None = None, *,
+          warm: bool = True, library: Sequence[str] = (), runs: int | None = None,
+          progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run the perf corpus on ``plugins``; return the report as a JSON-able dict."""
+    say = progress or (lambda message: None)
+    entries = [e for e in perf_programs() if programs is None or e["name"] in set(programs)]
+    cache = tempfile.mkdtemp(prefix="pjrt-hub-bench-")
+    previous = os.environ.get("PJRT_HUB_CACHE")
+    os.environ["PJRT_HUB_CACHE"] = cache  # cold: nothing compiled yet for this run
+    rows: list[dict[str, Any]] = []
+    tiny: dict[str, float] = {}
+    try:
+        clients = {name: registry.create_client(name) for name in plugins}
+        for name, client in clients.items():
+            loaded = _Loaded(client, TINY_ADD, [np.arange(4, dtype=np.float32)] * 2)
+            tiny[name] = _median_ms(loaded.execute_once, runs or TINY_RUNS, warm=200) * 1e3
+            loaded.close()
+            say(f"{name}: tiny add executes in {tiny[name]:.2f} us")
+        for entry in entries:
+            path = _perf_dir() / entry["file"]
+            text = path.read_text()
+            arrays = _regenerate(entry)
+            for name, client in clients.items():
+                row: dict[str, Any] = {"name": entry["name"], "plugin": name}
+                try:
+                    loaded = _Loaded(client, text, arrays)
+                    row["compile_ms_cold"] = loaded.compile_ms
+                    row["outputs_match"] = _matches(loaded.outputs(), entry)
+                    count = runs or RUNS.get(entry["name"], DEFAULT_RUNS)
+                    row["execute_ms_median"] = _median_ms(loaded.execute_once, count, warm=min(3, count))
+                    row["runs"] = count
+                    loaded.close()
+                except PjrtError as exc:
+                    row["error"] = str(exc)
+                if warm and "error" not in row:
+                    row["compile_ms_warm"] = _warm_compile_ms(name, path, cache, library)
+                baseline_us = (entry.get("baseline") or {}).get("xla_cpu_execute_us")
+                row["xla_cpu_baseline_ms"] = None if baseline_us is None else baseline_us / 1e3
+                rows.append(row)
+                say(_format_row(row))
+    finally:
+        if previous is None:
+            os.environ.pop("PJRT_HUB_CACHE", None)
+        else:
+            os.environ["PJRT_HUB_CACHE"] = previous
+    _add_ratios(rows)
+    return {"programs": rows, "tiny_execute_us": tiny.get(plugins[0]) if plugins else None,
+            "tiny_execute_us_by_plugin": tiny, "plugins": list(plugins)}
+
+
+def _add_ratios(rows: list[dict[str, Any]]) -> None:
+    """Each row gets ``speedup_vs_<plugin>``: the other plugin's median over this one's."""
+    by_program: dict[str, dict[str, float]] = {}
+    for row in rows:
+        if "execute_ms_median" in row:
+            by_program.setdefault(row["name"], {})[row["plugin"]] = row["execute_ms_median"]
+    for row in rows:
+        mine = row.get("execute_ms_median")
+        if not mine:
+            continue
+        for other, ms in by_program.get(row["name"], {}).items():
+            if other != row["plugin"]:
+                row[f"speedup_vs_{other}"] = ms / mine
+
+
+def _format_row(row: dict[str, Any]) -> str:
+    if "error" in row:
+        return f"{row['name']} on {row['plugin']}: error: {row['error']}"
+    warm = row.get("compile_ms_warm")
+    return (f"{row['name']} on {row['plugin']}: execute {row['execute_ms_median']:.2f} ms (median of "
+            f"{row['runs']}), compile cold {row['compile_ms_cold']:.0f} ms, warm "
+            f"{'-' if warm is None else f'{warm:.1f}'} ms, outputs {'match' if row['outputs_match'] else 'DIFFER'}")
+
+
+def format_report(report: dict[str, Any]) -> str:
+    plugins = report["plugins"]
+    head = ["program", *[f"{p} ms" for p in plugins]]
+    ratio_cols = [(a, b) for a in plugins[:1] for b in plugins[1:]]
+    head += [f"{a} speedup vs {b}" for a, b in ratio_cols] + ["compile cold/warm ms (" + plugins[0] + ")", "XLA:CPU ms"]
+    table = [head]
+    for name in dict.fromkeys(r["name"] for r in report["programs"]):
+        rows = {r["plugin"]: r for r in report["programs"] if r["name"] == name}
+        cells = [name]
+        for p in plugins:
+            r = rows.get(p, {})
+            cells.append(f"{r['execute_ms_median']:.2f}" if "execute_ms_median" in r else "error")
+        for a, b in ratio_cols:
+            ratio = rows.get(a, {}).get(f"speedup_vs_{b}")
+            cells.append("-" if ratio is None else f"{ratio:.2f}x")
+        first = rows.get(plugins[0], {})
+        cold, warm = first.get("compile_ms_cold"), first.get("compile_ms_warm")
+        cells.append(f"{'-' if cold is None else f'{cold:.0f}'} / {'-' if warm is None else f'{warm:.1f}'}")
+        base = first.get("xla_cpu_baseline_ms")
+        cells.append("-" if base is None else f"{base:.1f}")
+        table.append(cells)
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
+    lines.append("")
+    lines += [f"tiny add execute: {p} {us:.2f} us" for p, us in report["tiny_execute_us_by_plugin"].items()]
+    return "\n".join(lines)
+
+
+def _warm_compile_main(argv: Sequence[str]) -> int:
+    """Child of :func:`_warm_compile_ms`: start the plugin, then time one compile."""
+    from pjrt_hub._registry import PluginRegistry, RegistrySettings
+
+    plugin, program, *library = argv
+    registry = PluginRegistry(RegistrySettings.from_environment(paths=tuple(library)))
+    client = registry.create_client(plugin)
+    client.compile(Program(TINY_ADD, "mlir")).destroy()  # the plugin's one-time start-up
+    text = Path(program).read_text()
+    t0 = time.perf_counter()
+    client.compile(Program(text, "mlir")).destroy()
+    print((time.perf_counter() - t0) * 1e3)
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--warm-compile"]:
+        sys.exit(_warm_compile_main(sys.argv[2:]))
+    raise SystemExit("usage: python -m pjrt_hub._bench --warm-compile PLUGIN PROGRAM [LIBRARY...]")

@@ -1,0 +1,226 @@
+"""Discovery: find plugin candidates without running any of their code.
+
+Sources, the ecosystem's real conventions:
+
+* entry points in ``pjrt_hub.plugins`` (Python plugins, loaded later through pluggy);
+* entry points in ``jax_plugins`` (JAX's group: ``jax-cuda12-pjrt``, ``jax-tt-plugin``) and
+  ``xla_plugins`` (``xla-cpu-pjrt``): the value names a module that ships a PJRT C library; the
+  library is found in the distribution's file list or next to the module, never by importing the
+  module (a JAX plugin module imports jax and registers itself on import);
+* modules of the ``jax_plugins`` namespace package that carry a shared library;
+* ``PJRT_NAMES_AND_LIBRARY_PATHS=name:path,...`` (a path may be a JSON config with
+  ``library_path`` and ``create_options``, as in JAX);
+* explicit library paths given by the user.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.metadata as md
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Literal
+
+__all__ = [
+    "C_GROUPS",
+    "Candidate",
+    "ENV_LIBRARY_PATHS",
+    "PYTHON_GROUP",
+    "candidate_for_path",
+    "discover",
+]
+
+PYTHON_GROUP = "pjrt_hub.plugins"
+C_GROUPS = ("jax_plugins", "xla_plugins")
+ENV_LIBRARY_PATHS = "PJRT_NAMES_AND_LIBRARY_PATHS"
+
+_SHARED_SUFFIXES = (".so", ".dylib", ".dll")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One plugin found, not yet loaded."""
+
+    name: str
+    kind: Literal["python", "c"]
+    #: Where it was found: ``entry point pjrt_hub.plugins``, ``PJRT_NAMES_AND_LIBRARY_PATHS``, ...
+    source: str
+    entry_point: md.EntryPoint | None = None
+    distribution: str | None = None
+    distribution_version: str | None = None
+    #: The distribution's Requires-Dist lines (for pins on framework distributions).
+    requires: tuple[str, ...] = ()
+    library_path: str | None = None
+    create_options: dict[str, Any] = field(default_factory=dict)
+    #: A problem found during discovery (a malformed setting, no library); the candidate fails.
+    problem: str | None = None
+
+    @property
+    def entry_point_text(self) -> str | None:
+        ep = self.entry_point
+        return None if ep is None else f"{ep.group}: {ep.name} = {ep.value}"
+
+
+def _dist_facts(dist: md.Distribution | None) -> dict[str, Any]:
+    if dist is None:
+        return {}
+    return {
+        "distribution": dist.metadata["Name"],
+        "distribution_version": dist.version,
+        "requires": tuple(dist.requires or ()),
+    }
+
+
+def _is_shared_library(name: str) -> bool:
+    return name.endswith(_SHARED_SUFFIXES) or ".so." in name
+
+
+def _preference(path: Path) -> tuple[int, int]:
+    name = path.name.lower()
+    hinted = any(word in name for word in ("pjrt", "plugin", "tpu"))
+    try:
+        size = path.stat().st_size
+    except OSError:
+        size = 0
+    return (1 if hinted else 0, size)
+
+
+def _pick_library(paths: Iterable[Path]) -> Path | None:
+    existing = [p for p in paths if p.is_file()]
+    return max(existing, key=_preference) if existing else None
+
+
+def _module_locations(module: str) -> list[Path]:
+    """Directories (or the file) of a module, found on sys.path without importing anything."""
+    parts = module.split(".")
+    search: list[str] | None = None
+    spec = None
+    for i in range(len(parts)):
+        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), search)
+        if spec is None:
+            return []
+        search = list(spec.submodule_search_locations or [])
+    if spec is None:
+        return []
+    if spec.submodule_search_locations:
+        return [Path(p) for p in spec.submodule_search_locations]
+    return [Path(spec.origin).parent] if spec.origin else []
+
+
+def _library_for_module(module: str, dist: md.Distribution | None) -> Path | None:
+    """The shared library that ships with ``module``: from the dist's file list, else on disk."""
+    if dist is not None and dist.files:
+        prefix = module.replace(".", "/") + "/"
+        owned = [f for f in dist.files if str(f).startswith(prefix) and _is_shared_library(f.name)]
+        if not owned:
+            owned = [f for f in dist.files if _is_shared_library(f.name) and "pjrt" in f.name.lower()]
+        found = _pick_library(Path(dist.locate_file(f)) for f in owned)
+        if found is not None:
+            return found
+    for location in _module_locations(module):
+        if location.is_dir():
+            found = _pick_library(p for p in location.rglob("*") if _is_shared_library(p.name))
+            if found is not None:
+                return found
+    return None
+
+
+def _iter_entry_points(group: str) -> Iterator[tuple[md.EntryPoint, md.Distribution | None]]:
+    for ep in md.entry_points(group=group):
+        yield ep, getattr(ep, "dist", None)
+
+
+def _python_candidates() -> Iterator[Candidate]:
+    for ep, dist in _iter_entry_points(PYTHON_GROUP):
+        yield Candidate(ep.name, "python", f"entry point {PYTHON_GROUP}", ep, **_dist_facts(dist))
+
+
+def _c_entry_point_candidates() -> Iterator[Candidate]:
+    for group in C_GROUPS:
+        for ep, dist in _iter_entry_points(group):
+            module = ep.value.split(":")[0].strip()
+            library = _library_for_module(module, dist)
+            problem = None if library else (
+                f"no shared library found for module {module!r} of entry point {ep.name!r} "
+                f"(looked in the distribution's files and next to the module)"
+            )
+            yield Candidate(ep.name, "c", f"entry point {group}", ep,
+                            library_path=str(library) if library else None, problem=problem,
+                            **_dist_facts(dist))
+
+
+def _namespace_candidates(seen_modules: set[str]) -> Iterator[Candidate]:
+    """Submodules of the ``jax_plugins`` namespace package that ship a shared library."""
+    spec = importlib.machinery.PathFinder.find_spec("jax_plugins")
+    if spec is None or not spec.submodule_search_locations:
+        return
+    for location in spec.submodule_search_locations:
+        base = Path(location)
+        if not base.is_dir():
+            continue
+        for child in sorted(base.iterdir()):
+            module = f"jax_plugins.{child.name}"
+            if not child.is_dir() or module in seen_modules or child.name.startswith(("_", ".")):
+                continue
+            library = _pick_library(p for p in child.rglob("*") if _is_shared_library(p.name))
+            if library is not None:
+                yield Candidate(child.name, "c", "jax_plugins namespace package",
+                                library_path=str(library))
+
+
+def _env_candidates(value: str) -> Iterator[Candidate]:
+    source = f"environment {ENV_LIBRARY_PATHS}"
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        pieces = item.split(os.path.pathsep)
+        if len(pieces) != 2 or not all(pieces):
+            yield Candidate(item, "c", source, problem=(
+                f"invalid value {item!r} in env var {ENV_LIBRARY_PATHS} {value!r}: expected "
+                f"'name{os.path.pathsep}path' items separated by ','"))
+            continue
+        name, path = pieces
+        yield candidate_for_path(path, name=name, source=source)
+
+
+def candidate_for_path(path: str, *, name: str | None = None, source: str = "path") -> Candidate:
+    """A C plugin named by a library path, or by a JAX-style JSON config file."""
+    name = name or Path(path).stem.removeprefix("lib")
+    if path.endswith(".json"):
+        try:
+            config = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            return Candidate(name, "c", source, problem=f"cannot read plugin config {path}: {exc}")
+        if not isinstance(config, dict) or "library_path" not in config:
+            return Candidate(name, "c", source, problem=(
+                f'PJRT plugin config file should contain "library_path" field. ({path})'))
+        options = config.get("create_options") or {}
+        if not isinstance(options, dict):
+            return Candidate(name, "c", source, problem=f"create_options in {path} must be an object")
+        path = str(config["library_path"])
+        return Candidate(name, "c", source, library_path=path, create_options=options,
+                         problem=None if Path(path).is_file() else f"library {path} does not exist")
+    problem = None if Path(path).is_file() else f"library {path} does not exist"
+    return Candidate(name, "c", source, library_path=path, problem=problem)
+
+
+def discover(*, autoload: bool = True, environ: dict[str, str] | None = None,
+             paths: Iterable[str] = ()) -> list[Candidate]:
+    """Every candidate from every source, in a stable order: Python entry points, C entry
+    points, the jax_plugins namespace, the environment variable, explicit paths.
+
+    With ``autoload`` off only the explicit paths and the environment variable are read.
+    """
+    env = os.environ if environ is None else environ
+    found: list[Candidate] = []
+    if autoload:
+        found.extend(_python_candidates())
+        c_eps = list(_c_entry_point_candidates())
+        found.extend(c_eps)
+        modules = {c.entry_point.value.split(":")[0].strip() for c in c_eps if c.entry_point}
+        found.extend(_namespace_candidates(modules))
+    if env.get(ENV_LIBRARY_PATHS):
+        found.extend(_env_candidates(env[ENV_LIBRARY_PATHS]))
+    for path in paths:
+        found.append(candidate_for_path(path))
+    return found

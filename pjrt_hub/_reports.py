@@ -1,0 +1,249 @@
+"""The data that crosses pjrt-hub's edges, as pydantic models.
+
+Plugin declarations come in (validated strictly: a plugin that declares garbage fails with the
+reason); load reports and verdicts go out (``pjrt-hub list --json``, ``check --json``). The JSON
+schema of each report is published by ``pjrt-hub <command> --schema``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any, Literal, Mapping
+
+from packaging.requirements import InvalidRequirement, Requirement
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator
+
+from pjrt_hub.abi import ApiVersion, PluginDeclaration
+from pjrt_hub.extensions import KNOWN_EXTENSIONS, extension_spec
+
+__all__ = [
+    "ArrayInfo",
+    "BenchReport",
+    "CheckReport",
+    "DeclarationModel",
+    "LimitationModel",
+    "ListReport",
+    "NegotiationModel",
+    "Outcome",
+    "PluginRecord",
+    "ProbeCommandReport",
+    "RunReport",
+    "VerdictModel",
+    "declaration_from_plugin",
+]
+
+#: Bumped when a report's JSON changes incompatibly.
+SCHEMA_VERSION = 1
+
+
+class Outcome(str, enum.Enum):
+    """What became of a plugin candidate."""
+
+    LOADED = "loaded"
+    FOUND = "found"  # a C plugin seen but not probed
+    INCOMPATIBLE = "incompatible"
+    BLOCKED = "blocked"
+    DUPLICATE = "duplicate"
+    FAILED = "failed"
+
+
+def _api_version(value: Any, what: str) -> str:
+    if isinstance(value, ApiVersion):
+        return str(value)
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string like '0.105', got {type(value).__name__} {value!r}")
+    try:
+        ApiVersion.parse(value)
+    except ValueError as exc:
+        raise ValueError(str(exc)) from None
+    return value.strip()
+
+
+class LimitationModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    description: StrictStr
+    cases: tuple[StrictStr, ...] = ()
+
+
+class DeclarationModel(BaseModel):
+    """A plugin's declaration, validated. See :class:`pjrt_hub.abi.PluginDeclaration`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    api_version: StrictStr
+    platform_name: StrictStr = "unknown"
+    extensions: dict[StrictStr, StrictInt] = Field(default_factory=dict)
+    min_framework_version: StrictStr | None = None
+    framework_requires: tuple[StrictStr, ...] = ()
+    needs_hardware: StrictBool = False
+    limitations: tuple[LimitationModel, ...] = ()
+    description: StrictStr = ""
+
+    @field_validator("api_version", mode="before")
+    @classmethod
+    def _check_version(cls, value: Any) -> str:
+        return _api_version(value, "api_version")
+
+    @field_validator("min_framework_version", mode="before")
+    @classmethod
+    def _check_min(cls, value: Any) -> str | None:
+        return None if value is None else _api_version(value, "min_framework_version")
+
+    @field_validator("extensions")
+    @classmethod
+    def _check_extensions(cls, value: dict[str, int]) -> dict[str, int]:
+        for name, version in value.items():
+            if extension_spec(name) is None:
+                raise ValueError(f"unknown extension {name!r}; known: {', '.join(sorted(KNOWN_EXTENSIONS))}")
+            if version < 0:
+                raise ValueError(f"extension {name} version must be >= 0, got {version}")
+        return {extension_spec(n).name: v for n, v in value.items()}  # type: ignore[union-attr]
+
+    @field_validator("framework_requires")
+    @classmethod
+    def _check_requires(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for text in value:
+            try:
+                Requirement(text)
+            except InvalidRequirement as exc:
+                raise ValueError(f"framework_requires entry {text!r} is not a requirement: {exc}") from None
+        return value
+
+    @property
+    def version(self) -> ApiVersion:
+        return ApiVersion.parse(self.api_version)
+
+    @property
+    def min_framework(self) -> ApiVersion | None:
+        return None if self.min_framework_version is None else ApiVersion.parse(self.min_framework_version)
+
+
+def declaration_from_plugin(value: Any) -> DeclarationModel:
+    """Validate what ``pjrt_hub_declare`` returned (a PluginDeclaration or a mapping)."""
+    if isinstance(value, PluginDeclaration):
+        data: Any = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        data["limitations"] = [dataclasses.asdict(x) if dataclasses.is_dataclass(x) else x
+                               for x in value.limitations]
+        data["extensions"] = dict(value.extensions)
+    elif isinstance(value, Mapping):
+        data = dict(value)
+    else:
+        raise TypeError(f"pjrt_hub_declare returned {type(value).__name__}, expected a "
+                        "PluginDeclaration or a mapping")
+    return DeclarationModel.model_validate(data)
+
+
+class VerdictModel(BaseModel):
+    accepted: bool
+    rule: str
+    reasons: list[str]
+    gated_calls: list[str] = Field(default_factory=list)
+    call_limit: str | None = Field(None, description="API version every call is kept to")
+
+
+class NegotiationModel(BaseModel):
+    agreed: dict[str, int]
+    degraded: list[str] = Field(default_factory=list)
+    refusals: list[str] = Field(default_factory=list)
+
+
+class PluginRecord(BaseModel):
+    """One plugin candidate and what became of it."""
+
+    name: str
+    kind: Literal["python", "c"]
+    source: str = Field(description="where it was found (entry point group, environment, path)")
+    entry_point: str | None = None
+    distribution: str | None = None
+    distribution_version: str | None = None
+    library_path: str | None = None
+    api_version: str | None = None
+    platform_name: str | None = None
+    extensions: dict[str, int] = Field(default_factory=dict, description="offered: name -> version")
+    outcome: Outcome
+    reason: str | None = Field(None, description="why this outcome, in words")
+    error: str | None = Field(None, description="the exception, type and message, when one was raised")
+    verdict: VerdictModel | None = None
+    negotiation: NegotiationModel | None = None
+    warnings: list[str] = Field(default_factory=list)
+    details: dict[str, Any] = Field(default_factory=dict, description="kind-specific facts (probe results)")
+
+
+class ListReport(BaseModel):
+    """``pjrt-hub list --json``."""
+
+    schema_version: int = SCHEMA_VERSION
+    framework_version: str
+    pjrt_hub_version: str
+    plugins: list[PluginRecord]
+
+
+class CheckReport(ListReport):
+    """``pjrt-hub check --json``: the list, the policy it was judged under, and the result."""
+
+    window_weeks: int
+    floor_minor: str
+    strict: bool
+    required_extensions: list[str] = Field(default_factory=list)
+    optional_extensions: list[str] = Field(default_factory=list)
+    requested: list[str] = Field(default_factory=list, description="plugins asked for; empty = all")
+    ok: bool = Field(description="every plugin asked for was loaded")
+    problems: list[str] = Field(default_factory=list)
+
+
+class ArrayInfo(BaseModel):
+    name: str
+    shape: list[int]
+    dtype: str
+
+
+class RunReport(BaseModel):
+    """``pjrt-hub run --json``."""
+
+    schema_version: int = SCHEMA_VERSION
+    plugin: str
+    program: str
+    inputs: list[ArrayInfo]
+    outputs: list[ArrayInfo]
+    out: str | None = None
+    compile_ms: float
+    execute_ms: float = Field(description="execute, await and copy the results to host")
+
+
+class ProbeCommandReport(BaseModel):
+    """``pjrt-hub probe --json``: the probe of one PJRT C library and the verdict on it."""
+
+    schema_version: int = SCHEMA_VERSION
+    name: str
+    path: str
+    framework_version: str
+    outcome: Outcome = Field(description="the registry's outcome for the library")
+    reason: str | None = None
+    probe: dict[str, Any] = Field(description="what the loader read (see pjrt_hub.backends.c_api.probe)")
+    verdict: VerdictModel | None = None
+    client_creation_risk: str | None = None
+
+
+class BenchRow(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    plugin: str
+    execute_ms_median: float | None = None
+    compile_ms_cold: float | None = None
+    compile_ms_warm: float | None = Field(None, description="fresh process, cache warm, plugin started")
+    outputs_match: bool | None = Field(None, description="manifest probes and sum agree")
+    runs: int | None = None
+    xla_cpu_baseline_ms: float | None = Field(None, description="XLA:CPU through JAX, from the manifest")
+    error: str | None = None
+
+
+class BenchReport(BaseModel):
+    """``pjrt-hub bench --json``; rows also carry ``speedup_vs_<plugin>`` ratios."""
+
+    programs: list[BenchRow]
+    tiny_execute_us: float | None = Field(None, description="the first plugin's tiny-add execute, in us")
+    tiny_execute_us_by_plugin: dict[str, float]
+    plugins: list[str]

@@ -1,0 +1,266 @@
+"""The conformance run inside pytest: items for (plugin, case), outcomes, the JSON report.
+
+The items hang off the session (there is no test file to collect), one collector per plugin, so
+node ids read ``pjrt-conformance[toy]::client/lookup_device``, ``-k`` selects by plugin, group or
+case, and everything pytest offers (``-x``, ``--junitxml``, ``-v``, xdist-free reruns) applies. A
+declared limitation becomes a strict xfail marker on its items. The cases of a C plugin run in a
+worker process (:mod:`._worker`), so that a plugin that crashes fails a case instead of ending
+the run; ``--pjrt-in-process`` runs them here (for a debugger).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pjrt_hub.abi import ApiVersion
+
+from ._case import CASES, GROUPS, Case, CaseFailure, CaseSkipped, matching, suite_version
+from ._context import PluginUnderTest
+from ._report import CaseOutcome, CaseResult, ConformanceReport, Counts, PluginConformance
+from ._runner import run_case
+from ._worker import CaseWorker, isolation_available
+from . import cases as _cases  # noqa: F401 - registers the cases
+
+__all__ = ["ConformanceItem", "ConformanceSession", "make_registry"]
+
+SUITE_NODE = "pjrt-conformance"
+
+
+def _is_path(value: str) -> bool:
+    return os.sep in value or value.endswith((".so", ".dylib", ".dll", ".json"))
+
+
+def make_registry(plugins: list[str], *, framework: str | None = None, strict: bool = False) -> tuple[Any, list[str]]:
+    """A registry for the named plugins (library paths are added as C plugins); returns the
+    registry and the registry names of the plugins, in order."""
+    from pjrt_hub import Policy, PluginRegistry, RegistrySettings
+    from pjrt_hub._discovery import candidate_for_path
+
+    policy = Policy(framework=ApiVersion.parse(framework)) if framework else Policy()
+    if strict:
+        policy = Policy(framework=policy.framework, strict=True)
+    paths = tuple(p for p in plugins if _is_path(p))
+    names = [candidate_for_path(p).name if _is_path(p) else p for p in plugins]
+    # Only the plugins asked for are imported: another installed plugin that hangs or crashes
+    # while it is declared must not take this run with it.
+    settings = RegistrySettings.from_environment(policy=policy, paths=paths,
+                                                 allowed=frozenset(n.lower() for n in names))
+    registry = PluginRegistry(settings)
+    registry.load()
+    return registry, names
+
+
+class ConformanceItem(pytest.Item):
+    def __init__(self, *, case: Case, ctx: PluginUnderTest, worker: CaseWorker | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.case = case
+        self.ctx = ctx
+        self.worker = worker
+        self.keywords[case.group] = True
+        self.keywords[ctx.name] = True
+        limitation = ctx.limitation_for(case)
+        self.limitation = limitation
+        if limitation is not None:
+            self.add_marker(pytest.mark.xfail(reason=f"declared limitation: {limitation.description}", strict=True))
+
+    def runtest(self) -> None:
+        # Outside the except blocks, so that pytest does not print the case's exception chain.
+        skipped = failed = None
+        try:
+            self._run()
+        except CaseSkipped as exc:
+            skipped = str(exc)
+        except CaseFailure as exc:
+            failed = str(exc)
+        if skipped is not None:
+            pytest.skip(skipped)
+        if failed is not None:
+            pytest.fail(failed, pytrace=False)
+
+    def _run(self) -> None:
+        if self.worker is None:
+            run_case(self.case, self.ctx)
+            return
+        # What applies is decided here, from the registry record: no worker for a skip.
+        reason = self.ctx.not_applicable(self.case)
+        if reason is not None:
+            raise CaseSkipped(reason)
+        self.worker.run(self.case)
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        return self.path, None, f"{self.case.id}[{self.ctx.name}]"
+
+
+class PluginSuite(pytest.Collector):
+    """The cases of one plugin (a collector only so that node ids group by plugin)."""
+
+    def collect(self) -> list[pytest.Item]:
+        return list(self._items)
+
+    def build(self, ctx: PluginUnderTest, selected: list[Case], worker: CaseWorker | None) -> list[ConformanceItem]:
+        self._items = [ConformanceItem.from_parent(self, name=c.id, case=c, ctx=ctx, worker=worker,
+                                                   nodeid=f"{self.nodeid}::{c.id}") for c in selected]
+        return self._items
+
+
+class ConformanceSession:
+    """Registered by :func:`pjrt_hub.testing.pytest_plugin.pytest_configure` when asked for."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.requested: list[str] = list(config.getoption("pjrt_plugin"))
+        self.patterns: list[str] = list(config.getoption("pjrt_case"))
+        self.timeout_scale: float = config.getoption("pjrt_timeout_scale")
+        self.report_path: str | None = config.getoption("pjrt_report")
+        self.only: bool = config.getoption("pjrt_only")
+        try:
+            self.registry, names = make_registry(self.requested, framework=config.getoption("pjrt_framework_version"),
+                                                 strict=config.getoption("pjrt_strict"))
+        except ValueError as exc:
+            raise pytest.UsageError(f"--pjrt-framework-version: {exc}") from None
+        from pjrt_hub.abi import NotFound
+
+        self.contexts: list[PluginUnderTest] = []
+        for asked, name in zip(self.requested, names):
+            try:
+                self.contexts.append(PluginUnderTest(self.registry, name, timeout_scale=self.timeout_scale))
+            except NotFound as exc:
+                raise pytest.UsageError(f"--pjrt-plugin {asked}: {exc.message}") from None
+        # C plugins run in worker processes (a crash fails one case), unless asked otherwise.
+        isolate = not config.getoption("pjrt_in_process") and isolation_available()
+        self.workers: dict[str, CaseWorker] = {}
+        for asked, ctx in zip(self.requested, self.contexts):
+            if isolate and ctx.kind == "c" and ctx.name not in self.workers:
+                self.workers[ctx.name] = CaseWorker(asked, framework=config.getoption("pjrt_framework_version"),
+                                                    strict=config.getoption("pjrt_strict"),
+                                                    timeout_scale=self.timeout_scale)
+        self.results: dict[str, CaseResult] = {}
+        self.owners: dict[str, tuple[PluginUnderTest, Case]] = {}
+        self.started = time.monotonic()
+
+    def selected_cases(self) -> list[Case]:
+        ordered = sorted(CASES.values(), key=lambda c: GROUPS.index(c.group))
+        if not self.patterns:
+            return ordered
+        chosen = [c for c in ordered if matching(c.id, self.patterns)]
+        if not chosen:
+            raise pytest.UsageError(f"--pjrt-case {' '.join(self.patterns)} matches no case")
+        return chosen
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(self, collector: pytest.Collector) -> Any:
+        # The suites join the session's own collection, so pytest counts, selects (-k, -m) and
+        # reports their items like any test's.
+        report = yield
+        if isinstance(collector, pytest.Session) and report.passed:
+            selected = self.selected_cases()
+            for ctx in self.contexts:
+                name = f"{SUITE_NODE}[{ctx.name}]"
+                suite = PluginSuite.from_parent(collector, name=name, nodeid=name)
+                for item in suite.build(ctx, selected, self.workers.get(ctx.name)):
+                    self.owners[item.nodeid] = (ctx, item.case)
+                report.result.append(suite)
+        return report
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        if not self.only:
+            return
+        others = [i for i in items if i.nodeid not in self.owners]
+        if others:
+            config.hook.pytest_deselected(items=others)
+            items[:] = [i for i in items if i.nodeid in self.owners]
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        owner = self.owners.get(report.nodeid)
+        if owner is None:
+            return
+        ctx, item = owner
+        previous = self.results.get(report.nodeid)
+        if report.when == "teardown" and report.passed:
+            return
+        if previous is not None and previous.outcome is not CaseOutcome.PASSED and report.when == "teardown":
+            return
+        outcome, message = _outcome(report)
+        limitation = ctx.limitation_for(item)
+        duration = report.duration + (previous.duration_s if previous else 0.0)
+        self.results[report.nodeid] = CaseResult(
+            id=item.id, group=item.group, name=item.name, description=item.description, outcome=outcome,
+            message=message, limitation=limitation.description if limitation and outcome is not CaseOutcome.SKIPPED
+            else None, duration_s=round(duration, 4))
+
+    def report(self) -> ConformanceReport:
+        import pjrt_hub
+
+        plugins = []
+        for ctx in self.contexts:
+            prefix = f"{SUITE_NODE}[{ctx.name}]::"
+            results = [r for nodeid, r in self.results.items() if nodeid.startswith(prefix)]
+            counts = Counts.of(results)
+            r = ctx.record
+            plugins.append(PluginConformance(
+                plugin=ctx.name, kind=ctx.kind, distribution=r.distribution,
+                distribution_version=r.distribution_version, library_path=r.library_path,
+                api_version=r.api_version, load_outcome=r.outcome.value, load_reason=r.reason,
+                verdict_rule=r.verdict.rule if r.verdict else None,
+                call_limit=r.verdict.call_limit if r.verdict else None,
+                counts=counts, cases=results, ok=counts.failed == 0))
+        return ConformanceReport(suite_version=suite_version(), pjrt_hub_version=pjrt_hub.__version__,
+                                 framework_version=str(self.registry.policy.framework), plugins=plugins,
+                                 ok=all(p.ok for p in plugins))
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        for worker in self.workers.values():
+            worker.close()
+        if self.report_path:
+            path = Path(self.report_path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(self.report().model_dump_json(indent=2))
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        report = self.report()
+        terminalreporter.section("PJRT conformance")
+        for p in report.plugins:
+            terminalreporter.line(f"{p.plugin} ({p.kind}, PJRT API {p.api_version or '?'}, framework "
+                                  f"{report.framework_version}, suite {report.suite_version}): {p.counts}")
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def _failure_text(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    crash = getattr(longrepr, "reprcrash", None)
+    text = report.longreprtext.strip()
+    if text.startswith("[XPASS(strict)]"):
+        return text
+    return text or (crash.message if crash is not None else "failed")
+
+
+def _outcome(report: pytest.TestReport) -> tuple[CaseOutcome, str | None]:
+    if hasattr(report, "wasxfail"):
+        if report.skipped:
+            return CaseOutcome.XFAILED, _failure_text(report) or report.wasxfail
+        # A strict xfail that passed: the limitation no longer holds.
+        return CaseOutcome.FAILED, (f"XPASS(strict): {report.wasxfail}; the case passed, so the limitation "
+                                    "no longer holds: remove it from the plugin's declaration")
+    if report.passed:
+        return CaseOutcome.PASSED, None
+    if report.skipped:
+        return CaseOutcome.SKIPPED, _skip_reason(report)
+    text = _failure_text(report)
+    if text.startswith("[XPASS(strict)]"):
+        return CaseOutcome.FAILED, (f"XPASS(strict): {text.removeprefix('[XPASS(strict)]').strip()}; the case "
+                                    "passed, so the limitation no longer holds: remove it")
+    return CaseOutcome.FAILED, text

@@ -1,0 +1,127 @@
+"""extensions: every extension a plugin offers is usable by its protocol.
+
+The version a plugin offers decides which methods it must have (``@added(n)`` in
+:mod:`pjrt_hub.extensions`); the smoke calls then use each method of that version on real objects
+(a buffer, the client, compiled programs, a device) and check the answers are right in the
+protocol's types: layouts are permutations of the right rank, one per output or parameter; memory
+kinds cover the device's memories, the default one first; FFI type ids are new for new types.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import numpy as np
+
+from pjrt_hub.abi import BufferType
+from pjrt_hub.extensions import KNOWN_EXTENSIONS, ExtensionSpec, MemoryLayout
+
+from .._case import Case, add_case, case, check, fail
+from .._context import PluginUnderTest
+from .._programs import add_one, two_outputs
+from .client import device_id
+
+
+def _unwrap(obj: Any) -> Any:
+    return getattr(obj, "unwrapped", obj)
+
+
+def _permutation(layout: Any, rank: int, what: str) -> None:
+    check(isinstance(layout, MemoryLayout), f"{what} returned {layout!r}, not a pjrt_hub.extensions.MemoryLayout")
+    order = tuple(layout.minor_to_major)
+    check(sorted(order) == list(range(rank)), f"{what}: minor_to_major {order} is not a permutation of {rank} dimensions")
+
+
+def _executable_layouts(ctx: PluginUnderTest, method: Any, name: str, ranks: Any) -> None:
+    for program, what in ((add_one(), "add_one"), (two_outputs(), "two_outputs")):
+        loaded = ctx.compile(program)
+        expected = ranks(loaded, what)
+        layouts = ctx.call(method, _unwrap(loaded), what=f"Layouts.{name}({what})")
+        check(isinstance(layouts, list) and len(layouts) == len(expected),
+              f"Layouts.{name}({what}) returned {layouts!r}, expected {len(expected)} layouts")
+        for i, (layout, rank) in enumerate(zip(layouts, expected)):
+            _permutation(layout, rank, f"Layouts.{name}({what})[{i}]")
+
+
+def _output_ranks(loaded: Any, what: str) -> list[int]:
+    return [len(dims) for dims in loaded.get_executable().output_dimensions()]
+
+
+def _parameter_ranks(loaded: Any, what: str) -> list[int]:
+    return {"add_one": [1], "two_outputs": [2, 2]}[what]
+
+
+def _smoke_layouts(ctx: PluginUnderTest, impl: Any, version: int) -> None:
+    _permutation(impl.client_default_layout(_unwrap(ctx.client), BufferType.F32, (2, 3)), 2,
+                 "Layouts.client_default_layout(F32[2,3])")
+    buffer = ctx.put(np.zeros((2, 3, 4), np.float32))
+    _permutation(impl.buffer_memory_layout(_unwrap(buffer)), 3, "Layouts.buffer_memory_layout(F32[2,3,4])")
+    if version >= 2:
+        _executable_layouts(ctx, impl.executable_output_layouts, "executable_output_layouts", _output_ranks)
+    if version >= 3:
+        _executable_layouts(ctx, impl.executable_parameter_layouts, "executable_parameter_layouts", _parameter_ranks)
+
+
+def _smoke_memory_descriptions(ctx: PluginUnderTest, impl: Any, version: int) -> None:
+    device = ctx.device
+    kinds = impl.memory_descriptions(_unwrap(device.get_description()))
+    check(isinstance(kinds, list) and all(isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], str)
+                                          and isinstance(k[1], int) for k in kinds),
+          f"MemoryDescriptions.memory_descriptions returned {kinds!r}, expected a list of (kind, kind_id)")
+    memories = sorted({m.kind() for m in device.addressable_memories()})
+    check(kinds, f"MemoryDescriptions.memory_descriptions describes no memory of device {device_id(device)}, "
+                 f"whose memories are {memories}")
+    default = device.default_memory().kind()
+    check(kinds[0][0] == default, f"MemoryDescriptions lists {kinds[0][0]!r} first, but the default memory is {default!r}")
+    missing = [k for k in memories if k not in {kind for kind, _ in kinds}]
+    check(not missing, f"MemoryDescriptions lists {[k for k, _ in kinds]}, without the device's memories {missing}")
+
+
+def _smoke_ffi(ctx: PluginUnderTest, impl: Any, version: int) -> None:
+    # XLA's type registry is per process and names are registered once: unique names per run.
+    base = f"pjrt_hub.conformance.{ctx.name}.{uuid.uuid4().hex}"
+    first, second = impl.type_id_register(base + ".a"), impl.type_id_register(base + ".b")
+    check(isinstance(first, int) and isinstance(second, int) and first != second and 0 not in (first, second),
+          f"FFI.type_id_register gave the ids {first!r} and {second!r} to two new types, expected two "
+          "different non-zero ints")
+
+
+SMOKE = {"Layouts": _smoke_layouts, "MemoryDescriptions": _smoke_memory_descriptions, "FFI": _smoke_ffi}
+
+
+def _extension_case(spec: ExtensionSpec) -> Case:
+    def run(ctx: PluginUnderTest) -> None:
+        version = ctx.offered_extensions[spec.name]
+        offered = ctx.api.extensions()
+        impl = offered.get(spec.name)
+        if impl is None:
+            fail(f"plugin {ctx.name} declares {spec.name} {version}, but its Api offers no implementation "
+                 f"(offers: {', '.join(sorted(offered)) or 'none'})")
+        missing = spec.missing_methods(impl, version)
+        check(not missing, f"{spec.name} {version} of plugin {ctx.name} lacks {', '.join(missing)} "
+                           f"({type(impl).__name__})")
+        smoke = SMOKE.get(spec.name)
+        # Version 0: a node too small for version 1 (abi/extension_struct_sizes names it); no
+        # method of the protocol is promised, so none is called.
+        if smoke is not None and version >= 1:
+            smoke(ctx, impl, version)
+
+    return Case("extensions", spec.name,
+                f"The {spec.name} extension ({spec.description}), where offered, has every method of the "
+                "version offered, and answers in the protocol's types.",
+                run, needs_extensions=(spec.name,))
+
+
+for _spec in KNOWN_EXTENSIONS.values():
+    if _spec.protocol is not None:
+        add_case(_extension_case(_spec))
+
+
+@case("extensions", kind="python")
+def declared_are_offered(ctx: PluginUnderTest) -> None:
+    """The Api offers (Api.extensions) exactly the extensions the plugin declares."""
+    declared = set(ctx.offered_extensions)
+    offered = set(ctx.api.extensions())
+    check(declared == offered, f"plugin {ctx.name} declares extensions {sorted(declared)} but its Api offers "
+                               f"{sorted(offered)}")

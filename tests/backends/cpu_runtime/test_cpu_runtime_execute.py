@@ -1,0 +1,272 @@
+"""Executing on the host runtime: argument checks, replicas, result checks and donation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cpu_runtime_minihlo import add_module, module
+
+from pjrt_hub.abi import (
+    CompileOptions,
+    ExecuteOptions,
+    FailedPrecondition,
+    HostBufferSemantics,
+    InvalidArgument,
+)
+from pjrt_hub.backends.cpu_runtime import READY
+
+S = HostBufferSemantics
+F32 = np.float32
+
+
+def ones(n=4, value=1.0):
+    return np.full(n, value, F32)
+
+
+def test_execute_returns_ready_outputs_for_a_tiny_program(client, put, compile_text):
+    executable = compile_text(add_module())
+    a, b = put(np.arange(4, dtype=F32)), put(ones(value=10))
+    result = executable.execute([[a, b]])
+    (out,) = result.outputs[0]
+    assert result.device_complete_events[0].is_ready()
+    assert out.ready_event().is_ready() and out.device() is client.devices()[0]
+    np.testing.assert_array_equal(out.to_host_buffer().array, [10, 11, 12, 13])
+    assert not a.is_deleted() and not b.is_deleted()  # nothing donated without an alias
+
+
+def test_wrong_number_of_argument_lists_and_arguments(put, compile_text):
+    executable = compile_text(add_module())
+    a = put(ones())
+    with pytest.raises(InvalidArgument, match=r"jit_add runs on 1 device\(s\) \(cpu:0\) and needs one argument list per device; got 2"):
+        executable.execute([[a, a], [a, a]])
+    with pytest.raises(InvalidArgument) as info:
+        executable.execute([[a]])
+    assert info.value.message.startswith("Execution supplied 1 buffers but compiled program expected 2 buffers")
+
+
+def test_argument_on_the_wrong_device(put, compile_text):
+    executable = compile_text(add_module())
+    with pytest.raises(InvalidArgument) as info:
+        executable.execute([[put(ones()), put(ones(), device=2)]])
+    assert info.value.message == ("Buffer passed to Execute() as argument 1 to replica 0 is on device cpu:2, "
+                                  "but replica is assigned to device cpu:0.")
+
+
+@pytest.mark.parametrize(("array", "got"), [
+    (np.ones(4, np.float64), r"f64\[4\]"),
+    (np.ones(5, F32), r"f32\[5\]"),
+    (np.ones((2, 2), F32), r"f32\[2,2\]"),
+])
+def test_argument_of_the_wrong_shape_or_type(put, compile_text, array, got):
+    executable = compile_text(add_module())
+    with pytest.raises(InvalidArgument, match=rf"argument 1 of jit_add \(replica 0\) has the wrong shape or element type: expected f32\[4\], got {got}"):
+        executable.execute([[put(ones()), put(array)]])
+
+
+def test_argument_that_is_not_a_buffer(put, compile_text):
+    with pytest.raises(InvalidArgument, match="argument 0 of jit_add .* is not a buffer of a pjrt-hub CPU client: got ndarray"):
+        compile_text(add_module()).execute([[ones(), put(ones())]])
+
+
+def test_deleted_argument(put, compile_text):
+    a = put(ones())
+    a.delete()
+    with pytest.raises(FailedPrecondition, match=r"argument 1 of jit_add \(replica 0\): the f32\[4\] buffer on cpu:0 was deleted"):
+        compile_text(add_module()).execute([[put(ones()), a]])
+
+
+def test_replicas_run_one_argument_list_per_device(client, put, compile_text):
+    executable = compile_text(add_module(attributes="mhlo.num_replicas = 3 : i32"))
+    lists = [[put(ones(value=r), device=r), put(ones(value=10), device=r)] for r in range(3)]
+    result = executable.execute(lists)
+    assert len(result.outputs) == len(result.device_complete_events) == 3
+    for replica, (out,) in enumerate(result.outputs):
+        assert out.device() is client.devices()[replica]
+        np.testing.assert_array_equal(out.to_host_buffer().array, 10 + replica)
+    with pytest.raises(InvalidArgument, match="argument 0 to replica 1 is on device cpu:0, but replica is assigned to device cpu:1"):
+        executable.execute([lists[0], lists[0], lists[2]])
+
+
+def test_execute_device_runs_a_single_device_executable_elsewhere(client, put, compile_text):
+    executable = compile_text(add_module())
+    device = client.devices()[3]
+    a = put(ones(), device=3)
+    (out,), = executable.execute([[a, a]], execute_device=device).outputs
+    assert out.device() is device
+    np.testing.assert_array_equal(out.to_host_buffer().array, 2.0)
+    with pytest.raises(InvalidArgument, match="is not a device of this client"):
+        executable.execute([[a, a]], execute_device=object())
+    replicated = compile_text(add_module(), CompileOptions(num_replicas=2))
+    with pytest.raises(InvalidArgument, match="execute_device is only for single-device executables"):
+        replicated.execute([[a, a]], execute_device=device)
+
+
+def test_results_that_alias_inputs_are_copied(put, compile_text):
+    identity = compile_text(module("return %arg0 : tensor<4xf32>", args="%arg0: tensor<4xf32>",
+                                   results="tensor<4xf32>", name="jit_identity"))
+    a = put(np.arange(4, dtype=F32))
+    (out,), = identity.execute([[a]]).outputs
+    assert out.unsafe_pointer() != a.unsafe_pointer()
+    reshape = compile_text(module("%0 = stablehlo.reshape %arg0 : (tensor<4xf32>) -> tensor<2x2xf32>\n"
+                                  "return %0 : tensor<2x2xf32>", args="%arg0: tensor<4xf32>",
+                                  results="tensor<2x2xf32>", name="jit_reshape"))
+    (view,), = reshape.execute([[a]]).outputs
+    assert not np.shares_memory(np.from_dlpack(view), np.from_dlpack(a))
+    np.testing.assert_array_equal(view.to_host_buffer().array, [[0, 1], [2, 3]])
+
+
+def test_results_of_the_wrong_shape_are_execution_errors(client, compiler, put, compile_text):
+    executable = compile_text(add_module())
+    program = executable.get_executable().program
+    program.outputs = ()  # irrelevant to the runtime's precomputed plan
+    program.run = lambda args, out=None: [np.zeros(3, F32)]
+    (out,), = executable.execute([[put(ones()), put(ones())]]).outputs
+    with pytest.raises(Exception, match=r"jit_add: result 0 is float32\[3\] but the program declares f32\[4\]"):
+        out.to_host_buffer()
+    program.run = lambda args, out=None: []
+    (out,), = executable.execute([[put(ones()), put(ones())]]).outputs
+    with pytest.raises(Exception, match="returned 0 results but declares 1 outputs"):
+        out.to_host_buffer()
+
+
+# -- donation ---------------------------------------------------------------------------------
+
+
+def test_donation_reuses_the_storage_of_an_aliased_input(client, put, compile_text):
+    executable = compile_text(add_module(alias=True))
+    a, b = put(np.arange(4, dtype=F32)), put(ones(value=10))
+    pointer = a.unsafe_pointer()
+    device = client.devices()[0]
+    in_use = device.memory_stats().bytes_in_use
+    (out,), = executable.execute([[a, b]]).outputs
+    assert out.unsafe_pointer() == pointer
+    np.testing.assert_array_equal(out.to_host_buffer().array, [10, 11, 12, 13])
+    assert a.is_deleted() and not b.is_deleted()
+    assert device.memory_stats().bytes_in_use == in_use  # the output took the input's bytes
+    with pytest.raises(FailedPrecondition, match=r"the f32\[4\] buffer on cpu:0 was donated to an execution of jit_add; it can no longer be used"):
+        a.to_host_buffer()
+    with pytest.raises(FailedPrecondition, match="argument 0 of jit_add .* was donated to an execution of jit_add"):
+        executable.execute([[a, b]])
+    # The output is donatable in its turn: a chain of in-place updates.
+    (again,), = executable.execute([[out, b]]).outputs
+    assert again.unsafe_pointer() == pointer
+    np.testing.assert_array_equal(again.to_host_buffer().array, [20, 21, 22, 23])
+
+
+def test_a_fresh_result_can_be_donated_in_its_turn(client, put, compile_text):
+    produce = compile_text(add_module(name="jit_produce"))
+    update = compile_text(add_module(alias=True))
+    (fresh,), = produce.execute([[put(ones()), put(ones())]]).outputs
+    pointer = fresh.unsafe_pointer()
+    (updated,), = update.execute([[fresh, put(ones())]]).outputs
+    assert fresh.is_deleted()
+    assert updated.unsafe_pointer() == pointer  # the program's own result array was reused
+    np.testing.assert_array_equal(updated.to_host_buffer().array, 3.0)
+
+
+def test_non_donatable_inputs_are_kept(put, compile_text):
+    executable = compile_text(add_module(alias=True))
+    a, b = put(np.arange(4, dtype=F32)), put(ones())
+    (out,), = executable.execute([[a, b]], ExecuteOptions(non_donatable_input_indices=(0,))).outputs
+    assert not a.is_deleted()
+    assert out.unsafe_pointer() != a.unsafe_pointer()
+    np.testing.assert_array_equal(a.to_host_buffer().array, [0, 1, 2, 3])
+    np.testing.assert_array_equal(out.to_host_buffer().array, [1, 2, 3, 4])
+
+
+def test_same_buffer_twice_where_one_is_donated(put, compile_text):
+    executable = compile_text(add_module(alias=True))
+    a = put(ones())
+    with pytest.raises(InvalidArgument) as info:
+        executable.execute([[a, a]])
+    assert info.value.message == (
+        "Attempt to donate a buffer which is also used by the same call to Execute() (flattened argument 1, "
+        "replica 0, first use: 0). Toy example for this bug: `f(a, donate(a))`.")
+    assert not a.is_deleted()  # nothing happened
+    both = compile_text(module("%0 = stablehlo.add %arg0, %arg1 : tensor<4xf32>\nreturn %0, %0 : tensor<4xf32>, tensor<4xf32>",
+                               args="%arg0: tensor<4xf32> {tf.aliasing_output = 0 : i32}, "
+                                    "%arg1: tensor<4xf32> {tf.aliasing_output = 1 : i32}",
+                               results="tensor<4xf32>, tensor<4xf32>"))
+    with pytest.raises(InvalidArgument, match=r"Attempt to donate the same buffer twice in Execute\(\) \(flattened argument 1, replica 0, first use: 0\)"):
+        both.execute([[a, a]])
+    with pytest.raises(InvalidArgument, match=r"Attempt to donate a buffer which is also used .*`f\(a, donate\(a\)\)`"):
+        both.execute([[a, a]], ExecuteOptions(non_donatable_input_indices=(1,)))
+    (x, y), = both.execute([[a, a]], ExecuteOptions(non_donatable_input_indices=(0, 1))).outputs
+    assert not a.is_deleted()
+    np.testing.assert_array_equal(x.to_host_buffer().array, 2.0)
+    # Two results of one value never share storage.
+    assert x.unsafe_pointer() != y.unsafe_pointer()
+
+
+def test_a_failing_replica_check_donates_nothing(put, compile_text):
+    executable = compile_text(add_module(alias=True, attributes="mhlo.num_replicas = 2 : i32"))
+    a0, b0 = put(ones()), put(ones())
+    wrong = put(ones())  # on device 0, but replica 1 runs on device 1
+    with pytest.raises(InvalidArgument, match="to replica 1"):
+        executable.execute([[a0, b0], [wrong, put(ones(), device=1)]])
+    assert not a0.is_deleted() and not wrong.is_deleted()
+
+
+def test_buffer_donor_is_donated_without_an_output(put, compile_text):
+    executable = compile_text(module("%0 = stablehlo.multiply %arg0, %arg1 : tensor<4xf32>\nreturn %0 : tensor<4xf32>",
+                                     args="%arg0: tensor<4xf32> {jax.buffer_donor = true}, %arg1: tensor<4xf32>",
+                                     results="tensor<4xf32>"))
+    a, b = put(ones(value=3)), put(ones(value=2))
+    (out,), = executable.execute([[a, b]]).outputs
+    assert a.is_deleted()
+    np.testing.assert_array_equal(out.to_host_buffer().array, 6.0)
+
+
+def test_alias_to_an_output_of_another_shape_donates_without_reuse(client, put, compile_text):
+    executable = compile_text(module("%0 = stablehlo.reshape %arg0 : (tensor<4xf32>) -> tensor<2x2xf32>\n"
+                                     "%1 = stablehlo.negate %0 : tensor<2x2xf32>\nreturn %1 : tensor<2x2xf32>",
+                                     args="%arg0: tensor<4xf32> {tf.aliasing_output = 0 : i32}",
+                                     results="tensor<2x2xf32>"))
+    a = put(np.arange(4, dtype=F32))
+    (out,), = executable.execute([[a]]).outputs
+    assert a.is_deleted()
+    np.testing.assert_array_equal(out.to_host_buffer().array, [[0, -1], [-2, -3]])
+    assert client.devices()[0].memory_stats().bytes_in_use == 16
+
+
+def test_immutable_zero_copy_input_is_donated_but_never_written(client, compile_text):
+    executable = compile_text(add_module(alias=True))
+    host = np.arange(4, dtype=F32)
+    transfer = client.buffer_from_host_buffer(host, semantics=S.IMMUTABLE_ZERO_COPY)
+    b = client.buffer_from_host_buffer(ones()).buffer
+    (out,), = executable.execute([[transfer.buffer, b]]).outputs
+    assert transfer.buffer.is_deleted()
+    np.testing.assert_array_equal(host, [0, 1, 2, 3])  # the runtime promised not to write it
+    np.testing.assert_array_equal(out.to_host_buffer().array, [1, 2, 3, 4])
+    assert transfer.done_with_host_buffer.is_ready()  # the execution let go of it
+
+
+def test_mutable_zero_copy_input_is_updated_in_place(client, compile_text):
+    executable = compile_text(add_module(alias=True))
+    host = np.arange(4, dtype=F32)
+    transfer = client.buffer_from_host_buffer(host, semantics=S.MUTABLE_ZERO_COPY)
+    b = client.buffer_from_host_buffer(ones()).buffer
+    (out,), = executable.execute([[transfer.buffer, b]]).outputs
+    np.testing.assert_array_equal(host, [1, 2, 3, 4])  # written where it lives
+    assert out.unsafe_pointer() == host.__array_interface__["data"][0]
+    # The host array now backs the output: the runtime is done with it only when that goes.
+    assert not transfer.done_with_host_buffer.is_ready()
+    out.delete()
+    assert transfer.done_with_host_buffer.is_ready()
+
+
+def test_a_constant_result_is_never_overwritten_by_donation(put, compile_text):
+    constant = compile_text(module("%0 = stablehlo.constant dense<5.0> : tensor<4xf32>\nreturn %0 : tensor<4xf32>",
+                                   args="", results="tensor<4xf32>", name="jit_constant"))
+    double = compile_text(add_module(alias=True))
+    (c,), = constant.execute([[]]).outputs
+    (doubled,), = double.execute([[c, put(ones(value=5))]]).outputs
+    np.testing.assert_array_equal(doubled.to_host_buffer().array, 10.0)
+    # The program returns the same array every run; donation must not have written into it.
+    (again,), = constant.execute([[]]).outputs
+    np.testing.assert_array_equal(again.to_host_buffer().array, 5.0)
+
+
+def test_ready_event_of_outputs_is_shared_and_ready(put, compile_text):
+    (out,), = compile_text(add_module()).execute([[put(ones()), put(ones())]]).outputs
+    assert out.ready_event() is READY

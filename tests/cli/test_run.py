@@ -1,0 +1,117 @@
+"""``pjrt-hub run``: the contract (in0..inN in, out0..outM out) and its errors, on the reference plugin."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pjrt_hub.cli import ExitCode, main
+
+CORPUS = Path(__file__).resolve().parents[2] / "pjrt_hub" / "data" / "corpus" / "public"
+
+ADD = """module @jit_add {
+  func.func public @main(%arg0: tensor<4xf32>, %arg1: tensor<4xi32>) -> (tensor<4xf32>, tensor<4xi32>) {
+    %0 = stablehlo.add %arg0, %arg0 : tensor<4xf32>
+    %1 = stablehlo.multiply %arg1, %arg1 : tensor<4xi32>
+    return %0, %1 : tensor<4xf32>, tensor<4xi32>
+  }
+}
+"""
+
+
+@pytest.fixture
+def program(tmp_path):
+    path = tmp_path / "add.mlir"
+    path.write_text(ADD)
+    return path
+
+
+def inputs(tmp_path, **arrays):
+    path = tmp_path / "in.npz"
+    np.savez(path, **arrays)
+    return path
+
+
+def run(capsys, *argv):
+    code = main(["run", *map(str, argv)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_run_writes_every_result(tmp_path, program, capsys):
+    src = inputs(tmp_path, in0=np.arange(4, dtype=np.float32), in1=np.array([1, -2, 3, 4], np.int32))
+    out = tmp_path / "out.npz"
+    code, stdout, stderr = run(capsys, program, "--plugin", "reference", "--inputs", src, "--out", out)
+    assert code == ExitCode.OK, stderr
+    with np.load(out) as data:
+        assert sorted(data.files) == ["out0", "out1"]
+        np.testing.assert_array_equal(data["out0"], [0, 2, 4, 6])
+        np.testing.assert_array_equal(data["out1"], [1, 4, 9, 16])
+        assert data["out1"].dtype == np.int32
+
+
+def test_run_json_report(tmp_path, program, capsys):
+    src = inputs(tmp_path, in0=np.ones(4, np.float32), in1=np.ones(4, np.int32))
+    code, stdout, _ = run(capsys, program, "--plugin", "reference", "--inputs", src, "--json")
+    report = json.loads(stdout)
+    assert code == 0 and report["plugin"] == "reference"
+    assert [o["dtype"] for o in report["outputs"]] == ["float32", "int32"]
+    assert report["inputs"][1] == {"name": "in1", "shape": [4], "dtype": "int32"}
+
+
+def test_a_corpus_program_with_its_expected_outputs_in_the_same_file(tmp_path, capsys):
+    out = tmp_path / "out.npz"
+    code, _, err = run(capsys, CORPUS / "layernorm.mlir", "--plugin", "reference",
+                       "--inputs", CORPUS / "layernorm.npz", "--out", out)
+    assert code == 0, err
+    with np.load(out) as got, np.load(CORPUS / "layernorm.npz") as want:
+        np.testing.assert_allclose(got["out0"], want["out0"], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("arrays, message", [
+    ({"in0": np.ones(4, np.float32)}, "@main takes 2 arguments but 1 inputs were given"),
+    ({"in0": np.ones(5, np.float32), "in1": np.ones(4, np.int32)}, "input in0: @main expects float32[4], got float32[5]"),
+    ({"in0": np.ones(4, np.float32), "in1": np.ones(4, np.int64)}, "input in1: @main expects int32[4], got int64[4]"),
+    ({"in0": np.ones(4, np.float32), "in2": np.ones(4, np.int32)}, "missing in1"),
+    ({"in0": np.ones(4, np.float32), "x": np.ones(4, np.int32)}, "unexpected array 'x'"),
+])
+def test_wrong_inputs_exit_3_with_a_clear_message(tmp_path, program, capsys, arrays, message):
+    code, _, err = run(capsys, program, "--plugin", "reference", "--inputs", inputs(tmp_path, **arrays))
+    assert code == ExitCode.BAD_INPUT
+    assert message in err
+
+
+def test_malformed_program_exits_3_naming_the_place(tmp_path, capsys):
+    bad = tmp_path / "bad.mlir"
+    bad.write_text(ADD.replace("stablehlo.add %arg0, %arg0", "stablehlo.add %arg0 %arg0"))
+    src = inputs(tmp_path, in0=np.ones(4, np.float32), in1=np.ones(4, np.int32))
+    code, _, err = run(capsys, bad, "--plugin", "reference", "--inputs", src)
+    assert code == ExitCode.BAD_INPUT
+    assert "line 3" in err
+
+
+def test_unsupported_op_exits_3_and_lists_the_supported_ones(tmp_path, capsys):
+    bad = tmp_path / "frob.mlir"
+    bad.write_text(ADD.replace("stablehlo.add", "stablehlo.frobnicate"))
+    src = inputs(tmp_path, in0=np.ones(4, np.float32), in1=np.ones(4, np.int32))
+    code, _, err = run(capsys, bad, "--plugin", "reference", "--inputs", src)
+    assert code == ExitCode.BAD_INPUT
+    assert "unsupported op 'stablehlo.frobnicate' at line 3, column" in err and "stablehlo.add" in err
+
+
+def test_missing_files_and_plugins(tmp_path, program, capsys):
+    src = inputs(tmp_path, in0=np.ones(4, np.float32), in1=np.ones(4, np.int32))
+    assert run(capsys, tmp_path / "nope.mlir", "--plugin", "reference", "--inputs", src)[0] == ExitCode.BAD_INPUT
+    assert run(capsys, program, "--plugin", "reference", "--inputs", tmp_path / "nope.npz")[0] == ExitCode.BAD_INPUT
+    code, _, err = run(capsys, program, "--plugin", "ghost", "--inputs", src)
+    assert code == ExitCode.NOT_FOUND and "no plugin named 'ghost'" in err
+
+
+def test_pjrt_device_picks_the_default_plugin(tmp_path, program, capsys, monkeypatch):
+    monkeypatch.setenv("PJRT_DEVICE", "REFERENCE")
+    src = inputs(tmp_path, in0=np.ones(4, np.float32), in1=np.ones(4, np.int32))
+    code, stdout, _ = run(capsys, program, "--inputs", src, "--json")
+    assert code == 0 and json.loads(stdout)["plugin"] == "reference"

@@ -1,0 +1,92 @@
+"""The cell runner on fixture plugins: accepted, refused, crashing and hanging plugins, and the cache."""
+
+from __future__ import annotations
+
+import textwrap
+
+from pjrt_hub.compat_matrix import CellStatus, FixturePlugin, run_environment
+
+TOY = FixturePlugin("toy_0_81", "0.81", None, "at 0.81")
+NEWER = FixturePlugin("toy_0_106", "0.106", None, "at 0.106, no backward policy")
+
+CRASHING = FixturePlugin("crashing", "0.105", source=textwrap.dedent("""
+    import ctypes
+    from pjrt_hub.testing.toy import ToyApi, ToyPlugin
+
+    class CrashingApi(ToyApi):
+        def client_create(self, options=None):
+            ctypes.string_at(0)  # reads address 0, as a C plugin with a bad pointer does
+
+    class CrashingPlugin(ToyPlugin):
+        api_class = CrashingApi
+
+    plugin = CrashingPlugin()
+"""))
+
+HANGING = FixturePlugin("hanging", "0.105", source=textwrap.dedent("""
+    import time
+    from pjrt_hub.abi import hookimpl
+
+    class Hanging:
+        @hookimpl
+        def pjrt_hub_declare(self):
+            time.sleep(3600)  # like libtpu waiting for a metadata server
+
+    plugin = Hanging()
+"""))
+
+
+def marked(fixture: FixturePlugin, marker) -> FixturePlugin:
+    """The toy with a line appended to ``marker`` each time a cell process loads it."""
+    source = (f"with open({str(marker)!r}, 'a') as f:\n    f.write('loaded\\n')\n"
+              "from pjrt_hub.testing.toy import ToyPlugin\n"
+              f"plugin = ToyPlugin(api_version={fixture.api_version!r})\n")
+    return FixturePlugin(fixture.name, fixture.api_version, fixture.min_framework_version, source=source)
+
+
+def test_accepted_and_refused_cells_then_the_cache_reuses_them(tmp_path):
+    marker = tmp_path / "loads.txt"
+    fixtures = [marked(TOY, marker), marked(NEWER, marker)]
+    options = dict(frameworks=["0.81"], fixtures=fixtures, include_installed=False, cases=("client/*",),
+                   cell_timeout=120)
+    first = run_environment(tmp_path / "out", **options)
+    assert (first.cells_run, first.cells_cached) == (2, 0)
+    report = first.report
+    accepted = report.cell("toy_0_81", "0.81")
+    assert accepted.status is CellStatus.PASSED and accepted.accepted and accepted.rule == "exact"
+    assert accepted.counts.passed == 11 and accepted.counts.failed == 0
+    assert accepted.plugin_api_version == "0.81"
+    refused = report.cell("toy_0_106", "0.81")
+    assert refused.status is CellStatus.REFUSED and refused.accepted is False
+    assert refused.rule == "backward-policy" and refused.counts is None
+    assert "declares no backward-compatibility policy" in refused.reasons[0]
+    loads = marker.read_text().count("loaded")
+    assert loads >= 2
+
+    again = run_environment(tmp_path / "out", **options)
+    assert (again.cells_run, again.cells_cached) == (0, 2)
+    assert all(c.cached for c in again.report.cells)
+    assert marker.read_text().count("loaded") == loads  # no cell process loaded a plugin
+    assert again.report.cell("toy_0_81", "0.81").counts == accepted.counts
+
+    # Another framework version is another key: only its cells run.
+    more = run_environment(tmp_path / "out", **{**options, "frameworks": ["0.81", "0.95"]})
+    assert (more.cells_run, more.cells_cached) == (2, 2)
+    assert more.report.cell("toy_0_81", "0.95").rule == "window-floor"
+
+
+def test_a_crashing_plugin_becomes_a_red_cell_and_the_run_goes_on(tmp_path):
+    run = run_environment(tmp_path / "out", frameworks=["0.105"], fixtures=[CRASHING, TOY],
+                          include_installed=False, cases=("client/platform_name",), cell_timeout=120)
+    crashed = run.report.cell("crashing", "0.105")
+    assert crashed.status is CellStatus.ERROR
+    assert "crashed (SIGSEGV) before it reported" in crashed.error
+    assert run.report.cell("toy_0_81", "0.105").status is CellStatus.PASSED
+
+
+def test_a_hanging_plugin_becomes_a_red_cell_with_its_time_out(tmp_path):
+    run = run_environment(tmp_path / "out", frameworks=["0.105"], fixtures=[HANGING], include_installed=False,
+                          cell_timeout=3)
+    hung = run.report.cell("hanging", "0.105")
+    assert hung.status is CellStatus.ERROR
+    assert hung.error == "timed out after 3 s: the plugin hung (the cell's process was killed)"

@@ -1,0 +1,37 @@
+"""The suite fails on defective plugins: the specific case fails, with a message naming the defect.
+
+Each broken plugin is the toy with one defect, installed as a distribution. The toy itself runs
+through the same cases as the control: they pass there, so it is the defect that fails them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ..fixtures import install_plugin, install_toy
+from ..fixtures.broken import BROKEN
+
+
+@pytest.mark.parametrize("defect", sorted(BROKEN))
+def test_the_suite_catches_a_broken_plugin(fake_dist, run_cases, defect):
+    broken = BROKEN[defect]
+    install_plugin(fake_dist, defect, broken.source)
+    install_toy(fake_dist, "control")
+    # The never-firing event hangs every wait on it: a short bound keeps the test quick, and
+    # shows that a hang ends in a failure, not in a hung run.
+    results = run_cases(defect, broken.cases, timeout_scale=0.2)
+    control = run_cases("control", broken.cases, timeout_scale=0.2)
+    for case_id, words in broken.catches.items():
+        outcome, message = results[case_id]
+        assert outcome == "failed", (case_id, outcome, message)
+        assert words in message, (case_id, message)
+        assert control[case_id][0] == "passed", (case_id, control[case_id])
+
+
+def test_a_plugin_that_reports_another_version_cannot_be_used_at_all(fake_dist, run_cases):
+    install_plugin(fake_dist, "liar", BROKEN["reports_another_version"].source)
+    results = run_cases("liar", ("version/*", "client/platform_name"))
+    assert results["version/loaded"][0] == "passed"  # the declaration alone looks fine
+    outcome, message = results["client/platform_name"]
+    assert outcome == "failed"
+    assert "failed: PluginValidationError" in message and "declared PJRT API 0.105 but its Api reports 0.81" in message

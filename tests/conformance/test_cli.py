@@ -1,0 +1,62 @@
+"""``pjrt-hub conformance``: exit status, JSON with a schema, JUnit, every case in the report."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+from pjrt_hub.cli import ExitCode, main
+from pjrt_hub.testing import CASES, ConformanceReport
+
+from ..fixtures import install_plugin, install_toy
+from ..fixtures.broken import BROKEN
+
+
+def test_a_conforming_plugin_exits_zero_and_lists_every_case(fake_dist, capsys):
+    install_toy(fake_dist)
+    assert main(["conformance", "--plugin", "toy", "--case", "client/*", "--case", "abi/*"]) == ExitCode.OK
+    out = capsys.readouterr().out
+    abi = sum(1 for case_id in CASES if case_id.startswith("abi/"))
+    assert f"toy (python, pjrt-fixture-toy 1.0, PJRT API 0.105): 11 passed, 0 failed, 0 xfailed, {abi} skipped" in out
+    assert "  passed   client/lookup_device_negative_id" in out
+    assert "  skipped  abi/api_struct_size: a check for c plugins; toy is a python plugin" in out
+    assert out.rstrip().endswith("OK: no case failed.")
+
+
+def test_a_failing_case_exits_one_with_json_and_junit(fake_dist, capsys, tmp_path):
+    install_plugin(fake_dist, "offbyone", BROKEN["wrong_result"].source)
+    junit = tmp_path / "junit.xml"
+    code = main(["conformance", "--plugin", "offbyone", "--case", "execute/add_one_program", "--json",
+                 "--junit", str(junit)])
+    assert code == ExitCode.FAILURE
+    report = ConformanceReport.model_validate_json(capsys.readouterr().out)
+    assert not report.ok
+    (case,) = report.plugins[0].cases
+    assert case.outcome.value == "failed" and "gave [43.0, 44.0, 45.0, 46.0]" in case.message
+    suite = ET.parse(junit).getroot()
+    assert suite.find(".//testcase/failure") is not None
+
+
+def test_an_unknown_plugin_exits_not_found(fake_dist, capsys):
+    install_toy(fake_dist)
+    assert main(["conformance", "--plugin", "nope"]) == ExitCode.NOT_FOUND
+    err = capsys.readouterr().err
+    assert "no plugin named nope (found: " in err and "toy" in err
+
+
+def test_the_schema_is_published(capsys):
+    assert main(["conformance", "--schema"]) == ExitCode.OK
+    schema = json.loads(capsys.readouterr().out)
+    assert schema["title"] == "ConformanceReport"
+    assert {"suite_version", "plugins", "ok"} <= set(schema["properties"])
+    assert "CaseResult" in schema["$defs"]
+
+
+def test_the_framework_version_is_acted(fake_dist, capsys):
+    install_toy(fake_dist, api_version="0.105", min_framework_version="0.81")
+    assert main(["conformance", "--plugin", "toy", "--case", "devices/attributes", "--framework-version", "0.81",
+                 "--json"]) == ExitCode.OK
+    report = json.loads(capsys.readouterr().out)
+    assert report["framework_version"] == "0.81"
+    (case,) = report["plugins"][0]["cases"]
+    assert case["outcome"] == "skipped" and "the framework acts as 0.81" in case["message"]
