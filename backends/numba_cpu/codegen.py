@@ -198,8 +198,8 @@ class Lowering:
         v = np.asarray(value).reshape(())
         if kind.cls == "f":
             dt = np.float64 if kind.bits == 64 else np.float32
-            x = np.asarray(v, dtype=np.float64).astype(dt) if v.dtype.kind != "f" or v.dtype != dt else v.astype(dt)
-            bits = int(np.asarray(x).view(np.uint64 if dt == np.float64 else np.uint32))
+            # bf16/f16 constants are exact in float32, the type they are computed in.
+            bits = int(v.astype(dt).view(np.uint64 if dt == np.float64 else np.uint32))
             key = ("f", dt.__name__, bits)
             ubits = "uint64" if dt == np.float64 else "uint32"
             text = f"np.{ubits}({bits}).view(np.{np.dtype(dt).name})"
@@ -305,7 +305,7 @@ class Lowering:
             text = rule.elementwise(self, op, args)
             if isinstance(text, Expr):
                 return text
-            return self.temp(text, list(args) + list(idx[:0]))
+            return self.temp(text, args)
         if rule.index is not None:
             return rule.index(self, op, b.index, idx)
         raise CompileError(f"internal: {op.name} is not lazy")
