@@ -104,6 +104,23 @@ class GeneratedFunction:
     kernels: list[str] = field(default_factory=list)
 
 
+def _tuple(parts: Sequence[str]) -> str:
+    parts = list(parts)
+    if not parts:
+        return "()"
+    return f"({parts[0]},)" if len(parts) == 1 else f"({', '.join(parts)})"
+
+
+def ld_text(name: str, parts: Sequence[str]) -> str:
+    """Generated code reading ``name[parts]`` (see :func:`.intrinsics.ld`)."""
+    return f"ld({name}, {_tuple(parts)})"
+
+
+def st_text(name: str, parts: Sequence[str], value: str) -> str:
+    """Generated statement ``name[parts] = value`` (see :func:`.intrinsics.st`)."""
+    return f"st({name}, {_tuple(parts)}, {value})"
+
+
 # -- op rules ---------------------------------------------------------------------------------
 
 
@@ -280,11 +297,10 @@ class Lowering:
                 self._watch_log.append((v, idx))
             if isinstance(b, Row):
                 inner = idx[b.n_outer:]
-                sub = ", ".join(i.text for i in inner) if inner else "0"
-                e = self.temp(b.kind.load(f"{b.name}[{sub}]"), inner or idx[: b.n_outer])
+                parts = [i.text for i in inner] or ["0"]
+                e = self.temp(b.kind.load(ld_text(b.name, parts)), inner or idx[: b.n_outer])
             else:
-                sub = ", ".join(i.text for i in idx) if idx else "()"
-                e = self.temp(b.kind.load(f"{b.name}[{sub}]"), idx)
+                e = self.temp(b.kind.load(ld_text(b.name, [i.text for i in idx])), idx)
         else:
             e = self.compute(v, idx, b)
         self.memo[key] = e
@@ -389,10 +405,10 @@ class Lowering:
         with self.loops(shape) as idx:
             val = value_at(idx)
             if offsets:
-                sub = ", ".join(f"{i.text} + {o}" if o != "0" else i.text for i, o in zip(idx, offsets))
+                parts = [f"{i.text} + {o}" if o != "0" else i.text for i, o in zip(idx, offsets)]
             else:
-                sub = ", ".join(i.text for i in idx) if idx else "()"
-            self.scope.emit(f"{name}[{sub}] = {kind.store(val.text)}")
+                parts = [i.text for i in idx]
+            self.scope.emit(st_text(name, parts, kind.store(val.text)))
 
     class _Loops:
         def __init__(self, ctx: "Lowering", shape) -> None:
@@ -602,25 +618,28 @@ class Lowering:
 
         outer_idx: list[Expr] = []
         if outer:
-            if parallel:
-                self.parallel = True
-                nch = min(outer[0], max(1, self.options.num_threads))
-                c = self.fresh("c")
-                open_(f"for {c} in prange({nch}):").extract = True
-                lo, hi = self.fresh("lo"), self.fresh("hi")
-                self.scope.emit(f"{lo} = ({c} * {outer[0]}) // {nch}")
-                self.scope.emit(f"{hi} = (({c} + 1) * {outer[0]}) // {nch}")
-                chunk_scope = self.scope
+            # Split the first dim that is not 1 among the threads (leading unit dims are loops
+            # of one iteration, a (1, n) array still runs on every core).
+            split = next((d for d, n in enumerate(outer) if n != 1), 0)
+            parallel = parallel or (work * len(group.members) >= self.options.parallel_threshold
+                                    and outer[split] >= 2 and split > 0)
+            chunk_scope = base
+            for d, n in enumerate(outer):
                 var = self.fresh("i")
-                open_(f"for {var} in range({lo}, {hi}):")
-            else:
-                chunk_scope = base
-                var = self.fresh("i")
-                open_(f"for {var} in range({outer[0]}):")
-            outer_idx.append(Expr(var, self.scope, var))
-            for d in outer[1:]:
-                var = self.fresh("i")
-                open_(f"for {var} in range({d}):")
+                if d == split and parallel:
+                    self.parallel = True
+                    nch = min(n, max(1, self.options.num_threads))
+                    c = self.fresh("c")
+                    open_(f"for {c} in prange({nch}):").extract = True
+                    lo, hi = self.fresh("lo"), self.fresh("hi")
+                    # max(0, .): lets LLVM see the index is non-negative and drop numba's
+                    # negative-index fix-up, which would keep the loop from vectorising.
+                    self.scope.emit(f"{lo} = max(0, ({c} * {n}) // {nch})")
+                    self.scope.emit(f"{hi} = (({c} + 1) * {n}) // {nch}")
+                    chunk_scope = self.scope
+                    open_(f"for {var} in range({lo}, {hi}):")
+                else:
+                    open_(f"for {var} in range({n}):")
                 outer_idx.append(Expr(var, self.scope, var))
             # Row buffers for group-local values: one per chunk (per thread).
             for m in group.members:
@@ -687,11 +706,9 @@ class Lowering:
             return
         if isinstance(b, Row):
             inner = idx[b.n_outer:]
-            sub = ", ".join(i.text for i in inner) if inner else "0"
-            self.scope.emit(f"{b.name}[{sub}] = {b.kind.store(e.text)}")
+            self.scope.emit(st_text(b.name, [i.text for i in inner] or ["0"], b.kind.store(e.text)))
         elif isinstance(b, Arr):
-            sub = ", ".join(i.text for i in idx)
-            self.scope.emit(f"{b.name}[{sub}] = {b.kind.store(e.text)}")
+            self.scope.emit(st_text(b.name, [i.text for i in idx], b.kind.store(e.text)))
         else:
             raise CompileError(f"internal: no storage for {v.name}")
 

@@ -416,3 +416,63 @@ def advise_hugepages(typingctx, arr):
 
 
 __all__ += ["advise_hugepages"]
+
+
+def _item_pointer(context, builder, aryty, ary_val, idxty, idx_val):
+    from numba.core import cgutils
+
+    ary = context.make_array(aryty)(context, builder, ary_val)
+    if isinstance(idxty, types.BaseTuple):
+        inds = cgutils.unpack_tuple(builder, idx_val, len(idxty))
+        tys = list(idxty.types)
+    else:
+        inds, tys = [idx_val], [idxty]
+    inds = [context.cast(builder, i, t, types.intp) for i, t in zip(inds, tys)]
+    return cgutils.get_item_pointer2(
+        context, builder, data=ary.data, shape=cgutils.unpack_tuple(builder, ary.shape, aryty.ndim),
+        strides=cgutils.unpack_tuple(builder, ary.strides, aryty.ndim), layout=aryty.layout, inds=inds,
+        wraparound=False, boundscheck=False)
+
+
+def _index_ok(arr, idx) -> bool:
+    if not isinstance(arr, types.Array):
+        return False
+    n = len(idx) if isinstance(idx, types.BaseTuple) else 1
+    items = idx.types if isinstance(idx, types.BaseTuple) else (idx,)
+    return n == arr.ndim and all(isinstance(t, (types.Integer, types.Boolean)) for t in items)
+
+
+@intrinsic
+def ld(typingctx, arr, idx):
+    """``arr[idx]`` for an index the lowering knows is in bounds and non-negative.
+
+    numba's own indexing wraps negative indices around, a compare and select per access that
+    LLVM only removes when it can prove the index non-negative; for computed indices (slices,
+    reversals, chunked parallel loops) it cannot, and the loop stays scalar."""
+    if not _index_ok(arr, idx):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ptr = _item_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+        return context.unpack_value(builder, sig.args[0].dtype, ptr)
+
+    return arr.dtype(arr, idx), codegen
+
+
+@intrinsic
+def st(typingctx, arr, idx, value):
+    """``arr[idx] = value`` without negative-index wrap-around (see :func:`ld`)."""
+    if not _index_ok(arr, idx):
+        return None
+
+    def codegen(context, builder, sig, args):
+        aryty = sig.args[0]
+        ptr = _item_pointer(context, builder, aryty, args[0], sig.args[1], args[1])
+        val = context.cast(builder, args[2], sig.args[2], aryty.dtype)
+        context.pack_value(builder, aryty.dtype, val, ptr)
+        return context.get_dummy_value()
+
+    return types.none(arr, idx, value), codegen
+
+
+__all__ += ["ld", "st"]

@@ -15,7 +15,7 @@ import numpy as np
 
 from pjrt_hub.backends.stablehlo import Op, Value
 
-from .codegen import Arr, Lowering, Scal
+from .codegen import Arr, Lowering, Scal, ld_text, st_text
 from .rules import _unsupported_variant, convert_text, kernel, reducer
 from .source import ElementKind, Expr
 
@@ -29,8 +29,8 @@ def _new_array(ctx: Lowering, v: Value) -> tuple[str, ElementKind]:
     return name, kind
 
 
-def _sub(idx: Sequence[Expr]) -> str:
-    return ", ".join(x.text for x in idx) if idx else "()"
+def _parts(idx: Sequence[Expr]) -> list[str]:
+    return [x.text for x in idx]
 
 
 def _ix(text: str, deps: Sequence[Expr]) -> Expr:
@@ -128,7 +128,7 @@ def _dot_general(ctx: Lowering, op: Op):
             else:
                 step = f"iadd({acc}, imul({a}, {c}))"
             ctx.scope.emit(f"{acc} = {step}")
-        ctx.scope.emit(f"{out}[{_sub(oidx)}] = {rk.store(rk.rounded(acc))}")
+        ctx.scope.emit(st_text(out, _parts(oidx), rk.store(rk.rounded(acc))))
     return [Arr(out, rk)]
 
 
@@ -359,7 +359,7 @@ def _sort(ctx: Lowering, op: Op):
         src = at(p)
         for v, (name, kind) in zip(op.operands, outs):
             val = ctx.read(v, src)
-            ctx.scope.emit(f"{name}[{_sub(dst)}] = {kind.store(val.text)}")
+            ctx.scope.emit(st_text(name, _parts(dst), kind.store(val.text)))
 
     if op.operands[0].type.shape[dim] > 0:
         _emit_sort(ctx, op.operands, dim, less, write=write)
@@ -383,8 +383,8 @@ def _top_k(ctx: Lowering, op: Op):
     def write(oidx, kk, p, at):
         dst = at(kk)
         val = ctx.read(x, at(p))
-        ctx.scope.emit(f"{vname}[{_sub(dst)}] = {vkind.store(val.text)}")
-        ctx.scope.emit(f"{iname}[{_sub(dst)}] = i2i({p.text}, {ikind.nb})")
+        ctx.scope.emit(st_text(vname, _parts(dst), vkind.store(val.text)))
+        ctx.scope.emit(st_text(iname, _parts(dst), f"i2i({p.text}, {ikind.nb})"))
 
     if k > 0:
         _emit_sort(ctx, [x], rank - 1, less, take=k, write=write)
@@ -444,13 +444,13 @@ def _scatter(ctx: Lowering, op: Op):
             ridx.append(ctx.temp(text, deps, prefix="s"))
         cond = " and ".join(f"0 <= {x.text} < {shape[d]}" for d, x in enumerate(ridx)) or "True"
         with ctx.block_scope(f"if {cond}:"):
-            cur = [ctx.temp(kind.load(f"{name}[{_sub(ridx)}]"), ridx) for name, kind in outs]
+            cur = [ctx.temp(kind.load(ld_text(name, _parts(ridx))), ridx) for name, kind in outs]
             upd = [ctx.read(u, uidx) for u in updates]
             # The combiner reads the current value, so it must not be hoisted or memoised.
             cur = [Expr(c.text, ctx.scope) for c in cur]
             new = combine(cur, upd)
             for (name, kind), t in zip(outs, new):
-                ctx.scope.emit(f"{name}[{_sub(ridx)}] = {kind.store(t)}")
+                ctx.scope.emit(st_text(name, _parts(ridx), kind.store(t)))
     return [Arr(name, kind) for name, kind in outs]
 
 
@@ -506,7 +506,7 @@ def _reduce_window(ctx: Lowering, op: Op):
             new = combine(in_loop, xs)
             ctx.scope.emit(f"{', '.join(accs)} = {', '.join(new)}")
         for (name, kind), a in zip(outs, accs):
-            ctx.scope.emit(f"{name}[{_sub(oidx)}] = {kind.store(a)}")
+            ctx.scope.emit(st_text(name, _parts(oidx), kind.store(a)))
     return [Arr(name, kind) for name, kind in outs]
 
 
@@ -575,7 +575,7 @@ def _convolution(ctx: Lowering, op: Op):
                 ctx.scope.emit(f"if {valid.text}: {acc} = {acc} + {a} * {b}")
             else:
                 ctx.scope.emit(f"if {valid.text}: {acc} = iadd({acc}, imul({a}, {b}))")
-        ctx.scope.emit(f"{out}[{_sub(oidx)}] = {rk.store(rk.rounded(acc))}")
+        ctx.scope.emit(st_text(out, _parts(oidx), rk.store(rk.rounded(acc))))
     return [Arr(out, rk)]
 
 
@@ -636,11 +636,10 @@ def _select_and_scatter(ctx: Lowering, op: Op):
                         ctx.scope.emit(f"{p} = {q.text}")
                 del inside
         with ctx.block_scope(f"if {have}:"):
-            sub = ", ".join(pos)
-            cur = ctx.temp(kind.load(f"{out}[{sub}]"), [])
+            cur = ctx.temp(kind.load(ld_text(out, pos)), [])
             src = ctx.read(source, sidx)
             (new,) = ctx.lower_scalar_region(scatter_region, [Expr(cur.text, ctx.scope), src])
-            ctx.scope.emit(f"{out}[{sub}] = {kind.store(new.text)}")
+            ctx.scope.emit(st_text(out, pos, kind.store(new.text)))
     return [Arr(out, kind)]
 
 

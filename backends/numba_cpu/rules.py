@@ -21,7 +21,7 @@ import numpy as np
 from pjrt_hub.abi import CompileError, UnsupportedOpError
 from pjrt_hub.backends.stablehlo import Op, Value
 
-from .codegen import RULES, Arr, Lowering, Row, Rule, supported_ops
+from .codegen import RULES, Arr, Lowering, Row, Rule, ld_text, st_text, supported_ops
 from .source import ElementKind, Expr, element_kind
 
 __all__ = ["elementwise", "index_map", "kernel", "emit_reduce_member"]
@@ -457,7 +457,7 @@ def _constant(ctx, op, i, idx):
     if same:
         return ctx.const(first, kind)
     name = ctx.global_array(value, kind)
-    return ctx.temp(kind.load(f"{name}[{', '.join(x.text for x in idx)}]"), idx)
+    return ctx.temp(kind.load(ld_text(name, [x.text for x in idx])), idx)
 
 
 @index_map("stablehlo.iota")
@@ -535,7 +535,7 @@ def _reshape(ctx, op, i, idx):
     b = ctx.env.get(operand)
     if isinstance(b, Arr):
         view = ctx.reshape_view(operand, b, dst_shape)
-        return ctx.temp(b.kind.load(f"{view}[{', '.join(x.text for x in idx)}]"), idx)
+        return ctx.temp(b.kind.load(ld_text(view, [x.text for x in idx])), idx)
     # General case: through the flat index.
     terms = []
     stride = 1
@@ -740,20 +740,18 @@ def emit_reduce_member(ctx: Lowering, op: Op, outer_idx: tuple[Expr, ...]) -> No
         res_idx = outer_idx + tuple(kpos)
         accs = []
         for v, b in zip(op.results, names):
-            sub = _sub(b, res_idx)
-            accs.append(ctx.temp(b.kind.load(f"{b.name}[{sub}]"), list(full)))
+            accs.append(ctx.temp(b.kind.load(ld_text(b.name, _parts(b, res_idx))), list(full)))
         xs = [ctx.read(v, full) for v in inputs]
         new = combine(accs, xs)
         for v, b, t in zip(op.results, names, new):
-            ctx.scope.emit(f"{b.name}[{_sub(b, res_idx)}] = {b.kind.store(t)}")
+            ctx.scope.emit(st_text(b.name, _parts(b, res_idx), b.kind.store(t)))
 
 
-def _sub(b, idx: Sequence[Expr]) -> str:
+def _parts(b, idx: Sequence[Expr]) -> list[str]:
+    """Index of a result element in its Arr (all dims) or Row (dims after the outer ones)."""
     n_outer = getattr(b, "n_outer", 0)
-    inner = idx[n_outer:]
-    if n_outer and not inner:
-        return "0"
-    return ", ".join(x.text for x in inner) if inner else "()"
+    inner = [x.text for x in idx[n_outer:]]
+    return inner or (["0"] if n_outer else [])
 
 
 @kernel("stablehlo.reduce", lazy_operands=True)

@@ -18,7 +18,7 @@ from numba import njit, types
 
 from . import vecmath
 from .intrinsics import (
-    advise_hugepages,
+    advise_hugepages, ld, st,
     bitcast, ctlz, ctpop, f2i, fabs, fcmp_total, fceil, fcopysign, ffloor, fmaximum, fminimum,
     fround_afz, fround_even, fsqrt, ftrunc, i2f, i2i, iadd, iand, icmp, idiv, imul, inot, ior,
     irem, isub, ixor, radd, rmax, rmin, rmul, shl, shr_arith, shr_logical,
@@ -29,7 +29,7 @@ from .vecmath import (
 )
 
 __all__ = [
-    "advise_hugepages", "bitcast", "ctlz", "ctpop", "f2i", "fabs", "fcmp_total", "fceil", "fcopysign", "ffloor",
+    "advise_hugepages", "ld", "st", "bitcast", "ctlz", "ctpop", "f2i", "fabs", "fcmp_total", "fceil", "fcopysign", "ffloor",
     "fmaximum", "fminimum", "fround_afz", "fround_even", "fsqrt", "ftrunc", "i2f", "i2i", "iadd",
     "iand", "icmp", "idiv", "imul", "inot", "ior", "irem", "isub", "ixor", "radd", "rmax", "rmin",
     "rmul", "shl", "shr_arith", "shr_logical",
