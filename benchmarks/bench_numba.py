@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
-"""numba_cpu vs the reference interpreter on the perf corpus (see pjrt_hub.backends.numba_cpu.bench).
+"""numba_cpu against the reference interpreter (and any CPU C plugin found) on the perf corpus.
 
-    python benchmarks/bench_numba.py                 # all perf programs + tiny_add
-    python benchmarks/bench_numba.py perf_softmax --plugins numba_cpu --json
+The same as ``pjrt-hub bench``, from a checkout; arguments are passed through:
+
+    python benchmarks/bench_numba.py                          # all perf programs, tiny add
+    python benchmarks/bench_numba.py --program perf_softmax --json
+    python benchmarks/bench_numba.py --library path/to/xla_cpu_pjrt.so   # with XLA:CPU in the run
 """
 
-from pjrt_hub.backends.numba_cpu.bench import main
+import sys
+
+from pjrt_hub.cli import main
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main(["bench", *sys.argv[1:]]))

@@ -69,14 +69,15 @@ class CacheStats:
 
 @functools.lru_cache(maxsize=None)
 def backend_digest() -> str:
-    """Hash of this backend's own source: part of every cache key, so that a change to a
-    lowering rule or a helper (whose machine code numba inlines into the cached functions)
-    can never be served stale code from the cache."""
+    """Hash of the source that shapes the generated code (this backend and the shared StableHLO
+    front end): part of every cache key, so that a change to a lowering rule, a helper (whose
+    machine code numba inlines into the cached functions) or the parser can never be served
+    stale code from the cache."""
     h = hashlib.sha256()
     here = Path(__file__).parent
-    for path in sorted(here.glob("*.py")):
-        if path.name != "bench.py":
-            h.update(path.name.encode())
+    for path in sorted([*here.glob("*.py"), *(here.parent / "stablehlo").glob("*.py")]):
+        if path.name != "plugin.py":
+            h.update(f"{path.parent.name}/{path.name}".encode())
             h.update(path.read_bytes())
     return h.hexdigest()[:16]
 

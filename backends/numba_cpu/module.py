@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from pjrt_hub.backends.stablehlo import Function, Module, TensorType, element_dtype
+from pjrt_hub.backends.stablehlo import Function, Module, TensorType, element_dtype, output_aliases
 
 from .codegen import GeneratedFunction
 from .source import ElementKind
@@ -83,37 +83,7 @@ def cost_analysis(fn: Function) -> dict[str, float]:
     return {"flops": flops, "transcendentals": transcendentals, "bytes accessed": accessed}
 
 
-def _aliases(module: Module, fn: Function) -> dict[int, int]:
-    """output -> input the output may reuse: ``tf.aliasing_output`` argument attributes and the
-    ``mhlo.input_output_alias`` module attribute pin pairs; a ``jax.buffer_donor`` input takes the
-    first output of its type nobody claimed (as XLA pairs donors)."""
-    aliases: dict[int, int] = {}
-    n_out = len(fn.result_types)
-    for i, attrs in enumerate(fn.arg_attrs or ()):
-        k = attrs.get("tf.aliasing_output") if attrs else None
-        if k is not None and 0 <= int(k) < n_out:
-            aliases.setdefault(int(k), i)
-    for entry in module.attributes.get("mhlo.input_output_alias", ()) or ():
-        try:
-            index = entry["output_index"]
-            k = int(index[0]) if len(index) else 0
-            aliases.setdefault(k, int(entry["alias"]["parameter_number"]))
-        except (KeyError, TypeError, IndexError, ValueError):
-            continue
-    claimed = set(aliases.values())
-    for i, attrs in enumerate(fn.arg_attrs or ()):
-        if not (attrs and attrs.get("jax.buffer_donor")) or i in claimed:
-            continue
-        for k, t in enumerate(fn.result_types):
-            if k not in aliases and t == fn.args[i].type:
-                aliases[k] = i
-                claimed.add(i)
-                break
-    return aliases
-
-
 def render_module(module: Module, fn: Function, gen: GeneratedFunction) -> str:
-    from .codegen import Lowering  # noqa: F401  (documentation link only)
 
     inputs = [(tuple(a.type.shape), str(element_dtype(a.type.element_type))) for a in fn.args]
     outputs = [(tuple(t.shape), str(element_dtype(t.element_type))) for t in fn.result_types]
@@ -121,7 +91,7 @@ def render_module(module: Module, fn: Function, gen: GeneratedFunction) -> str:
         "name": module.name or "main",
         "inputs": inputs,
         "outputs": outputs,
-        "aliases": _aliases(module, fn),
+        "aliases": output_aliases(module, fn),
         "cost": cost_analysis(fn),
     }
     arg_types = [_nb_array(k, len(a.type.shape)) for k, a in zip(gen.input_kinds, fn.args)]

@@ -18,7 +18,7 @@ import numpy as np
 from pjrt_hub.abi import CompileError, CompileOptions, InvalidArgument
 from pjrt_hub.abi.compile_options import decode_compile_options, encode_compile_options
 from pjrt_hub.backends.cpu_runtime.compiler import TensorSpec
-from pjrt_hub.backends.stablehlo import Function, Module, Op, TensorType, parse_module, verify
+from pjrt_hub.backends.stablehlo import Function, Module, Op, TensorType, output_aliases, parse_module, verify
 
 from .interpreter import Interpreter
 
@@ -123,37 +123,6 @@ def _spec(ty: Any, what: str) -> TensorSpec:
     if not isinstance(ty, TensorType):
         raise CompileError(f"{what} has type {ty}; @main may only take and return tensors")
     return TensorSpec(ty.shape, ty.dtype)
-
-
-def output_aliases(module: Module) -> dict[int, int]:
-    """Output index -> input index that output may reuse, from ``tf.aliasing_output`` and
-    ``jax.buffer_donor`` argument attributes and the ``mhlo.input_output_alias`` module
-    attribute. A donor without an explicit output takes the first output of its type that no
-    other input claimed, as XLA does."""
-    main = module.main
-    aliases: dict[int, int] = {}
-    for i, attrs in enumerate(main.arg_attrs):
-        k = attrs.get("tf.aliasing_output")
-        if k is not None and 0 <= int(k) < len(main.result_types):
-            aliases.setdefault(int(k), i)
-    for entry in module.attributes.get("mhlo.input_output_alias", ()) or ():
-        try:
-            out_index = entry["output_index"]
-            param = entry["alias"]["parameter_number"]
-            k = int(out_index[0]) if len(out_index) else 0
-            aliases.setdefault(k, int(param))
-        except (KeyError, TypeError, IndexError, ValueError):
-            continue
-    claimed = set(aliases.values())
-    for i, attrs in enumerate(main.arg_attrs):
-        if not attrs.get("jax.buffer_donor") or i in claimed:
-            continue
-        for k, ty in enumerate(main.result_types):
-            if k not in aliases and ty == main.arg_types[i]:
-                aliases[k] = i
-                claimed.add(i)
-                break
-    return aliases
 
 
 # -- cost model -------------------------------------------------------------------------------

@@ -71,5 +71,6 @@ from .printer import format_module  # noqa: E402
 __all__ += ["format_module", "parse_module"]
 
 from .verify import verify  # noqa: E402
+from .aliases import output_aliases  # noqa: E402
 
-__all__ += ["verify"]
+__all__ += ["output_aliases", "verify"]
