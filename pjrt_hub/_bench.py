@@ -130,51 +130,72 @@ def _warm_compile_ms(plugin: str, program: Path, cache: str, library: Sequence[s
     return float(done.stdout.strip().splitlines()[-1])
 
 
+def _measure(client: Any, name: str, entries: Sequence[dict[str, Any]], runs: int | None,
+             say: Callable[[str], None]) -> dict[str, Any]:
+    """Time one plugin on the programs (in this process)."""
+    loaded = _Loaded(client, TINY_ADD, [np.arange(4, dtype=np.float32)] * 2)
+    tiny = _median_ms(loaded.execute_once, runs or TINY_RUNS, warm=200) * 1e3
+    loaded.close()
+    say(f"{name}: tiny add executes in {tiny:.2f} us")
+    rows = []
+    for entry in entries:
+        row: dict[str, Any] = {"name": entry["name"], "plugin": name}
+        try:
+            loaded = _Loaded(client, (_perf_dir() / entry["file"]).read_text(), _regenerate(entry))
+            row["compile_ms_cold"] = loaded.compile_ms
+            row["outputs_match"] = _matches(loaded.outputs(), entry)
+            count = runs or RUNS.get(entry["name"], DEFAULT_RUNS)
+            row["execute_ms_median"] = _median_ms(loaded.execute_once, count, warm=min(3, count))
+            row["runs"] = count
+            loaded.close()
+        except PjrtError as exc:
+            row["error"] = str(exc)
+        baseline_us = (entry.get("baseline") or {}).get("xla_cpu_execute_us")
+        row["xla_cpu_baseline_ms"] = None if baseline_us is None else baseline_us / 1e3
+        rows.append(row)
+    return {"rows": rows, "tiny_us": tiny}
+
+
+def _measure_in_child(name: str, programs: Sequence[str], runs: int | None, library: Sequence[str],
+                      cache: str, verbose: bool) -> dict[str, Any]:
+    """Each plugin is timed in a process of its own, as XLA:CPU was for the research notes: the
+    thread pools of one plugin do not slow another's, and a crash stays that plugin's."""
+    env = dict(os.environ, PJRT_HUB_CACHE=cache)
+    cmd = [sys.executable, "-m", "pjrt_hub._bench", "--measure", name, ",".join(programs),
+           str(runs or 0), *library]
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None if verbose else subprocess.PIPE,
+                          text=True, env=env)
+    if done.returncode != 0:
+        tail = (done.stderr or "").strip().splitlines()[-3:]
+        reason = f"the benchmark process exited with status {done.returncode}" + (
+            ": " + " | ".join(tail) if tail else "")
+        return {"rows": [{"name": p, "plugin": name, "error": reason} for p in programs], "tiny_us": None}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def bench(registry: Any, plugins: Sequence[str], programs: Iterable[str] | None = None, *,
           warm: bool = True, library: Sequence[str] = (), runs: int | None = None,
           progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run the perf corpus on ``plugins``; return the report as a JSON-able dict."""
-    say = progress or (lambda message: None)
+    """Run the perf corpus on ``plugins``; return the report as a JSON-able dict.
+
+    ``registry`` has judged the plugins already (the caller requires them loaded); each one is
+    then measured in a fresh process that shares one compile cache, empty at the start (cold).
+    """
     entries = [e for e in perf_programs() if programs is None or e["name"] in set(programs)]
+    names = [e["name"] for e in entries]
     cache = tempfile.mkdtemp(prefix="pjrt-hub-bench-")
-    previous = os.environ.get("PJRT_HUB_CACHE")
-    os.environ["PJRT_HUB_CACHE"] = cache  # cold: nothing compiled yet for this run
     rows: list[dict[str, Any]] = []
     tiny: dict[str, float] = {}
-    try:
-        clients = {name: registry.create_client(name) for name in plugins}
-        for name, client in clients.items():
-            loaded = _Loaded(client, TINY_ADD, [np.arange(4, dtype=np.float32)] * 2)
-            tiny[name] = _median_ms(loaded.execute_once, runs or TINY_RUNS, warm=200) * 1e3
-            loaded.close()
-            say(f"{name}: tiny add executes in {tiny[name]:.2f} us")
-        for entry in entries:
-            path = _perf_dir() / entry["file"]
-            text = path.read_text()
-            arrays = _regenerate(entry)
-            for name, client in clients.items():
-                row: dict[str, Any] = {"name": entry["name"], "plugin": name}
-                try:
-                    loaded = _Loaded(client, text, arrays)
-                    row["compile_ms_cold"] = loaded.compile_ms
-                    row["outputs_match"] = _matches(loaded.outputs(), entry)
-                    count = runs or RUNS.get(entry["name"], DEFAULT_RUNS)
-                    row["execute_ms_median"] = _median_ms(loaded.execute_once, count, warm=min(3, count))
-                    row["runs"] = count
-                    loaded.close()
-                except PjrtError as exc:
-                    row["error"] = str(exc)
-                if warm and "error" not in row:
-                    row["compile_ms_warm"] = _warm_compile_ms(name, path, cache, library)
-                baseline_us = (entry.get("baseline") or {}).get("xla_cpu_execute_us")
-                row["xla_cpu_baseline_ms"] = None if baseline_us is None else baseline_us / 1e3
-                rows.append(row)
-                say(_format_row(row))
-    finally:
-        if previous is None:
-            os.environ.pop("PJRT_HUB_CACHE", None)
-        else:
-            os.environ["PJRT_HUB_CACHE"] = previous
+    for name in plugins:
+        measured = _measure_in_child(name, names, runs, library, cache, verbose=progress is not None)
+        if measured["tiny_us"] is not None:
+            tiny[name] = measured["tiny_us"]
+        for row in measured["rows"]:
+            if warm and "error" not in row:
+                entry = next(e for e in entries if e["name"] == row["name"])
+                row["compile_ms_warm"] = _warm_compile_ms(name, _perf_dir() / entry["file"], cache, library)
+            rows.append(row)
+    rows.sort(key=lambda r: (names.index(r["name"]), list(plugins).index(r["plugin"])))
     _add_ratios(rows)
     return {"programs": rows, "tiny_execute_us": tiny.get(plugins[0]) if plugins else None,
             "tiny_execute_us_by_plugin": tiny, "plugins": list(plugins)}
@@ -232,13 +253,32 @@ def format_report(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _warm_compile_main(argv: Sequence[str]) -> int:
-    """Child of :func:`_warm_compile_ms`: start the plugin, then time one compile."""
+def _child_registry(library: Sequence[str]) -> Any:
     from pjrt_hub._registry import PluginRegistry, RegistrySettings
 
+    return PluginRegistry(RegistrySettings.from_environment(paths=tuple(library)))
+
+
+def _measure_main(argv: Sequence[str]) -> int:
+    """Child of :func:`_measure_in_child`: time one plugin, print the result as JSON."""
+    plugin, programs, runs, *library = argv
+    client = _child_registry(library).create_client(plugin)
+    entries = [e for e in perf_programs() if e["name"] in programs.split(",")]
+
+    def say(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    result = _measure(client, plugin, entries, int(runs) or None, say)
+    for row in result["rows"]:
+        say(_format_row(row))
+    print(json.dumps(result))
+    return 0
+
+
+def _warm_compile_main(argv: Sequence[str]) -> int:
+    """Child of :func:`_warm_compile_ms`: start the plugin, then time one compile."""
     plugin, program, *library = argv
-    registry = PluginRegistry(RegistrySettings.from_environment(paths=tuple(library)))
-    client = registry.create_client(plugin)
+    client = _child_registry(library).create_client(plugin)
     client.compile(Program(TINY_ADD, "mlir")).destroy()  # the plugin's one-time start-up
     text = Path(program).read_text()
     t0 = time.perf_counter()
@@ -250,4 +290,7 @@ def _warm_compile_main(argv: Sequence[str]) -> int:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--warm-compile"]:
         sys.exit(_warm_compile_main(sys.argv[2:]))
-    raise SystemExit("usage: python -m pjrt_hub._bench --warm-compile PLUGIN PROGRAM [LIBRARY...]")
+    if sys.argv[1:2] == ["--measure"]:
+        sys.exit(_measure_main(sys.argv[2:]))
+    raise SystemExit("usage: python -m pjrt_hub._bench --measure PLUGIN PROGRAMS RUNS [LIBRARY...] | "
+                     "--warm-compile PLUGIN PROGRAM [LIBRARY...]")

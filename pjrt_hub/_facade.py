@@ -6,76 +6,84 @@ object so that a call newer than ``call_limit`` raises Unimplemented naming the 
 that added it and the plugin's minor, instead of reaching the plugin (where it would be an
 AttributeError for a Python plugin or a read past the function table for a C one). Objects the
 plugin returns are wrapped the same way, and wrapped objects passed back in are unwrapped.
+
+The gate sits on the hot path (a tiny execute costs a few microseconds), so it is decided once
+per plugin class, not per call: for each class of plugin object a proxy class is built with one
+real method per API method, either forwarding or refusing.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
-from pjrt_hub.abi import ApiVersion, PjrtObject, Unimplemented, api_methods
+from pjrt_hub.abi import ApiMethod, ApiVersion, PjrtObject, Unimplemented, api_methods
 
 __all__ = ["Gated", "gate", "unwrap"]
 
 
 class _Gate:
-    __slots__ = ("call_limit", "plugin", "plugin_version")
+    """One plugin's gate: who it is and the minor its calls are kept to."""
+
+    __slots__ = ("call_limit", "plugin", "plugin_version", "proxies")
 
     def __init__(self, plugin: str, plugin_version: ApiVersion, call_limit: int) -> None:
         self.plugin = plugin
         self.plugin_version = plugin_version
         self.call_limit = call_limit
+        #: plugin class -> its proxy class under this gate
+        self.proxies: dict[type, type[Gated]] = {}
+
+    def proxy_class(self, cls: type) -> "type[Gated]":
+        proxy = self.proxies.get(cls)
+        if proxy is None:
+            methods = {name: self._method(cls, info) for name, info in api_methods(cls).items()}
+            proxy = type(f"Gated{cls.__name__}", (Gated,), {"__slots__": (), "_gate": self, **methods})
+            self.proxies[cls] = proxy
+        return proxy
+
+    def _method(self, cls: type, info: ApiMethod) -> Callable[..., Any]:
+        name = info.name
+        if info.since is not None and info.since > self.call_limit:
+            newer_than = "the plugin's" if self.plugin_version.minor < info.since else "the framework's"
+            message = (
+                f"{cls.__name__}.{name} ({info.c_function}) was added in PJRT API 0.{info.since}, "
+                f"but plugin {self.plugin} implements {self.plugin_version}; calls are limited "
+                f"to 0.{self.call_limit} ({newer_than} version)."
+            )
+            plugin = self.plugin
+
+            def refused(self: Gated, *args: Any, **kwargs: Any) -> Any:
+                raise Unimplemented(message, plugin=plugin)
+
+            refused.__name__ = name
+            return refused
+
+        gate_ = self
+
+        def forward(self: Gated, *args: Any, **kwargs: Any) -> Any:
+            if kwargs:
+                kwargs = {k: unwrap(v) for k, v in kwargs.items()}
+            if args:
+                result = getattr(self._target, name)(*[unwrap(a) for a in args], **kwargs)
+            else:
+                result = getattr(self._target, name)(**kwargs)
+            return result if result is None else _wrap(result, gate_)
+
+        forward.__name__ = name
+        forward.__doc__ = getattr(cls, name).__doc__
+        return forward
 
 
 class Gated:
-    """A plugin object seen through the version gate. Attribute access is forwarded."""
+    """A plugin object seen through the version gate. Other attribute access is forwarded."""
 
-    __slots__ = ("_target", "_gate", "_cache", "__weakref__")
-
-    def __init__(self, target: PjrtObject, gate_: _Gate) -> None:
-        object.__setattr__(self, "_target", target)
-        object.__setattr__(self, "_gate", gate_)
-        object.__setattr__(self, "_cache", {})
+    __slots__ = ("_target", "__weakref__")
+    _gate: _Gate
 
     def __getattr__(self, name: str) -> Any:
-        cache = self._cache
-        try:
-            return cache[name]
-        except KeyError:
-            pass
-        target = self._target
-        info = api_methods(type(target)).get(name)
-        if info is None:
-            # Not a PJRT call (``__dlpack__``, plugin-specific helpers): no gate, no caching, so
-            # that plain attributes stay live.
-            return getattr(target, name)
-        g = self._gate
-        if info.since is not None and info.since > g.call_limit:
-            newer_than = "the plugin's" if g.plugin_version.minor < info.since else "the framework's"
-            message = (
-                f"{type(target).__name__}.{name} ({info.c_function}) was added in PJRT API "
-                f"0.{info.since}, but plugin {g.plugin} implements {g.plugin_version}; calls are "
-                f"limited to 0.{g.call_limit} ({newer_than} version)."
-            )
-
-            def refused(*args: Any, **kwargs: Any) -> Any:
-                raise Unimplemented(message, plugin=g.plugin)
-
-            refused.__name__ = name
-            cache[name] = refused
-            return refused
-        method = getattr(target, name)
-
-        def forward(*args: Any, **kwargs: Any) -> Any:
-            if args:
-                args = tuple(unwrap(a) for a in args)
-            if kwargs:
-                kwargs = {k: unwrap(v) for k, v in kwargs.items()}
-            return _wrap(method(*args, **kwargs), g)
-
-        forward.__name__ = name
-        forward.__doc__ = method.__doc__
-        cache[name] = forward
-        return forward
+        # Not a PJRT call (``__dlpack__``, plugin-specific helpers): no gate, so that plain
+        # attributes stay live.
+        return getattr(self._target, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"{type(self._target).__name__} seen through the version gate is read-only")
@@ -101,9 +109,14 @@ class Gated:
         return self._target
 
 
+_set_target = Gated._target.__set__  # type: ignore[attr-defined]
+
+
 def _wrap(value: Any, g: _Gate) -> Any:
     if isinstance(value, PjrtObject):
-        return Gated(value, g)
+        proxy = object.__new__(g.proxies.get(type(value)) or g.proxy_class(type(value)))
+        _set_target(proxy, value)
+        return proxy
     if isinstance(value, list):
         return [_wrap(v, g) for v in value]
     if isinstance(value, tuple):
@@ -115,14 +128,14 @@ def _wrap(value: Any, g: _Gate) -> Any:
 def unwrap(value: Any) -> Any:
     """The plugin's own objects inside ``value`` (lists and tuples are walked)."""
     if isinstance(value, Gated):
-        return value.unwrapped
+        return value._target
     if isinstance(value, list):
-        return [unwrap(v) for v in value]
+        return [v._target if isinstance(v, Gated) else unwrap(v) for v in value]
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(unwrap(v) for v in value)
+        return tuple([unwrap(v) for v in value])
     return value
 
 
 def gate(obj: PjrtObject, *, plugin: str, plugin_version: ApiVersion, call_limit: int) -> Gated:
     """Wrap ``obj`` so that calls newer than ``call_limit`` raise Unimplemented."""
-    return Gated(obj, _Gate(plugin, plugin_version, call_limit))
+    return _wrap(obj, _Gate(plugin, plugin_version, call_limit))

@@ -121,6 +121,8 @@ class _Entry:
     version: ApiVersion | None = None
     verdict: Verdict | None = None
     api: Any = None
+    #: ``api`` behind the version gate, built once (the gate caches a proxy class per plugin class).
+    gated: Gated | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
 
@@ -442,12 +444,14 @@ class PluginRegistry:
         self.require([name])
         entry = self._by_name[name.lower()]
         with self._lock:
-            if entry.api is None:
+            if entry.gated is None:
                 entry.api = self._make_api(entry)
-        assert entry.version is not None and entry.verdict is not None
-        limit = entry.verdict.call_limit
-        assert limit is not None
-        return gate(entry.api, plugin=entry.record.name, plugin_version=entry.version, call_limit=limit)
+                assert entry.version is not None and entry.verdict is not None
+                limit = entry.verdict.call_limit
+                assert limit is not None
+                entry.gated = gate(entry.api, plugin=entry.record.name, plugin_version=entry.version,
+                                   call_limit=limit)
+            return entry.gated
 
     def _make_api(self, entry: _Entry) -> Api:
         name = entry.record.name
