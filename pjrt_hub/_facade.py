@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from pjrt_hub.abi import ApiMethod, ApiVersion, PjrtObject, Unimplemented, api_methods
+from pjrt_hub.abi import ApiMethod, ApiVersion, ExecuteResult, PjrtObject, Unimplemented, api_methods
 
 __all__ = ["Gated", "gate", "unwrap"]
 
@@ -112,11 +112,18 @@ class Gated:
 _set_target = Gated._target.__set__  # type: ignore[attr-defined]
 
 
+def _proxy(value: PjrtObject, g: _Gate) -> Gated:
+    proxy = object.__new__(g.proxies.get(type(value)) or g.proxy_class(type(value)))
+    _set_target(proxy, value)
+    return proxy
+
+
 def _wrap(value: Any, g: _Gate) -> Any:
     if isinstance(value, PjrtObject):
-        proxy = object.__new__(g.proxies.get(type(value)) or g.proxy_class(type(value)))
-        _set_target(proxy, value)
-        return proxy
+        return _proxy(value, g)
+    if type(value) is ExecuteResult:  # the hot path of every execute
+        return ExecuteResult([[_proxy(b, g) for b in row] for row in value.outputs],
+                             [_proxy(e, g) for e in value.device_complete_events])
     if isinstance(value, list):
         return [_wrap(v, g) for v in value]
     if isinstance(value, tuple):
@@ -138,4 +145,4 @@ def unwrap(value: Any) -> Any:
 
 def gate(obj: PjrtObject, *, plugin: str, plugin_version: ApiVersion, call_limit: int) -> Gated:
     """Wrap ``obj`` so that calls newer than ``call_limit`` raise Unimplemented."""
-    return _wrap(obj, _Gate(plugin, plugin_version, call_limit))
+    return _proxy(obj, _Gate(plugin, plugin_version, call_limit))
