@@ -78,10 +78,11 @@ class CDeviceDescription(DeviceDescription):
         return f"<CDeviceDescription {self._handle:#x}>"
 
 
-class CMemory(Memory):
-    """``PJRT_Memory``: owned by the client."""
+class _ClientOwned:
+    """A handle the client owns (devices, memories): alive exactly as long as the client."""
 
     __slots__ = ("_client", "_handle")
+    _what = "handle"
 
     def __init__(self, client: "CClient", handle: int) -> None:
         self._client, self._handle = client, handle
@@ -91,8 +92,24 @@ class CMemory(Memory):
         return self._handle
 
     def _live(self, what: str) -> int:
-        self._client._live(f"{what} (of a memory)")
+        self._client._live(f"{what} (of a {self._what})")
         return self._handle
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other._handle == self._handle  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._handle)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._handle:#x}>"
+
+
+class CMemory(_ClientOwned, Memory):
+    """``PJRT_Memory``: owned by the client."""
+
+    __slots__ = ()
+    _what = "memory"
 
     def id(self) -> int:
         return _int_query(self._client._lib, "PJRT_Memory_Id", "memory", self._live("id"), "id")
@@ -117,31 +134,11 @@ class CMemory(Memory):
         lib.call("PJRT_Memory_AddressableByDevices", args)
         return [self._client._device(h) for h in read_pointers(args.devices, args.num_devices)]
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, CMemory) and other._handle == self._handle
-
-    def __hash__(self) -> int:
-        return hash(self._handle)
-
-    def __repr__(self) -> str:
-        return f"<CMemory {self._handle:#x}>"
-
-
-class CDevice(Device):
+class CDevice(_ClientOwned, Device):
     """``PJRT_Device``: owned by the client."""
 
-    __slots__ = ("_client", "_handle")
-
-    def __init__(self, client: "CClient", handle: int) -> None:
-        self._client, self._handle = client, handle
-
-    @property
-    def handle(self) -> int:
-        return self._handle
-
-    def _live(self, what: str) -> int:
-        self._client._live(f"{what} (of a device)")
-        return self._handle
+    __slots__ = ()
+    _what = "device"
 
     def get_description(self) -> CDeviceDescription:
         lib = self._client._lib
@@ -194,12 +191,6 @@ class CDevice(Device):
         finally:
             if args.attributes_deleter and args.device_attributes:
                 void_fn(args.attributes_deleter)(args.device_attributes)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, CDevice) and other._handle == self._handle
-
-    def __hash__(self) -> int:
-        return hash(self._handle)
 
     def __repr__(self) -> str:
         return f"<CDevice {self._handle:#x} of {self._client._lib.name}>"
