@@ -158,7 +158,7 @@ def supported_ops() -> list[str]:
 
 
 def _unsupported(op: Op) -> UnsupportedOpError:
-    return UnsupportedOpError(op.name, location=op.location, supported=supported_ops(), backend="numba_cpu")
+    return UnsupportedOpError(op.name, location=op.where, supported=supported_ops(), backend="numba_cpu")
 
 
 # -- the lowering context -------------------------------------------------------------------------
@@ -584,7 +584,7 @@ class Lowering:
             if any(isinstance(r.type, TensorType) and r.type.rank for r in op.results) or (
                 rule.elementwise is None and rule.index is None):
                 raise UnsupportedOpError(
-                    f"{op.name} inside a scalar region", location=op.location, supported=supported_ops(),
+                    f"{op.name} inside a scalar region", location=op.where, supported=supported_ops(),
                     backend="numba_cpu")
             for i, r in enumerate(op.results):
                 self.env[r] = Lazy(op, i)

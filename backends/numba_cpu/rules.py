@@ -55,7 +55,7 @@ def kernel(*names: str, lazy_operands: bool = False):
 
 
 def _unsupported_variant(op: Op, what: str) -> UnsupportedOpError:
-    return UnsupportedOpError(f"{op.name} ({what})", location=op.location, supported=supported_ops(),
+    return UnsupportedOpError(f"{op.name} ({what})", location=op.where, supported=supported_ops(),
                               backend="numba_cpu")
 
 

@@ -93,11 +93,12 @@ def test_malformed_program_exits_3_naming_the_place(tmp_path, capsys):
     assert "line 3" in err
 
 
-def test_unsupported_op_exits_3_and_lists_the_supported_ones(tmp_path, capsys):
+@pytest.mark.parametrize("plugin", ["reference", "numba_cpu"])
+def test_unsupported_op_exits_3_and_lists_the_supported_ones(tmp_path, capsys, plugin):
     bad = tmp_path / "frob.mlir"
     bad.write_text(ADD.replace("stablehlo.add", "stablehlo.frobnicate"))
     src = inputs(tmp_path, in0=np.ones(4, np.float32), in1=np.ones(4, np.int32))
-    code, _, err = run(capsys, bad, "--plugin", "reference", "--inputs", src)
+    code, _, err = run(capsys, bad, "--plugin", plugin, "--inputs", src)
     assert code == ExitCode.BAD_INPUT
     assert "unsupported op 'stablehlo.frobnicate' at line 3, column" in err and "stablehlo.add" in err
 
