@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 import pluggy
-from packaging.requirements import Requirement
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from pydantic import ValidationError
 
@@ -371,7 +371,8 @@ class PluginRegistry:
         if not verdict.accepted:
             self._set(entry, Outcome.INCOMPATIBLE, verdict.reasons[0], verdict=entry.record.verdict)
             return False
-        pin_problems = self._pin_problems(record, requires)
+        distribution_requires = entry.candidate.requires if entry.candidate is not None else ()
+        pin_problems = self._pin_problems(record, [*requires, *distribution_requires])
         if pin_problems:
             self._set(entry, Outcome.INCOMPATIBLE, "; ".join(pin_problems), verdict=entry.record.verdict)
             return False
@@ -388,12 +389,14 @@ class PluginRegistry:
             return False
         return True
 
-    def _pin_problems(self, record: PluginRecord, declared: Iterable[str]) -> list[str]:
-        texts = list(declared)
-        texts += [r for r in self._dist_requires(record) if r not in texts]
+    def _pin_problems(self, record: PluginRecord, requirements: Iterable[str]) -> list[str]:
+        """Pins on framework distributions (declared, or the plugin distribution's Requires-Dist)."""
         problems = []
-        for text in texts:
-            req = Requirement(text)
+        for text in dict.fromkeys(requirements):
+            try:
+                req = Requirement(text)
+            except InvalidRequirement:
+                continue  # a malformed Requires-Dist line names no framework pin we can check
             name = canonicalize_name(req.name)
             if name not in FRAMEWORK_DISTRIBUTIONS:
                 continue
@@ -411,12 +414,6 @@ class PluginRegistry:
                     f"install {name}{req.specifier} or a release of "
                     f"{record.distribution or record.name} that accepts {name} {installed}")
         return problems
-
-    def _dist_requires(self, record: PluginRecord) -> list[str]:
-        entry = self._by_name.get(record.name.lower())
-        if entry is None or entry.candidate is None:
-            return []
-        return list(entry.candidate.requires)
 
     # -- using plugins ---------------------------------------------------------------------
 
