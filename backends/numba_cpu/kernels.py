@@ -220,24 +220,30 @@ def _while(ctx: Lowering, op: Op):
             ctx.scope.emit(f"{name} = {text}")
         names.append(name)
     with ctx.block_scope("while True:") as loop:
-        _bind_carried(ctx, cond.args, op.operands, names, loop)
+        _bind_carried(ctx, cond.args, names, loop)
         (c,) = ctx.lower_block(cond)
         ctx.scope.emit(f"if not {c.expr.text}: break")
-        _bind_carried(ctx, body.args, op.operands, names, loop)
-        results = ctx.lower_block(body)
-        texts = [_carry(ctx, b) for b in results]
-        ctx.note_assignment(names, texts)
-        if names:
-            ctx.scope.emit(f"{', '.join(names)} = {', '.join(texts)}")
-    out = []
-    for v, name in zip(op.results, names):
-        out.append(Arr(name, ctx.kind(v)) if v.type.rank else Scal(Expr(name, ctx.scope)))
-    return out
+        _bind_carried(ctx, body.args, names, loop)
+        _assign_results(ctx, names, ctx.lower_block(body))
+    return [_named(ctx, v, name, ctx.scope) for v, name in zip(op.results, names)]
 
 
-def _bind_carried(ctx: Lowering, args, operands, names, scope) -> None:
-    for a, v, name in zip(args, operands, names):
-        ctx.env[a] = Arr(name, ctx.kind(a)) if a.type.rank else Scal(Expr(name, scope))
+def _bind_carried(ctx: Lowering, args, names, scope) -> None:
+    for a, name in zip(args, names):
+        ctx.env[a] = _named(ctx, a, name, scope)
+
+
+def _named(ctx: Lowering, value, name: str, scope):
+    """The variable ``name`` holding ``value``: an array, or a scalar of ``scope``."""
+    return Arr(name, ctx.kind(value)) if value.type.rank else Scal(Expr(name, scope))
+
+
+def _assign_results(ctx: Lowering, names: list[str], results) -> None:
+    """Assign a region's results to the op's result variables (loop carries, branch outputs)."""
+    texts = [_carry(ctx, b) for b in results]
+    ctx.note_assignment(names, texts)
+    if names:
+        ctx.scope.emit(f"{', '.join(names)} = {', '.join(texts)}")
 
 
 @kernel("stablehlo.case", lazy_operands=True)
@@ -255,15 +261,8 @@ def _case(ctx: Lowering, op: Op):
         else:
             header = "else:"
         with ctx.block_scope(header):
-            results = ctx.lower_block(region)
-            texts = [_carry(ctx, b) for b in results]
-            ctx.note_assignment(names, texts)
-            if names:
-                ctx.scope.emit(f"{', '.join(names)} = {', '.join(texts)}")
-    out = []
-    for v, name in zip(op.results, names):
-        out.append(Arr(name, ctx.kind(v)) if v.type.rank else Scal(Expr(name, ctx.scope)))
-    return out
+            _assign_results(ctx, names, ctx.lower_block(region))
+    return [_named(ctx, v, name, ctx.scope) for v, name in zip(op.results, names)]
 
 
 @kernel("stablehlo.optimization_barrier", lazy_operands=True)
@@ -585,13 +584,8 @@ def _if(ctx: Lowering, op: Op):
     names = [ctx.fresh("w") for _ in op.results]
     for header, region in ((f"if {pred.text}:", op.regions[0]), ("else:", op.regions[1])):
         with ctx.block_scope(header):
-            results = ctx.lower_block(region)
-            texts = [_carry(ctx, b) for b in results]
-            ctx.note_assignment(names, texts)
-            if names:
-                ctx.scope.emit(f"{', '.join(names)} = {', '.join(texts)}")
-    return [Arr(name, ctx.kind(v)) if v.type.rank else Scal(Expr(name, ctx.scope))
-            for v, name in zip(op.results, names)]
+            _assign_results(ctx, names, ctx.lower_block(region))
+    return [_named(ctx, v, name, ctx.scope) for v, name in zip(op.results, names)]
 
 
 @kernel("stablehlo.select_and_scatter", lazy_operands=True)
