@@ -58,43 +58,37 @@ ior = intrinsic(_same_type_binop(lambda b, x, y, t: b.or_(x, y)))
 ixor = intrinsic(_same_type_binop(lambda b, x, y, t: b.xor(x, y)))
 
 
-def _select_const(builder, cond, value, other):
-    return builder.select(cond, value, other)
+def _guarded_divisor(builder, x, y, ty):
+    """The divisor made safe for LLVM, whose division is undefined for y == 0 and, signed,
+    for MIN / -1; returns (safe divisor, y == 0, MIN / -1 (None if unsigned), MIN)."""
+    lty = x.type
+    is_zero = builder.icmp_unsigned("==", y, ir.Constant(lty, 0))
+    if not _is_signed(ty):
+        return builder.select(is_zero, ir.Constant(lty, 1), y), is_zero, None, None
+    minval = ir.Constant(lty, -(1 << (lty.width - 1)))
+    overflow = builder.and_(builder.icmp_signed("==", x, minval),
+                            builder.icmp_signed("==", y, ir.Constant(lty, -1)))
+    safe = builder.select(builder.or_(is_zero, overflow), ir.Constant(lty, 1), y)
+    return safe, is_zero, overflow, minval
 
 
 def _build_div(builder, x, y, ty):
-    lty = x.type
-    zero = ir.Constant(lty, 0)
-    ones = ir.Constant(lty, -1)
-    is_zero = builder.icmp_unsigned("==", y, zero)
-    if _is_signed(ty):
-        minval = ir.Constant(lty, -(1 << (lty.width - 1)))
-        overflow = builder.and_(builder.icmp_signed("==", x, minval), builder.icmp_signed("==", y, ones))
-        bad = builder.or_(is_zero, overflow)
-        # Divide by a safe divisor, then patch the two special cases: LLVM's sdiv is UB there.
-        safe = builder.select(bad, ir.Constant(lty, 1), y)
-        q = builder.sdiv(x, safe)
-        q = builder.select(overflow, minval, q)
-        return builder.select(is_zero, ones, q)
-    safe = builder.select(is_zero, ir.Constant(lty, 1), y)
-    return builder.select(is_zero, ones, builder.udiv(x, safe))
+    # XLA: x / 0 is -1 (all bits set), MIN / -1 is MIN.
+    safe, is_zero, overflow, minval = _guarded_divisor(builder, x, y, ty)
+    ones = ir.Constant(x.type, -1)
+    if overflow is None:
+        return builder.select(is_zero, ones, builder.udiv(x, safe))
+    q = builder.select(overflow, minval, builder.sdiv(x, safe))
+    return builder.select(is_zero, ones, q)
 
 
 def _build_rem(builder, x, y, ty):
-    lty = x.type
-    zero = ir.Constant(lty, 0)
-    ones = ir.Constant(lty, -1)
-    is_zero = builder.icmp_unsigned("==", y, zero)
-    if _is_signed(ty):
-        minval = ir.Constant(lty, -(1 << (lty.width - 1)))
-        overflow = builder.and_(builder.icmp_signed("==", x, minval), builder.icmp_signed("==", y, ones))
-        bad = builder.or_(is_zero, overflow)
-        safe = builder.select(bad, ir.Constant(lty, 1), y)
-        r = builder.srem(x, safe)
-        r = builder.select(overflow, zero, r)
-        return builder.select(is_zero, x, r)
-    safe = builder.select(is_zero, ir.Constant(lty, 1), y)
-    return builder.select(is_zero, x, builder.urem(x, safe))
+    # XLA: x % 0 is x, MIN % -1 is 0.
+    safe, is_zero, overflow, _ = _guarded_divisor(builder, x, y, ty)
+    if overflow is None:
+        return builder.select(is_zero, x, builder.urem(x, safe))
+    r = builder.select(overflow, ir.Constant(x.type, 0), builder.srem(x, safe))
+    return builder.select(is_zero, x, r)
 
 
 idiv = intrinsic(_same_type_binop(_build_div))
