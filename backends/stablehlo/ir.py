@@ -511,17 +511,16 @@ class Module:
 
     @property
     def main(self) -> Function:
-        """The entry point: ``@main``, else the only public function."""
+        """The entry point, ``@main``. There is no fallback to another function: XLA compiles
+        ``@main`` only, and running a different function than the one the user meant would be
+        a silent wrong answer."""
         if "main" in self.functions:
             return self.functions["main"]
-        public = [f for f in self.functions.values() if f.visibility == "public"]
-        if len(public) == 1:
-            return public[0]
         from pjrt_hub.abi import CompileError
 
         raise CompileError(
-            "module has no @main function and no single public function to use as entry point; "
-            f"functions: {', '.join('@' + n for n in self.functions) or '(none)'}"
+            "module has no @main function, the entry point XLA and pjrt-hub run; functions: "
+            f"{', '.join('@' + n for n in self.functions) or '(none)'}"
         )
 
     def walk(self) -> Iterator[Op]:

@@ -17,10 +17,10 @@ supported ops, rather than as a syntax error. Every syntax error is a
 from __future__ import annotations
 
 import dataclasses
-
+import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -72,7 +72,55 @@ def parse_module(text: str | bytes) -> Module:
                 "module cannot be read, print it as text") from None
     if text.startswith("ML\xefR") or text.startswith("MLïR"):
         raise ParseError("this is MLIR bytecode, not text; pass the module as text")
-    return _Parser(text).parse()
+    parser: _Parser | None = None
+    try:
+        parser = _Parser(text)
+        return parser.parse()
+    except ParseError:
+        raise
+    except RecursionError:
+        # The nesting and alias-chain limits keep ordinary reads far from Python's recursion
+        # limit; this is for a caller that is itself deep in the stack.
+        raise _error_at(parser, "the program nests too deeply to be read here (Python's recursion "
+                                "limit was reached)") from None
+    except MemoryError:
+        raise _error_at(parser, "reading the program needs more memory than there is") from None
+    except Exception as exc:  # noqa: BLE001 - a parser bug must still honour the contract
+        # The cause is kept (and names the bug); every deliberate ParseError has none.
+        raise _error_at(parser, f"internal parser error ({type(exc).__name__}: {exc}); please "
+                                "report it with the program text") from exc
+
+
+def _error_at(parser: "_Parser | None", message: str) -> ParseError:
+    if parser is None:
+        return ParseError(message, line=1, column=1)
+    return parser.cur.error(message)
+
+
+#: Brackets may nest this deep (JAX's programs nest about 10 levels: regions in regions, types in
+#: signatures); deeper text is refused with a ParseError where it crosses the limit, well before
+#: the recursive descent could exhaust Python's stack.
+MAX_NESTING = 200
+#: An alias may refer to an alias, this many times in a row (JAX's ``#loc`` chains follow the
+#: call stack of the traced function, a few dozen at most).
+MAX_ALIAS_CHAIN = 100
+
+_NESTING_TOKEN = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"?|//[^\n]*|->|[(\[{<]|[)\]}>]')
+
+
+def _check_nesting(cur: Cursor) -> None:
+    """Refuse text whose brackets nest deeper than :data:`MAX_NESTING` (one linear scan)."""
+    depth = 0
+    for m in _NESTING_TOKEN.finditer(cur.text):
+        token = m.group()
+        if token in "([{<":
+            depth += 1
+            if depth > MAX_NESTING:
+                raise cur.error(f"brackets nest deeper than {MAX_NESTING} levels; pjrt-hub reads "
+                                f"programs nested up to {MAX_NESTING} levels (JAX's nest about 10)",
+                                m.start())
+        elif token in ")]}>" and depth:
+            depth -= 1
 
 
 # -- enums written as #stablehlo<kind VALUE> or bare VALUE in the pretty form ------------------
@@ -195,6 +243,7 @@ class _Parser:
         self._alias_cache: dict[str, Any] = {}
         self._alias_busy: set[str] = set()
         self._resources: dict[str, bytes] = {}
+        _check_nesting(self.cur)
         self._prescan()
         self._pretty: dict[str, Callable[[str, int], _OpParts]] = self._pretty_table()
 
@@ -208,6 +257,9 @@ class _Parser:
         for section in _RESOURCE_SECTION.finditer(self.text):
             for m in _RESOURCE_ENTRY.finditer(section.group(1)):
                 key = m.group(1).strip('"')
+                if len(m.group(2)) % 2:
+                    raise self.cur.error(f"resource blob {key!r} has an odd number of hex digits",
+                                         section.start(1) + m.start(2))
                 self._resources[key] = bytes.fromhex(m.group(2))
 
     def parse(self) -> Module:
@@ -265,6 +317,9 @@ class _Parser:
             raise self.cur.error(f"undefined alias '{sigil}{name}'", at)
         if key in self._alias_busy:
             raise self.cur.error(f"alias '{sigil}{name}' refers to itself", at)
+        if len(self._alias_busy) >= MAX_ALIAS_CHAIN:
+            raise self.cur.error(f"alias '{sigil}{name}' ends a chain of more than {MAX_ALIAS_CHAIN} "
+                                 "aliases that refer to aliases", at)
         self._alias_busy.add(key)
         saved = self.cur
         self.cur = saved.fork(table[name])
@@ -422,8 +477,13 @@ class _Parser:
                 f"function @{name}: block arguments ({', '.join(str(a.type) for a in body.args)}) "
                 f"do not match function_type {fn_type}", start)
         n_in, n_out = len(fn_type.inputs), len(fn_type.results)
-        arg_attrs = tuple(attrs.pop("arg_attrs", ())) or ({},) * n_in
-        res_attrs = tuple(attrs.pop("res_attrs", ())) or ({},) * n_out
+        arg_attrs, res_attrs = attrs.pop("arg_attrs", ()), attrs.pop("res_attrs", ())
+        for key, value in (("arg_attrs", arg_attrs), ("res_attrs", res_attrs)):
+            if not isinstance(value, (list, tuple)) or not all(isinstance(a, Mapping) for a in value):
+                raise cur.error(f"function @{name}: {key} must be a list of dictionaries like "
+                                "[{}, {}]", start)
+        arg_attrs = tuple(arg_attrs) or ({},) * n_in
+        res_attrs = tuple(res_attrs) or ({},) * n_out
         if len(arg_attrs) != n_in or len(res_attrs) != n_out:
             raise cur.error(f"function @{name}: arg_attrs/res_attrs do not match its type", start)
         return Function(
@@ -1802,6 +1862,8 @@ def _scalar_value(text: str, ty: Any, cur: Cursor, pos: int) -> Any:
         dtype = element_dtype(ty)
         if is_hex:
             bits = int(text, 16)
+            if not 0 <= bits < 1 << (8 * dtype.itemsize):
+                raise cur.error(f"{text} is not a bit pattern of {ty} ({dtype.itemsize * 8} bits)", pos)
             return float(np.array(bits, dtype=_uint_for(dtype)).view(dtype))
         return float(text)
     if ty == "i1":
@@ -1816,6 +1878,8 @@ def _scalar_value(text: str, ty: Any, cur: Cursor, pos: int) -> Any:
 
 
 def _element_from_token(token: Any, dtype: np.dtype, is_bool: bool) -> Any:
+    if isinstance(token, tuple) and dtype.kind != "c":
+        raise ValueError(f"a complex element ({token[0]}, {token[1]}) in a tensor of {dtype}")
     if is_bool:
         if token in ("true", "false"):
             return token == "true"
@@ -1845,7 +1909,26 @@ def _flatten(literal: Any, shape: list[int], depth: int, out: list[Any]) -> None
         out.append(literal)
 
 
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _check_constant_size(ty: TensorType) -> None:
+    """A splat can claim any shape in a few bytes of text: refuse one this machine cannot hold
+    before numpy tries (a failed allocation of terabytes is an error, one of gigabytes too many
+    is the OOM killer)."""
+    nbytes = ty.size * ty.dtype.itemsize
+    memory = _physical_memory()
+    if memory is not None and nbytes > memory:
+        raise ValueError(f"the constant would take {nbytes} bytes, more than this machine's "
+                         f"memory ({memory} bytes)")
+
+
 def _dense_from_literal(literal: Any, ty: TensorType, *, splat: bool) -> np.ndarray:
+    _check_constant_size(ty)
     dtype = ty.dtype
     if splat:
         tokens = [literal]
@@ -1895,6 +1978,7 @@ def _dense_from_hex(literal: str, ty: TensorType) -> np.ndarray:
 
 
 def _dense_from_bytes(data: bytes, ty: TensorType) -> np.ndarray:
+    _check_constant_size(ty)
     dtype = ty.dtype.newbyteorder("<") if ty.dtype.itemsize > 1 else ty.dtype
     n = ty.size
     if ty.is_bool:
