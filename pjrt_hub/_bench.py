@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from importlib import resources
 from pathlib import Path
@@ -130,15 +131,24 @@ def _warm_compile_ms(plugin: str, program: Path, cache: str, library: Sequence[s
     return float(done.stdout.strip().splitlines()[-1])
 
 
+#: A line the measuring child writes to stderr as it starts a program (read by the parent).
+_STARTING = "pjrt-hub-bench: starting "
+
+#: ``progress(done, total, what)``: programs benched so far, of how many, and what runs now.
+Progress = Callable[[int, int, str], None]
+
+
 def _measure(client: Any, name: str, entries: Sequence[dict[str, Any]], runs: int | None,
              say: Callable[[str], None]) -> dict[str, Any]:
     """Time one plugin on the programs (in this process)."""
+    say(f"{_STARTING}tiny add")
     loaded = _Loaded(client, TINY_ADD, [np.arange(4, dtype=np.float32)] * 2)
     tiny = _median_ms(loaded.execute_once, runs or TINY_RUNS, warm=200) * 1e3
     loaded.close()
     say(f"{name}: tiny add executes in {tiny:.2f} us")
     rows = []
     for entry in entries:
+        say(f"{_STARTING}{entry['name']}")
         row: dict[str, Any] = {"name": entry["name"], "plugin": name}
         try:
             loaded = _Loaded(client, (_perf_dir() / entry["file"]).read_text(), _regenerate(entry))
@@ -157,44 +167,77 @@ def _measure(client: Any, name: str, entries: Sequence[dict[str, Any]], runs: in
 
 
 def _measure_in_child(name: str, programs: Sequence[str], runs: int | None, library: Sequence[str],
-                      cache: str, verbose: bool) -> dict[str, Any]:
+                      cache: str, starting: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Each plugin is timed in a process of its own, as XLA:CPU was for the research notes: the
-    thread pools of one plugin do not slow another's, and a crash stays that plugin's."""
+    thread pools of one plugin do not slow another's, and a crash stays that plugin's.
+
+    ``starting(program)`` hears of each program as the child starts it."""
     env = dict(os.environ, PJRT_HUB_CACHE=cache)
     cmd = [sys.executable, "-m", "pjrt_hub._bench", "--measure", name, ",".join(programs),
            str(runs or 0), *library]
-    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None if verbose else subprocess.PIPE,
-                          text=True, env=env)
-    if done.returncode != 0:
-        tail = (done.stderr or "").strip().splitlines()[-3:]
-        reason = f"the benchmark process exited with status {done.returncode}" + (
-            ": " + " | ".join(tail) if tail else "")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    tail: list[str] = []
+
+    def read_stderr() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if line.startswith(_STARTING):
+                if starting is not None:
+                    starting(line[len(_STARTING):].strip())
+            elif line.strip():
+                tail.append(line.rstrip())
+                del tail[:-20]
+
+    # stderr is read on a thread while stdout is read here: a child that fills one pipe while
+    # the parent waits on the other would never finish.
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    assert proc.stdout is not None
+    stdout = proc.stdout.read()
+    returncode = proc.wait()
+    reader.join()
+    if returncode != 0:
+        reason = f"the benchmark process exited with status {returncode}" + (
+            ": " + " | ".join(tail[-3:]) if tail else "")
         return {"rows": [{"name": p, "plugin": name, "error": reason} for p in programs], "tiny_us": None}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def bench(registry: Any, plugins: Sequence[str], programs: Iterable[str] | None = None, *,
           warm: bool = True, library: Sequence[str] = (), runs: int | None = None,
-          progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+          progress: Progress | None = None) -> dict[str, Any]:
     """Run the perf corpus on ``plugins``; return the report as a JSON-able dict.
 
     ``registry`` has judged the plugins already (the caller requires them loaded); each one is
-    then measured in a fresh process that shares one compile cache, empty at the start (cold).
+    then measured in a fresh process that shares one compile cache, empty at the start (cold),
+    and removed at the end. ``progress`` hears which program runs on which plugin.
     """
     entries = [e for e in perf_programs() if programs is None or e["name"] in set(programs)]
     names = [e["name"] for e in entries]
-    cache = tempfile.mkdtemp(prefix="pjrt-hub-bench-")
+    total = len(entries) * len(plugins)
+    done = 0
     rows: list[dict[str, Any]] = []
     tiny: dict[str, float] = {}
-    for name in plugins:
-        measured = _measure_in_child(name, names, runs, library, cache, verbose=progress is not None)
-        if measured["tiny_us"] is not None:
-            tiny[name] = measured["tiny_us"]
-        for row in measured["rows"]:
-            if warm and "error" not in row:
-                entry = next(e for e in entries if e["name"] == row["name"])
-                row["compile_ms_warm"] = _warm_compile_ms(name, _perf_dir() / entry["file"], cache, library)
-            rows.append(row)
+    with tempfile.TemporaryDirectory(prefix="pjrt-hub-bench-") as cache:
+        for index, name in enumerate(plugins):
+            def starting(program: str, plugin: str = name) -> None:
+                nonlocal done
+                if progress is not None:
+                    progress(done, total, f"{program} on {plugin}")
+                if program in names:
+                    done += 1
+
+            measured = _measure_in_child(name, names, runs, library, cache, starting)
+            if measured["tiny_us"] is not None:
+                tiny[name] = measured["tiny_us"]
+            for row in measured["rows"]:
+                if warm and "error" not in row:
+                    entry = next(e for e in entries if e["name"] == row["name"])
+                    if progress is not None:
+                        progress(done, total, f"{row['name']} on {name}: warm-cache compile")
+                    row["compile_ms_warm"] = _warm_compile_ms(name, _perf_dir() / entry["file"], cache, library)
+                rows.append(row)
+            done = len(entries) * (index + 1)  # also when the child ended early
     rows.sort(key=lambda r: (names.index(r["name"]), list(plugins).index(r["plugin"])))
     _add_ratios(rows)
     return {"programs": rows, "tiny_execute_us": tiny.get(plugins[0]) if plugins else None,

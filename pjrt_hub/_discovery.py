@@ -19,6 +19,7 @@ import importlib.machinery
 import importlib.metadata as md
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Literal
@@ -175,33 +176,88 @@ def _env_candidates(value: str) -> Iterator[Candidate]:
     for item in filter(None, (part.strip() for part in value.split(","))):
         pieces = item.split(os.path.pathsep)
         if len(pieces) != 2 or not all(pieces):
-            yield Candidate(item, "c", source, problem=(
-                f"invalid value {item!r} in env var {ENV_LIBRARY_PATHS} {value!r}: expected "
+            yield Candidate(shown_path(item), "c", source, problem=(
+                f"invalid value {shown_path(item)!r} in env var {ENV_LIBRARY_PATHS}: expected "
                 f"'name{os.path.pathsep}path' items separated by ','"))
             continue
         name, path = pieces
         yield candidate_for_path(path, name=name, source=source)
 
 
+#: A JAX plugin config holds a library path and a few create options; anything much larger is
+#: not one, and is refused before it is read.
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def shown_path(path: str) -> str:
+    """``path`` fit for a one-line message: an over-long one keeps its head and its tail."""
+    return path if len(path) <= 160 else f"{path[:80]}...{path[-60:]} ({len(path)} characters)"
+
+
+def _file_problem(path: str, what: str) -> str | None:
+    """Why ``path`` is not a readable regular file, or None. Never raises: a path too long for
+    the system, a loop of symlinks or a directory is a problem to report, not a crash."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return f"{what} {shown_path(path)} does not exist"
+    except (OSError, ValueError) as exc:  # ENAMETOOLONG, ELOOP, EACCES; ValueError: a NUL byte
+        return f"{what} {shown_path(path)} cannot be read: {getattr(exc, 'strerror', None) or exc}"
+    if stat.S_ISDIR(st.st_mode):
+        return f"{what} {shown_path(path)} is a directory, not a file"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{what} {shown_path(path)} is not a regular file (a device, pipe or socket)"
+    return None
+
+
+def _read_config(path: str) -> dict[str, Any] | str:
+    """A JAX-style plugin config as a dict, or a one-line problem."""
+    problem = _file_problem(path, "plugin config")
+    if problem:
+        return problem
+    shown = shown_path(path)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        return f"cannot read plugin config {shown}: {exc.strerror or exc}"
+    if len(raw) > MAX_CONFIG_BYTES:
+        return (f"plugin config {shown} is larger than {MAX_CONFIG_BYTES // 1024} KiB; a PJRT plugin "
+                "config is a small JSON object with library_path and create_options")
+    try:
+        config = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        return f"plugin config {shown} is not UTF-8 text (byte {exc.start})"
+    except ValueError as exc:
+        return f"plugin config {shown} is not valid JSON: {exc}"
+    except RecursionError:
+        return f"plugin config {shown} nests too deeply to be read"
+    if not isinstance(config, dict) or "library_path" not in config:
+        return f'PJRT plugin config file should contain "library_path" field. ({shown})'
+    if not isinstance(config["library_path"], str) or not config["library_path"]:
+        return f"library_path in plugin config {shown} must be a non-empty string"
+    options = config.get("create_options") or {}
+    if not isinstance(options, dict):
+        return f"create_options in plugin config {shown} must be an object"
+    return config
+
+
 def candidate_for_path(path: str, *, name: str | None = None, source: str = "path") -> Candidate:
-    """A C plugin named by a library path, or by a JAX-style JSON config file."""
-    name = name or Path(path).stem.removeprefix("lib")
+    """A C plugin named by a library path, or by a JAX-style JSON config file.
+
+    Whatever the path names (nothing, a directory, a device, garbage, a config nested a million
+    levels deep), the result is a candidate; a problem is recorded on it, never raised.
+    """
+    name = name or Path(path).stem.removeprefix("lib") or path
     if path.endswith(".json"):
-        try:
-            config = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as exc:
-            return Candidate(name, "c", source, problem=f"cannot read plugin config {path}: {exc}")
-        if not isinstance(config, dict) or "library_path" not in config:
-            return Candidate(name, "c", source, problem=(
-                f'PJRT plugin config file should contain "library_path" field. ({path})'))
-        options = config.get("create_options") or {}
-        if not isinstance(options, dict):
-            return Candidate(name, "c", source, problem=f"create_options in {path} must be an object")
-        path = str(config["library_path"])
-        return Candidate(name, "c", source, library_path=path, create_options=options,
-                         problem=None if Path(path).is_file() else f"library {path} does not exist")
-    problem = None if Path(path).is_file() else f"library {path} does not exist"
-    return Candidate(name, "c", source, library_path=path, problem=problem)
+        config = _read_config(path)
+        if isinstance(config, str):
+            return Candidate(name, "c", source, problem=config)
+        library = config["library_path"]
+        return Candidate(name, "c", source, library_path=library,
+                         create_options=config.get("create_options") or {},
+                         problem=_file_problem(library, "library"))
+    return Candidate(name, "c", source, library_path=path, problem=_file_problem(path, "library"))
 
 
 def discover(*, autoload: bool = True, environ: dict[str, str] | None = None,

@@ -314,7 +314,10 @@ class PluginRegistry:
             self._set(entry, Outcome.FAILED, "the library loader raised while probing it", exc)
             return
         if probe is None:
-            problems = "; ".join(self._loader_problems) or f"no loader is installed ({LOADER_GROUP})"
+            loaders = [n.removeprefix("loader:") for n, _ in pm.list_name_plugin()]
+            problems = "; ".join(self._loader_problems) or (
+                f"no installed loader reads it ({', '.join(loaders)}): is it a PJRT plugin's shared library?"
+                if loaders else f"no loader is installed ({LOADER_GROUP})")
             self._set(entry, Outcome.FOUND, f"C plugin found but not probed: {problems}")
             return
         details = dict(probe)

@@ -8,17 +8,23 @@ message on every plugin, C plugins included.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import stat
+import tempfile
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, BinaryIO, Sequence
 
 import numpy as np
 
 from pjrt_hub.abi import CompileOptions, PjrtHubError, Program
 
-__all__ = ["BadInput", "RunResult", "check_inputs", "load_inputs", "main_signature", "run_program"]
+__all__ = ["BadInput", "OutputRefused", "RunResult", "check_inputs", "check_output_path", "load_inputs",
+           "main_signature", "read_npz", "read_program", "run_program", "write_npz_atomically"]
 
 _INPUT_KEY = re.compile(r"in(\d+)")
 #: Expected outputs may ride along in the same file (the corpus's .npz files do).
@@ -31,26 +37,229 @@ class BadInput(PjrtHubError):
 
 def load_inputs(path: str | Path) -> list[np.ndarray]:
     """Read ``in0..inN`` from an ``.npz`` file, in order."""
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
-    except FileNotFoundError:
-        raise BadInput(f"input file {path} does not exist") from None
-    except (OSError, ValueError) as exc:
-        raise BadInput(f"cannot read inputs from {path}: {exc}") from None
-    indices = {}
+    arrays = read_npz(path)
+    indices: dict[int, str] = {}
     for key in arrays:
         match = _INPUT_KEY.fullmatch(key)
         if match is None and _OUTPUT_KEY.fullmatch(key):
             continue
         if match is None:
             raise BadInput(f"{path}: unexpected array {key!r}; inputs must be named in0, in1, ...")
-        indices[int(match.group(1))] = key
+        index = int(match.group(1))
+        if key != f"in{index}":
+            # in00 and in0 would both be argument 0: which one was meant cannot be told.
+            twin = f" (and in{index} is there too)" if f"in{index}" in arrays else ""
+            raise BadInput(f"{path}: array name {key!r} is ambiguous{twin}; inputs are named "
+                           f"in0, in1, ... without leading zeros")
+        indices[index] = key
     missing = [i for i in range(len(indices)) if i not in indices]
     if missing:
         raise BadInput(f"{path}: inputs must be in0..in{len(indices) - 1} without gaps; "
                        f"missing {', '.join(f'in{i}' for i in missing)}")
     return [arrays[indices[i]] for i in range(len(indices))]
+
+
+# -- reading and writing .npz files -------------------------------------------------------------
+#
+# np.load trusts its file: a truncated archive, a corrupt member or a header that claims 4 TiB
+# come out as zipfile, zlib, EOFError or MemoryError tracebacks, and a member that is not .npy
+# comes back as bytes. The archive is read here member by member instead: every header is
+# checked against the bytes the member really holds before anything is allocated, and pickled
+# (object) members are refused without being unpickled.
+
+_NPY_MAGIC = b"\x93NUMPY"
+_ZIP_MAGIC = b"PK"
+
+
+def _human(nbytes: int) -> str:
+    size = float(nbytes)
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _open_regular(path: Path, what: str) -> BinaryIO:
+    """Open a regular file for reading; BadInput naming it otherwise (a FIFO or a device could
+    block or never end, and a directory is a slip of the shell)."""
+    try:
+        st = os.stat(path)
+        if stat.S_ISDIR(st.st_mode):
+            raise BadInput(f"{what} {path} is a directory, not a file")
+        if not stat.S_ISREG(st.st_mode):
+            raise BadInput(f"{what} {path} is not a regular file (a device, pipe or socket)")
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise BadInput(f"{what} {path} does not exist") from None
+    except OSError as exc:
+        raise BadInput(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+
+
+def read_npz(path: str | Path) -> dict[str, np.ndarray]:
+    """Every array of an ``.npz`` archive by name, or BadInput naming the file and what is wrong."""
+    path = Path(path)
+    with _open_regular(path, "input file") as f:
+        head = f.read(len(_NPY_MAGIC))
+        if not head:
+            raise BadInput(f"input file {path} is empty; expected an .npz archive written by "
+                           "numpy.savez(path, in0=..., in1=...)")
+        if head == _NPY_MAGIC:
+            raise BadInput(f"input file {path} is a single .npy array, not an .npz archive; write "
+                           "the inputs with numpy.savez(path, in0=..., in1=...)")
+        if not head.startswith(_ZIP_MAGIC):
+            raise BadInput(f"input file {path} is not an .npz archive (no zip header); write the "
+                           "inputs with numpy.savez(path, in0=..., in1=...)")
+        f.seek(0)
+        try:
+            archive = zipfile.ZipFile(f)
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError) as exc:
+            raise BadInput(f"input file {path} is not a readable .npz archive (truncated or "
+                           f"corrupt: {exc})") from None
+        with archive:
+            members = archive.infolist()
+            names = [m.filename for m in members]
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise BadInput(f"input file {path} holds more than one member named "
+                               f"{', '.join(map(repr, twice))}")
+            return {_array_name(path, m): _read_member(path, archive, m) for m in members}
+
+
+def _array_name(path: Path, member: zipfile.ZipInfo) -> str:
+    if not member.filename.endswith(".npy") or member.is_dir():
+        raise BadInput(f"input file {path}: member {member.filename!r} is not a .npy array; "
+                       "write the inputs with numpy.savez(path, in0=..., in1=...)")
+    return member.filename[:-len(".npy")]
+
+
+def _read_member(path: Path, archive: zipfile.ZipFile, member: zipfile.ZipInfo) -> np.ndarray:
+    name = member.filename[:-len(".npy")]
+    where = f"input file {path}: array {name!r}"
+    try:
+        with archive.open(member) as fp:
+            version = np.lib.format.read_magic(fp)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp)
+            elif version in ((2, 0), (3, 0)):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp)
+            else:
+                raise BadInput(f"{where} has .npy format version {version}, which numpy does not write")
+            if dtype.hasobject:
+                raise BadInput(f"{where} holds Python objects (dtype {dtype}), which would have to be "
+                               "unpickled; pjrt-hub never unpickles, pass numeric arrays")
+            if dtype.fields is not None or dtype.subdtype is not None:
+                raise BadInput(f"{where} has a structured dtype {dtype}; inputs are plain tensors")
+            if any(d < 0 for d in shape):
+                raise BadInput(f"{where} has a negative dimension in its shape {shape}")
+            count = 1
+            for d in shape:
+                count *= d
+            nbytes = count * dtype.itemsize
+            held = member.file_size - fp.tell()
+            if nbytes > held:
+                raise BadInput(f"{where} claims {dtype}{list(shape)} ({_human(nbytes)}) but holds "
+                               f"{_human(max(held, 0))}: the file is truncated or corrupt")
+            memory = _physical_memory()
+            if memory is not None and nbytes > memory:
+                raise BadInput(f"{where} needs {_human(nbytes)}, more than this machine's memory "
+                               f"({_human(memory)})")
+            data = bytearray(nbytes)
+            view, got = memoryview(data), 0
+            while got < nbytes:
+                n = fp.readinto(view[got:])
+                if not n:
+                    raise BadInput(f"{where} ends after {_human(got)} of {_human(nbytes)}: the file "
+                                   "is truncated or corrupt")
+                got += n
+    except BadInput:
+        raise
+    except MemoryError:
+        raise BadInput(f"{where} does not fit in memory") from None
+    except Exception as exc:  # noqa: BLE001 - zipfile, zlib and numpy's header parser raise many kinds
+        detail = str(exc) or type(exc).__name__
+        raise BadInput(f"{where} cannot be read (truncated or corrupt: {' '.join(detail.split())})") from None
+    array = np.frombuffer(data, dtype=dtype, count=count)
+    return array.reshape(shape, order="F" if fortran else "C")
+
+
+class OutputRefused(PjrtHubError):
+    """``--out`` names a place the results must not or cannot go (a usage error, exit 2)."""
+
+
+def check_output_path(out: str | Path, *, protected: Sequence[str | Path]) -> Path:
+    """Where the results will go, checked before any work is done: its directory exists, it is
+    not a directory, and it is none of the ``protected`` files (the program, the inputs), compared
+    by resolved path and by identity (a hard link or a symlink to an input is that input)."""
+    out = Path(out)
+    try:
+        target = out.resolve()
+    except (OSError, RuntimeError) as exc:
+        raise OutputRefused(f"--out {out}: {exc}") from None
+    if target.is_dir():
+        raise OutputRefused(f"--out {out} is a directory; name the file to write, e.g. {out / 'out.npz'}")
+    if not target.parent.is_dir():
+        raise OutputRefused(f"--out {out}: directory {out.parent} does not exist")
+    for other in protected:
+        other = Path(other)
+        try:
+            same = target == other.resolve() or (target.exists() and os.path.samefile(target, other))
+        except OSError:
+            same = False
+        if same:
+            raise OutputRefused(f"--out {out} is {other}, an input of this run; it would be "
+                                "overwritten: write the results to another file")
+    return out
+
+
+def write_npz_atomically(out: str | Path, arrays: dict[str, np.ndarray]) -> Path:
+    """Write ``arrays`` to exactly ``out`` (no ``.npz`` appended): a temporary file in the same
+    directory, then a rename, so a reader never sees half a file and a failure leaves the old one."""
+    out = Path(out)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            mode = stat.S_IMODE(os.stat(out).st_mode)
+        except OSError:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.chmod(tmp, mode)
+        os.replace(tmp, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return out
+
+
+def read_program(path: str | Path) -> str:
+    """The program text of ``path``, or BadInput naming it and what is wrong with it."""
+    path = Path(path)
+    with _open_regular(path, "program") as f:
+        try:
+            raw = f.read()
+        except OSError as exc:
+            raise BadInput(f"cannot read program {path}: {exc.strerror or exc}") from None
+    if raw.startswith(b"ML\xefR"):
+        raise BadInput(f"program {path} is MLIR bytecode; pjrt-hub run reads StableHLO text as JAX "
+                       "prints it (jax.jit(f).lower(...).as_text())")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"program {path} is not UTF-8 text (byte {exc.start} is 0x{raw[exc.start]:02x}); "
+                       "pjrt-hub run reads StableHLO text as JAX prints it") from None
 
 
 def main_signature(text: str) -> list[tuple[tuple[int, ...], np.dtype]] | None:

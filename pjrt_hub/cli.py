@@ -19,11 +19,15 @@ from __future__ import annotations
 import argparse
 import enum
 import json
+import os
+import shutil
 import sys
-from typing import Any, Callable, Sequence
+import warnings
+from typing import Any, Callable, Sequence, TextIO
 
 from pydantic import BaseModel
 
+from pjrt_hub._discovery import shown_path
 from pjrt_hub.abi import ApiVersion, history
 
 __all__ = ["ExitCode", "main"]
@@ -40,6 +44,62 @@ class ExitCode(enum.IntEnum):
 
 class _Usage(Exception):
     """A command-line value that argparse cannot check by itself."""
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse, with its errors on one line (the usage text is one ``--help`` away)."""
+
+    def error(self, message: str) -> Any:
+        self.exit(ExitCode.USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: TextIO | None = None, line: str | None = None) -> None:
+    """Warnings as one readable line, without Python's source location and code line."""
+    stream = file if file is not None else sys.stderr
+    try:
+        stream.write(f"pjrt-hub: warning: {_one_line(message)}\n")
+    except (OSError, ValueError):
+        pass  # a closed or broken stderr must not turn a warning into an error
+
+
+class _Progress:
+    """One line on stderr that rewrites itself while long work runs, then disappears.
+
+    Only on a terminal: in ``--json`` mode, in a pipe, a file or CI log it stays silent, so the
+    output is exactly the report.
+    """
+
+    def __init__(self, enabled: bool, stream: TextIO | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = enabled and _isatty(self.stream)
+        self._shown = False
+
+    def update(self, done: int, total: int, what: str) -> None:
+        if not self.enabled:
+            return
+        width = shutil.get_terminal_size((80, 24)).columns
+        text = f"[{done}/{total}] {_one_line(what)}" if total else _one_line(what)
+        self.stream.write("\r" + text[:max(width - 1, 10)] + "\x1b[K")
+        self.stream.flush()
+        self._shown = True
+
+    def clear(self) -> None:
+        if self._shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self._shown = False
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 # -- shared options ----------------------------------------------------------------------------
@@ -164,7 +224,7 @@ def _render_plugins(plugins: Sequence[Any], framework: str) -> str:
         if p.reason:
             lines.append(f"{p.name}: {p.outcome.value}: {p.reason}")
         if p.library_path:
-            lines.append(f"{p.name}: library {p.library_path}")
+            lines.append(f"{p.name}: library {shown_path(p.library_path)}")
         if p.error and p.error not in (p.reason or ""):
             lines.append(f"{p.name}: error: {p.error}")
         for w in p.warnings:
@@ -248,8 +308,17 @@ def _render_conformance(report: Any) -> str:
                 detail = f"limitation: {c.limitation}" + (f" ({c.message})" if c.message else "")
             text = " ".join(detail.split())
             lines.append(f"  {marks[c.outcome.value]}  {c.id}" + (f": {text}" if text else ""))
+        if not p.tested:
+            lines.append(f"  nothing was tested: every selected case was skipped")
     failed = sum(p.counts.failed for p in report.plugins)
-    lines += ["", "OK: no case failed." if report.ok else f"NOT OK: {failed} cases failed."]
+    untested = [p.plugin for p in report.plugins if not p.tested]
+    if report.ok:
+        verdict = "OK: no case failed."
+    else:
+        why = [f"{failed} cases failed"] if failed else []
+        why += [f"nothing was tested on {', '.join(untested)} (every selected case was skipped)"] if untested else []
+        verdict = "NOT OK: " + ("; ".join(why) or "no plugin was tested") + "."
+    lines += ["", verdict]
     return "\n".join(lines)
 
 
@@ -260,9 +329,15 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         print(json.dumps(ConformanceReport.model_json_schema(), indent=2))
         return ExitCode.OK
     from pjrt_hub._registry import default_plugin_name
+    from pjrt_hub.testing._case import CASES, GROUPS, matching
     from pjrt_hub.testing._run import ConformanceRunError, run_conformance
     from pjrt_hub.testing._session import make_registry
 
+    # A pattern that selects nothing is a typo, not a pass: refuse it before anything runs.
+    unmatched = [p for p in args.case if not any(matching(c, [p]) for c in CASES)]
+    if unmatched:
+        raise _Usage(f"--case {', '.join(map(repr, unmatched))} matches no case (case ids are "
+                     f"group/name, e.g. 'execute/*'; groups: {', '.join(GROUPS)})")
     plugins = args.plugin or [default_plugin_name()]
     framework = str(args.framework_version) if args.framework_version else None
     registry, names = make_registry(plugins, framework=framework, strict=args.strict)
@@ -270,15 +345,19 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     missing = [p for p, n in zip(plugins, names) if n.lower() not in known]
     if missing:
         found = ", ".join(sorted(r.name for r in registry.records)) or "none"
-        print(f"no plugin named {', '.join(missing)} (found: {found})", file=sys.stderr)
+        print(f"pjrt-hub conformance: no plugin named {', '.join(missing)} (found: {found})", file=sys.stderr)
         return ExitCode.NOT_FOUND
+    progress = _Progress(not args.json and not args.pytest_output)
     try:
         report = run_conformance(plugins, framework=framework, strict=args.strict, cases=args.case,
                                  timeout_scale=args.timeout_scale, junit=args.junit,
-                                 show_output=args.pytest_output and not args.json)
+                                 show_output=args.pytest_output and not args.json,
+                                 progress=progress.update if progress.enabled else None)
     except ConformanceRunError as exc:
-        print(str(exc), file=sys.stderr)
+        print(f"pjrt-hub conformance: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+    finally:
+        progress.clear()
     _emit(args, report, _render_conformance)
     return ExitCode.OK if report.ok else ExitCode.FAILURE
 
@@ -364,7 +443,8 @@ def _plugin_target(args: argparse.Namespace, value: str | None) -> str | None:
 def cmd_run(args: argparse.Namespace) -> int:
     from pjrt_hub._registry import default_plugin_name
     from pjrt_hub._reports import ArrayInfo, RunReport
-    from pjrt_hub._run import BadInput, check_inputs, load_inputs, main_signature, run_program
+    from pjrt_hub._run import (BadInput, OutputRefused, check_inputs, check_output_path, load_inputs,
+                               main_signature, read_program, run_program, write_npz_atomically)
     from pjrt_hub.abi import CompileError, NotFound, PjrtError, PluginLoadError
 
     if args.schema:
@@ -373,13 +453,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.program or not args.inputs:
         raise _Usage("run needs PROGRAM and --inputs")
     name = _plugin_target(args, args.plugin)
+    if args.out:
+        # Before any work: a run of minutes must not end in "cannot write", nor in an input lost.
+        try:
+            check_output_path(args.out, protected=[args.program, args.inputs, *args.library])
+        except OutputRefused as exc:
+            raise _Usage(str(exc)) from None
     registry = _registry(args)
     name = name or default_plugin_name()
     try:
-        try:
-            text = open(args.program, encoding="utf-8").read()
-        except OSError as exc:
-            raise BadInput(f"cannot read program {args.program}: {exc.strerror}") from None
+        text = read_program(args.program)
         arrays = load_inputs(args.inputs)
         signature = main_signature(text)
         if signature is not None:
@@ -387,23 +470,30 @@ def cmd_run(args: argparse.Namespace) -> int:
         client = registry.create_client(name, allow_hardware=args.allow_hardware)
         result = run_program(client, text, arrays, timeout=args.timeout)
     except (BadInput, CompileError) as exc:
-        print(f"pjrt-hub run: {exc}", file=sys.stderr)
+        print(f"pjrt-hub run: {_one_line(exc)}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     except NotFound as exc:
-        print(f"pjrt-hub run: {exc}", file=sys.stderr)
+        print(f"pjrt-hub run: {_one_line(exc)}", file=sys.stderr)
         return ExitCode.NOT_FOUND
     except PluginLoadError as exc:
-        print(f"pjrt-hub run: {exc}", file=sys.stderr)
+        print(f"pjrt-hub run: {_one_line(exc)}", file=sys.stderr)
         return ExitCode.FAILURE
     except PjrtError as exc:
-        print(f"pjrt-hub run: plugin {name} failed: {exc}", file=sys.stderr)
+        print(f"pjrt-hub run: plugin {name} failed: {_one_line(exc)}", file=sys.stderr)
         return ExitCode.PLUGIN_ERROR
-    import numpy as np
+    except Exception as exc:  # noqa: BLE001 - a Python plugin's bug is the plugin failing, not us
+        print(f"pjrt-hub run: plugin {name} failed: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
+        return ExitCode.PLUGIN_ERROR
 
+    written = None
     if args.out:
-        np.savez(args.out, **{f"out{i}": a for i, a in enumerate(result.outputs)})
+        try:
+            written = str(write_npz_atomically(args.out, {f"out{i}": a for i, a in enumerate(result.outputs)}))
+        except OSError as exc:
+            print(f"pjrt-hub run: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+            return ExitCode.FAILURE
     report = RunReport(
-        plugin=name, program=args.program, out=args.out,
+        plugin=name, program=args.program, out=written,
         inputs=[ArrayInfo(name=f"in{i}", shape=list(a.shape), dtype=str(a.dtype)) for i, a in enumerate(arrays)],
         outputs=[ArrayInfo(name=f"out{i}", shape=list(a.shape), dtype=str(a.dtype))
                  for i, a in enumerate(result.outputs)],
@@ -426,7 +516,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _render_probe(r: Any) -> str:
     p = r.probe
-    lines = [f"{r.name}: {p.get('path') or r.path}"]
+    lines = [f"{r.name}: {shown_path(p.get('path') or r.path)}"]
     outcome = p.get("outcome")
     if outcome != "ok":
         lines.append(f"  outcome: {outcome} (stage {p.get('stage')}): {p.get('reason') or p.get('message') or ''}")
@@ -482,9 +572,16 @@ def cmd_probe(args: argparse.Namespace) -> int:
         outcome=record.outcome, reason=record.reason, probe=probe, verdict=record.verdict,
         client_creation_risk=probe.get("client_creation_risk"),
     )
-    _emit(args, report, _render_probe)
     if not probe:
-        return ExitCode.FAILURE  # found but no loader could read it
+        # Nothing was probed: the file is missing, is not a file, or is not a library any
+        # loader reads. Say that, rather than an empty probe.
+        if args.json:
+            print(report.model_dump_json(indent=2))
+        else:
+            reason = (report.reason or "").removeprefix("C plugin found but not probed: ")
+            print(f"{report.name}: {shown_path(report.path)}\n  not probed: {reason}")
+        return ExitCode.BAD_INPUT
+    _emit(args, report, _render_probe)
     return ExitCode.OK if probe.get("outcome") == "ok" else ExitCode.PLUGIN_ERROR
 
 
@@ -494,7 +591,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from pjrt_hub._bench import bench, format_report, perf_programs
     from pjrt_hub._reports import BenchReport, Outcome
-    from pjrt_hub.abi import PjrtHubError
+    from pjrt_hub.abi import NotFound, PjrtHubError, PluginLoadError, VersionError
 
     if args.schema:
         print(json.dumps(BenchReport.model_json_schema(), indent=2))
@@ -515,12 +612,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
                     and not registry.client_creation_risk(r.name)]
     try:
         registry.require(plugins)
+    except NotFound as exc:
+        print(f"pjrt-hub bench: {_one_line(exc)}", file=sys.stderr)
+        return ExitCode.NOT_FOUND
+    except (VersionError, PluginLoadError) as exc:  # refused or failed to load: not benched
+        print(f"pjrt-hub bench: {_one_line(exc)}", file=sys.stderr)
+        return ExitCode.FAILURE
+    progress = _Progress(not args.json)
+    try:
         report = bench(registry, plugins, args.program or None, warm=not args.no_warm,
                        library=tuple(args.library), runs=args.runs or None,
-                       progress=None if args.json else (lambda m: print(m, file=sys.stderr)))
+                       progress=progress.update if progress.enabled else None)
     except PjrtHubError as exc:
-        print(f"pjrt-hub bench: {exc}", file=sys.stderr)
+        print(f"pjrt-hub bench: {_one_line(exc)}", file=sys.stderr)
         return ExitCode.PLUGIN_ERROR
+    finally:
+        progress.clear()
     model = BenchReport.model_validate(report)
     _emit(args, model, lambda r: format_report(report))
     failed = [r for r in report["programs"] if "error" in r or not r.get("outputs_match", False)]
@@ -531,7 +638,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _ArgumentParser(
         prog="pjrt-hub",
         description="Load, check and test PJRT device plugins.",
         epilog="Exit status: 0 fine, 1 something asked for is not, 2 usage, 3 bad input, "
@@ -645,16 +752,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Set to 1 to let an unexpected exception end in its traceback (for a bug report).
+ENV_TRACEBACK = "PJRT_HUB_TRACEBACK"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        return int(args.func(args))
-    except _Usage as exc:
-        parser.error(str(exc))
-        return ExitCode.USAGE  # parser.error exits; kept for type checkers
-    except BrokenPipeError:
-        return ExitCode.OK
+    command = f"pjrt-hub {args.command}"
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        try:
+            return int(args.func(args))
+        except _Usage as exc:
+            # As argparse's own usage errors do: one line, then SystemExit(2).
+            sub = parser._subparsers._group_actions[0].choices[args.command]  # type: ignore[union-attr]
+            sub.error(_one_line(exc))
+            return ExitCode.USAGE  # error() exits; kept for type checkers
+        except BrokenPipeError:
+            return ExitCode.OK
+        except KeyboardInterrupt:
+            print(f"{command}: interrupted", file=sys.stderr)
+            return 128 + 2  # as a shell reports SIGINT
+        except Exception as exc:  # noqa: BLE001 - the last line of the one-line-error contract
+            if os.environ.get(ENV_TRACEBACK, "").strip() not in ("", "0"):
+                raise
+            print(f"{command}: internal error: {type(exc).__name__}: {_one_line(exc)[:1000]} (this is a "
+                  f"bug in pjrt-hub; {ENV_TRACEBACK}=1 shows the traceback for a report)", file=sys.stderr)
+            return ExitCode.FAILURE
 
 
 if __name__ == "__main__":

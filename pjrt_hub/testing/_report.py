@@ -68,7 +68,9 @@ class PluginConformance(BaseModel):
     call_limit: str | None = Field(None, description="the API version every call was kept to")
     counts: Counts
     cases: list[CaseResult]
-    ok: bool = Field(description="no case failed")
+    tested: bool = Field(True, description="at least one case ran (passed, failed or failed as a declared "
+                                           "limitation); when every case was skipped nothing was tested")
+    ok: bool = Field(description="no case failed, and something was tested")
 
 
 class ConformanceReport(BaseModel):
@@ -79,4 +81,5 @@ class ConformanceReport(BaseModel):
     pjrt_hub_version: str
     framework_version: str
     plugins: list[PluginConformance]
-    ok: bool = Field(description="every plugin passed every case that was not skipped or expected to fail")
+    ok: bool = Field(description="every plugin passed every case that was not skipped or expected to fail, "
+                                 "and every plugin had a case that was not skipped")

@@ -12,7 +12,7 @@ import contextlib
 import io
 import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from ._report import ConformanceReport
 
@@ -23,13 +23,44 @@ class ConformanceRunError(RuntimeError):
     """pytest could not run the suite (a usage error); the message is pytest's output."""
 
 
+#: ``progress(done, total, case)``: called as each case starts and ends.
+Progress = Callable[[int, int, str], None]
+
+
+class _ProgressReporter:
+    """A pytest plugin that tells ``progress`` how many cases ran, of how many, and which runs."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.total = 0
+        self.done = 0
+
+    def pytest_collection_finish(self, session: Any) -> None:
+        self.total = len(session.items)
+
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        self.progress(self.done, self.total, _case_label(nodeid))
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        self.done += 1
+        self.progress(self.done, self.total, _case_label(nodeid))
+
+
+def _case_label(nodeid: str) -> str:
+    """``pjrt-conformance[numba_cpu]::execute/add`` -> ``numba_cpu: execute/add``."""
+    suite, _, case = nodeid.rpartition("::")
+    plugin = suite[suite.find("[") + 1:suite.rfind("]")] if "[" in suite else suite
+    return f"{plugin}: {case}" if plugin else case
+
+
 def run_conformance(plugins: Sequence[str], *, framework: str | None = None, strict: bool = False,
                     cases: Sequence[str] = (), timeout_scale: float = 1.0, junit: str | None = None,
-                    show_output: bool = False, extra_args: Sequence[str] = ()) -> ConformanceReport:
+                    show_output: bool = False, extra_args: Sequence[str] = (),
+                    progress: Progress | None = None) -> ConformanceReport:
     """Run the conformance suite on ``plugins`` and return the report.
 
     ``show_output`` lets pytest print to this process's stdout (otherwise its output is kept and
-    only shown in the error of a run that could not start).
+    only shown in the error of a run that could not start). ``progress`` hears of every case.
     """
     import pytest
 
@@ -53,8 +84,15 @@ def run_conformance(plugins: Sequence[str], *, framework: str | None = None, str
         args += list(extra_args)
         output = io.StringIO()
         sink = contextlib.nullcontext() if show_output else contextlib.redirect_stdout(output)
+        reporters = [_ProgressReporter(progress)] if progress is not None else []
         with sink:
-            code = pytest.main(args)
-        if not report_path.exists():
-            raise ConformanceRunError(f"pytest exited with {int(code)} before the suite ran:\n{output.getvalue()}")
+            code = pytest.main(args, plugins=reporters)
+        if code == pytest.ExitCode.INTERRUPTED:
+            raise KeyboardInterrupt  # pytest caught the user's Ctrl-C; it is theirs to see
+        if code in (pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.INTERNAL_ERROR) or not report_path.exists():
+            # A report may exist even then (it is written at the end of every session), but it
+            # describes a run that did not happen as asked.
+            said = " ".join(output.getvalue().split())
+            raise ConformanceRunError(f"pytest exited with status {int(code)} before the suite ran"
+                                      + (f": {said[:2000]}" if said else ""))
         return ConformanceReport.model_validate_json(report_path.read_text())

@@ -204,6 +204,8 @@ class ConformanceSession:
             prefix = f"{SUITE_NODE}[{ctx.name}]::"
             results = [r for nodeid, r in self.results.items() if nodeid.startswith(prefix)]
             counts = Counts.of(results)
+            # A run that skipped every case proved nothing: it is not a pass.
+            tested = counts.passed + counts.failed + counts.xfailed > 0
             r = ctx.record
             plugins.append(PluginConformance(
                 plugin=ctx.name, kind=ctx.kind, distribution=r.distribution,
@@ -211,18 +213,22 @@ class ConformanceSession:
                 api_version=r.api_version, load_outcome=r.outcome.value, load_reason=r.reason,
                 verdict_rule=r.verdict.rule if r.verdict else None,
                 call_limit=r.verdict.call_limit if r.verdict else None,
-                counts=counts, cases=results, ok=counts.failed == 0))
+                counts=counts, cases=results, tested=tested, ok=counts.failed == 0 and tested))
         return ConformanceReport(suite_version=suite_version(), pjrt_hub_version=pjrt_hub.__version__,
                                  framework_version=str(self.registry.policy.framework), plugins=plugins,
-                                 ok=all(p.ok for p in plugins))
+                                 ok=bool(plugins) and all(p.ok for p in plugins))
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         for worker in self.workers.values():
             worker.close()
+        report = self.report()
+        if session.exitstatus == pytest.ExitCode.OK and any(p.cases and not p.tested for p in report.plugins):
+            # Every case of a plugin was skipped: nothing was tested, and that is not a pass.
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if self.report_path:
             path = Path(self.report_path)
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(self.report().model_dump_json(indent=2))
+            path.write_text(report.model_dump_json(indent=2))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         report = self.report()
@@ -230,6 +236,9 @@ class ConformanceSession:
         for p in report.plugins:
             terminalreporter.line(f"{p.plugin} ({p.kind}, PJRT API {p.api_version or '?'}, framework "
                                   f"{report.framework_version}, suite {report.suite_version}): {p.counts}")
+            if p.cases and not p.tested:
+                terminalreporter.line(f"{p.plugin}: nothing was tested: every selected case was skipped",
+                                      red=True)
 
 
 def _skip_reason(report: pytest.TestReport) -> str:
