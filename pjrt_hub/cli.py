@@ -691,7 +691,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-fixtures", action="store_true", help="leave out the toy fixture plugins")
     p.add_argument("--c-plugins", action="store_true",
                    help="also the real CPU plugins xla-cpu-pjrt (0.81), fastatomstruct-xla-cpu (0.106) and "
-                        "lammps-jax-pjrt-cpu (0.115) from the wheel cache ($PJRT_HUB_CACHE, else "
+                        "lammps-jax-pjrt-cpu (0.115) from the wheel cache ($PJRT_HUB_CACHE/wheels, else "
                         "~/.cache/pjrt-hub/wheels; downloaded on first use, about 63 MB each), where this "
                         "environment has not installed them (with --no-tox; the tox environment "
                         "matrix-py311-cplugins installs them)")

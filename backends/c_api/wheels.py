@@ -2,7 +2,7 @@
 
 Real plugins are 60-190 MB wheels, so they are downloaded with
 ``pip download --no-deps --only-binary=:all: NAME==VERSION`` into one cache folder
-(``$PJRT_HUB_CACHE``, else ``~/.cache/pjrt-hub/wheels``) and unpacked next to the wheel; later
+(``$PJRT_HUB_CACHE/wheels``, else ``~/.cache/pjrt-hub/wheels``) and unpacked next to the wheel; later
 calls find them there without the network. Tests and the compatibility matrix use this to get
 ``xla-cpu-pjrt`` and friends; nothing here installs anything.
 """
@@ -29,7 +29,10 @@ class WheelUnavailable(RuntimeError):
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("PJRT_HUB_CACHE") or Path.home() / ".cache" / "pjrt-hub" / "wheels")
+    """``$PJRT_HUB_CACHE/wheels``, else ``~/.cache/pjrt-hub/wheels``: beside the numba and matrix
+    caches under one root, so that one variable moves (or one ``rm -r`` clears) them all."""
+    root = os.environ.get("PJRT_HUB_CACHE")
+    return (Path(root) if root else Path.home() / ".cache" / "pjrt-hub") / "wheels"
 
 
 def _normalize(name: str) -> str:

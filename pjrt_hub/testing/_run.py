@@ -23,12 +23,13 @@ class ConformanceRunError(RuntimeError):
     """pytest could not run the suite (a usage error); the message is pytest's output."""
 
 
-#: ``progress(done, total, case)``: called as each case starts and ends.
+#: ``progress(done, total, case)``: called as each case starts.
 Progress = Callable[[int, int, str], None]
 
 
 class _ProgressReporter:
-    """A pytest plugin that tells ``progress`` how many cases ran, of how many, and which runs."""
+    """A pytest plugin that tells ``progress``, as each case starts, how many cases ran, of how
+    many, and which one runs now."""
 
     def __init__(self, progress: Progress) -> None:
         self.progress = progress
@@ -43,7 +44,6 @@ class _ProgressReporter:
 
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
         self.done += 1
-        self.progress(self.done, self.total, _case_label(nodeid))
 
 
 def _case_label(nodeid: str) -> str:

@@ -103,12 +103,13 @@ def test_probe_command_line_prints_one_json_report(build_so):
 
 
 def test_wheel_cache_unpacks_once_without_the_network(tmp_path: Path, monkeypatch):
-    wheel = tmp_path / "fake_pjrt_plugin-1.2.3-py3-none-manylinux_2_27_x86_64.whl"
+    (tmp_path / "wheels").mkdir()
+    wheel = tmp_path / "wheels" / "fake_pjrt_plugin-1.2.3-py3-none-manylinux_2_27_x86_64.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.writestr("fake_pjrt_plugin/__init__.py", "")
     monkeypatch.setenv("PJRT_HUB_CACHE", str(tmp_path))
     folder = fetch_wheel("fake-pjrt-plugin==1.2.3")
-    assert folder == tmp_path / wheel.stem and (folder / "fake_pjrt_plugin" / "__init__.py").is_file()
+    assert folder == tmp_path / "wheels" / wheel.stem and (folder / "fake_pjrt_plugin" / "__init__.py").is_file()
     assert fetch_wheel("Fake_PJRT.plugin==1.2.3") == folder
     with pytest.raises(ValueError, match="expected NAME or NAME==VERSION"):
         fetch_wheel("fake-pjrt-plugin>=1")
