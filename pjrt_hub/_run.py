@@ -273,9 +273,15 @@ def main_signature(text: str) -> list[tuple[tuple[int, ...], np.dtype]] | None:
     except ImportError:
         return None
     try:
-        main = parse_module(text).main
-        return [(tuple(t.shape), t.dtype) for t in main.arg_types]
+        module = parse_module(text)
     except Exception:  # noqa: BLE001 - any parser failure just means "no pre-check"
+        return None
+    # A module the parser reads but that has no @main is refused here (CompileError), the same
+    # way for every plugin: no plugin may run another function in its place.
+    main = module.main
+    try:
+        return [(tuple(t.shape), t.dtype) for t in main.arg_types]
+    except Exception:  # noqa: BLE001 - an argument type without a numpy dtype: the plugin judges
         return None
 
 

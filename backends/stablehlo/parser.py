@@ -61,17 +61,23 @@ __all__ = ["parse_module"]
 def parse_module(text: str | bytes) -> Module:
     """Parse StableHLO MLIR text (pretty or generic form) into a :class:`~.ir.Module`.
 
-    Raises :class:`~pjrt_hub.abi.ParseError` (with line and column) for malformed text.
+    Raises :class:`~pjrt_hub.abi.ParseError` (with line and column) for malformed text, and for
+    nothing else raises anything: whatever the text, the caller gets a ParseError or a module.
     """
     if isinstance(text, (bytes, bytearray, memoryview)):
+        raw = bytes(text)
+        if raw.startswith(b"ML\xefR"):
+            raise ParseError("this is MLIR bytecode, not text; pass the module as text", line=1, column=1)
         try:
-            text = bytes(text).decode("utf-8")
+            text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
+            line_start = raw.rfind(b"\n", 0, exc.start) + 1
             raise ParseError(
-                f"program text is not UTF-8 (byte {exc.start}); a serialized (bytecode) StableHLO "
-                "module cannot be read, print it as text") from None
+                f"program text is not UTF-8 (byte {exc.start} is 0x{raw[exc.start]:02x}); a serialized "
+                "(bytecode) StableHLO module cannot be read, print it as text",
+                line=raw.count(b"\n", 0, exc.start) + 1, column=exc.start - line_start + 1) from None
     if text.startswith("ML\xefR") or text.startswith("MLïR"):
-        raise ParseError("this is MLIR bytecode, not text; pass the module as text")
+        raise ParseError("this is MLIR bytecode, not text; pass the module as text", line=1, column=1)
     parser: _Parser | None = None
     try:
         parser = _Parser(text)
@@ -1868,13 +1874,27 @@ def _scalar_value(text: str, ty: Any, cur: Cursor, pos: int) -> Any:
         return float(text)
     if ty == "i1":
         return bool(int(text, 0) if is_hex else int(float(text)))
-    if is_hex:
-        return int(text, 16)
-    if any(c in text for c in ".eE"):
+    if not is_hex and any(c in text for c in ".eE"):
         if ty is not None and ty != "none":
             raise cur.error(f"expected an integer for type {ty}, got {text}", pos)
         return float(text)
-    return int(text)
+    value = int(text, 16) if is_hex else int(text)
+    bits = _integer_bits(ty)
+    # Signless integers hold either reading of their bits, as in MLIR.
+    if bits is not None and not -(1 << (bits - 1)) * (ty[0] != "u") <= value < 1 << (bits - (ty[0] == "s")):
+        raise cur.error(f"{text} does not fit in {ty}", pos)
+    return value
+
+
+def _integer_bits(ty: Any) -> int | None:
+    """The width of an integer type spelled ``i32``, ``si8``, ``ui64`` or ``index``; else None."""
+    if ty == "index":
+        return 64
+    if isinstance(ty, str):
+        m = re.fullmatch(r"[su]?i([0-9]{1,4})", ty)
+        if m and int(m.group(1)) > 0:
+            return int(m.group(1))
+    return None
 
 
 def _element_from_token(token: Any, dtype: np.dtype, is_bool: bool) -> Any:
