@@ -122,6 +122,17 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _positive(text: str) -> float:
+    """A time or a factor: a finite number above zero (a NaN or a negative time-out is a typo)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text}")
+    return value
+
+
 def _add_output(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--schema", action="store_true", help="print the JSON schema of --json and exit")
@@ -328,6 +339,8 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     if args.schema:
         print(json.dumps(ConformanceReport.model_json_schema(), indent=2))
         return ExitCode.OK
+    from pathlib import Path
+
     from pjrt_hub._registry import default_plugin_name
     from pjrt_hub.testing._case import CASES, GROUPS, matching
     from pjrt_hub.testing._run import ConformanceRunError, run_conformance
@@ -338,6 +351,14 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     if unmatched:
         raise _Usage(f"--case {', '.join(map(repr, unmatched))} matches no case (case ids are "
                      f"group/name, e.g. 'execute/*'; groups: {', '.join(GROUPS)})")
+    if args.junit:
+        junit = Path(args.junit)
+        if junit.is_dir():
+            raise _Usage(f"--junit {junit} is a directory; name the XML file to write")
+        try:
+            junit.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _Usage(f"--junit {junit}: cannot create directory {junit.parent}: {exc.strerror or exc}") from None
     plugins = args.plugin or [default_plugin_name()]
     framework = str(args.framework_version) if args.framework_version else None
     registry, names = make_registry(plugins, framework=framework, strict=args.strict)
@@ -345,7 +366,8 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     missing = [p for p, n in zip(plugins, names) if n.lower() not in known]
     if missing:
         found = ", ".join(sorted(r.name for r in registry.records)) or "none"
-        print(f"pjrt-hub conformance: no plugin named {', '.join(missing)} (found: {found})", file=sys.stderr)
+        print(f"pjrt-hub conformance: no plugin named {', '.join(map(repr, missing))} (found: {found})",
+              file=sys.stderr)
         return ExitCode.NOT_FOUND
     progress = _Progress(not args.json and not args.pytest_output)
     try:
@@ -670,7 +692,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--framework-version", type=_api_version, default=None, metavar="MAJOR.MINOR",
                    help=f"act as a framework at this PJRT API version (default {history.NEWEST_KNOWN})")
     p.add_argument("--strict", action="store_true", help="require the exact framework version")
-    p.add_argument("--timeout-scale", type=float, default=1.0, metavar="X",
+    p.add_argument("--timeout-scale", type=_positive, default=1.0, metavar="X",
                    help="multiply every case's time bound by X")
     p.add_argument("--junit", default=None, metavar="FILE", help="also write a JUnit XML report")
     p.add_argument("--pytest-output", action="store_true", help="show pytest's own output as it runs")
@@ -717,7 +739,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("probe", help="read a PJRT C library safely (in a subprocess): version, "
                                      "functions, extensions, attributes")
     p.add_argument("target", nargs="?", metavar="PATH_OR_NAME", help="a .so path, or a C plugin's name")
-    p.add_argument("--timeout", dest="probe_timeout", type=float, default=120.0, metavar="SECONDS",
+    p.add_argument("--timeout", dest="probe_timeout", type=_positive, default=120.0, metavar="SECONDS",
                    help="give up on a library that takes longer (default 120)")
     _add_registry(p)
     _add_output(p)
@@ -742,7 +764,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="plugin name, or path of a PJRT C library (default: PJRT_DEVICE, else numba_cpu)")
     p.add_argument("--inputs", metavar="IN.npz", help="arguments of @main as in0..inN")
     p.add_argument("--out", metavar="OUT.npz", help="write the results as out0..outM")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=_positive, default=600.0, metavar="SECONDS",
                    help="give up waiting for the plugin after this long")
     p.add_argument("--allow-hardware", action="store_true",
                    help="create a client even for a plugin that declares it needs hardware")
