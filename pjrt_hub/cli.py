@@ -320,7 +320,7 @@ def _render_conformance(report: Any) -> str:
             text = " ".join(detail.split())
             lines.append(f"  {marks[c.outcome.value]}  {c.id}" + (f": {text}" if text else ""))
         if not p.tested:
-            lines.append(f"  nothing was tested: every selected case was skipped")
+            lines.append("  nothing was tested: every selected case was skipped")
     failed = sum(p.counts.failed for p in report.plugins)
     untested = [p.plugin for p in report.plugins if not p.tested]
     if report.ok:
@@ -787,10 +787,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return int(args.func(args))
         except _Usage as exc:
-            # As argparse's own usage errors do: one line, then SystemExit(2).
-            sub = parser._subparsers._group_actions[0].choices[args.command]  # type: ignore[union-attr]
-            sub.error(_one_line(exc))
-            return ExitCode.USAGE  # error() exits; kept for type checkers
+            # As argparse's own usage errors (_ArgumentParser.error): one line, then SystemExit(2).
+            print(f"{command}: error: {_one_line(exc)} (see {command} --help)", file=sys.stderr)
+            raise SystemExit(ExitCode.USAGE) from None
         except BrokenPipeError:
             return ExitCode.OK
         except KeyboardInterrupt:
