@@ -138,3 +138,15 @@ def test_nothing_is_left_in_the_temporary_directory(tmp_path):
     assert done.returncode == ExitCode.OK, done.stderr
     assert done.stderr == ""  # not a terminal: no progress
     assert list(tmp.iterdir()) == []
+
+
+def test_a_pytest_run_that_skipped_every_case_fails(tmp_path, capsys):
+    """The suite as a pytest plugin (``pytest --pjrt-plugin X``) keeps the same rule as the CLI."""
+    import pytest as pytest_
+
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    args = [str(tmp_path), "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), "-p", "pjrt_hub",
+            "-p", "no:cacheprovider", "-q", "--pjrt-only", "--pjrt-plugin", "reference"]
+    assert pytest_.main([*args, "--pjrt-case", "abi/*"]) == pytest_.ExitCode.TESTS_FAILED
+    assert "reference: nothing was tested: every selected case was skipped" in capsys.readouterr().out
+    assert pytest_.main([*args, "--pjrt-case", "version/loaded"]) == pytest_.ExitCode.OK
