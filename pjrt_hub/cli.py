@@ -366,8 +366,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     missing = [p for p, n in zip(plugins, names) if n.lower() not in known]
     if missing:
         found = ", ".join(sorted(r.name for r in registry.records)) or "none"
-        print(f"pjrt-hub conformance: no plugin named {', '.join(map(repr, missing))} (found: {found})",
-              file=sys.stderr)
+        print(f"pjrt-hub conformance: no plugin named {', '.join(missing)} (found: {found})", file=sys.stderr)
         return ExitCode.NOT_FOUND
     progress = _Progress(not args.json and not args.pytest_output)
     try:

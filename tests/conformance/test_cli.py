@@ -54,9 +54,14 @@ def test_the_schema_is_published(capsys):
 
 def test_the_framework_version_is_acted(fake_dist, capsys):
     install_toy(fake_dist, api_version="0.105", min_framework_version="0.81")
-    assert main(["conformance", "--plugin", "toy", "--case", "devices/attributes", "--framework-version", "0.81",
-                 "--json"]) == ExitCode.OK
+    # version/loaded runs at 0.81, so the run tests something (a run that skipped everything is not OK).
+    assert main(["conformance", "--plugin", "toy", "--case", "devices/attributes", "--case", "version/loaded",
+                 "--framework-version", "0.81", "--json"]) == ExitCode.OK
     report = json.loads(capsys.readouterr().out)
     assert report["framework_version"] == "0.81"
-    (case,) = report["plugins"][0]["cases"]
+    (case,) = [c for c in report["plugins"][0]["cases"] if c["id"] == "devices/attributes"]
     assert case["outcome"] == "skipped" and "the framework acts as 0.81" in case["message"]
+    assert main(["conformance", "--plugin", "toy", "--case", "devices/attributes", "--framework-version", "0.81",
+                 "--json"]) == ExitCode.FAILURE
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False and report["plugins"][0]["tested"] is False
