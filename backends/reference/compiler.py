@@ -78,6 +78,8 @@ class ReferenceProgram:
     outputs: tuple[TensorSpec, ...] = field(init=False)
     aliases: Mapping[int, int] = field(init=False)
     fingerprint: str = field(init=False)
+    #: The module has a ``while`` loop, which may never end: ``run`` then takes a cancel flag.
+    cancellable: bool = field(init=False)
 
     def __post_init__(self) -> None:
         main = self.module.main
@@ -91,9 +93,11 @@ class ReferenceProgram:
         digest.update(self.text.encode("utf-8"))
         self.fingerprint = digest.hexdigest()
         self._interpreter = Interpreter(self.module)
+        self.cancellable = any(op.name == "stablehlo.while" for op in self.module.walk())
 
-    def run(self, args: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
-        results = self._interpreter.run(args)
+    def run(self, args: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None = None, *,
+            cancel: np.ndarray | None = None) -> list[np.ndarray]:
+        results = self._interpreter.run(args, cancel=cancel)
         if out is None:
             return results
         if len(out) != len(results):
