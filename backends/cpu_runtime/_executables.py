@@ -12,9 +12,10 @@ thread. Outputs are returned at once either way, with one event per device; an e
 the program becomes an :class:`ExecutionError` on that event and on every output, never an
 exception out of the worker.
 
-A program whose compiler marks it ``cancellable`` (it has a ``while`` loop, which may never
-end) never runs inline, so that ``execute`` returns at once and the caller can wait with a
-timeout; its runs read a cancel flag (:mod:`._cancel`) that ``ExecuteOptions.timeout`` and
+A program whose loops may run long or forever (``unbounded_loops``: a ``while`` that is not a
+short counted loop) never runs inline, so that ``execute`` returns at once and the caller can
+wait with a timeout. A ``cancellable`` program (one with a ``while``) reads a cancel flag
+(:mod:`._cancel`) at every iteration, which ``ExecuteOptions.timeout`` and
 :meth:`CpuLoadedExecutable.cancel` set. A stopped execution is a failed one: its event and
 outputs carry DeadlineExceeded or Cancelled, its donated inputs stay donated (their storage is
 freed, as after any failed execution), and the device goes on with its next execution.

@@ -131,6 +131,8 @@ class NumbaProgram:
         self._simple = not self._narrow_in and not self._narrow_out
         #: The entry takes the runtime's cancel flag last (it has a ``while`` loop; see .cancel).
         self.cancellable: bool = bool(meta.get("cancellable", False))
+        #: A loop may run long or forever (not a short counted loop): never run inline.
+        self.unbounded_loops: bool = bool(meta.get("unbounded_loops", self.cancellable))
 
     # -- running --
 

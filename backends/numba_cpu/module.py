@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from pjrt_hub.backends.stablehlo import Function, Module, TensorType, element_dtype, output_aliases
+from pjrt_hub.backends.stablehlo.loops import unbounded_loops
 
 from .codegen import GeneratedFunction
 from .source import ElementKind
@@ -94,6 +95,7 @@ def render_module(module: Module, fn: Function, gen: GeneratedFunction) -> str:
         "aliases": output_aliases(module, fn),
         "cost": cost_analysis(fn),
         "cancellable": gen.cancellable,
+        "unbounded_loops": unbounded_loops(fn),
     }
     arg_types = [_nb_array(k, len(a.type.shape)) for k, a in zip(gen.input_kinds, fn.args)]
     if gen.cancellable:

@@ -20,6 +20,8 @@ from pjrt_hub.abi.compile_options import decode_compile_options, encode_compile_
 from pjrt_hub.backends.cpu_runtime.compiler import TensorSpec
 from pjrt_hub.backends.stablehlo import Function, Module, Op, TensorType, output_aliases, parse_module, verify
 
+from pjrt_hub.backends.stablehlo.loops import unbounded_loops
+
 from .interpreter import Interpreter
 
 __all__ = ["ReferenceCompiler", "ReferenceProgram", "cost_analysis", "output_aliases"]
@@ -80,6 +82,8 @@ class ReferenceProgram:
     fingerprint: str = field(init=False)
     #: The module has a ``while`` loop, which may never end: ``run`` then takes a cancel flag.
     cancellable: bool = field(init=False)
+    #: One of its loops is not a short counted loop: the runtime never runs it inline.
+    unbounded_loops: bool = field(init=False)
 
     def __post_init__(self) -> None:
         main = self.module.main
@@ -94,6 +98,7 @@ class ReferenceProgram:
         self.fingerprint = digest.hexdigest()
         self._interpreter = Interpreter(self.module)
         self.cancellable = any(op.name == "stablehlo.while" for op in self.module.walk())
+        self.unbounded_loops = self.cancellable and unbounded_loops(self.module)
 
     def run(self, args: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None = None, *,
             cancel: np.ndarray | None = None) -> list[np.ndarray]:
