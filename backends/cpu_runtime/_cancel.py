@@ -87,7 +87,10 @@ class _Watchdog:
                     _, _, flag, reason = heapq.heappop(heap)
                     if not flag.done:
                         flag.cancel(reason)
-                self._wake.wait(None if not heap else heap[0][0] - now)
+                # An infinite (or absurdly far) deadline is waited for without a timeout, which
+                # threading could not represent anyway.
+                wait = heap[0][0] - now if heap else None
+                self._wake.wait(None if wait is None or wait >= threading.TIMEOUT_MAX else wait)
 
 
 _WATCHDOG = _Watchdog()

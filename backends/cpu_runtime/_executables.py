@@ -786,7 +786,7 @@ def _seconds(timeout: Any) -> float:
             f"PJRT_LoadedExecutable_Execute: ExecuteOptions.timeout must be a number of seconds "
             f">= 0 or None, got {timeout!r}"
         )
-    return float(timeout)
+    return float(timeout)  # inf is a deadline that never comes: the watchdog never wakes for it
 
 
 def _wait(event: CpuEvent, cancel: CancelFlag | None) -> None:
