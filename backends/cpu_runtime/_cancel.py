@@ -32,9 +32,10 @@ class CancelFlag:
 
     __slots__ = ("flag", "reason", "done", "__weakref__")
 
-    def __init__(self) -> None:
-        #: Read by the running program; int32 so that numba reads it with one atomic load.
-        self.flag = np.zeros(1, np.int32)
+    def __init__(self, readable: bool = True) -> None:
+        #: Read by the running program; int32 so that numba reads it with one atomic load. None
+        #: for a program that reads no flag (the runtime still checks ``reason`` before a start).
+        self.flag = np.zeros(1, np.int32) if readable else None
         #: Why it was cancelled: the error its events and outputs carry.
         self.reason: PjrtError | None = None
         #: The execution finished (a later cancel changes nothing).
@@ -44,7 +45,8 @@ class CancelFlag:
         """Ask the execution to stop with ``reason``; the first reason wins."""
         if self.reason is None and not self.done:
             self.reason = reason
-            self.flag[0] = 1
+            if self.flag is not None:
+                self.flag[0] = 1
 
     @property
     def cancelled(self) -> bool:

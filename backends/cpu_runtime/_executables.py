@@ -590,7 +590,7 @@ class CpuLoadedExecutable(LoadedExecutable):
     def _arm(self, launches: list[_Launch], timeout: float | None) -> None:
         """Give the launches of one call a cancel flag, watched if there is a time limit.
         Caller holds the client's lock."""
-        flag = CancelFlag()
+        flag = CancelFlag(self._cancellable)
         for launch in launches:
             launch.cancel = flag
         self._running[flag] = len(launches)

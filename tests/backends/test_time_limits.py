@@ -17,6 +17,7 @@ import pytest
 from pjrt_hub import PluginRegistry, RegistrySettings
 from pjrt_hub.abi import (
     Cancelled,
+    CompileOptions,
     DeadlineExceeded,
     ExecuteOptions,
     FailedPrecondition,
@@ -114,6 +115,21 @@ def test_await_with_a_timeout_returns_on_a_pending_event_and_cancel_stops_the_lo
     with pytest.raises(Cancelled):
         fetch(running.outputs[0][0])
     assert count_to_ten(client, compiled, 0) == 10
+
+
+def test_a_timeout_stops_every_replica(client):
+    forever = client.compile(Program(NEVER_ENDING), CompileOptions(num_replicas=2))
+    devices = forever.addressable_devices()
+    args = [[client.buffer_from_host_buffer(np.int32(0), device=device).buffer] for device in devices]
+    result = forever.execute(args, ExecuteOptions(timeout=0.3))
+    for event in result.device_complete_events:
+        with pytest.raises(DeadlineExceeded):
+            event.await_(GUARD)
+    running = forever.execute(args)
+    forever.cancel()
+    for event in running.device_complete_events:
+        with pytest.raises(Cancelled):
+            event.await_(GUARD)
 
 
 def test_a_stopped_execution_consumed_its_donated_input_and_frees_its_memory(client, compiled):
