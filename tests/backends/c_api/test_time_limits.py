@@ -15,9 +15,11 @@ import time
 import numpy as np
 import pytest
 
+from pjrt_hub.abi import ExecuteOptions, Program, Unimplemented
 from pjrt_hub.cli import ExitCode
 
 from ...loop_programs import NEVER_ENDING
+from .conftest import ADD_PROGRAM
 
 pytestmark = pytest.mark.real_plugin
 
@@ -42,3 +44,18 @@ def test_run_timeout_on_a_c_plugin_returns_and_the_process_ends(tmp_path, xla_cp
     assert lines[0].startswith(f"pjrt-hub run: {program} on xla_cpu_pjrt: DEADLINE_EXCEEDED: not finished "
                                f"within the 2 s limit (--timeout) while executing; ")
     assert lines[0].endswith("the plugin cannot stop it, so it is left running and the process ends now")
+
+
+def test_the_bridge_says_it_cannot_cancel_and_runs_with_a_timeout_it_cannot_enforce(client):
+    executable = client.compile(Program(ADD_PROGRAM))
+    with pytest.raises(Unimplemented, match="no way to stop an execution"):
+        executable.cancel()
+    args = []
+    for value in (1.0, 2.0):
+        transfer = client.buffer_from_host_buffer(np.full(4, value, np.float32))
+        transfer.done_with_host_buffer.await_(GUARD)
+        args.append(transfer.buffer)
+    result = executable.execute([args], ExecuteOptions(timeout=30.0))
+    host = result.outputs[0][0].to_host_buffer()
+    host.event.await_(GUARD)
+    np.testing.assert_array_equal(host.array, np.full(4, 3.0, np.float32))
