@@ -54,3 +54,18 @@ COUNT_TO_TEN = """module @jit_count {
   }
 }
 """
+
+#: A never-ending loop with real work in it (a 256x256 matmul per iteration): XLA:CPU runs it on
+#: its own threads and returns from execute at once, where it runs the tiny loops inline.
+NEVER_ENDING_MATMUL = """func.func @main(%a: tensor<256x256xf32>) -> tensor<256x256xf32> {
+  %0 = stablehlo.while(%x = %a) : tensor<256x256xf32>
+  cond {
+    %t = stablehlo.constant dense<true> : tensor<i1>
+    stablehlo.return %t : tensor<i1>
+  } do {
+    %1 = stablehlo.dot_general %x, %x, contracting_dims = [1] x [0] : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
+    stablehlo.return %1 : tensor<256x256xf32>
+  }
+  return %0 : tensor<256x256xf32>
+}
+"""
