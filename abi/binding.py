@@ -242,7 +242,13 @@ class Event(PjrtObject):
 
     @api("PJRT_Event_Await")
     def await_(self, timeout: float | None = None) -> None:
-        """Block until ready; raise the event's error if it carries one."""
+        """Block until ready; raise the event's error if it carries one.
+
+        ``timeout`` (Python binding only; ``PJRT_Event_Await`` has none): seconds after which
+        DeadlineExceeded is raised if the event is still pending. The wait ends, not the work:
+        to stop an execution, give it ``ExecuteOptions.timeout`` or call
+        ``LoadedExecutable.cancel``. None (the default) waits as long as it takes.
+        """
         raise _unimplemented(self, "await_")
 
     @api("PJRT_Event_OnReady")
