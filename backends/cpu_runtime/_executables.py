@@ -595,9 +595,12 @@ class CpuLoadedExecutable(LoadedExecutable):
             launch.cancel = flag
         self._running[flag] = len(launches)
         if timeout is not None:
-            watch(flag, timeout, DeadlineExceeded(
-                f"{self._name}: the execution did not finish within its {timeout:g} s limit "
-                f"(ExecuteOptions.timeout) and was stopped"))
+            reason = DeadlineExceeded(f"{self._name}: the execution did not finish within its {timeout:g} s "
+                                      f"limit (ExecuteOptions.timeout) and was stopped")
+            if timeout > 0:
+                watch(flag, timeout, reason)
+            else:  # already past: never started, whichever thread gets there first
+                flag.cancel(reason)
 
     def _disarm(self, launch: _Launch) -> None:
         """One launch finished; the last one of its call retires the flag. Caller holds the lock."""
