@@ -143,11 +143,26 @@ class CompileOptions:
 
 @dataclass(frozen=True, slots=True)
 class ExecuteOptions:
-    """``PJRT_ExecuteOptions``."""
+    """``PJRT_ExecuteOptions``, plus a time limit that only the Python binding has.
+
+    ``timeout`` is not a PJRT field: the C API has no way to stop an execution. It lives here,
+    rather than in a separate call, because a limit belongs to one execution and must be in
+    place before it starts (an execution that runs inline has not returned to its caller when
+    the limit passes). Seconds from the ``execute`` call; once they pass, a plugin that can
+    stop the execution does so: its completion events and outputs then carry
+    :class:`~pjrt_hub.abi.errors.DeadlineExceeded`, and the client stays usable. Inputs it
+    donated are gone either way, as after any failed execution. None (the default) sets no
+    limit. A plugin that cannot stop an execution (the C bridge) leaves it running; bound the
+    wait with ``Event.await_(timeout)``. :meth:`LoadedExecutable.cancel` stops executions on
+    demand instead.
+    """
 
     launch_id: int = 0
     #: Inputs that must not be donated even where the program aliases them (0.39).
     non_donatable_input_indices: tuple[int, ...] = ()
+    #: Python binding only: seconds after which a plugin that can stop the execution does so,
+    #: with DeadlineExceeded on its events and outputs (None: no limit).
+    timeout: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +242,13 @@ class Event(PjrtObject):
 
     @api("PJRT_Event_Await")
     def await_(self, timeout: float | None = None) -> None:
-        """Block until ready; raise the event's error if it carries one."""
+        """Block until ready; raise the event's error if it carries one.
+
+        ``timeout`` (Python binding only; ``PJRT_Event_Await`` has none): seconds after which
+        DeadlineExceeded is raised if the event is still pending. The wait ends, not the work:
+        to stop an execution, give it ``ExecuteOptions.timeout`` or call
+        ``LoadedExecutable.cancel``. None (the default) waits as long as it takes.
+        """
         raise _unimplemented(self, "await_")
 
     @api("PJRT_Event_OnReady")
@@ -507,6 +528,19 @@ class LoadedExecutable(PjrtObject):
                 execute_device: Device | None = None) -> ExecuteResult:
         """Run on one argument list per device; outputs come back at once, each with a ready event."""
         raise _unimplemented(self, "execute")
+
+    @api(None)
+    def cancel(self) -> None:
+        """Stop every execution of this executable that has not finished (Python binding only).
+
+        PJRT has no such call; it is the on-demand twin of ``ExecuteOptions.timeout``, for a
+        caller whose ``Event.await_(timeout)`` ran out, or who was interrupted. Executions not
+        started yet never start; running ones stop where the plugin can stop them (a loop
+        iteration). Their events and outputs carry :class:`~pjrt_hub.abi.errors.Cancelled`,
+        their donated inputs are gone, and the client stays usable. Returns at once, without
+        waiting for them to stop. A plugin that cannot stop executions raises Unimplemented.
+        """
+        raise _unimplemented(self, "cancel")
 
     @api("PJRT_LoadedExecutable_Fingerprint")
     def fingerprint(self) -> str:

@@ -4,27 +4,47 @@ The contract of ``run``: the arguments of ``@main`` are ``in0..inN`` of an ``.np
 order; the results are written as ``out0..outM``. Inputs are checked against ``@main``'s
 signature before the plugin sees them, so a wrong count, shape or dtype gets the same clear
 message on every plugin, C plugins included.
+
+Time limits (``run --timeout``) bound running the program: from the input transfers to the
+results on the host. Creating the client and compiling are not counted: a cold numba_cpu
+compile takes seconds, and a run killed while compiling would never fill the compile cache, so
+every later run would be cold too. The execution gets what is left of the limit as
+``ExecuteOptions.timeout``, so a plugin that can stop it (numba_cpu, reference) does, and the
+client stays usable. A plugin that cannot (a C plugin: the PJRT C API has no cancellation, and
+XLA:CPU even runs a small program inside the ``execute`` call) is waited for on a helper thread
+(:func:`within`) and left running once the limit has passed: :class:`LeftRunning` says so, and
+:func:`exit_when_done` ends the process at exit without tearing down a client whose work is
+still going on.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import re
 import stat
+import sys
 import tempfile
+import threading
 import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Sequence
+from typing import Any, BinaryIO, Callable, Sequence, TypeVar
 
 import numpy as np
 
-from pjrt_hub.abi import CompileOptions, PjrtHubError, Program
+from pjrt_hub.abi import CompileOptions, DeadlineExceeded, ExecuteOptions, PjrtHubError, Program
 
-__all__ = ["BadInput", "OutputRefused", "RunResult", "check_inputs", "check_output_path", "load_inputs",
-           "main_signature", "read_npz", "read_program", "run_program", "write_npz_atomically"]
+__all__ = ["BadInput", "LeftRunning", "OutputRefused", "RunClock", "RunResult", "check_inputs",
+           "check_output_path", "exit_when_done", "load_inputs", "main_signature", "read_npz",
+           "read_program", "run_program", "within", "write_npz_atomically"]
+
+_T = TypeVar("_T")
+
+#: How long past a time limit a plugin gets to report that it stopped the execution itself.
+GRACE_SECONDS = 1.0
 
 _INPUT_KEY = re.compile(r"in(\d+)")
 #: Expected outputs may ride along in the same file (the corpus's .npz files do).
@@ -307,31 +327,157 @@ class RunResult:
     execute_seconds: float
 
 
+class LeftRunning(DeadlineExceeded):
+    """A time limit passed and the plugin could not stop its work: it goes on in this process."""
+
+
+class RunClock:
+    """The time limit of one run, shared by the thread doing the work and the one waiting.
+
+    ``deadline`` is set when the program starts running (:meth:`start`), so the limit does not
+    count client creation and compile; ``stage`` says what the plugin is doing.
+    """
+
+    __slots__ = ("limit", "deadline", "stage")
+
+    def __init__(self, limit: float | None) -> None:
+        #: Seconds, or None for no limit.
+        self.limit = limit
+        #: ``time.monotonic()`` by which the run must be done (None: not running yet).
+        self.deadline: float | None = None
+        self.stage = "creating the client"
+
+    def start(self) -> None:
+        if self.limit is not None and self.deadline is None:
+            self.deadline = time.monotonic() + self.limit
+
+    def left(self) -> float | None:
+        """Seconds left (None without a limit)."""
+        if self.deadline is None:
+            return self.limit
+        return max(self.deadline - time.monotonic(), 0.0)
+
+    def passed(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+
 def run_program(client: Any, text: str, arrays: Sequence[np.ndarray], *,
-                options: CompileOptions | None = None, timeout: float | None = None) -> RunResult:
-    """Compile ``text`` on ``client``, run it on ``arrays`` on the first device, return host arrays."""
+                options: CompileOptions | None = None, timeout: float | None = None,
+                clock: RunClock | None = None) -> RunResult:
+    """Compile ``text`` on ``client``, run it on ``arrays`` on the first device, return host arrays.
+
+    ``timeout`` (or ``clock``, shared with :func:`within`) bounds the run from the input
+    transfers on. The execution gets what is left as ``ExecuteOptions.timeout``; a plugin that
+    stops the execution reports DeadlineExceeded on its completion event, which is raised here.
+    If an event is still pending :data:`GRACE_SECONDS` after the limit, the plugin could not
+    stop the work: :class:`LeftRunning`, and nothing of the run is destroyed, since the plugin
+    may still be using it.
+    """
+    clock = clock or RunClock(timeout)
+    keep = False
+
+    def wait(event: Any, what: str) -> None:
+        """Await ``event``; a wait that runs out while it is pending means work left running."""
+        nonlocal keep
+        left = clock.left()
+        try:
+            event.await_(None if left is None else left + GRACE_SECONDS)
+        except DeadlineExceeded:
+            if event.is_ready():
+                raise  # the plugin stopped the work at the limit and says so
+            keep = True
+            raise LeftRunning(f"{what} was still pending {GRACE_SECONDS:g} s after the limit") from None
+
     t0 = time.perf_counter()
+    clock.stage = "compiling"
     executable = client.compile(Program(text, "mlir"), options or CompileOptions())
     t1 = time.perf_counter()
     try:
+        clock.stage = "transferring the inputs"
+        clock.start()
         device = client.addressable_devices()[0]
         buffers = []
         for array in arrays:
-            transfer = client.buffer_from_host_buffer(np.ascontiguousarray(array), device=device)
-            transfer.done_with_host_buffer.await_(timeout)
+            # np.require keeps a 0-d array 0-d (np.ascontiguousarray makes it 1-d).
+            transfer = client.buffer_from_host_buffer(np.require(array, requirements="C"), device=device)
             buffers.append(transfer.buffer)
+            wait(transfer.done_with_host_buffer, "an input transfer")
         t2 = time.perf_counter()
-        result = executable.execute([buffers])
+        clock.stage = "executing"
+        left = clock.left()
+        result = executable.execute([buffers], None if left is None else ExecuteOptions(timeout=left))
         for event in result.device_complete_events:
-            event.await_(timeout)
+            wait(event, "the execution")
+        clock.stage = "reading the results"
         outputs = []
         for buffer in result.outputs[0]:
             host = buffer.to_host_buffer()
-            host.event.await_(timeout)
+            wait(host.event, "a transfer of the results")
             outputs.append(host.array)
         t3 = time.perf_counter()
         for buffer in [*buffers, *result.outputs[0]]:
             buffer.destroy()
     finally:
-        executable.destroy()
+        if not keep:
+            executable.destroy()
     return RunResult(outputs, t1 - t0, t3 - t2)
+
+
+def within(clock: RunClock, work: Callable[[], _T]) -> _T:
+    """``work()``, given up on 2 x :data:`GRACE_SECONDS` after ``clock``'s deadline.
+
+    The work runs on a daemon thread, because a plugin call may never return (a C plugin's
+    ``execute`` can run the program before it returns). Its result or exception is handed back
+    here; if it is still running when the wait ends, :class:`LeftRunning` is raised and the
+    thread is left to run (nothing in Python can stop it). The wait is longer than the grace
+    :func:`run_program` gives the plugin, so that a plugin call that does return gets to say
+    how the work ended. Before the clock starts (client creation, compile) there is no limit.
+    """
+    if clock.limit is None:
+        return work()
+    outcome: list[tuple[bool, Any]] = []
+
+    def target() -> None:
+        try:
+            outcome.append((True, work()))
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            outcome.append((False, exc))
+
+    thread = threading.Thread(target=target, name="pjrt-hub run", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        deadline = clock.deadline
+        if deadline is None:
+            thread.join(0.05)  # not running the program yet: no limit, look again soon
+            continue
+        left = deadline + 2 * GRACE_SECONDS - time.monotonic()
+        if left <= 0:
+            break
+        thread.join(left)
+    if not outcome:
+        raise LeftRunning(f"the plugin did not return {2 * GRACE_SECONDS:g} s after the limit")
+    ok, value = outcome[0]
+    if ok:
+        return value
+    raise value
+
+
+def exit_when_done(code: int) -> None:
+    """End the process with ``code`` at interpreter exit, skipping the rest of the teardown.
+
+    For when plugin work that cannot be stopped is still running (:class:`LeftRunning`): the
+    usual teardown would destroy its client under it (the C bridge destroys live clients at
+    exit), which may wait for the work forever or crash. Registered last, this handler runs
+    before the others; output is flushed first. A caller of ``pjrt_hub.cli.main`` inside a
+    longer-lived process gets this too: its process ends with ``code`` when it exits.
+    """
+
+    def end() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+    atexit.register(end)

@@ -461,12 +461,36 @@ def _plugin_target(args: argparse.Namespace, value: str | None) -> str | None:
     return value
 
 
+def _time_limit_passed(program: str, plugin: str, clock: Any, exc: Exception) -> str:
+    """The one line of ``run --timeout``; when the plugin's work goes on, the process ends at exit."""
+    from pjrt_hub._run import LeftRunning, exit_when_done
+
+    if isinstance(exc, LeftRunning):
+        exit_when_done(ExitCode.PLUGIN_ERROR)
+        outcome = "the plugin cannot stop it, so it is left running and the process ends now"
+    else:
+        outcome = "the plugin stopped it"
+    return (f"pjrt-hub run: {program} on {plugin}: DEADLINE_EXCEEDED: not finished within the "
+            f"{clock.limit:g} s limit (--timeout) while {clock.stage}; {outcome}")
+
+
+def _limit_seconds(text: str) -> float:
+    """``--timeout``: seconds > 0 (``inf`` for no limit)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0 (inf for no limit), got {text!r}")
+    return value
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from pjrt_hub._registry import default_plugin_name
     from pjrt_hub._reports import ArrayInfo, RunReport
-    from pjrt_hub._run import (BadInput, OutputRefused, check_inputs, check_output_path, load_inputs,
-                               main_signature, read_program, run_program, write_npz_atomically)
-    from pjrt_hub.abi import CompileError, NotFound, PjrtError, PluginLoadError
+    from pjrt_hub._run import (BadInput, OutputRefused, RunClock, check_inputs, check_output_path, load_inputs,
+                               main_signature, read_program, run_program, within, write_npz_atomically)
+    from pjrt_hub.abi import CompileError, DeadlineExceeded, NotFound, PjrtError, PluginLoadError
 
     if args.schema:
         print(json.dumps(RunReport.model_json_schema(), indent=2))
@@ -482,17 +506,29 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise _Usage(str(exc)) from None
     registry = _registry(args)
     name = name or default_plugin_name()
+    clock = RunClock(None if args.timeout == float("inf") else args.timeout)
     try:
         text = read_program(args.program)
         arrays = load_inputs(args.inputs)
         signature = main_signature(text)
         if signature is not None:
             check_inputs(signature, arrays)
-        client = registry.create_client(name, allow_hardware=args.allow_hardware)
-        result = run_program(client, text, arrays, timeout=args.timeout)
+        def work() -> Any:
+            client = registry.create_client(name, allow_hardware=args.allow_hardware)
+            return run_program(client, text, arrays, clock=clock)
+
+        # On a helper thread, so that the command returns on time even if a plugin call never
+        # does (see pjrt_hub._run on time limits).
+        result = within(clock, work)
     except (BadInput, CompileError) as exc:
         print(f"pjrt-hub run: {_one_line(exc)}", file=sys.stderr)
         return ExitCode.BAD_INPUT
+    except DeadlineExceeded as exc:
+        if not clock.passed():  # the plugin's own deadline (a collective's peer...), not ours
+            print(f"pjrt-hub run: plugin {name} failed: {exc}", file=sys.stderr)
+            return ExitCode.PLUGIN_ERROR
+        print(_time_limit_passed(args.program, name, clock, exc), file=sys.stderr)
+        return ExitCode.PLUGIN_ERROR
     except NotFound as exc:
         print(f"pjrt-hub run: {_one_line(exc)}", file=sys.stderr)
         return ExitCode.NOT_FOUND
@@ -763,8 +799,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="plugin name, or path of a PJRT C library (default: PJRT_DEVICE, else numba_cpu)")
     p.add_argument("--inputs", metavar="IN.npz", help="arguments of @main as in0..inN")
     p.add_argument("--out", metavar="OUT.npz", help="write the results as out0..outM")
-    p.add_argument("--timeout", type=_positive, default=600.0, metavar="SECONDS",
-                   help="give up waiting for the plugin after this long")
+    p.add_argument("--timeout", type=_limit_seconds, default=600.0, metavar="SECONDS",
+                   help="time limit of running the program, compile not counted; past it, exit 4: "
+                        "numba_cpu and reference stop the execution, a C plugin's is left running "
+                        "and the process ends (default: 600; inf: no limit)")
     p.add_argument("--allow-hardware", action="store_true",
                    help="create a client even for a plugin that declares it needs hardware")
     _add_registry(p)

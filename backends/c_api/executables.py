@@ -20,6 +20,7 @@ from pjrt_hub.abi import (
     InvalidArgument,
     LoadedExecutable,
     Program,
+    Unimplemented,
     decode_compile_options,
 )
 
@@ -259,6 +260,16 @@ class CLoadedExecutable(_Handle, LoadedExecutable):
         lib = self._client._lib
         lib.call("PJRT_LoadedExecutable_Delete",
                  lib.args("PJRT_LoadedExecutable_Delete_Args", executable=self._live("delete")))
+
+    def cancel(self) -> None:
+        """A C plugin's executions cannot be stopped: PJRT's C API has no call for it.
+
+        ``ExecuteOptions.timeout`` is ignored here for the same reason; ``Event.await_(timeout)``
+        still bounds the wait (``pjrt-hub run --timeout`` leaves such an execution running).
+        """
+        raise Unimplemented(f"LoadedExecutable.cancel: the PJRT C API has no way to stop an execution, "
+                            f"so {self._client._lib.name}'s cannot be cancelled; bound the wait with "
+                            f"Event.await_(timeout) instead", plugin=self._client._lib.name)
 
     def is_deleted(self) -> bool:
         lib = self._client._lib

@@ -198,7 +198,9 @@ class CEvent(_Handle, Event):
             pause = 1e-5
             while not self.is_ready():
                 if time.monotonic() >= deadline:
-                    raise DeadlineExceeded(f"event not ready after {timeout:g} s", plugin=self._lib.name)
+                    # The work goes on: the C API cannot stop an execution.
+                    raise DeadlineExceeded(f"PJRT_Event_Await: the event was not ready after {timeout:g} s",
+                                           plugin=self._lib.name)
                 time.sleep(pause)
                 pause = min(pause * 2, 0.01)
         args = self._lib.args("PJRT_Event_Await_Args", event=handle)

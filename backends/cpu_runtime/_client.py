@@ -152,7 +152,11 @@ class CpuClient(Client):
         else:
             _check_assignment(assignment, replicas, partitions, self._device_by_id)
         flops, accessed = cost_figures(executable._program, executable._inputs, executable._outputs)
-        inline = not self._asynchronous or self._inline_policy.allows(flops, accessed)
+        # A program with a loop that may run long or forever runs on the worker even when its
+        # cost figures say cheap (they count a loop body once), so that execute returns and
+        # the caller can wait with a timeout, or cancel it.
+        inline = not self._asynchronous or (self._inline_policy.allows(flops, accessed)
+                                            and not getattr(executable._program, "unbounded_loops", False))
         return CpuLoadedExecutable(executable, self, assignment, inline)
 
     # -- buffers ---------------------------------------------------------------------------------

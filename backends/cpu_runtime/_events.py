@@ -74,12 +74,14 @@ class CpuEvent(Event):
         return self._error if self._done else None
 
     def await_(self, timeout: float | None = None) -> None:
+        """Block until ready, or DeadlineExceeded after ``timeout`` seconds (the work goes on:
+        a wait that runs out stops nothing; ``ExecuteOptions.timeout`` does)."""
         if not self._done:
             latch = self._latch
-            if timeout is None:
+            if timeout is None or timeout >= threading.TIMEOUT_MAX:  # inf: no limit, not an OverflowError
                 latch.acquire()
             elif not latch.acquire(timeout=max(timeout, 0.0)):
-                raise DeadlineExceeded(f"PJRT_Event_Await: the event was not ready after {timeout} s")
+                raise DeadlineExceeded(f"PJRT_Event_Await: the event was not ready after {timeout:g} s")
             latch.release()
         if self._error is not None:
             raise self._error

@@ -12,6 +12,14 @@ thread. Outputs are returned at once either way, with one event per device; an e
 the program becomes an :class:`ExecutionError` on that event and on every output, never an
 exception out of the worker.
 
+A program whose loops may run long or forever (``unbounded_loops``: a ``while`` that is not a
+short counted loop) never runs inline, so that ``execute`` returns at once and the caller can
+wait with a timeout. A ``cancellable`` program (one with a ``while``) reads a cancel flag
+(:mod:`._cancel`) at every iteration, which ``ExecuteOptions.timeout`` and
+:meth:`CpuLoadedExecutable.cancel` set. A stopped execution is a failed one: its event and
+outputs carry DeadlineExceeded or Cancelled, its donated inputs stay donated (their storage is
+freed, as after any failed execution), and the device goes on with its next execution.
+
 Results are checked against the declared outputs. A result that is an input, or a view of one,
 is copied: two buffers must not share storage the runtime may later overwrite by donation. A
 result the program still references (a constant it returns every time) is kept but marked as
@@ -30,8 +38,10 @@ import numpy as np
 
 from pjrt_hub.abi import (
     BufferType,
+    Cancelled,
     CompiledMemoryStats,
     CompileOptions,
+    DeadlineExceeded,
     Device,
     Executable,
     ExecuteOptions,
@@ -45,6 +55,7 @@ from pjrt_hub.abi import (
 )
 
 from ._buffers import DONATED, LIVE, CpuBuffer, Layout, Pending, layout_of
+from ._cancel import CancelFlag, watch
 from ._events import READY, CpuEvent, as_pjrt_error, failed_event
 from .compiler import CompiledProgram
 
@@ -275,7 +286,7 @@ class _Launch:
     """One device's share of an execution, from argument checks to outputs."""
 
     __slots__ = ("device", "replica", "buffers", "arrays", "pending", "held", "out", "out_pending",
-                 "out_accounted", "out_release", "error")
+                 "out_accounted", "out_release", "error", "cancel")
 
     def __init__(self, device: "CpuDevice", replica: int, buffers: Sequence[CpuBuffer]) -> None:
         self.device = device
@@ -292,13 +303,16 @@ class _Launch:
         self.out_accounted: dict[int, int] = {}
         self.out_release: dict[int, Any] = {}
         self.error: PjrtError | None = None
+        #: Shared by the launches of one execute call; None: nothing can stop this launch.
+        self.cancel: CancelFlag | None = None
 
 
 class CpuLoadedExecutable(LoadedExecutable):
     """``PJRT_LoadedExecutable``: an executable bound to devices of a client."""
 
     __slots__ = ("_executable", "_client", "_assignment", "_devices", "_deleted", "_name", "_program",
-                 "_inputs", "_outputs", "_num_inputs", "_reuse", "_donated", "_inline", "_fast", "__weakref__")
+                 "_inputs", "_outputs", "_num_inputs", "_reuse", "_donated", "_inline", "_fast",
+                 "_cancellable", "_running", "__weakref__")
 
     def __init__(self, executable: CpuExecutable, client: "CpuClient",
                  assignment: tuple[tuple[int, ...], ...], inline: bool) -> None:
@@ -317,6 +331,10 @@ class CpuLoadedExecutable(LoadedExecutable):
         self._donated = tuple(sorted(executable._donated))
         self._inline = inline
         self._fast = inline and not self._donated and len(self._devices) == 1
+        #: The program reads a cancel flag in its loops (``run(..., cancel=flag)``).
+        self._cancellable = bool(getattr(self._program, "cancellable", False))
+        #: Cancel flags of the executions not finished yet -> launches still to finish.
+        self._running: dict[CancelFlag, int] = {}
 
     # -- metadata --------------------------------------------------------------------------------
 
@@ -341,6 +359,19 @@ class CpuLoadedExecutable(LoadedExecutable):
     def destroy(self) -> None:
         self._deleted = True
 
+    def cancel(self) -> None:
+        """Stop the unfinished executions of this executable; see ``LoadedExecutable.cancel``.
+
+        Executions queued behind others never start. A running one stops at its next loop
+        iteration if its program is ``cancellable`` (it has a loop that could run forever);
+        any other program has a bounded run and finishes, and its results stand.
+        """
+        reason = Cancelled(f"{self._name}: the execution was cancelled (LoadedExecutable.cancel)")
+        with self._client._lock:
+            flags = list(self._running)
+        for flag in flags:
+            flag.cancel(reason)
+
     def __repr__(self) -> str:
         devices = ", ".join(d._label for d in self._devices)
         return f"<CpuLoadedExecutable {self._name} on {devices}{' (deleted)' if self._deleted else ''}>"
@@ -359,7 +390,10 @@ class CpuLoadedExecutable(LoadedExecutable):
                 f"({', '.join(d._label for d in devices)}) and needs one argument list per device; "
                 f"got {len(argument_lists)}"
             )
-        if self._fast and execute_device is None and len(argument_lists) == 1:
+        timeout = None if options is None else options.timeout
+        if timeout is not None:
+            timeout = _seconds(timeout)
+        elif self._fast and execute_device is None and len(argument_lists) == 1:
             result = self._execute_fast(argument_lists[0])
             if result is not None:
                 return result
@@ -371,6 +405,8 @@ class CpuLoadedExecutable(LoadedExecutable):
             for launch in launches:
                 self._take(launch, non_donatable)
             inline = self._inline and not any(launch.pending or launch.out_pending for launch in launches)
+            if timeout is not None or self._cancellable or not inline:
+                self._arm(launches, timeout)
             if not inline and client._asynchronous:
                 return self._submit(launches)
         outputs, events = [], []
@@ -549,13 +585,44 @@ class CpuLoadedExecutable(LoadedExecutable):
             buffer._uses += 1
             held.append(buffer)
 
+    # -- stopping ----------------------------------------------------------------------------------
+
+    def _arm(self, launches: list[_Launch], timeout: float | None) -> None:
+        """Give the launches of one call a cancel flag, watched if there is a time limit.
+        Caller holds the client's lock."""
+        flag = CancelFlag(self._cancellable)
+        for launch in launches:
+            launch.cancel = flag
+        self._running[flag] = len(launches)
+        if timeout is not None:
+            reason = DeadlineExceeded(f"{self._name}: the execution did not finish within its {timeout:g} s "
+                                      f"limit (ExecuteOptions.timeout) and was stopped")
+            if timeout > 0:
+                watch(flag, timeout, reason)
+            else:  # already past: never started, whichever thread gets there first
+                flag.cancel(reason)
+
+    def _disarm(self, launch: _Launch) -> None:
+        """One launch finished; the last one of its call retires the flag. Caller holds the lock."""
+        flag = launch.cancel
+        if flag is None:
+            return
+        left = self._running.pop(flag, 1) - 1
+        if left > 0:
+            self._running[flag] = left
+        else:
+            flag.done = True
+
     # -- running ---------------------------------------------------------------------------------
 
-    def _run_program(self, arrays: list[np.ndarray], out: list[np.ndarray | None] | None
-                     ) -> tuple[list[np.ndarray], list[bool]]:
+    def _run_program(self, arrays: list[np.ndarray], out: list[np.ndarray | None] | None,
+                     cancel: CancelFlag | None = None) -> tuple[list[np.ndarray], list[bool]]:
         """Run and check the results; returns them with, for each, whether it is ours to reuse."""
         # A list of our own: results are replaced below, and the program may keep its list.
-        results = list(self._program.run(arrays, out))
+        if cancel is not None and self._cancellable:
+            results = list(self._program.run(arrays, out, cancel=cancel.flag))
+        else:
+            results = list(self._program.run(arrays, out))
         outputs = self._outputs
         if len(results) != len(outputs):
             raise ExecutionError(
@@ -599,17 +666,23 @@ class CpuLoadedExecutable(LoadedExecutable):
         """Wait for inputs still being computed, then run; an error is returned, not raised."""
         if launch.error is not None:
             return [], [], launch.error
+        cancel = launch.cancel
         try:
             for index, source, position in launch.pending:
-                source.event.await_()
+                _wait(source.event, cancel)
                 launch.arrays[index] = source.results[position]
             for index, source, position in launch.out_pending:
-                source.event.await_()
+                _wait(source.event, cancel)
                 if source.reusable[position]:  # type: ignore[index]
                     launch.out[index] = source.results[position]  # type: ignore[index]
-            results, reusable = self._run_program(launch.arrays, launch.out)
+            if cancel is not None and cancel.reason is not None:
+                return [], [], cancel.reason
+            results, reusable = self._run_program(launch.arrays, launch.out, cancel)
             return results, reusable, None
         except Exception as exc:  # noqa: BLE001 - an execution error goes onto the event
+            if cancel is not None and cancel.reason is not None:
+                # Whatever the program raised when it saw the flag, the reason is the flag's.
+                return [], [], cancel.reason
             return [], [], as_pjrt_error(exc, f"{self._name} on {launch.device._label}")
 
     def _run_inline(self, launch: _Launch) -> tuple[list[CpuBuffer], CpuEvent]:
@@ -618,6 +691,7 @@ class CpuLoadedExecutable(LoadedExecutable):
         outputs = []
         with self._client._lock:
             hooks = self._give_back(launch)
+            self._disarm(launch)
             if error is None:
                 event = READY
                 accounted = launch.out_accounted
@@ -684,6 +758,7 @@ class _Execution(Pending):
         client = executable._client
         with client._lock:
             hooks = executable._give_back(launch)
+            executable._disarm(launch)
             if error is None:
                 self.results = results
                 self.reusable = reusable
@@ -705,6 +780,33 @@ class _Execution(Pending):
         for hook in hooks:
             hook()
         self.event.set(error)
+
+
+def _seconds(timeout: Any) -> float:
+    """``ExecuteOptions.timeout`` as a float; InvalidArgument for anything but seconds >= 0."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+        raise InvalidArgument(
+            f"PJRT_LoadedExecutable_Execute: ExecuteOptions.timeout must be a number of seconds "
+            f">= 0 or None, got {timeout!r}"
+        )
+    return float(timeout)  # inf is a deadline that never comes: the watchdog never wakes for it
+
+
+def _wait(event: CpuEvent, cancel: CancelFlag | None) -> None:
+    """Wait for an input still being computed, or until the execution waiting for it is stopped."""
+    if cancel is None:
+        event.await_()
+        return
+    while not event.is_ready():
+        if cancel.reason is not None:
+            raise cancel.reason
+        try:
+            event.await_(0.01)
+        except DeadlineExceeded:
+            if not event.is_ready():  # our own poll ran out, not the producer's error
+                continue
+            raise
+    event.await_()
 
 
 def _aliases_an_input(result: np.ndarray, arrays: Sequence[np.ndarray | None]) -> bool:

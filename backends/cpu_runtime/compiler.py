@@ -16,6 +16,17 @@ program when present (``getattr`` with a default, so older compilers keep workin
     execution, and their storage is freed rather than reused.
 ``generated_code_size_in_bytes``, ``temp_size_in_bytes`` (int, default 0)
     Reported by ``PJRT_Executable_SizeOfGeneratedCodeInBytes`` and the compiled memory stats.
+``cancellable`` (bool, default False)
+    The program has a loop whose trip count is only known at run time (a ``while``), so a run
+    may never end, and ``run`` takes a keyword ``cancel``: a one-element int32 array that the
+    runtime sets non-zero to stop the run (``ExecuteOptions.timeout``,
+    ``LoadedExecutable.cancel``). The program reads it at every loop iteration and, once it is
+    set, raises any exception (the runtime reports the cancel reason instead). The read must
+    not be hoisted out of the loop by a compiler (numba_cpu uses an atomic load).
+``unbounded_loops`` (bool, default False)
+    A loop of the program may run long or forever: it is not a counted loop of a few
+    iterations (``pjrt_hub.backends.stablehlo.loops``). Such a program never runs inline on the
+    caller's thread, whatever its cost figures say, so that ``execute`` returns at once.
 
 What ``run`` may do with its arrays:
 

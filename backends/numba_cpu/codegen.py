@@ -102,6 +102,9 @@ class GeneratedFunction:
     globals: dict[str, str]
     #: Parallel kernels split out of the entry function (their source, ``def`` included).
     kernels: list[str] = field(default_factory=list)
+    #: The entry takes a last parameter, the runtime's cancel flag (:mod:`.cancel`): the
+    #: function has a ``while`` loop, which reads it every iteration.
+    cancellable: bool = False
 
 
 def _tuple(parts: Sequence[str]) -> str:
@@ -204,6 +207,7 @@ class Lowering:
         self._watch_log: list[tuple[Value, tuple[Expr, ...]]] = []
         self._views: dict = {}
         self._view_scopes: dict = {}
+        self._cancellable = False
 
     # ---- names and globals ----
 
@@ -436,6 +440,13 @@ class Lowering:
         """``with ctx.loops(shape) as idx:`` opens one loop per dimension."""
         return Lowering._Loops(self, shape)
 
+    def emit_cancel_check(self) -> None:
+        """Stop here if the runtime asks: the top of every loop that may never end."""
+        from .cancel import cancel_check
+
+        self._cancellable = True
+        self.scope.emit(cancel_check())
+
     def block_scope(self, header: str):
         """``with ctx.block_scope("if c:"):`` emits the body into a child block."""
         ctx = self
@@ -503,9 +514,13 @@ class Lowering:
         kernels: list[str] = []
         body = self.scope.render(1, hook=lambda s: self._extract_kernel(s, kernels))
         entry = "entry"
+        if self._cancellable:
+            from .cancel import CANCEL_FLAG
+
+            params.append(CANCEL_FLAG)
         src = [f"def {entry}({', '.join(params)}):", *body]
         return GeneratedFunction("\n".join(src), entry, self.parallel, tuple(in_kinds), tuple(out_kinds),
-                                 dict(self.globals), kernels)
+                                 dict(self.globals), kernels, self._cancellable)
 
     def _extract_kernel(self, scope: Scope, kernels: list[str]) -> str:
         """Move a parallel loop nest into a function of its own and return the call.

@@ -106,6 +106,10 @@ def _dtype_from_name(name: str) -> np.dtype:
         return np.dtype(getattr(ml_dtypes, name))
 
 
+#: The cancel flag of runs the runtime gave none: never set (and writable, as the signature wants).
+_NOT_CANCELLED = np.zeros(1, np.int32)
+
+
 class NumbaProgram:
     """A compiled program: the ``CompiledProgram`` of :mod:`pjrt_hub.backends.cpu_runtime`."""
 
@@ -125,17 +129,23 @@ class NumbaProgram:
         self._narrow_in = tuple(i for i, s in enumerate(self.inputs) if _is_narrow(s.dtype))
         self._narrow_out = tuple(i for i, s in enumerate(self.outputs) if _is_narrow(s.dtype))
         self._simple = not self._narrow_in and not self._narrow_out
+        #: The entry takes the runtime's cancel flag last (it has a ``while`` loop; see .cancel).
+        self.cancellable: bool = bool(meta.get("cancellable", False))
+        #: A loop may run long or forever (not a short counted loop): never run inline.
+        self.unbounded_loops: bool = bool(meta.get("unbounded_loops", self.cancellable))
 
     # -- running --
 
-    def run(self, args: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
+    def run(self, args: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None = None, *,
+            cancel: np.ndarray | None = None) -> list[np.ndarray]:
+        extra = (_NOT_CANCELLED if cancel is None else cancel,) if self.cancellable else ()
         if self._simple:
             try:
-                results = self._entry(*args)
+                results = self._entry(*args, *extra)
             except TypeError:
-                results = self._entry(*self._coerce(args))
+                results = self._entry(*self._coerce(args), *extra)
         else:
-            results = self._run_narrow(args)
+            results = self._run_narrow(args, extra)
         if out is None:
             return list(results)
         results = list(results)
@@ -145,11 +155,11 @@ class NumbaProgram:
                 results[i] = o
         return results
 
-    def _run_narrow(self, args):
+    def _run_narrow(self, args, extra=()):
         args = list(self._coerce(args))
         for i in self._narrow_in:
             args[i] = args[i].view(np.uint16)
-        results = list(self._entry(*args))
+        results = list(self._entry(*args, *extra))
         for i in self._narrow_out:
             results[i] = results[i].view(self.outputs[i].dtype)
         return results

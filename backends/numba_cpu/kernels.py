@@ -220,6 +220,7 @@ def _while(ctx: Lowering, op: Op):
             ctx.scope.emit(f"{name} = {text}")
         names.append(name)
     with ctx.block_scope("while True:") as loop:
+        ctx.emit_cancel_check()
         _bind_carried(ctx, cond.args, names, loop)
         (c,) = ctx.lower_block(cond)
         ctx.scope.emit(f"if not {c.expr.text}: break")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from pjrt_hub.backends.stablehlo import Function, Module, TensorType, element_dtype, output_aliases
+from pjrt_hub.backends.stablehlo.loops import unbounded_loops
 
 from .codegen import GeneratedFunction
 from .source import ElementKind
@@ -93,8 +94,14 @@ def render_module(module: Module, fn: Function, gen: GeneratedFunction) -> str:
         "outputs": outputs,
         "aliases": output_aliases(module, fn),
         "cost": cost_analysis(fn),
+        "cancellable": gen.cancellable,
+        "unbounded_loops": unbounded_loops(fn),
     }
     arg_types = [_nb_array(k, len(a.type.shape)) for k, a in zip(gen.input_kinds, fn.args)]
+    if gen.cancellable:
+        from .cancel import CANCEL_FLAG_TYPE
+
+        arg_types.append(CANCEL_FLAG_TYPE)
     out_types = [_nb_array(k, len(t.shape)) for k, t in zip(gen.output_kinds, fn.result_types)]
     sig = f"types.Tuple(({', '.join(out_types)}{',' if len(out_types) == 1 else ''}))({', '.join(arg_types)})"
     from .compiler import backend_digest
@@ -104,6 +111,8 @@ def render_module(module: Module, fn: Function, gen: GeneratedFunction) -> str:
         f"# backend {backend_digest()}",
         "from numba import njit, prange",
         "from pjrt_hub.backends.numba_cpu.support import *  # noqa: F401,F403",
+        *(["from pjrt_hub.backends.numba_cpu.cancel import Cancelled, cancel_requested  # noqa: F401"]
+          if gen.cancellable else []),
         "",
         f"META = {meta!r}",
         "",

@@ -20,6 +20,8 @@ from pjrt_hub.abi.compile_options import decode_compile_options, encode_compile_
 from pjrt_hub.backends.cpu_runtime.compiler import TensorSpec
 from pjrt_hub.backends.stablehlo import Function, Module, Op, TensorType, output_aliases, parse_module, verify
 
+from pjrt_hub.backends.stablehlo.loops import unbounded_loops
+
 from .interpreter import Interpreter
 
 __all__ = ["ReferenceCompiler", "ReferenceProgram", "cost_analysis", "output_aliases"]
@@ -78,6 +80,10 @@ class ReferenceProgram:
     outputs: tuple[TensorSpec, ...] = field(init=False)
     aliases: Mapping[int, int] = field(init=False)
     fingerprint: str = field(init=False)
+    #: The module has a ``while`` loop, which may never end: ``run`` then takes a cancel flag.
+    cancellable: bool = field(init=False)
+    #: One of its loops is not a short counted loop: the runtime never runs it inline.
+    unbounded_loops: bool = field(init=False)
 
     def __post_init__(self) -> None:
         main = self.module.main
@@ -91,9 +97,12 @@ class ReferenceProgram:
         digest.update(self.text.encode("utf-8"))
         self.fingerprint = digest.hexdigest()
         self._interpreter = Interpreter(self.module)
+        self.cancellable = any(op.name == "stablehlo.while" for op in self.module.walk())
+        self.unbounded_loops = self.cancellable and unbounded_loops(self.module)
 
-    def run(self, args: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
-        results = self._interpreter.run(args)
+    def run(self, args: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None = None, *,
+            cancel: np.ndarray | None = None) -> list[np.ndarray]:
+        results = self._interpreter.run(args, cancel=cancel)
         if out is None:
             return results
         if len(out) != len(results):

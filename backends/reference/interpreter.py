@@ -10,6 +10,10 @@ Regions that combine elements (reduce bodies, sort comparators, scatter updates)
 generally, not pattern-matched. When a region uses only elementwise ops it runs on whole arrays
 of element pairs at once (a reduction of n elements takes log2(n) region evaluations, a sort
 compares all pairs of a row in one evaluation); otherwise it runs element by element.
+
+A ``while`` loop may never end, so a run can be given a cancel flag (a one-element int32 array,
+the runtime's, see ``ExecuteOptions.timeout``): every iteration reads it, and a set flag stops
+the run with :class:`~pjrt_hub.abi.Cancelled`.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from pjrt_hub.abi import ExecutionError, InvalidArgument, PjrtError, UnsupportedOpError
+from pjrt_hub.abi import Cancelled, ExecutionError, InvalidArgument, PjrtError, UnsupportedOpError
 from pjrt_hub.backends.stablehlo import Block, Function, Module, Op, TensorType, TupleType
 
 from . import elementwise, rng, structural  # noqa: F401 - importing registers their ops
@@ -59,7 +63,9 @@ class Interpreter:
         check_supported(module)
         self.module = module
 
-    def run(self, args: Sequence[np.ndarray], function: str | None = None) -> list[np.ndarray]:
+    def run(self, args: Sequence[np.ndarray], function: str | None = None, *,
+            cancel: np.ndarray | None = None) -> list[np.ndarray]:
+        """Run ``function`` (``@main`` by default); a non-zero ``cancel[0]`` stops its loops."""
         fn = self.module.main if function is None else self.module.functions[function]
         if len(args) != len(fn.args):
             raise InvalidArgument(f"@{fn.name} takes {len(fn.args)} arguments, got {len(args)}")
@@ -73,7 +79,7 @@ class Interpreter:
                     f"got {array.dtype}{list(array.shape)}")
             arrays.append(array)
         with np.errstate(all="ignore"):
-            outputs = Execution(self.module).call(fn, arrays)
+            outputs = Execution(self.module, cancel).call(fn, arrays)
         # Fresh, contiguous, writable arrays: never views of the inputs or of constants.
         return [np.array(o, copy=True, order="C") if isinstance(o, np.ndarray) or np.isscalar(o)
                 else o for o in outputs]
@@ -87,10 +93,17 @@ class Execution:
     """One run of a module: the values of the function being executed and the region machinery
     the op implementations use (``ctx`` in their signature)."""
 
-    def __init__(self, module: Module) -> None:
+    def __init__(self, module: Module, cancel: np.ndarray | None = None) -> None:
         self.module = module
         self.env: dict[int, Any] = {}
         self.depth = 0
+        #: The runtime's cancel flag, read at every loop iteration (None: nothing stops the run).
+        self.cancel = cancel
+
+    def check_cancel(self) -> None:
+        """Stop the run if the runtime asked for it (the runtime reports its own reason)."""
+        if self.cancel is not None and self.cancel[0]:
+            raise Cancelled("reference: the run was stopped at a loop iteration")
 
     # -- functions and regions ---------------------------------------------------------------
 
@@ -219,7 +232,10 @@ def _optimization_barrier(ctx: Execution, op: Op, *args):
 def _while(ctx: Execution, op: Op, *args):
     cond, body = op.regions
     values = list(args)
-    while bool(np.asarray(ctx.region(cond, values)[0])):
+    while True:
+        ctx.check_cancel()
+        if not bool(np.asarray(ctx.region(cond, values)[0])):
+            break
         values = ctx.region(body, values)
     return Results(values)
 

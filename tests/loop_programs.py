@@ -1,0 +1,71 @@
+"""StableHLO loops for the time-limit tests: one that never ends, and ones that do."""
+
+from __future__ import annotations
+
+#: A ``while`` whose condition is always true: a counter that runs forever (0-d in and out).
+NEVER_ENDING = """module @jit_forever {
+  func.func public @main(%arg0: tensor<i32>) -> tensor<i32> {
+    %0 = stablehlo.while(%i = %arg0) : tensor<i32>
+    cond {
+      %t = stablehlo.constant dense<true> : tensor<i1>
+      stablehlo.return %t : tensor<i1>
+    } do {
+      %c1 = stablehlo.constant dense<1> : tensor<i32>
+      %1 = stablehlo.add %i, %c1 : tensor<i32>
+      stablehlo.return %1 : tensor<i32>
+    }
+    return %0 : tensor<i32>
+  }
+}
+"""
+
+#: The same forever loop over a 4-vector it may overwrite in place (the input is donated).
+NEVER_ENDING_DONATING = """module @jit_forever_donating {
+  func.func public @main(%arg0: tensor<4xf32> {tf.aliasing_output = 0 : i32}) -> tensor<4xf32> {
+    %0 = stablehlo.while(%x = %arg0) : tensor<4xf32>
+    cond {
+      %t = stablehlo.constant dense<true> : tensor<i1>
+      stablehlo.return %t : tensor<i1>
+    } do {
+      %c = stablehlo.constant dense<1.0> : tensor<4xf32>
+      %1 = stablehlo.add %x, %c : tensor<4xf32>
+      stablehlo.return %1 : tensor<4xf32>
+    }
+    return %0 : tensor<4xf32>
+  }
+}
+"""
+
+#: Counts from %arg0 up to 10 in a loop whose bound is data, not a counted loop: 10 - %arg0
+#: iterations (0-d in and out).
+COUNT_TO_TEN = """module @jit_count {
+  func.func public @main(%arg0: tensor<i32>) -> tensor<i32> {
+    %ten = stablehlo.constant dense<10> : tensor<i32>
+    %0:2 = stablehlo.while(%i = %arg0, %n = %ten) : tensor<i32>, tensor<i32>
+    cond {
+      %p = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %p : tensor<i1>
+    } do {
+      %c1 = stablehlo.constant dense<1> : tensor<i32>
+      %1 = stablehlo.add %i, %c1 : tensor<i32>
+      stablehlo.return %1, %n : tensor<i32>, tensor<i32>
+    }
+    return %0#0 : tensor<i32>
+  }
+}
+"""
+
+#: A never-ending loop with real work in it (a 256x256 matmul per iteration): XLA:CPU runs it on
+#: its own threads and returns from execute at once, where it runs the tiny loops inline.
+NEVER_ENDING_MATMUL = """func.func @main(%a: tensor<256x256xf32>) -> tensor<256x256xf32> {
+  %0 = stablehlo.while(%x = %a) : tensor<256x256xf32>
+  cond {
+    %t = stablehlo.constant dense<true> : tensor<i1>
+    stablehlo.return %t : tensor<i1>
+  } do {
+    %1 = stablehlo.dot_general %x, %x, contracting_dims = [1] x [0] : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
+    stablehlo.return %1 : tensor<256x256xf32>
+  }
+  return %0 : tensor<256x256xf32>
+}
+"""
