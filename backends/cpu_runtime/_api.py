@@ -22,6 +22,7 @@ from pjrt_hub.abi import (
 from pjrt_hub.abi.version import VersionLike
 
 from ._client import CpuClient, _compile_options, compile_program
+from ._collectives import DEFAULT_COLLECTIVE_TIMEOUT
 from ._executables import InlinePolicy
 from ._topology import (
     DEFAULT_NUM_DEVICES,
@@ -37,7 +38,8 @@ __all__ = ["CLIENT_OPTIONS", "DEFAULT_API_VERSION", "CpuApi"]
 
 #: Create options a client accepts, with their types. Anything else is refused, as XLA's CPU
 #: plugin does from 0.115 on ("Unexpected option name passed to PJRT_Client_Create").
-CLIENT_OPTIONS: dict[str, type] = {"num_devices": int, "cpu_device_count": int, "asynchronous": bool}
+CLIENT_OPTIONS: dict[str, type] = {"num_devices": int, "cpu_device_count": int, "asynchronous": bool,
+                                   "collective_timeout": float}
 
 #: The PJRT C API version a plugin reports unless it says otherwise: the newest upstream header.
 DEFAULT_API_VERSION = ApiVersion(0, 105)
@@ -105,8 +107,11 @@ class CpuApi(Api):
     def client_create(self, options: NamedValues | None = None) -> Client:
         options = _check_options(options, CLIENT_OPTIONS, "PJRT_Client_Create")
         topology = self._topology(read_num_devices(options, self._num_devices))
+        timeout = options.get("collective_timeout", DEFAULT_COLLECTIVE_TIMEOUT)
+        if timeout <= 0:
+            raise InvalidArgument(f"create option collective_timeout={timeout}: seconds must be positive")
         return CpuClient(self._compiler, topology, asynchronous=options.get("asynchronous", True),
-                         inline_policy=self._inline_policy)
+                         inline_policy=self._inline_policy, collective_timeout=timeout)
 
     def topology_create(self, options: NamedValues | None = None) -> TopologyDescription:
         options = _check_options(options, TOPOLOGY_OPTIONS, "PJRT_TopologyDescription_Create")
@@ -147,6 +152,8 @@ def _check_options(options: NamedValues | None, known: Mapping[str, type], actio
             )
         if expected is int and (isinstance(value, bool) or not isinstance(value, int)):
             ok = False
+        elif expected is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         else:
             ok = isinstance(value, expected)
         if not ok:

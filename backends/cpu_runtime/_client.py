@@ -49,6 +49,7 @@ from pjrt_hub.abi import (
 from ._buffers import CpuBuffer, layout_of
 from ._devices import CpuDevice, CpuMemory
 from ._events import READY, CpuEvent
+from ._collectives import DEFAULT_COLLECTIVE_TIMEOUT, Rendezvous
 from ._executables import (
     CpuExecutable,
     CpuLoadedExecutable,
@@ -69,16 +70,20 @@ class CpuClient(Client):
     """``PJRT_Client`` over N CPU devices sharing the host's memory."""
 
     __slots__ = ("_compiler", "_topology", "_devices", "_device_by_id", "_lock", "_asynchronous",
-                 "_inline_policy", "_destroyed", "__weakref__")
+                 "_inline_policy", "_destroyed", "_rendezvous", "_collective_timeout", "__weakref__")
 
     def __init__(self, compiler: ProgramCompiler, topology: CpuTopologyDescription, *,
-                 asynchronous: bool = True, inline_policy: InlinePolicy | None = None) -> None:
+                 asynchronous: bool = True, inline_policy: InlinePolicy | None = None,
+                 collective_timeout: float = DEFAULT_COLLECTIVE_TIMEOUT) -> None:
         self._compiler = compiler
         self._topology = topology
         self._lock = threading.RLock()
         self._asynchronous = asynchronous
         self._inline_policy = inline_policy or InlinePolicy()
         self._destroyed = False
+        #: Where this client's devices meet at collectives, and how long they wait there.
+        self._rendezvous = Rendezvous()
+        self._collective_timeout = float(collective_timeout)
         count = topology.num_devices
         self._devices = tuple(CpuDevice(self, description, count) for description in topology.descriptions)
         self._device_by_id = {device.id: device for device in self._devices}

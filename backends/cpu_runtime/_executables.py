@@ -20,6 +20,7 @@ not reusable in place.
 
 from __future__ import annotations
 
+import itertools
 import json
 import struct
 import sys
@@ -45,6 +46,7 @@ from pjrt_hub.abi import (
 )
 
 from ._buffers import DONATED, LIVE, CpuBuffer, Layout, Pending, layout_of
+from ._collectives import CollectiveRun, Participant, participating
 from ._events import READY, CpuEvent, as_pjrt_error, failed_event
 from .compiler import CompiledProgram
 
@@ -103,7 +105,7 @@ class CpuExecutable(Executable):
     """``PJRT_Executable``: a compiled program with its replica and partition counts."""
 
     __slots__ = ("_program", "_compiler_name", "_num_replicas", "_num_partitions", "_assignment",
-                 "_code", "_inputs", "_outputs", "_aliases", "_donated", "_cost", "__weakref__")
+                 "_code", "_inputs", "_outputs", "_aliases", "_donated", "_cost", "_collectives", "__weakref__")
 
     def __init__(self, program: CompiledProgram, *, compiler_name: str, num_replicas: int = 1,
                  num_partitions: int = 1, device_assignment: tuple[tuple[int, ...], ...] | None = None,
@@ -119,6 +121,9 @@ class CpuExecutable(Executable):
         self._outputs = _layouts(program.outputs, "output", name)
         self._aliases, self._donated = _donation_of(program, self._inputs, self._outputs)
         self._cost: dict[str, Any] | None = None
+        #: The program meets other processes (collectives, replica_id): its launches must run
+        #: concurrently, each knowing which process it is.
+        self._collectives = bool(getattr(program, "uses_collectives", False))
 
     @property
     def program(self) -> CompiledProgram:
@@ -275,7 +280,7 @@ class _Launch:
     """One device's share of an execution, from argument checks to outputs."""
 
     __slots__ = ("device", "replica", "buffers", "arrays", "pending", "held", "out", "out_pending",
-                 "out_accounted", "out_release", "error")
+                 "out_accounted", "out_release", "error", "participant")
 
     def __init__(self, device: "CpuDevice", replica: int, buffers: Sequence[CpuBuffer]) -> None:
         self.device = device
@@ -292,13 +297,16 @@ class _Launch:
         self.out_accounted: dict[int, int] = {}
         self.out_release: dict[int, Any] = {}
         self.error: PjrtError | None = None
+        #: Which process of a collective execution this launch is (None: no collectives).
+        self.participant: Participant | None = None
 
 
 class CpuLoadedExecutable(LoadedExecutable):
     """``PJRT_LoadedExecutable``: an executable bound to devices of a client."""
 
     __slots__ = ("_executable", "_client", "_assignment", "_devices", "_deleted", "_name", "_program",
-                 "_inputs", "_outputs", "_num_inputs", "_reuse", "_donated", "_inline", "_fast", "__weakref__")
+                 "_inputs", "_outputs", "_num_inputs", "_reuse", "_donated", "_inline", "_fast", "_collectives",
+                 "_flat_ids", "_runs", "__weakref__")
 
     def __init__(self, executable: CpuExecutable, client: "CpuClient",
                  assignment: tuple[tuple[int, ...], ...], inline: bool) -> None:
@@ -317,6 +325,10 @@ class CpuLoadedExecutable(LoadedExecutable):
         self._donated = tuple(sorted(executable._donated))
         self._inline = inline
         self._fast = inline and not self._donated and len(self._devices) == 1
+        self._collectives = executable._collectives
+        # Flattened process id (replica * num_partitions + partition) of each device's launch.
+        self._flat_ids = tuple(range(len(self._devices)))
+        self._runs = itertools.count()
 
     # -- metadata --------------------------------------------------------------------------------
 
@@ -371,8 +383,19 @@ class CpuLoadedExecutable(LoadedExecutable):
             for launch in launches:
                 self._take(launch, non_donatable)
             inline = self._inline and not any(launch.pending or launch.out_pending for launch in launches)
-            if not inline and client._asynchronous:
-                return self._submit(launches)
+            meets = self._collectives and len(launches) > 1 and execute_device is None
+            if meets:
+                self._join(launches, options)
+            if meets or (not inline and client._asynchronous):
+                # Processes that meet at collectives must run at once, each on its device's thread.
+                result = self._submit(launches)
+                if not client._asynchronous:
+                    for event in result.device_complete_events:
+                        try:
+                            event.await_()
+                        except PjrtError:
+                            pass
+                return result
         outputs, events = [], []
         for launch in launches:
             buffers, event = self._run_inline(launch)
@@ -585,6 +608,16 @@ class CpuLoadedExecutable(LoadedExecutable):
             reusable.append(sys.getrefcount(results[index]) <= _EXCLUSIVE_REFS)
         return results, reusable
 
+    def _join(self, launches: list[_Launch], options: ExecuteOptions | None) -> None:
+        """Make the launches processes of one collective run."""
+        executable = self._executable
+        launch_id = options.launch_id if options is not None and options.launch_id else next(self._runs)
+        run = CollectiveRun((id(self), launch_id), executable._num_replicas, executable._num_partitions,
+                            self._flat_ids, hub=self._client._rendezvous,
+                            timeout=self._client._collective_timeout)
+        for launch, flat in zip(launches, self._flat_ids):
+            launch.participant = Participant(run, flat)
+
     def _give_back(self, launch: _Launch) -> list[Any]:
         """Release the holds; returns the release hooks now due. Caller holds the client's lock."""
         hooks = []
@@ -597,7 +630,10 @@ class CpuLoadedExecutable(LoadedExecutable):
 
     def _compute(self, launch: _Launch) -> tuple[list[np.ndarray], list[bool], PjrtError | None]:
         """Wait for inputs still being computed, then run; an error is returned, not raised."""
+        participant = launch.participant
         if launch.error is not None:
+            if participant is not None:
+                participant.run.fail(participant.flat, launch.error)
             return [], [], launch.error
         try:
             for index, source, position in launch.pending:
@@ -607,10 +643,17 @@ class CpuLoadedExecutable(LoadedExecutable):
                 source.event.await_()
                 if source.reusable[position]:  # type: ignore[index]
                     launch.out[index] = source.results[position]  # type: ignore[index]
-            results, reusable = self._run_program(launch.arrays, launch.out)
+            if participant is None:
+                results, reusable = self._run_program(launch.arrays, launch.out)
+            else:
+                with participating(participant):
+                    results, reusable = self._run_program(launch.arrays, launch.out)
             return results, reusable, None
         except Exception as exc:  # noqa: BLE001 - an execution error goes onto the event
-            return [], [], as_pjrt_error(exc, f"{self._name} on {launch.device._label}")
+            error = as_pjrt_error(exc, f"{self._name} on {launch.device._label}")
+            if participant is not None:
+                participant.run.fail(participant.flat, error)
+            return [], [], error
 
     def _run_inline(self, launch: _Launch) -> tuple[list[CpuBuffer], CpuEvent]:
         results, reusable, error = self._compute(launch)

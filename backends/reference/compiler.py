@@ -19,6 +19,8 @@ from pjrt_hub.abi import CompileError, CompileOptions, InvalidArgument
 from pjrt_hub.abi.compile_options import decode_compile_options, encode_compile_options
 from pjrt_hub.backends.cpu_runtime.compiler import TensorSpec
 from pjrt_hub.backends.stablehlo import Function, Module, Op, TensorType, output_aliases, parse_module, verify
+from pjrt_hub.backends.stablehlo.collectives import uses_collectives
+from pjrt_hub.backends.stablehlo.sharding import check_partitionable
 
 from .interpreter import Interpreter
 
@@ -48,12 +50,10 @@ class ReferenceCompiler:
         text = _text(code)
         opts = decode_compile_options(options)
         module = verify(parse_module(text))
-        # Replicas run the same program on their own arguments (the runtime gives each device its
-        # list); partitions would need sharding propagation, which the interpreter does not do.
-        if opts.num_partitions != 1 or module.num_partitions != 1:
-            raise CompileError(
-                f"the reference backend does not partition programs; asked for "
-                f"{max(opts.num_partitions, module.num_partitions)} partitions")
+        # Replicas and partitions run the same program on their own arguments (the runtime
+        # gives each device its list), meeting at collectives: a program already partitioned
+        # by hand. One whose arrays carry shardings to propagate is another matter.
+        check_partitionable(module, max(opts.num_partitions, module.num_partitions), "reference")
         return ReferenceProgram(text, opts, module)
 
     def deserialize(self, data: bytes) -> "ReferenceProgram":
@@ -78,6 +78,9 @@ class ReferenceProgram:
     outputs: tuple[TensorSpec, ...] = field(init=False)
     aliases: Mapping[int, int] = field(init=False)
     fingerprint: str = field(init=False)
+    num_replicas: int = field(init=False)
+    num_partitions: int = field(init=False)
+    uses_collectives: bool = field(init=False)
 
     def __post_init__(self) -> None:
         main = self.module.main
@@ -85,6 +88,9 @@ class ReferenceProgram:
         self.inputs = tuple(_spec(t, f"argument {i} of @{main.name}") for i, t in enumerate(main.arg_types))
         self.outputs = tuple(_spec(t, f"result {i} of @{main.name}") for i, t in enumerate(main.result_types))
         self.aliases = output_aliases(self.module)
+        self.num_replicas = self.module.num_replicas
+        self.num_partitions = self.module.num_partitions
+        self.uses_collectives = uses_collectives(self.module)
         digest = hashlib.sha256()
         digest.update(encode_compile_options(self.options))
         digest.update(b"\0")

@@ -697,7 +697,26 @@ def _check_optimization_barrier(op: Op, module: Module) -> None:
         _fail("results must have the operands' types")
 
 
+def _collective_check(check: Callable[[Op], None]) -> Callable[[Op, Module], None]:
+    from . import collectives
+
+    def run(op: Op, module: Module) -> None:
+        try:
+            check(op)
+        except collectives._Invalid as exc:
+            _fail(str(exc))
+
+    return run
+
+
+def _collective_checks() -> dict[str, Callable[[Op, Module], None]]:
+    from .collectives import CHECKS
+
+    return {name: _collective_check(check) for name, check in CHECKS.items()}
+
+
 _CHECKS: dict[str, Callable[[Op, Module], None]] = {
+    **_collective_checks(),
     **{name: _check_unary for name in _UNARY_SAME},
     **{name: _check_binary for name in _BINARY_SAME},
     "stablehlo.abs": _check_abs,
