@@ -366,7 +366,7 @@ def run_collective(spec: "Collective", operands: Sequence[np.ndarray]) -> list[n
     :func:`exchange_for_reduction` and folds the region itself.
     """
     participant = current_participant()
-    storage = [np.ascontiguousarray(a) for a in operands]
+    storage = [np.asarray(a, order="C") for a in operands]
     dtypes = [np.dtype(d) for d in spec.operand_dtypes]
     values = [_as_compute(a, d) for a, d in zip(storage, dtypes)]
     kind = spec.kind
@@ -486,7 +486,7 @@ def exchange_for_reduction(spec: "Collective", operands: Sequence[np.ndarray]) -
     run = participant.run
     groups = run.groups(spec)
     me = participant.flat
-    storage = [np.ascontiguousarray(a) for a in operands]
+    storage = [np.asarray(a, order="C") for a in operands]
     group = _group_of(groups, me)
     assert group is not None
     n = len(group)

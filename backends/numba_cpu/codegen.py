@@ -102,6 +102,8 @@ class GeneratedFunction:
     globals: dict[str, str]
     #: Parallel kernels split out of the entry function (their source, ``def`` included).
     kernels: list[str] = field(default_factory=list)
+    #: Other functions the entry calls (source with ``def``), compiled without ``parallel``.
+    helpers: list[str] = field(default_factory=list)
 
 
 def _tuple(parts: Sequence[str]) -> str:
@@ -204,6 +206,8 @@ class Lowering:
         self._watch_log: list[tuple[Value, tuple[Expr, ...]]] = []
         self._views: dict = {}
         self._view_scopes: dict = {}
+        #: Functions of the module besides the entry (rules add them: collective calls).
+        self.helpers: list[str] = []
 
     # ---- names and globals ----
 
@@ -505,7 +509,7 @@ class Lowering:
         entry = "entry"
         src = [f"def {entry}({', '.join(params)}):", *body]
         return GeneratedFunction("\n".join(src), entry, self.parallel, tuple(in_kinds), tuple(out_kinds),
-                                 dict(self.globals), kernels)
+                                 dict(self.globals), kernels, list(self.helpers))
 
     def _extract_kernel(self, scope: Scope, kernels: list[str]) -> str:
         """Move a parallel loop nest into a function of its own and return the call.

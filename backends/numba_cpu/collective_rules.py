@@ -78,13 +78,21 @@ def _collective(ctx: Lowering, op: Op):
     n = len(op.results)
     operands = [_flat_operand(ctx, v) for v in op.operands[:n]]
     flats = [ctx.fresh("c") for _ in op.results]
-    annotations = ", ".join(f"{f}={_nb_type(ctx.kind(r))!r}" for f, r in zip(flats, op.results))
-    call = f"({', '.join(operands)},)"
     generic = op.name in ("stablehlo.all_reduce", "stablehlo.reduce_scatter") and \
         describe(op, 0).reduction is None
     fn = "collective_exchange" if generic else "collective_call"
-    with ctx.block_scope(f"with objmode({annotations}):"):
-        ctx.scope.emit(f"{', '.join(flats)}{',' if len(flats) == 1 else ''} = {fn}({spec}, {call})")
+    # The objmode block lives in a helper of its own: numba mis-compiles objmode blocks inside
+    # loops and branches ("Instruction does not dominate all uses"), not calls to such helpers.
+    helper = f"call_{spec.lower()}"
+    params = [f"x{i}" for i in range(len(operands))]
+    outs = [f"y{i}" for i in range(len(flats))]
+    notes = ", ".join(f"{y}={_nb_type(ctx.kind(r))!r}" for y, r in zip(outs, op.results))
+    ctx.helpers.append(
+        f"def {helper}({', '.join(params)}):\n"
+        f"    with objmode({notes}):\n"
+        f"        {', '.join(outs)}{',' if len(outs) == 1 else ''} = {fn}({spec}, ({', '.join(params)},))\n"
+        f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+    ctx.scope.emit(f"{', '.join(flats)}{',' if len(flats) == 1 else ''} = {helper}({', '.join(operands)})")
     if not generic:
         return [_unflatten(ctx, r, f) for r, f in zip(op.results, flats)]
     # Fold the region over the group's contributions: flat[k * size + i] is member k's element i.
@@ -113,9 +121,12 @@ def _collective(ctx: Lowering, op: Op):
 
 def _process_id(fn: str):
     def rule(ctx: Lowering, op: Op):
+        helper = f"current_{fn}"
+        if not any(h.startswith(f"def {helper}(") for h in ctx.helpers):
+            ctx.helpers.append(f"def {helper}():\n    with objmode(p='uint32'):\n"
+                               f"        p = np.uint32({fn}())\n    return p")
         name = ctx.fresh("pid")
-        with ctx.block_scope(f"with objmode({name}='uint32'):"):
-            ctx.scope.emit(f"{name} = np.uint32({fn}())")
+        ctx.scope.emit(f"{name} = {helper}()")
         return [Scal(Expr(name, ctx.scope))]
 
     return rule

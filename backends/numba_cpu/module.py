@@ -122,6 +122,8 @@ def render_module(module: Module, fn: Function, gen: GeneratedFunction) -> str:
     ]
     for name, text in gen.globals.items():
         lines.append(f"{name} = {text}")
+    for helper in gen.helpers:
+        lines += ["", "", "@njit(cache=True, error_model='numpy', nogil=True)", helper]
     for kernel in gen.kernels:
         lines += ["", "", "@njit(cache=True, error_model='numpy', nogil=True, parallel=True)", kernel]
     lines += [
