@@ -138,3 +138,105 @@ def run_on_devices(client: Any, text: str, inputs: Sequence[Sequence[np.ndarray]
         if own:
             executable.destroy()
     return MultiRunResult(outputs, t1 - t0, t3 - t2)
+
+
+# -- pjrt-hub run on programs over several devices ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ManyRun:
+    """What ``pjrt-hub run`` did with a program over several devices."""
+
+    #: Named inputs and outputs as they are read and written (``r0_in0``..., or ``in0``...).
+    inputs: dict[str, np.ndarray]
+    outputs: dict[str, np.ndarray]
+    compile_seconds: float
+    execute_seconds: float
+
+
+def runs_on_many_devices(text: str) -> bool:
+    """True for programs ``run`` hands to :func:`run_many`: replicated, partitioned or SPMD."""
+    from ._spmd import is_spmd
+
+    if is_spmd(text):
+        return True
+    shape = program_shape(text)
+    return shape is not None and shape.num_processes > 1
+
+
+def _bits_to_dtype(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """bf16 (and other 2-byte floats) may come as their uint16 bits: an .npz cannot name them."""
+    if array.dtype != dtype and array.dtype == np.uint16 and dtype.itemsize == 2 and dtype.kind not in "iu":
+        return array.view(dtype)
+    return array
+
+
+def _storable(array: np.ndarray) -> np.ndarray:
+    """An array an .npz can hold: ml_dtypes types (bf16, fp8) as their unsigned-integer bits."""
+    if array.dtype.kind == "V" or type(array.dtype).__module__.startswith("ml_dtypes"):
+        return array.view(f"u{array.dtype.itemsize}")
+    return array
+
+
+def _check_arrays(name: str, arrays: Sequence[np.ndarray], signature, error) -> list[np.ndarray]:
+    if len(arrays) != len(signature):
+        raise error(f"{name}: @main takes {len(signature)} arguments but {len(arrays)} inputs were given")
+    fixed = []
+    for i, (array, (shape, dtype)) in enumerate(zip(arrays, signature)):
+        array = _bits_to_dtype(np.asarray(array), np.dtype(dtype))
+        if tuple(array.shape) != tuple(shape) or array.dtype != dtype:
+            raise error(f"{name} input {i}: @main expects {dtype}{list(shape)}, got {array.dtype}{list(array.shape)}")
+        fixed.append(array)
+    return fixed
+
+
+def run_many(client_for: Any, text: str, arrays: dict[str, np.ndarray], *, timeout: float | None,
+             error: type[Exception] = ValueError) -> ManyRun:
+    """Run a replicated, partitioned or SPMD program on the arrays of an ``.npz``.
+
+    ``client_for(num_devices)`` gives a client with at least that many devices. Errors in the
+    inputs are ``error(message)``; Unimplemented for programs that need sharding propagation.
+    """
+    from ._spmd import assemble, is_spmd, plan, split
+
+    if is_spmd(text):
+        spmd = plan(text)
+        signature = [(shape, None) for shape in spmd.input_shapes]
+        globals_ = [arrays[k] for k in sorted((k for k in arrays if re.fullmatch(r"in\d+", k)),
+                                               key=lambda k: int(k[2:]))]
+        unknown = [k for k in arrays if not re.fullmatch(r"in\d+|out\d+|p\d+_(in|out)\d+", k)]
+        if unknown:
+            raise error(f"unexpected array {unknown[0]!r}; an SPMD program takes its global inputs as in0, in1, ...")
+        body_shape = program_shape(spmd.body)
+        assert body_shape is not None
+        if len(globals_) != len(signature):
+            raise error(f"@main takes {len(signature)} arguments but {len(globals_)} inputs were given")
+        local_dtypes = [dtype for _, dtype in body_shape.signature]
+        checked = []
+        for i, (array, shape, dtype) in enumerate(zip(globals_, spmd.input_shapes, local_dtypes)):
+            array = _bits_to_dtype(np.asarray(array), np.dtype(dtype))
+            if tuple(array.shape) != tuple(shape) or array.dtype != dtype:
+                raise error(f"input in{i}: @main expects {dtype}{list(shape)}, got {array.dtype}{list(array.shape)}")
+            checked.append(array)
+        per_partition = [[split(a, s)[p] for a, s in zip(checked, spmd.input_slices)]
+                         for p in range(spmd.num_partitions)]
+        client = client_for(spmd.num_partitions)
+        result = run_on_devices(client, spmd.body, per_partition, timeout=timeout)
+        outputs = {f"out{j}": _storable(assemble([row[j] for row in result.outputs], s, shape))
+                   for j, (s, shape) in enumerate(zip(spmd.output_slices, spmd.output_shapes))}
+        inputs = {f"in{i}": a for i, a in enumerate(checked)}
+        return ManyRun(inputs, outputs, result.compile_seconds, result.execute_seconds)
+    shape = program_shape(text)
+    if shape is None:
+        raise error("the program could not be read to find its replicas and partitions")
+    prefix = process_prefix(shape.num_replicas, shape.num_partitions)
+    try:
+        per_process = load_process_inputs(arrays, shape.num_processes, prefix, "inputs")
+    except ValueError as exc:
+        raise error(str(exc)) from None
+    per_process = [_check_arrays(f"{prefix}{r}", row, shape.signature, error) for r, row in enumerate(per_process)]
+    client = client_for(shape.num_processes)
+    result = run_on_devices(client, text, per_process, timeout=timeout)
+    inputs = {f"{prefix}{r}_in{i}": a for r, row in enumerate(per_process) for i, a in enumerate(row)}
+    outputs = {f"{prefix}{r}_out{j}": _storable(a) for r, row in enumerate(result.outputs) for j, a in enumerate(row)}
+    return ManyRun(inputs, outputs, result.compile_seconds, result.execute_seconds)

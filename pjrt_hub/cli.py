@@ -361,6 +361,61 @@ def _plugin_target(args: argparse.Namespace, value: str | None) -> str | None:
     return value
 
 
+def _run_many(args: argparse.Namespace, registry: Any, name: str, text: str) -> int:
+    """``run`` for programs over several devices: replicas (``r{R}_in{I}``), partitions, and
+    shard_map's SPMD programs (global ``in{I}``/``out{J}``); see :mod:`pjrt_hub._multi`."""
+    import numpy as np
+
+    from pjrt_hub._multi import run_many
+    from pjrt_hub._reports import ArrayInfo, RunReport
+    from pjrt_hub._run import BadInput
+    from pjrt_hub.abi import CompileError, PjrtError, Unimplemented
+
+    def client_for(count: int) -> Any:
+        client = registry.create_client(name, allow_hardware=args.allow_hardware)
+        if len(client.addressable_devices()) < count:
+            client = registry.create_client(name, {"cpu_device_count": count}, allow_hardware=args.allow_hardware)
+        return client
+
+    try:
+        try:
+            with np.load(args.inputs, allow_pickle=False) as data:
+                arrays = {k: data[k] for k in data.files}
+        except FileNotFoundError:
+            raise BadInput(f"input file {args.inputs} does not exist") from None
+        except (OSError, ValueError) as exc:
+            raise BadInput(f"cannot read inputs from {args.inputs}: {exc}") from None
+        done = run_many(client_for, text, arrays, timeout=args.timeout, error=BadInput)
+    except Unimplemented as exc:
+        print(f"pjrt-hub run: {exc}", file=sys.stderr)
+        return ExitCode.FAILURE
+    except (BadInput, CompileError) as exc:
+        print(f"pjrt-hub run: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    except PjrtError as exc:
+        print(f"pjrt-hub run: plugin {name} failed: {exc}", file=sys.stderr)
+        return ExitCode.PLUGIN_ERROR
+    if args.out:
+        np.savez(args.out, **done.outputs)
+
+    def info(items: dict) -> list[ArrayInfo]:
+        return [ArrayInfo(name=k, shape=list(a.shape), dtype=str(a.dtype)) for k, a in items.items()]
+
+    report = RunReport(plugin=name, program=args.program, out=args.out, inputs=info(done.inputs),
+                       outputs=info(done.outputs), compile_ms=done.compile_seconds * 1e3,
+                       execute_ms=done.execute_seconds * 1e3)
+
+    def render(r: RunReport) -> str:
+        lines = [f"{r.program} on {r.plugin}: compiled in {r.compile_ms:.1f} ms, ran in {r.execute_ms:.2f} ms"]
+        lines += [f"  {o.name}: {o.dtype}[{','.join(map(str, o.shape))}]" for o in r.outputs]
+        if r.out:
+            lines.append(f"wrote {r.out}")
+        return "\n".join(lines)
+
+    _emit(args, report, render)
+    return ExitCode.OK
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from pjrt_hub._registry import default_plugin_name
     from pjrt_hub._reports import ArrayInfo, RunReport
@@ -380,6 +435,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             text = open(args.program, encoding="utf-8").read()
         except OSError as exc:
             raise BadInput(f"cannot read program {args.program}: {exc.strerror}") from None
+        from pjrt_hub._multi import runs_on_many_devices
+
+        if runs_on_many_devices(text):
+            return _run_many(args, registry, name, text)
         arrays = load_inputs(args.inputs)
         signature = main_signature(text)
         if signature is not None:

@@ -87,7 +87,7 @@ def _verify_block(block: Block, defined: set[int], module: Module, fn: Function,
         if op.name.endswith(".return") and not is_last:
             raise CompileError(f"{op.describe()} in @{fn.name}: return before the end of its block")
         if is_last and op.name != terminator and not (
-                terminator == "stablehlo.return" and op.name in ("stablehlo.return", "chlo.return", "mhlo.return")):
+                terminator == "stablehlo.return" and op.name in ("stablehlo.return", "chlo.return", "mhlo.return", "sdy.return")):
             raise CompileError(f"{op.describe()} in @{fn.name}: a block must end with {terminator}")
         for region in op.regions:
             # Regions see everything defined so far; their own values stay inside.
