@@ -586,6 +586,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return ExitCode.FAILURE if failed else ExitCode.OK
 
 
+# -- launch ------------------------------------------------------------------------------------
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    from pjrt_hub.distributed._launch import launch
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise _Usage("launch needs a command after --, e.g. pjrt-hub launch -n 2 -- python train.py")
+    if args.processes < 1 or args.devices_per_process < 1:
+        raise _Usage("launch: -n and --devices-per-process must be at least 1")
+    return launch(command, args.processes, devices_per_process=args.devices_per_process,
+                  timeout=args.kv_timeout, host=args.host, use_mpi=False if args.no_mpi else None)
+
+
 # -- entry point -------------------------------------------------------------------------------
 
 
@@ -687,6 +704,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_registry(p)
     _add_output(p)
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("launch", help="start a job of several processes on this host (like torchrun); "
+                                      "pjrt_hub.distributed.initialize() in each reads what it set")
+    p.add_argument("-n", "--processes", type=int, required=True, metavar="P", help="processes in the job")
+    p.add_argument("--devices-per-process", type=int, default=1, metavar="D", help="CPU devices per process (default 1)")
+    p.add_argument("--kv-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="how long a process waits for the others (store gets, collectives); default 60")
+    p.add_argument("--host", default="127.0.0.1", help="address the job's store listens on (default loopback only)")
+    p.add_argument("--no-mpi", action="store_true", help="plain subprocesses even if MPI is installed")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command of every process")
+    p.set_defaults(func=cmd_launch)
 
     p = sub.add_parser("run", help="compile a StableHLO program and run it on inputs from an .npz")
     p.add_argument("program", nargs="?", metavar="PROGRAM.mlir", help="StableHLO text, as JAX prints it")

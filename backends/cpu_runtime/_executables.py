@@ -306,15 +306,17 @@ class CpuLoadedExecutable(LoadedExecutable):
 
     __slots__ = ("_executable", "_client", "_assignment", "_devices", "_deleted", "_name", "_program",
                  "_inputs", "_outputs", "_num_inputs", "_reuse", "_donated", "_inline", "_fast", "_collectives",
-                 "_flat_ids", "_runs", "__weakref__")
+                 "_flat_ids", "_runs", "_node_of_flat", "_spans", "__weakref__")
 
     def __init__(self, executable: CpuExecutable, client: "CpuClient",
                  assignment: tuple[tuple[int, ...], ...], inline: bool) -> None:
         self._executable = executable
         self._client = client
         self._assignment = assignment
-        # Argument list i runs on addressable device i: replica-major, partition-minor.
-        self._devices = tuple(client._device_by_id[d] for row in assignment for d in row)
+        # Argument list i runs on addressable device i: replica-major, partition-minor. In a job of
+        # several processes only this process's devices of the assignment are addressable.
+        flat_devices = [d for row in assignment for d in row]
+        self._devices = tuple(client._device_by_id[d] for d in flat_devices if d in client._device_by_id)
         self._deleted = False
         self._name = executable._program.name
         self._program = executable._program
@@ -324,10 +326,13 @@ class CpuLoadedExecutable(LoadedExecutable):
         self._reuse = executable._aliases
         self._donated = tuple(sorted(executable._donated))
         self._inline = inline
-        self._fast = inline and not self._donated and len(self._devices) == 1
+        self._fast = inline and not self._donated and len(self._devices) == 1 and len(flat_devices) == 1
         self._collectives = executable._collectives
-        # Flattened process id (replica * num_partitions + partition) of each device's launch.
-        self._flat_ids = tuple(range(len(self._devices)))
+        # Flattened process id (replica * num_partitions + partition) of each device's launch,
+        # and the OS process (node) running each flattened id.
+        self._flat_ids = tuple(f for f, d in enumerate(flat_devices) if d in client._device_by_id)
+        self._node_of_flat = tuple(client._node_of_device.get(d, 0) for d in flat_devices)
+        self._spans = len(set(self._node_of_flat)) > 1
         self._runs = itertools.count()
 
     # -- metadata --------------------------------------------------------------------------------
@@ -383,7 +388,7 @@ class CpuLoadedExecutable(LoadedExecutable):
             for launch in launches:
                 self._take(launch, non_donatable)
             inline = self._inline and not any(launch.pending or launch.out_pending for launch in launches)
-            meets = self._collectives and len(launches) > 1 and execute_device is None
+            meets = self._collectives and (len(launches) > 1 or self._spans) and execute_device is None
             if meets:
                 self._join(launches, options)
             if meets or (not inline and client._asynchronous):
@@ -612,9 +617,11 @@ class CpuLoadedExecutable(LoadedExecutable):
         """Make the launches processes of one collective run."""
         executable = self._executable
         launch_id = options.launch_id if options is not None and options.launch_id else next(self._runs)
+        nodes = self._node_of_flat
         run = CollectiveRun((id(self), launch_id), executable._num_replicas, executable._num_partitions,
                             self._flat_ids, hub=self._client._rendezvous,
-                            timeout=self._client._collective_timeout)
+                            timeout=self._client._collective_timeout, process_of=nodes.__getitem__,
+                            engine=self._client._engine if self._spans else None)
         for launch, flat in zip(launches, self._flat_ids):
             launch.participant = Participant(run, flat)
 
