@@ -47,6 +47,8 @@ class MpiEngine:
                     f"MPI's world has {world.Get_size()} process(es) and this is rank {world.Get_rank()}, but "
                     f"the client is node {self.node_id} of {self.num_nodes}: start the job with "
                     "`pjrt-hub launch` (which runs mpiexec) so that MPI ranks are the job's nodes")
+            # Errors come back as exceptions (a dead peer), not as MPI_Abort of this process.
+            world.Set_errhandler(MPI.ERRORS_RETURN)
             self._mpi = MPI
         return self._mpi
 
@@ -63,12 +65,24 @@ class MpiEngine:
         return comm
 
     def _wait(self, request: Any, deadline: float, what: str, processes: Sequence[int]) -> None:
-        next_check = time.monotonic() + 0.2
+        next_check = time.monotonic() + 0.1
         pause = 0.0
-        while not request.Test():
+        while True:
+            try:
+                if request.Test():
+                    return
+            except self._mpi.Exception as exc:
+                # MPI saw a peer go: the store says which one (it notices the closed connection).
+                end = time.monotonic() + 2.0
+                while time.monotonic() < end:
+                    failed = self.kv_store.try_get(FAILED_KEY) if self.kv_store is not None else None
+                    if failed:
+                        raise Aborted(f"{what}: {failed.decode(errors='replace')}; the collective cannot complete") from None
+                    time.sleep(0.05)
+                raise Aborted(f"{what}: MPI failed: {exc}") from None
             now = time.monotonic()
             if now >= next_check:
-                next_check = now + 0.2
+                next_check = now + 0.1
                 failed = self.kv_store.try_get(FAILED_KEY) if self.kv_store is not None else None
                 if failed:
                     raise Aborted(f"{what}: {failed.decode(errors='replace')}; the collective cannot complete")
