@@ -183,7 +183,7 @@ def partition_id() -> int:
 
 
 class _Meeting:
-    __slots__ = ("expected", "arrived", "inputs", "outputs", "left", "kind", "error", "remote")
+    __slots__ = ("expected", "arrived", "inputs", "outputs", "left", "kind", "error", "remote", "reduced")
 
     def __init__(self, expected: int, kind: str) -> None:
         self.expected = expected
@@ -193,6 +193,8 @@ class _Meeting:
         self.outputs: dict[int, list[np.ndarray]] = {}
         #: Operands of processes of other OS processes, once exchanged.
         self.remote: dict[int, list[np.ndarray]] | None = None
+        #: For an all_reduce across OS processes: each spanning group's results, once reduced.
+        self.reduced: dict[tuple[int, ...], list[np.ndarray]] | None = None
         self.left = 0
         self.error: BaseException | None = None
 
@@ -383,7 +385,13 @@ def run_collective(spec: "Collective", operands: Sequence[np.ndarray]) -> list[n
     cross = _needs_engine(run, groups)
 
     def work(meeting: _Meeting) -> None:
-        if cross:
+        if cross and kind == "all_reduce" and _leader_reduce(run, spec, groups, meeting, deadline, me):
+            group = _group_of(groups, me)
+            if group is not None and meeting.reduced is not None and group in meeting.reduced:
+                for out, value in zip(outputs, meeting.reduced[group]):
+                    np.copyto(out, value)
+                return
+        elif cross:
             _leader_exchange(run, spec, groups, meeting, deadline, me)
         _compute(spec, run, groups, meeting, me, outputs, cross)
 
@@ -407,6 +415,51 @@ def _leader_exchange(run: CollectiveRun, spec: "Collective", groups, meeting: _M
     finally:
         with hub._cond:
             hub._cond.notify_all()
+
+
+def _leader_reduce(run: CollectiveRun, spec: "Collective", groups, meeting: _Meeting, deadline: float,
+                   me: int) -> bool:
+    """An all_reduce whose groups span OS processes, the hierarchical way: each process folds
+    its members' operands, the engine reduces those partial results across processes (one call
+    per spanning group, in the same order everywhere), and every local member copies its
+    group's result. False when the engine cannot reduce this dtype (the caller then exchanges
+    operands instead); the answer depends only on the op, so every process takes the same path."""
+    engine = run.engine
+    assert engine is not None
+    hub = run.hub
+    local = set(run.local)
+    spanning = sorted(g for g in groups if not set(g) <= local and set(g) & local)
+    ufunc = _UFUNCS[spec.reduction]  # type: ignore[index]
+    with hub._cond:
+        leader = min(meeting.inputs)
+        if me != leader:
+            hub._wait(run, spec, lambda: meeting.reduced is not None, deadline, meeting, me,
+                      "waiting for the reduction across the processes of the job")
+            return bool(meeting.reduced) or not spanning
+    reduced: dict[tuple[int, ...], list[np.ndarray]] = {}
+    try:
+        for group in spanning:
+            members = [f for f in group if f in local]
+            nodes = sorted({run.process_of(f) for f in group})
+            results = []
+            for j, dtype in enumerate(spec.operand_dtypes):
+                partial = np.array(meeting.inputs[members[0]][j], copy=True)
+                if len(members) > 1:
+                    _fold(ufunc, [meeting.inputs[m][j] for m in members], partial)
+                total = engine.allreduce(nodes, partial, spec.reduction or "", deadline, spec.describe())
+                if total is None:
+                    reduced = {}
+                    break
+                results.append(total)
+            else:
+                reduced[group] = results
+                continue
+            break
+    finally:
+        with hub._cond:
+            meeting.reduced = reduced
+            hub._cond.notify_all()
+    return bool(reduced) or not spanning
 
 
 def _compute(spec: "Collective", run: CollectiveRun, groups, meeting: _Meeting, me: int,
