@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import enum
 import json
+import subprocess
 import sys
 from typing import Any, Callable, Sequence
 
@@ -558,6 +559,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.schema:
         print(json.dumps(BenchReport.model_json_schema(), indent=2))
         return ExitCode.OK
+    if args.collectives:
+        return _bench_collectives(args)
     known = [e["name"] for e in perf_programs()]
     unknown = [p for p in args.program if p not in known]
     if unknown:
@@ -601,6 +604,31 @@ def cmd_launch(args: argparse.Namespace) -> int:
         raise _Usage("launch: -n and --devices-per-process must be at least 1")
     return launch(command, args.processes, devices_per_process=args.devices_per_process,
                   timeout=args.kv_timeout, host=args.host, use_mpi=False if args.no_mpi else None)
+
+
+def _bench_collectives(args: argparse.Namespace) -> int:
+    from pjrt_hub._bench_collectives import across_processes, bench_collectives, format_table
+    from pjrt_hub.abi import PjrtHubError
+
+    plugin = (args.plugin or ["numba_cpu"])[0]
+    registry = _registry(args)
+    progress = None if args.json else (lambda m: print(m, file=sys.stderr))
+    report: dict[str, Any] = {"plugin": plugin, "note": "noisy on a shared machine: compare medians of several runs"}
+    try:
+        client = registry.create_client(plugin, {"cpu_device_count": 2})
+        report["one_process_two_devices"] = bench_collectives(client, progress=progress)
+        if args.processes > 1:
+            report["two_processes"] = across_processes(plugin)
+    except (PjrtHubError, OSError, subprocess.SubprocessError) as exc:
+        print(f"pjrt-hub bench: {exc}", file=sys.stderr)
+        return ExitCode.PLUGIN_ERROR
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(format_table(report["one_process_two_devices"], f"{plugin}: 2 devices in one process"))
+        if "two_processes" in report:
+            print(format_table(report["two_processes"], f"{plugin}: 2 processes (MPI), one device each"))
+    return ExitCode.OK
 
 
 # -- entry point -------------------------------------------------------------------------------
@@ -699,6 +727,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--program", action="append", default=[], metavar="NAME",
                    help="perf programs to run (default: all)")
     p.add_argument("--no-warm", action="store_true", help="skip the warm-cache compile (a subprocess each)")
+    p.add_argument("--collectives", action="store_true",
+                   help="time each collective op at 4 KiB, 4 MiB and 64 MiB of f32 over 2 devices instead")
+    p.add_argument("--processes", type=int, default=1, choices=(1, 2),
+                   help="with --collectives: also across 2 processes (pjrt-hub launch, MPI)")
     p.add_argument("--runs", type=_non_negative, default=None, metavar="N",
                    help="timed runs per program (default: 30, softmax 60; tiny add 3000)")
     _add_registry(p)
