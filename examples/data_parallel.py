@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rank {rank}: training stopped at step {len(losses)}: {exc}", file=sys.stderr, flush=True)
         return 1
     finally:
-        if job is not None and not losses or job is not None and len(losses) == args.steps:
+        if job is not None:
             job.close()
     if rank == 0 and args.losses:
         with open(args.losses, "w") as f:

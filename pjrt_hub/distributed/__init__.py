@@ -90,7 +90,42 @@ def initialize(*, rank: int | None = None, world_size: int | None = None, store:
         store = StoreClient(address, token, rank)
     if not 0 <= rank < world_size:
         raise InvalidArgument(f"rank {rank} is outside the job's {world_size} processes")
+    if environ.get(ENV_STORE):
+        _interrupt_after_grace()
     return Job(rank, world_size, devices, store, timeout)
+
+
+_GRACE_SECONDS = 3.0
+_grace_started = False
+
+
+def _interrupt_after_grace() -> None:
+    """When MPI's process manager interrupts a process because another one died, give it a few
+    seconds to fail its collective with an error naming the dead process (the store records who
+    left), then interrupt it as usual. Installed only in the main thread, for launched jobs."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum, frame) -> None:
+        global _grace_started
+        if _grace_started:
+            return
+        _grace_started = True
+
+        def later() -> None:
+            import _thread
+            import time
+
+            time.sleep(_GRACE_SECONDS)
+            _thread.interrupt_main()
+
+        threading.Thread(target=later, daemon=True).start()
+
+    for sig in (signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, handler)
 
 
 class JaxKeyValueStore:

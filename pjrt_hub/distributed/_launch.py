@@ -24,14 +24,19 @@ __all__ = ["launch", "mpiexec_path"]
 
 
 def mpiexec_path() -> str | None:
-    """MPICH's mpiexec next to this Python (the ``mpich`` wheel's), if mpi4py is importable too."""
+    """MPICH's launcher next to this Python (the ``mpich`` wheel's), if mpi4py is importable too.
+
+    The ``gforker`` process manager is preferred: when one process dies it interrupts the others
+    (SIGINT) rather than killing them, which gives them the time to name the dead one (see
+    :func:`pjrt_hub.distributed.initialize`); hydra kills them outright."""
     try:
         import mpi4py  # noqa: F401
     except ImportError:
         return None
-    here = Path(sys.executable).parent / "mpiexec"
-    if here.exists():
-        return str(here)
+    for name in ("mpiexec.gforker", "mpiexec"):
+        here = Path(sys.executable).parent / name
+        if here.exists():
+            return str(here)
     return shutil.which("mpiexec")
 
 
@@ -51,7 +56,8 @@ def launch(command: Sequence[str], processes: int, *, devices_per_process: int =
         if mpiexec is not None:
             # Hydra would kill every process when one dies; leave that to the job (the store
             # names the dead process to the others) so that every survivor says what happened.
-            argv = [mpiexec, "-n", str(processes), "-disable-auto-cleanup", "-bind-to", "none", *command]
+            extra = [] if mpiexec.endswith("gforker") else ["-disable-auto-cleanup", "-bind-to", "none"]
+            argv = [mpiexec, "-n", str(processes), *extra, *command]
             child = subprocess.Popen(argv, env=env)
             code = child.wait()
         else:
@@ -70,6 +76,8 @@ def launch(command: Sequence[str], processes: int, *, devices_per_process: int =
         failed = server.value(FAILED_KEY)
         if failed:
             print(f"pjrt-hub launch: {failed.decode(errors='replace')}", file=out)
+            # gforker reports 0 for processes it had to signal: the job failed all the same.
+            code = code or 1
         for why in server.refused:
             print(f"pjrt-hub launch: the store refused a stranger: {why}", file=out)
         server.close()

@@ -45,6 +45,6 @@ def test_two_processes_match_one_and_agree_bit_for_bit(tmp_path):
 def test_a_killed_rank_is_named_by_the_others(tmp_path):
     done, _ = _job(tmp_path, "dead", "--die-at-step", "3", "--die-rank", "1")
     assert done.returncode != 0
-    # The launcher names the dead rank; a survivor says so too when it gets to print before
-    # mpiexec tears the job down.
+    assert "rank 0: training stopped at step 3" in done.stderr
+    assert "rank 1 left the job" in done.stderr.split("rank 0: training stopped", 1)[1].splitlines()[0]
     assert "pjrt-hub launch: rank 1 left the job" in done.stderr
