@@ -95,3 +95,36 @@ def test_processes_exchange_topologies(server):
 def test_a_job_client_needs_the_store():
     with pytest.raises(Exception, match="needs the job's key-value store"):
         CpuApi(ReferenceCompiler()).client_create({"node_id": 0, "num_nodes": 2})
+
+
+class _FakeJaxClient:
+    """The methods of jaxlib's DistributedRuntimeClient that the adapter uses."""
+
+    def __init__(self):
+        self.values = {}
+
+    def key_value_set_bytes(self, key, value):
+        self.values[key] = value
+
+    def key_value_try_get_bytes(self, key):
+        if key not in self.values:
+            raise RuntimeError(f"NOT_FOUND: Config key {key} not found")
+        return self.values[key]
+
+    def blocking_key_value_get_bytes(self, key, timeout_ms):
+        if key not in self.values:
+            raise RuntimeError(f"DEADLINE_EXCEEDED: GetKeyValue() timed out with key: {key}")
+        return self.values[key]
+
+
+def test_jax_distributed_client_as_the_store():
+    from pjrt_hub.distributed import JaxKeyValueStore
+
+    fake = _FakeJaxClient()
+    store = JaxKeyValueStore(fake, prefix="cpu:")
+    assert store.try_get("k") is None
+    store.put("k", b"v")
+    assert fake.values == {"cpu:k": b"v"}
+    assert store.get("k", 1.0) == b"v" and store.try_get("k") == b"v"
+    with pytest.raises(DeadlineExceeded):
+        store.get("other", 0.1)
