@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, NamedTuple, Sequence, TypeVar
+from typing import (TYPE_CHECKING, Any, Callable, ClassVar, Mapping, NamedTuple, Protocol, Sequence, TypeVar,
+                    runtime_checkable)
 
 from .errors import Unimplemented
 from .history import introduced_in
@@ -43,6 +44,7 @@ __all__ = [
     "ExecuteResult",
     "Executable",
     "HostTransfer",
+    "KeyValueStore",
     "LoadedExecutable",
     "Memory",
     "MemoryStats",
@@ -113,6 +115,26 @@ def api_methods(cls: type) -> Mapping[str, ApiMethod]:
 
 
 # -- values ------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class KeyValueStore(Protocol):
+    """The three key-value callbacks of ``PJRT_Client_Create_Args`` (``kv_get_callback``,
+    ``kv_try_get_callback``, ``kv_put_callback``): how the processes of a multi-process job find
+    each other. The framework owns the store; a plugin only calls these."""
+
+    def get(self, key: str, timeout: float) -> bytes:
+        """The value of ``key``, waiting up to ``timeout`` seconds for it to be put
+        (DeadlineExceeded after that)."""
+        ...
+
+    def try_get(self, key: str) -> bytes | None:
+        """The value of ``key`` if it has been put, else None; never waits."""
+        ...
+
+    def put(self, key: str, value: bytes) -> None:
+        ...
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -692,7 +714,11 @@ class Api(PjrtObject):
         raise _unimplemented(self, "plugin_attributes")
 
     @api("PJRT_Client_Create")
-    def client_create(self, options: NamedValues | None = None) -> Client:
+    def client_create(self, options: NamedValues | None = None, *,
+                      kv_store: KeyValueStore | None = None) -> Client:
+        """Create a client. A process of a multi-process job passes ``node_id`` and
+        ``num_nodes`` options and the job's ``kv_store``, through which the processes exchange
+        their topologies."""
         raise _unimplemented(self, "client_create")
 
     @api("PJRT_TopologyDescription_Create")

@@ -21,6 +21,7 @@ import enum
 import json
 import os
 import shutil
+import subprocess
 import sys
 import warnings
 from typing import Any, Callable, Sequence, TextIO
@@ -485,6 +486,61 @@ def _limit_seconds(text: str) -> float:
     return value
 
 
+def _run_many(args: argparse.Namespace, registry: Any, name: str, text: str) -> int:
+    """``run`` for programs over several devices: replicas (``r{R}_in{I}``), partitions, and
+    shard_map's SPMD programs (global ``in{I}``/``out{J}``); see :mod:`pjrt_hub._multi`."""
+    import numpy as np
+
+    from pjrt_hub._multi import run_many
+    from pjrt_hub._reports import ArrayInfo, RunReport
+    from pjrt_hub._run import BadInput, read_npz, write_npz_atomically
+    from pjrt_hub.abi import CompileError, PjrtError, Unimplemented
+
+    def client_for(count: int) -> Any:
+        client = registry.create_client(name, allow_hardware=args.allow_hardware)
+        if len(client.addressable_devices()) < count:
+            client = registry.create_client(name, {"cpu_device_count": count}, allow_hardware=args.allow_hardware)
+        return client
+
+    timeout = None if args.timeout == float("inf") else args.timeout
+    try:
+        arrays = read_npz(args.inputs)
+        done = run_many(client_for, text, arrays, timeout=timeout, error=BadInput)
+    except Unimplemented as exc:
+        print(f"pjrt-hub run: {_one_line(exc)}", file=sys.stderr)
+        return ExitCode.FAILURE
+    except (BadInput, CompileError) as exc:
+        print(f"pjrt-hub run: {_one_line(exc)}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    except PjrtError as exc:
+        print(f"pjrt-hub run: plugin {name} failed: {_one_line(exc)}", file=sys.stderr)
+        return ExitCode.PLUGIN_ERROR
+    written = None
+    if args.out:
+        try:
+            written = str(write_npz_atomically(args.out, done.outputs))
+        except OSError as exc:
+            print(f"pjrt-hub run: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+            return ExitCode.FAILURE
+
+    def info(items: dict) -> list[ArrayInfo]:
+        return [ArrayInfo(name=k, shape=list(a.shape), dtype=str(a.dtype)) for k, a in items.items()]
+
+    report = RunReport(plugin=name, program=args.program, out=written, inputs=info(done.inputs),
+                       outputs=info(done.outputs), compile_ms=done.compile_seconds * 1e3,
+                       execute_ms=done.execute_seconds * 1e3)
+
+    def render(r: RunReport) -> str:
+        lines = [f"{r.program} on {r.plugin}: compiled in {r.compile_ms:.1f} ms, ran in {r.execute_ms:.2f} ms"]
+        lines += [f"  {o.name}: {o.dtype}[{','.join(map(str, o.shape))}]" for o in r.outputs]
+        if r.out:
+            lines.append(f"wrote {r.out}")
+        return "\n".join(lines)
+
+    _emit(args, report, render)
+    return ExitCode.OK
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from pjrt_hub._registry import default_plugin_name
     from pjrt_hub._reports import ArrayInfo, RunReport
@@ -509,6 +565,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     clock = RunClock(None if args.timeout == float("inf") else args.timeout)
     try:
         text = read_program(args.program)
+        from pjrt_hub._multi import runs_on_many_devices
+
+        if runs_on_many_devices(text):
+            return _run_many(args, registry, name, text)
         arrays = load_inputs(args.inputs)
         signature = main_signature(text)
         if signature is not None:
@@ -653,6 +713,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.schema:
         print(json.dumps(BenchReport.model_json_schema(), indent=2))
         return ExitCode.OK
+    if args.collectives:
+        return _bench_collectives(args)
     known = [e["name"] for e in perf_programs()]
     unknown = [p for p in args.program if p not in known]
     if unknown:
@@ -689,6 +751,48 @@ def cmd_bench(args: argparse.Namespace) -> int:
     _emit(args, model, lambda r: format_report(report))
     failed = [r for r in report["programs"] if "error" in r or not r.get("outputs_match", False)]
     return ExitCode.FAILURE if failed else ExitCode.OK
+
+
+# -- launch ------------------------------------------------------------------------------------
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    from pjrt_hub.distributed._launch import launch
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise _Usage("launch needs a command after --, e.g. pjrt-hub launch -n 2 -- python train.py")
+    if args.processes < 1 or args.devices_per_process < 1:
+        raise _Usage("launch: -n and --devices-per-process must be at least 1")
+    return launch(command, args.processes, devices_per_process=args.devices_per_process,
+                  timeout=args.kv_timeout, host=args.host, use_mpi=False if args.no_mpi else None)
+
+
+def _bench_collectives(args: argparse.Namespace) -> int:
+    from pjrt_hub._bench_collectives import across_processes, bench_collectives, format_table
+    from pjrt_hub.abi import PjrtHubError
+
+    plugin = (args.plugin or ["numba_cpu"])[0]
+    registry = _registry(args)
+    progress = None if args.json else (lambda m: print(m, file=sys.stderr))
+    report: dict[str, Any] = {"plugin": plugin, "note": "noisy on a shared machine: compare medians of several runs"}
+    try:
+        client = registry.create_client(plugin, {"cpu_device_count": 2})
+        report["one_process_two_devices"] = bench_collectives(client, progress=progress)
+        if args.processes > 1:
+            report["two_processes"] = across_processes(plugin)
+    except (PjrtHubError, OSError, subprocess.SubprocessError) as exc:
+        print(f"pjrt-hub bench: {exc}", file=sys.stderr)
+        return ExitCode.PLUGIN_ERROR
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(format_table(report["one_process_two_devices"], f"{plugin}: 2 devices in one process"))
+        if "two_processes" in report:
+            print(format_table(report["two_processes"], f"{plugin}: 2 processes (MPI), one device each"))
+    return ExitCode.OK
 
 
 # -- entry point -------------------------------------------------------------------------------
@@ -787,11 +891,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--program", action="append", default=[], metavar="NAME",
                    help="perf programs to run (default: all)")
     p.add_argument("--no-warm", action="store_true", help="skip the warm-cache compile (a subprocess each)")
+    p.add_argument("--collectives", action="store_true",
+                   help="time each collective op at 4 KiB, 4 MiB and 64 MiB of f32 over 2 devices instead")
+    p.add_argument("--processes", type=int, default=1, choices=(1, 2),
+                   help="with --collectives: also across 2 processes (pjrt-hub launch, MPI)")
     p.add_argument("--runs", type=_non_negative, default=None, metavar="N",
                    help="timed runs per program (default: 30, softmax 60; tiny add 3000)")
     _add_registry(p)
     _add_output(p)
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("launch", help="start a job of several processes on this host (like torchrun); "
+                                      "pjrt_hub.distributed.initialize() in each reads what it set")
+    p.add_argument("-n", "--processes", type=int, required=True, metavar="P", help="processes in the job")
+    p.add_argument("--devices-per-process", type=int, default=1, metavar="D", help="CPU devices per process (default 1)")
+    p.add_argument("--kv-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="how long a process waits for the others (store gets, collectives); default 60")
+    p.add_argument("--host", default="127.0.0.1", help="address the job's store listens on (default loopback only)")
+    p.add_argument("--no-mpi", action="store_true", help="plain subprocesses even if MPI is installed")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command of every process")
+    p.set_defaults(func=cmd_launch)
 
     p = sub.add_parser("run", help="compile a StableHLO program and run it on inputs from an .npz")
     p.add_argument("program", nargs="?", metavar="PROGRAM.mlir", help="StableHLO text, as JAX prints it")

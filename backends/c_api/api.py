@@ -14,6 +14,7 @@ from pjrt_hub.abi import (
     NamedValues,
     Program,
     TopologyDescription,
+    Unimplemented,
 )
 
 from .client import CClient, CTopologyDescription, _compile_error, _options_bytes, _program_structs
@@ -80,7 +81,11 @@ class CApi(Api):
     def plugin_attributes(self) -> dict[str, Any]:
         return self._lib.plugin_attributes()
 
-    def client_create(self, options: NamedValues | None = None) -> CClient:
+    def client_create(self, options: NamedValues | None = None, *, kv_store: Any = None) -> CClient:
+        if kv_store is not None:
+            raise Unimplemented(
+                "PJRT_Client_Create: the C bridge does not pass key-value callbacks to C plugins yet; "
+                "multi-process jobs run on pjrt-hub's own CPU plugins (numba_cpu, reference)")
         lib = self._lib
         fn = lib.function("PJRT_Client_Create")
         self.plugin_initialize()

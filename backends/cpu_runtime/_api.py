@@ -8,8 +8,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+import json
+
 from pjrt_hub.abi import (
     Api,
+    DeadlineExceeded,
+    KeyValueStore,
+    PjrtError,
     ApiVersion,
     Client,
     CompileOptions,
@@ -22,10 +27,12 @@ from pjrt_hub.abi import (
 from pjrt_hub.abi.version import VersionLike
 
 from ._client import CpuClient, _compile_options, compile_program
+from ._collectives import DEFAULT_COLLECTIVE_TIMEOUT
 from ._executables import InlinePolicy
 from ._topology import (
     DEFAULT_NUM_DEVICES,
     DEVICE_COUNT_OPTIONS,
+    CpuDeviceDescription,
     CpuTopologyDescription,
     _attributes,
     deserialize_topology,
@@ -37,7 +44,8 @@ __all__ = ["CLIENT_OPTIONS", "DEFAULT_API_VERSION", "CpuApi"]
 
 #: Create options a client accepts, with their types. Anything else is refused, as XLA's CPU
 #: plugin does from 0.115 on ("Unexpected option name passed to PJRT_Client_Create").
-CLIENT_OPTIONS: dict[str, type] = {"num_devices": int, "cpu_device_count": int, "asynchronous": bool}
+CLIENT_OPTIONS: dict[str, type] = {"num_devices": int, "cpu_device_count": int, "asynchronous": bool,
+                                   "collective_timeout": float, "node_id": int, "num_nodes": int}
 
 #: The PJRT C API version a plugin reports unless it says otherwise: the newest upstream header.
 DEFAULT_API_VERSION = ApiVersion(0, 105)
@@ -102,11 +110,59 @@ class CpuApi(Api):
     def plugin_attributes(self) -> dict[str, Any]:
         return dict(self._attributes)
 
-    def client_create(self, options: NamedValues | None = None) -> Client:
+    def client_create(self, options: NamedValues | None = None, *, kv_store: KeyValueStore | None = None) -> Client:
         options = _check_options(options, CLIENT_OPTIONS, "PJRT_Client_Create")
-        topology = self._topology(read_num_devices(options, self._num_devices))
+        local = read_num_devices(options, self._num_devices)
+        node_id, num_nodes = options.get("node_id", 0), options.get("num_nodes", 1)
+        if num_nodes < 1 or not 0 <= node_id < num_nodes:
+            raise InvalidArgument(f"create options node_id={node_id}, num_nodes={num_nodes}: need 0 <= node_id < num_nodes")
+        if num_nodes > 1:
+            return self._job_client(options, local, node_id, num_nodes, kv_store)
+        topology = self._topology(local)
+        timeout = options.get("collective_timeout", DEFAULT_COLLECTIVE_TIMEOUT)
+        if timeout <= 0:
+            raise InvalidArgument(f"create option collective_timeout={timeout}: seconds must be positive")
         return CpuClient(self._compiler, topology, asynchronous=options.get("asynchronous", True),
-                         inline_policy=self._inline_policy)
+                         inline_policy=self._inline_policy, collective_timeout=timeout)
+
+    def _job_client(self, options: dict[str, Any], local: int, node_id: int, num_nodes: int,
+                    kv_store: KeyValueStore | None) -> Client:
+        """A client of one process of a job: exchange local topologies through the store (each
+        process puts its device count, then reads everyone's), give every device a global id
+        (node by node, as XLA's ``BuildGlobalTopology`` does) and its process index."""
+        if kv_store is None:
+            raise InvalidArgument(f"PJRT_Client_Create: num_nodes={num_nodes} needs the job's key-value store "
+                                  "(the kv callbacks)")
+        from ._mpi import MpiEngine
+
+        timeout = float(options.get("collective_timeout", DEFAULT_COLLECTIVE_TIMEOUT))
+        prefix = f"{self._platform_name}:topology/"
+        kv_store.put(f"{prefix}{node_id}", json.dumps({"num_devices": local}).encode())
+        counts = []
+        for node in range(num_nodes):
+            try:
+                raw = kv_store.get(f"{prefix}{node}", timeout)
+                counts.append(int(json.loads(raw)["num_devices"]))
+            except PjrtError as exc:
+                raise DeadlineExceeded(f"PJRT_Client_Create: node {node} of the job did not publish its topology "
+                                       f"within {timeout:g} s ({exc.message})") from None
+            except (ValueError, KeyError, TypeError):
+                raise InvalidArgument(f"PJRT_Client_Create: node {node} published a topology this plugin cannot read")
+        first = sum(counts[:node_id])
+        topology = CpuTopologyDescription(
+            local, platform_name=self._platform_name, platform_version=self._platform_version,
+            attributes={"num_devices": local}, device_attributes=self._device_attributes,
+            first_id=first, process_index=node_id)
+        remote = []
+        for node, count in enumerate(counts):
+            if node == node_id:
+                continue
+            start = sum(counts[:node])
+            remote += [CpuDeviceDescription(start + i, self._platform_name, self._device_attributes, node)
+                       for i in range(count)]
+        return CpuClient(self._compiler, topology, asynchronous=options.get("asynchronous", True),
+                         inline_policy=self._inline_policy, collective_timeout=timeout, remote=remote,
+                         process_index=node_id, engine=MpiEngine(node_id, num_nodes, kv_store))
 
     def topology_create(self, options: NamedValues | None = None) -> TopologyDescription:
         options = _check_options(options, TOPOLOGY_OPTIONS, "PJRT_TopologyDescription_Create")
@@ -147,6 +203,8 @@ def _check_options(options: NamedValues | None, known: Mapping[str, type], actio
             )
         if expected is int and (isinstance(value, bool) or not isinstance(value, int)):
             ok = False
+        elif expected is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         else:
             ok = isinstance(value, expected)
         if not ok:

@@ -47,8 +47,9 @@ from pjrt_hub.abi import (
 )
 
 from ._buffers import CpuBuffer, layout_of
-from ._devices import CpuDevice, CpuMemory
+from ._devices import CpuDevice, CpuMemory, RemoteCpuDevice
 from ._events import READY, CpuEvent
+from ._collectives import DEFAULT_COLLECTIVE_TIMEOUT, Rendezvous
 from ._executables import (
     CpuExecutable,
     CpuLoadedExecutable,
@@ -57,7 +58,7 @@ from ._executables import (
     deserialize_executable,
     resolve_replication,
 )
-from ._topology import CpuTopologyDescription
+from ._topology import CpuDeviceDescription, CpuTopologyDescription
 from .compiler import ProgramCompiler
 
 __all__ = ["CpuClient", "compile_program", "default_assignment"]
@@ -69,19 +70,33 @@ class CpuClient(Client):
     """``PJRT_Client`` over N CPU devices sharing the host's memory."""
 
     __slots__ = ("_compiler", "_topology", "_devices", "_device_by_id", "_lock", "_asynchronous",
-                 "_inline_policy", "_destroyed", "__weakref__")
+                 "_inline_policy", "_destroyed", "_rendezvous", "_collective_timeout", "_remote",
+                 "_all_devices", "_process_index", "_node_of_device", "_engine", "__weakref__")
 
     def __init__(self, compiler: ProgramCompiler, topology: CpuTopologyDescription, *,
-                 asynchronous: bool = True, inline_policy: InlinePolicy | None = None) -> None:
+                 asynchronous: bool = True, inline_policy: InlinePolicy | None = None,
+                 collective_timeout: float = DEFAULT_COLLECTIVE_TIMEOUT,
+                 remote: Sequence[CpuDeviceDescription] = (), process_index: int = 0,
+                 engine: Any = None) -> None:
         self._compiler = compiler
         self._topology = topology
         self._lock = threading.RLock()
         self._asynchronous = asynchronous
         self._inline_policy = inline_policy or InlinePolicy()
         self._destroyed = False
+        #: Where this client's devices meet at collectives, and how long they wait there.
+        self._rendezvous = Rendezvous()
+        self._collective_timeout = float(collective_timeout)
         count = topology.num_devices
         self._devices = tuple(CpuDevice(self, description, count) for description in topology.descriptions)
         self._device_by_id = {device.id: device for device in self._devices}
+        # The devices of the other processes of a job (none in a single-process client).
+        self._process_index = process_index
+        self._remote = tuple(RemoteCpuDevice(d) for d in remote)
+        self._all_devices: tuple[Device, ...] = tuple(sorted((*self._devices, *self._remote), key=lambda d: d.id))
+        self._node_of_device = {d.id: d.get_description().process_index() for d in self._all_devices}
+        #: The engine for collectives that span processes (None in a single-process client).
+        self._engine = engine
 
     # -- identity and devices --------------------------------------------------------------------
 
@@ -89,19 +104,19 @@ class CpuClient(Client):
         return self._topology.platform_name()
 
     def process_index(self) -> int:
-        return 0
+        return self._process_index
 
     def platform_version(self) -> str:
         return self._topology.platform_version()
 
     def devices(self) -> list[Device]:
-        return list(self._devices)
+        return list(self._all_devices)
 
     def addressable_devices(self) -> list[Device]:
         return list(self._devices)
 
     def lookup_device(self, device_id: int) -> Device:
-        device = self._device_by_id.get(device_id) if _is_int(device_id) else None
+        device = next((d for d in self._all_devices if d.id == device_id), None) if _is_int(device_id) else None
         if device is None:
             raise InvalidArgument(f"No matching device found for device_id {device_id}")
         return device
@@ -119,14 +134,14 @@ class CpuClient(Client):
         return self._topology
 
     def default_device_assignment(self, num_replicas: int, num_partitions: int) -> tuple[tuple[int, ...], ...]:
-        return default_assignment(num_replicas, num_partitions, len(self._devices))
+        return default_assignment(num_replicas, num_partitions, len(self._all_devices))
 
     # -- compilation -----------------------------------------------------------------------------
 
     def compile(self, program: Program, options: CompileOptions | bytes | None = None) -> LoadedExecutable:
         self._check_alive("PJRT_Client_Compile")
         options = _compile_options(options)
-        executable = compile_program(self._compiler, program, options, len(self._devices))
+        executable = compile_program(self._compiler, program, options, len(self._all_devices))
         return self._load(executable)
 
     def deserialize_and_load(self, serialized: bytes) -> LoadedExecutable:
@@ -148,9 +163,9 @@ class CpuClient(Client):
         replicas, partitions = executable._num_replicas, executable._num_partitions
         assignment = executable._assignment
         if assignment is None:
-            assignment = default_assignment(replicas, partitions, len(self._devices))
+            assignment = default_assignment(replicas, partitions, len(self._all_devices))
         else:
-            _check_assignment(assignment, replicas, partitions, self._device_by_id)
+            _check_assignment(assignment, replicas, partitions, self._node_of_device)
         flops, accessed = cost_figures(executable._program, executable._inputs, executable._outputs)
         # A program with a loop that may run long or forever runs on the worker even when its
         # cost figures say cheap (they count a loop body once), so that execute returns and

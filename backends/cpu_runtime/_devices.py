@@ -168,6 +168,37 @@ class CpuDevice(Device):
         return f"<CpuDevice {self._label}>"
 
 
+class RemoteCpuDevice(Device):
+    """A device of another process of the job: known by its description, not addressable here."""
+
+    __slots__ = ("_description", "__weakref__")
+
+    def __init__(self, description: CpuDeviceDescription) -> None:
+        self._description = description
+
+    @property
+    def id(self) -> int:
+        return self._description._id
+
+    def get_description(self) -> DeviceDescription:
+        return self._description
+
+    def is_addressable(self) -> bool:
+        return False
+
+    def local_hardware_id(self) -> int:
+        return -1
+
+    def addressable_memories(self) -> list[Memory]:
+        return []
+
+    def get_attributes(self) -> dict[str, Any]:
+        return self._description.attributes()
+
+    def __repr__(self) -> str:
+        return f"<RemoteCpuDevice {self._description.debug_string()} of process {self._description.process_index()}>"
+
+
 class _Worker:
     """One thread running a device's work in submission order. Tasks never raise into it."""
 

@@ -28,6 +28,7 @@ not reusable in place.
 
 from __future__ import annotations
 
+import itertools
 import json
 import struct
 import sys
@@ -56,6 +57,7 @@ from pjrt_hub.abi import (
 
 from ._buffers import DONATED, LIVE, CpuBuffer, Layout, Pending, layout_of
 from ._cancel import CancelFlag, watch
+from ._collectives import CollectiveRun, Participant, participating
 from ._events import READY, CpuEvent, as_pjrt_error, failed_event
 from .compiler import CompiledProgram
 
@@ -114,7 +116,7 @@ class CpuExecutable(Executable):
     """``PJRT_Executable``: a compiled program with its replica and partition counts."""
 
     __slots__ = ("_program", "_compiler_name", "_num_replicas", "_num_partitions", "_assignment",
-                 "_code", "_inputs", "_outputs", "_aliases", "_donated", "_cost", "__weakref__")
+                 "_code", "_inputs", "_outputs", "_aliases", "_donated", "_cost", "_collectives", "__weakref__")
 
     def __init__(self, program: CompiledProgram, *, compiler_name: str, num_replicas: int = 1,
                  num_partitions: int = 1, device_assignment: tuple[tuple[int, ...], ...] | None = None,
@@ -130,6 +132,9 @@ class CpuExecutable(Executable):
         self._outputs = _layouts(program.outputs, "output", name)
         self._aliases, self._donated = _donation_of(program, self._inputs, self._outputs)
         self._cost: dict[str, Any] | None = None
+        #: The program meets other processes (collectives, replica_id): its launches must run
+        #: concurrently, each knowing which process it is.
+        self._collectives = bool(getattr(program, "uses_collectives", False))
 
     @property
     def program(self) -> CompiledProgram:
@@ -286,7 +291,7 @@ class _Launch:
     """One device's share of an execution, from argument checks to outputs."""
 
     __slots__ = ("device", "replica", "buffers", "arrays", "pending", "held", "out", "out_pending",
-                 "out_accounted", "out_release", "error", "cancel")
+                 "out_accounted", "out_release", "error", "cancel", "participant")
 
     def __init__(self, device: "CpuDevice", replica: int, buffers: Sequence[CpuBuffer]) -> None:
         self.device = device
@@ -305,6 +310,8 @@ class _Launch:
         self.error: PjrtError | None = None
         #: Shared by the launches of one execute call; None: nothing can stop this launch.
         self.cancel: CancelFlag | None = None
+        #: Which process of a collective execution this launch is (None: no collectives).
+        self.participant: Participant | None = None
 
 
 class CpuLoadedExecutable(LoadedExecutable):
@@ -312,15 +319,18 @@ class CpuLoadedExecutable(LoadedExecutable):
 
     __slots__ = ("_executable", "_client", "_assignment", "_devices", "_deleted", "_name", "_program",
                  "_inputs", "_outputs", "_num_inputs", "_reuse", "_donated", "_inline", "_fast",
-                 "_cancellable", "_running", "__weakref__")
+                 "_cancellable", "_running", "_collectives", "_flat_ids", "_runs", "_node_of_flat", "_spans",
+                 "__weakref__")
 
     def __init__(self, executable: CpuExecutable, client: "CpuClient",
                  assignment: tuple[tuple[int, ...], ...], inline: bool) -> None:
         self._executable = executable
         self._client = client
         self._assignment = assignment
-        # Argument list i runs on addressable device i: replica-major, partition-minor.
-        self._devices = tuple(client._device_by_id[d] for row in assignment for d in row)
+        # Argument list i runs on addressable device i: replica-major, partition-minor. In a job of
+        # several processes only this process's devices of the assignment are addressable.
+        flat_devices = [d for row in assignment for d in row]
+        self._devices = tuple(client._device_by_id[d] for d in flat_devices if d in client._device_by_id)
         self._deleted = False
         self._name = executable._program.name
         self._program = executable._program
@@ -330,11 +340,18 @@ class CpuLoadedExecutable(LoadedExecutable):
         self._reuse = executable._aliases
         self._donated = tuple(sorted(executable._donated))
         self._inline = inline
-        self._fast = inline and not self._donated and len(self._devices) == 1
+        self._fast = inline and not self._donated and len(self._devices) == 1 and len(flat_devices) == 1
         #: The program reads a cancel flag in its loops (``run(..., cancel=flag)``).
         self._cancellable = bool(getattr(self._program, "cancellable", False))
         #: Cancel flags of the executions not finished yet -> launches still to finish.
         self._running: dict[CancelFlag, int] = {}
+        self._collectives = executable._collectives
+        # Flattened process id (replica * num_partitions + partition) of each device's launch,
+        # and the OS process (node) running each flattened id.
+        self._flat_ids = tuple(f for f, d in enumerate(flat_devices) if d in client._device_by_id)
+        self._node_of_flat = tuple(client._node_of_device.get(d, 0) for d in flat_devices)
+        self._spans = len(set(self._node_of_flat)) > 1
+        self._runs = itertools.count()
 
     # -- metadata --------------------------------------------------------------------------------
 
@@ -405,10 +422,21 @@ class CpuLoadedExecutable(LoadedExecutable):
             for launch in launches:
                 self._take(launch, non_donatable)
             inline = self._inline and not any(launch.pending or launch.out_pending for launch in launches)
-            if timeout is not None or self._cancellable or not inline:
+            meets = self._collectives and (len(launches) > 1 or self._spans) and execute_device is None
+            if meets:
+                self._join(launches, options)
+            if timeout is not None or self._cancellable or not inline or meets:
                 self._arm(launches, timeout)
-            if not inline and client._asynchronous:
-                return self._submit(launches)
+            if meets or (not inline and client._asynchronous):
+                # Processes that meet at collectives must run at once, each on its device's thread.
+                result = self._submit(launches)
+                if not client._asynchronous:
+                    for event in result.device_complete_events:
+                        try:
+                            event.await_()
+                        except PjrtError:
+                            pass
+                return result
         outputs, events = [], []
         for launch in launches:
             buffers, event = self._run_inline(launch)
@@ -652,6 +680,18 @@ class CpuLoadedExecutable(LoadedExecutable):
             reusable.append(sys.getrefcount(results[index]) <= _EXCLUSIVE_REFS)
         return results, reusable
 
+    def _join(self, launches: list[_Launch], options: ExecuteOptions | None) -> None:
+        """Make the launches processes of one collective run."""
+        executable = self._executable
+        launch_id = options.launch_id if options is not None and options.launch_id else next(self._runs)
+        nodes = self._node_of_flat
+        run = CollectiveRun((id(self), launch_id), executable._num_replicas, executable._num_partitions,
+                            self._flat_ids, hub=self._client._rendezvous,
+                            timeout=self._client._collective_timeout, process_of=nodes.__getitem__,
+                            engine=self._client._engine if self._spans else None)
+        for launch, flat in zip(launches, self._flat_ids):
+            launch.participant = Participant(run, flat)
+
     def _give_back(self, launch: _Launch) -> list[Any]:
         """Release the holds; returns the release hooks now due. Caller holds the client's lock."""
         hooks = []
@@ -664,7 +704,10 @@ class CpuLoadedExecutable(LoadedExecutable):
 
     def _compute(self, launch: _Launch) -> tuple[list[np.ndarray], list[bool], PjrtError | None]:
         """Wait for inputs still being computed, then run; an error is returned, not raised."""
+        participant = launch.participant
         if launch.error is not None:
+            if participant is not None:
+                participant.run.fail(participant.flat, launch.error)
             return [], [], launch.error
         cancel = launch.cancel
         try:
@@ -676,14 +719,22 @@ class CpuLoadedExecutable(LoadedExecutable):
                 if source.reusable[position]:  # type: ignore[index]
                     launch.out[index] = source.results[position]  # type: ignore[index]
             if cancel is not None and cancel.reason is not None:
-                return [], [], cancel.reason
-            results, reusable = self._run_program(launch.arrays, launch.out, cancel)
+                raise cancel.reason
+            if participant is None:
+                results, reusable = self._run_program(launch.arrays, launch.out, cancel)
+            else:
+                with participating(participant):
+                    results, reusable = self._run_program(launch.arrays, launch.out, cancel)
             return results, reusable, None
         except Exception as exc:  # noqa: BLE001 - an execution error goes onto the event
             if cancel is not None and cancel.reason is not None:
                 # Whatever the program raised when it saw the flag, the reason is the flag's.
-                return [], [], cancel.reason
-            return [], [], as_pjrt_error(exc, f"{self._name} on {launch.device._label}")
+                error = cancel.reason
+            else:
+                error = as_pjrt_error(exc, f"{self._name} on {launch.device._label}")
+            if participant is not None:
+                participant.run.fail(participant.flat, error)
+            return [], [], error
 
     def _run_inline(self, launch: _Launch) -> tuple[list[CpuBuffer], CpuEvent]:
         results, reusable, error = self._compute(launch)

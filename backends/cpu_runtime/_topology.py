@@ -50,19 +50,20 @@ def _attributes(values: Mapping[str, Any] | None) -> dict[str, Any]:
 class CpuDeviceDescription(DeviceDescription):
     """``PJRT_DeviceDescription`` of one CPU device."""
 
-    __slots__ = ("_id", "_platform_name", "_attributes")
+    __slots__ = ("_id", "_platform_name", "_attributes", "_process_index")
 
     def __init__(self, device_id: int, platform_name: str = "cpu",
-                 attributes: Mapping[str, Any] | None = None) -> None:
+                 attributes: Mapping[str, Any] | None = None, process_index: int = 0) -> None:
         self._id = device_id
         self._platform_name = platform_name
         self._attributes = _attributes(attributes)
+        self._process_index = process_index
 
     def id(self) -> int:
         return self._id
 
     def process_index(self) -> int:
-        return 0
+        return self._process_index
 
     def attributes(self) -> dict[str, Any]:
         return dict(self._attributes)
@@ -96,13 +97,16 @@ class CpuTopologyDescription(TopologyDescription):
 
     def __init__(self, num_devices: int, *, platform_name: str = "cpu", platform_version: str = "",
                  attributes: Mapping[str, Any] | None = None,
-                 device_attributes: Mapping[str, Any] | None = None) -> None:
+                 device_attributes: Mapping[str, Any] | None = None, first_id: int = 0,
+                 process_index: int = 0) -> None:
         if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
             raise InvalidArgument(f"a CPU topology needs a positive number of devices, got {num_devices!r}")
         self._data = _TopologyData(platform_name, platform_version, num_devices,
                                    _attributes(attributes), _attributes(device_attributes))
+        # In a job of several processes, device ids are global: this process's start at first_id.
         self._descriptions = tuple(
-            CpuDeviceDescription(i, platform_name, self._data.device_attributes) for i in range(num_devices)
+            CpuDeviceDescription(first_id + i, platform_name, self._data.device_attributes, process_index)
+            for i in range(num_devices)
         )
 
     @property

@@ -105,6 +105,8 @@ class GeneratedFunction:
     #: The entry takes a last parameter, the runtime's cancel flag (:mod:`.cancel`): the
     #: function has a ``while`` loop, which reads it every iteration.
     cancellable: bool = False
+    #: Other functions the entry calls (source with ``def``), compiled without ``parallel``.
+    helpers: list[str] = field(default_factory=list)
 
 
 def _tuple(parts: Sequence[str]) -> str:
@@ -208,6 +210,8 @@ class Lowering:
         self._views: dict = {}
         self._view_scopes: dict = {}
         self._cancellable = False
+        #: Functions of the module besides the entry (rules add them: collective calls).
+        self.helpers: list[str] = []
 
     # ---- names and globals ----
 
@@ -520,7 +524,7 @@ class Lowering:
             params.append(CANCEL_FLAG)
         src = [f"def {entry}({', '.join(params)}):", *body]
         return GeneratedFunction("\n".join(src), entry, self.parallel, tuple(in_kinds), tuple(out_kinds),
-                                 dict(self.globals), kernels, self._cancellable)
+                                 dict(self.globals), kernels, self._cancellable, list(self.helpers))
 
     def _extract_kernel(self, scope: Scope, kernels: list[str]) -> str:
         """Move a parallel loop nest into a function of its own and return the call.

@@ -124,6 +124,9 @@ class NumbaProgram:
         self.outputs = tuple(TensorSpec(tuple(s), _dtype_from_name(d)) for s, d in meta["outputs"])
         self.aliases: Mapping[int, int] = {int(k): int(v) for k, v in meta["aliases"].items()}
         self._cost = dict(meta["cost"])
+        self.num_replicas = int(meta.get("num_replicas", 1))
+        self.num_partitions = int(meta.get("num_partitions", 1))
+        self.uses_collectives = bool(meta.get("uses_collectives", False))
         self._entry = module.entry
         # 16-bit floats travel as uint16 bit patterns through the numba function.
         self._narrow_in = tuple(i for i, s in enumerate(self.inputs) if _is_narrow(s.dtype))
@@ -218,7 +221,7 @@ class NumbaCompiler:
         Meant for plugin/client creation."""
         from numba.core.registry import cpu_target
 
-        from . import kernels, rules, support  # noqa: F401
+        from . import collective_rules, kernels, rules, support  # noqa: F401
 
         cpu_target.target_context.refresh()
         cpu_target.typing_context.refresh()
@@ -264,7 +267,7 @@ class NumbaCompiler:
     def _generate(self, text: str, lopts) -> str:
         from pjrt_hub.backends.stablehlo import parse_module
 
-        from . import kernels, rules  # noqa: F401  (register the op rules)
+        from . import collective_rules, kernels, rules  # noqa: F401  (register the op rules)
         from .codegen import Lowering
         from .inline import inline_calls
         from .module import render_module

@@ -88,8 +88,14 @@ def render_module(module: Module, fn: Function, gen: GeneratedFunction) -> str:
 
     inputs = [(tuple(a.type.shape), str(element_dtype(a.type.element_type))) for a in fn.args]
     outputs = [(tuple(t.shape), str(element_dtype(t.element_type))) for t in fn.result_types]
+    from pjrt_hub.backends.stablehlo.collectives import uses_collectives
+
+    collectives = uses_collectives(module)
     meta = {
         "name": module.name or "main",
+        "num_replicas": module.num_replicas,
+        "num_partitions": module.num_partitions,
+        "uses_collectives": collectives,
         "inputs": inputs,
         "outputs": outputs,
         "aliases": output_aliases(module, fn),
@@ -113,12 +119,20 @@ def render_module(module: Module, fn: Function, gen: GeneratedFunction) -> str:
         "from pjrt_hub.backends.numba_cpu.support import *  # noqa: F401,F403",
         *(["from pjrt_hub.backends.numba_cpu.cancel import Cancelled, cancel_requested  # noqa: F401"]
           if gen.cancellable else []),
+        *(["from pjrt_hub.backends.numba_cpu.collective_support import *  # noqa: F401,F403",
+           "import warnings as _warnings",
+           "from numba.core.errors import NumbaWarning as _NumbaWarning",
+           # objmode blocks hold the GIL by nature; numba warns about it on every compile.
+           "_warnings.filterwarnings('ignore', message='.*object mode.*', category=_NumbaWarning)"]
+          if collectives else []),
         "",
         f"META = {meta!r}",
         "",
     ]
     for name, text in gen.globals.items():
         lines.append(f"{name} = {text}")
+    for helper in gen.helpers:
+        lines += ["", "", "@njit(cache=True, error_model='numpy', nogil=True)", helper]
     for kernel in gen.kernels:
         lines += ["", "", "@njit(cache=True, error_model='numpy', nogil=True, parallel=True)", kernel]
     lines += [

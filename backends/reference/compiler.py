@@ -19,6 +19,8 @@ from pjrt_hub.abi import CompileError, CompileOptions, InvalidArgument
 from pjrt_hub.abi.compile_options import decode_compile_options, encode_compile_options
 from pjrt_hub.backends.cpu_runtime.compiler import TensorSpec
 from pjrt_hub.backends.stablehlo import Function, Module, Op, TensorType, output_aliases, parse_module, verify
+from pjrt_hub.backends.stablehlo.collectives import uses_collectives
+from pjrt_hub.backends.stablehlo.sharding import check_partitionable
 
 from pjrt_hub.backends.stablehlo.loops import unbounded_loops
 
@@ -50,12 +52,10 @@ class ReferenceCompiler:
         text = _text(code)
         opts = decode_compile_options(options)
         module = verify(parse_module(text))
-        # Replicas run the same program on their own arguments (the runtime gives each device its
-        # list); partitions would need sharding propagation, which the interpreter does not do.
-        if opts.num_partitions != 1 or module.num_partitions != 1:
-            raise CompileError(
-                f"the reference backend does not partition programs; asked for "
-                f"{max(opts.num_partitions, module.num_partitions)} partitions")
+        # Replicas and partitions run the same program on their own arguments (the runtime
+        # gives each device its list), meeting at collectives: a program already partitioned
+        # by hand. One whose arrays carry shardings to propagate is another matter.
+        check_partitionable(module, max(opts.num_partitions, module.num_partitions), "reference")
         return ReferenceProgram(text, opts, module)
 
     def deserialize(self, data: bytes) -> "ReferenceProgram":
@@ -84,6 +84,9 @@ class ReferenceProgram:
     cancellable: bool = field(init=False)
     #: One of its loops is not a short counted loop: the runtime never runs it inline.
     unbounded_loops: bool = field(init=False)
+    num_replicas: int = field(init=False)
+    num_partitions: int = field(init=False)
+    uses_collectives: bool = field(init=False)
 
     def __post_init__(self) -> None:
         main = self.module.main
@@ -91,6 +94,9 @@ class ReferenceProgram:
         self.inputs = tuple(_spec(t, f"argument {i} of @{main.name}") for i, t in enumerate(main.arg_types))
         self.outputs = tuple(_spec(t, f"result {i} of @{main.name}") for i, t in enumerate(main.result_types))
         self.aliases = output_aliases(self.module)
+        self.num_replicas = self.module.num_replicas
+        self.num_partitions = self.module.num_partitions
+        self.uses_collectives = uses_collectives(self.module)
         digest = hashlib.sha256()
         digest.update(encode_compile_options(self.options))
         digest.update(b"\0")

@@ -213,6 +213,8 @@ def _vectorizable(block: Block) -> bool:
 
 # -- ops with regions -------------------------------------------------------------------------
 
+from . import collectives  # noqa: E402,F401 - importing registers the collective ops
+
 @register("func.call")
 def _call(ctx: Execution, op: Op, *args):
     return Results(ctx.call(op.attributes["callee"].name, args))

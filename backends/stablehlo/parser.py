@@ -250,6 +250,8 @@ class _Parser:
         self._alias_busy: set[str] = set()
         self._resources: dict[str, bytes] = {}
         _check_nesting(self.cur)
+        #: ``sdy.mesh`` definitions of the module: name -> ``<...>`` text.
+        self._meshes: dict[str, str] = {}
         self._prescan()
         self._pretty: dict[str, Callable[[str, int], _OpParts]] = self._pretty_table()
 
@@ -369,6 +371,8 @@ class _Parser:
                 attrs = self.parse_attribute_dict()
             functions = self._parse_module_region()
         location = self._optional_location()
+        if self._meshes:
+            attrs["sdy.meshes"] = frozen_mapping(self._meshes)
         return Module(name, frozen_mapping(self._functions_by_name(functions, start)),
                       frozen_mapping(attrs), location)
 
@@ -391,9 +395,29 @@ class _Parser:
                 raise cur.expected("'}' to close the module body")
             if cur.peek_keyword("func.func") or cur.peek('"func.func"'):
                 functions.append(self._parse_function_op())
+            elif cur.peek_keyword("sdy.mesh"):
+                self._parse_sdy_mesh()
             else:
-                raise cur.expected("a function ('func.func') in the module body")
+                raise cur.expected("a function ('func.func') or an 'sdy.mesh' in the module body")
         return functions
+
+    def _parse_sdy_mesh(self) -> None:
+        """``sdy.mesh @name = <["x"=4, "y"=2], device_ids=[...]> {attrs}``: kept, as written, in
+        the module attribute ``sdy.meshes`` (name -> text of the mesh), for the SPMD splitter."""
+        cur = self.cur
+        start = cur.pos
+        cur.expect_keyword("sdy.mesh")
+        name = cur.symbol()
+        if name is None:
+            raise cur.expected("a mesh name like '@mesh'")
+        cur.expect("=", "'=' after the mesh name")
+        body = cur.balanced("<", ">")
+        if cur.peek("{"):
+            self.parse_attribute_dict()
+        self._optional_location()
+        if name in self._meshes:
+            raise cur.error(f"sdy.mesh @{name} is defined twice", start)
+        self._meshes[name] = body
 
     # -- functions ---------------------------------------------------------------------------
 
@@ -1269,6 +1293,8 @@ class _Parser:
             "stablehlo.composite": self._p_composite,
             "stablehlo.get_dimension_size": self._p_get_dimension_size,
             "chlo.top_k": self._p_top_k,
+            "sdy.manual_computation": self._p_manual_computation,
+            "sdy.return": self._p_return,
         }
         return table
 
@@ -1686,6 +1712,42 @@ class _Parser:
         elif uses:
             raise cur.expected(f"':' and the types of the values {name} returns")
         return _OpParts(name, uses, types, [], attrs)
+
+    def _p_manual_computation(self, name: str, pos: int) -> _OpParts:
+        """``sdy.manual_computation(%x) in_shardings=[...] out_shardings=[...] manual_axes={...}
+        (%arg: type) { body } : (types) -> types``. The shardings are kept as written
+        (attributes ``in_shardings``, ``out_shardings``, ``manual_axes``: str)."""
+        cur = self.cur
+        cur.expect("(", "'(' before the operands of sdy.manual_computation")
+        uses, trailing = self._parse_uses()
+        if trailing:
+            raise cur.expected("an operand after ','")
+        cur.expect(")")
+        attrs: dict[str, Any] = {}
+        for key in ("in_shardings", "out_shardings", "manual_axes"):
+            cur.expect_keyword(key)
+            cur.expect("=", f"'=' after {key}")
+            attrs[key] = cur.balanced("{" if key == "manual_axes" else "[", "}" if key == "manual_axes" else "]")
+        cur.expect("(", "'(' before the body's arguments")
+        specs: list[tuple[str, Type, int]] = []
+        if not cur.accept(")"):
+            while True:
+                apos = cur.pos
+                arg = cur.value_id()
+                if arg is None:
+                    raise cur.expected("a body argument like '%arg1: tensor<2xf32>'")
+                cur.expect(":")
+                specs.append((arg, self.parse_value_type(), apos))
+                if cur.accept(")"):
+                    break
+                cur.expect(",", "',' or ')' in the body's arguments")
+        body = self._parse_region(specs)
+        attrs.update(self._opt_attr_dict())
+        cur.expect(":", "':' and the type of sdy.manual_computation")
+        fn = self.parse_type()
+        if not isinstance(fn, FunctionType):
+            raise cur.error("sdy.manual_computation: expected a function type like '(A) -> (B)'")
+        return _OpParts(name, uses, list(fn.inputs), list(fn.results), attrs, [body])
 
     def _p_call(self, name: str, pos: int) -> _OpParts:
         cur = self.cur

@@ -87,7 +87,7 @@ def _verify_block(block: Block, defined: set[int], module: Module, fn: Function,
         if op.name.endswith(".return") and not is_last:
             raise CompileError(f"{op.describe()} in @{fn.name}: return before the end of its block")
         if is_last and op.name != terminator and not (
-                terminator == "stablehlo.return" and op.name in ("stablehlo.return", "chlo.return", "mhlo.return")):
+                terminator == "stablehlo.return" and op.name in ("stablehlo.return", "chlo.return", "mhlo.return", "sdy.return")):
             raise CompileError(f"{op.describe()} in @{fn.name}: a block must end with {terminator}")
         for region in op.regions:
             # Regions see everything defined so far; their own values stay inside.
@@ -697,7 +697,26 @@ def _check_optimization_barrier(op: Op, module: Module) -> None:
         _fail("results must have the operands' types")
 
 
+def _collective_check(check: Callable[[Op], None]) -> Callable[[Op, Module], None]:
+    from . import collectives
+
+    def run(op: Op, module: Module) -> None:
+        try:
+            check(op)
+        except collectives._Invalid as exc:
+            _fail(str(exc))
+
+    return run
+
+
+def _collective_checks() -> dict[str, Callable[[Op, Module], None]]:
+    from .collectives import CHECKS
+
+    return {name: _collective_check(check) for name, check in CHECKS.items()}
+
+
 _CHECKS: dict[str, Callable[[Op, Module], None]] = {
+    **_collective_checks(),
     **{name: _check_unary for name in _UNARY_SAME},
     **{name: _check_binary for name in _BINARY_SAME},
     "stablehlo.abs": _check_abs,

@@ -721,6 +721,8 @@ class ToyApi(Api):
 TOY_LIMITATIONS = (
     Limitation("the toy compiler knows only elementwise add/subtract/multiply/maximum/minimum/"
                "negate/abs, constant and convert; the corpus programs need more", ("execute/corpus_*",)),
+    Limitation("the toy compiler runs no collective op (all_reduce, all_gather, replica_id...)",
+               ("collectives/*",)),
 )
 
 

@@ -4,6 +4,7 @@ from . import (  # noqa: F401 - imported for registration
     abi,
     buffers,
     client,
+    collectives,
     compile,
     devices,
     events,

@@ -4,7 +4,7 @@ serialization, output buffers, cost analysis and compile-time errors."""
 import numpy as np
 import pytest
 
-from pjrt_hub.abi import CompileError, CompileOptions, InvalidArgument, ParseError, UnsupportedOpError
+from pjrt_hub.abi import CompileError, CompileOptions, InvalidArgument, ParseError, Unimplemented, UnsupportedOpError
 from pjrt_hub.backends.cpu_runtime.compiler import CompiledProgram, ProgramCompiler, TensorSpec
 from pjrt_hub.backends.reference import ReferenceCompiler, supported_ops
 
@@ -105,8 +105,13 @@ def test_parse_and_verify_errors_surface_from_compile():
     bad = "func.func @main(%a: tensor<2xf32>) -> tensor<3xf32> {\n  return %a : tensor<2xf32>\n}"
     with pytest.raises(CompileError, match="declared to return"):
         ReferenceCompiler().compile(bad, CompileOptions())
-    with pytest.raises(CompileError, match="does not partition"):
-        ReferenceCompiler().compile(DONATING, CompileOptions(num_partitions=2))
+    # A program partitioned by hand runs as it is on each partition; one whose arrays carry
+    # shardings to propagate needs an SPMD partitioner, which is named as missing.
+    assert ReferenceCompiler().compile(DONATING, CompileOptions(num_partitions=2)) is not None
+    sharded = DONATING.replace("%x: tensor<2x4xf32>", '%x: tensor<2x4xf32> {mhlo.sharding = "{devices=[2,1]<=[2]}"}', 1)
+    assert sharded != DONATING
+    with pytest.raises(Unimplemented, match="sharding propagation"):
+        ReferenceCompiler().compile(sharded, CompileOptions(num_partitions=2))
     # replicas are the runtime's business: each device runs the same program on its arguments
     assert ReferenceCompiler().compile(DONATING, CompileOptions(num_replicas=2)) is not None
 

@@ -1,0 +1,86 @@
+"""``pjrt-hub launch``: start a job of P processes on this host, the way ``torchrun`` does.
+
+The launcher runs the job's store (loopback, random token) and starts the processes under
+MPICH's ``mpiexec`` when mpi4py and MPICH are installed (``pjrt-hub[distributed]``), else as
+plain subprocesses (then only collectives within a process work). ``mpiexec`` is told not to
+kill the job when one process dies: the store notices the dead process and the others fail
+their collectives with an error naming it, then exit; the launcher reports every exit.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from . import ENV_DEVICES, ENV_RANK, ENV_SIZE, ENV_STORE, ENV_TIMEOUT, ENV_TOKEN
+from ._store import FAILED_KEY, StoreServer, new_token
+
+__all__ = ["launch", "mpiexec_path"]
+
+
+def mpiexec_path() -> str | None:
+    """MPICH's launcher next to this Python (the ``mpich`` wheel's), if mpi4py is importable too.
+
+    The ``gforker`` process manager is preferred: when one process dies it interrupts the others
+    (SIGINT) rather than killing them, which gives them the time to name the dead one (see
+    :func:`pjrt_hub.distributed.initialize`); hydra kills them outright."""
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return None
+    for name in ("mpiexec.gforker", "mpiexec"):
+        here = Path(sys.executable).parent / name
+        if here.exists():
+            return str(here)
+    return shutil.which("mpiexec")
+
+
+def launch(command: Sequence[str], processes: int, *, devices_per_process: int = 1, timeout: float = 60.0,
+           host: str = "127.0.0.1", use_mpi: bool | None = None, out=sys.stderr) -> int:
+    """Run ``command`` as ``processes`` processes of one job; the exit status of the job."""
+    token = new_token()
+    server = StoreServer(token, host=host).start()
+    env = dict(os.environ)
+    env.update({ENV_STORE: server.address, ENV_TOKEN: token, ENV_SIZE: str(processes),
+                ENV_DEVICES: str(devices_per_process), ENV_TIMEOUT: str(timeout)})
+    mpiexec = mpiexec_path() if use_mpi is not False else None
+    if use_mpi and mpiexec is None:
+        print("pjrt-hub launch: --mpi needs mpi4py and MPICH: pip install 'pjrt-hub[distributed]'", file=out)
+        return 2
+    try:
+        if mpiexec is not None:
+            # Hydra would kill every process when one dies; leave that to the job (the store
+            # names the dead process to the others) so that every survivor says what happened.
+            extra = [] if mpiexec.endswith("gforker") else ["-disable-auto-cleanup", "-bind-to", "none"]
+            argv = [mpiexec, "-n", str(processes), *extra, *command]
+            child = subprocess.Popen(argv, env=env)
+            code = child.wait()
+        else:
+            children = []
+            for rank in range(processes):
+                children.append(subprocess.Popen(list(command), env={**env, ENV_RANK: str(rank)}))
+            codes = [c.wait() for c in children]
+            for rank, c in enumerate(codes):
+                if c:
+                    why = f"killed by {signal.Signals(-c).name}" if c < 0 else f"exit status {c}"
+                    print(f"pjrt-hub launch: rank {rank} failed ({why})", file=out)
+            code = next((c for c in codes if c), 0)
+    except KeyboardInterrupt:
+        code = 130
+    finally:
+        failed = server.value(FAILED_KEY)
+        if failed:
+            print(f"pjrt-hub launch: {failed.decode(errors='replace')}", file=out)
+            # gforker reports 0 for processes it had to signal: the job failed all the same.
+            code = code or 1
+        for why in server.refused:
+            print(f"pjrt-hub launch: the store refused a stranger: {why}", file=out)
+        server.close()
+    if code < 0:
+        code = 128 - code
+    return code
