@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -155,21 +155,27 @@ def corpus_fingerprint() -> str:
     return hashlib.sha256(_manifest_text().encode()).hexdigest()[:16]
 
 
-def elementwise(name: str, element: str, shape: tuple[int, ...], arity: int,
-                results: "list[tuple[str, tuple[int, ...]]]") -> str:
-    """A program of ``arity`` arguments of one type whose results are single elementwise ops on
-    them: ``results=[("add", (0, 1)), ("negate", (0,))]`` returns ``(a + b, -a)``. Each result is
-    one op on the arguments, so what comes back is that op's result, rounded once to the type."""
-    t = tensor(shape, element)
-    params = ", ".join(f"%arg{i}: {t}" for i in range(arity))
-    lines, names = [], []
-    for index, (op, operands) in enumerate(results):
-        args = ", ".join(f"%arg{i}" for i in operands)
-        lines.append(f"    %{index} = stablehlo.{op} {args} : {t}\n")
+def elementwise(name: str, params: Sequence[str], steps: Sequence[tuple[str, tuple[int, ...]]],
+                results: Sequence[int] | None = None) -> str:
+    """A straight line of elementwise ops: ``params`` are the argument types (``tensor<4xi8>``),
+    value ``i`` is argument ``i`` for ``i < len(params)`` and step ``i - len(params)`` after, and
+    each step ``(op, operands)`` is one StableHLO op on earlier values, of its first operand's
+    type. ``results`` picks the values returned (default: every step). With one op per result,
+    what comes back is that op's result, rounded once to its type."""
+    types = list(params)
+    names = [f"%arg{i}" for i in range(len(params))]
+    lines = []
+    for index, (op, operands) in enumerate(steps):
+        t = types[operands[0]]
+        lines.append(f"    %{index} = stablehlo.{op} {', '.join(names[i] for i in operands)} : {t}\n")
+        types.append(t)
         names.append(f"%{index}")
-    outs = ", ".join(f"{t} {{jax.result_info = \"[{i}]\"}}" for i in range(len(results)))
-    return _module(name, (f"  func.func public @main({params}) -> ({outs}) {{\n" + "".join(lines)
-                          + f"    return {', '.join(names)} : {', '.join([t] * len(results))}\n  }}\n"))
+    chosen = list(range(len(params), len(types))) if results is None else list(results)
+    outs = ", ".join(f"{types[i]} {{jax.result_info = \"[{n}]\"}}" for n, i in enumerate(chosen))
+    args = ", ".join(f"{names[i]}: {types[i]}" for i in range(len(params)))
+    return _module(name, (f"  func.func public @main({args}) -> ({outs}) {{\n" + "".join(lines)
+                          + f"    return {', '.join(names[i] for i in chosen)} : {', '.join(types[i] for i in chosen)}\n"
+                          + "  }\n"))
 
 
 def slow_program(n: int = 1 << 18) -> str:

@@ -9,6 +9,7 @@ from . import (  # noqa: F401 - imported for registration
     events,
     execute,
     extensions,
+    numerics,
     plugin,
     topology,
     version,
