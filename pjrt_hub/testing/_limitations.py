@@ -65,7 +65,7 @@ _NO_MEMORY_DESCRIPTIONS = Limitation(
     "the client's devices and of its topology alike, though every CPU device has device, pinned_host "
     "and unpinned_host memories. Seen on API 0.81 (xla-cpu-pjrt 0.0.1), 0.106 "
     "(fastatomstruct-xla-cpu 2026.6.23) and 0.115 (lammps-jax-pjrt-cpu 0.11.2).",
-    ("extensions/MemoryDescriptions",))
+    ("extensions/MemoryDescriptions", "extensions/memory_descriptions_match_memories"))
 
 _DELETE_IS_A_NO_OP = Limitation(
     "XLA's CPU client does not delete executables: PJRT_LoadedExecutable_Delete calls "

@@ -308,9 +308,9 @@ class ToyBuffer(Buffer):
         return True
 
     def ready_event(self) -> Event:
-        if self.error is not None and not self._deleted:
-            return ToyEvent(error=self.error)
-        return ToyEvent()
+        if self._deleted:
+            return ToyEvent(error=FailedPrecondition(f"PJRT_Buffer_ReadyEvent: {DELETED}"))
+        return ToyEvent(error=self.error)
 
     def unsafe_pointer(self) -> int:
         return int(self._live("PJRT_Buffer_UnsafePointer").ctypes.data)
@@ -795,7 +795,7 @@ class ToyClient(Client):
         if dtype.itemsize != array.dtype.itemsize:
             raise InvalidArgument(f"element type {kind.name} does not match host dtype {array.dtype}")
         target, place = self._place(device, memory)
-        data = np.array(array, copy=True).view(dtype)
+        data = np.array(array, order="C", copy=True).view(dtype)  # dense row-major, as ToyLayouts says
         return HostTransfer(self.buffer_class(data, kind, target, place), ToyEvent())
 
     def create_uninitialized_buffer(self, dims: Sequence[int], element_type: BufferType, *,
@@ -816,6 +816,9 @@ class ToyClient(Client):
         except Exception as exc:  # noqa: BLE001 - the producer's own error says what is wrong
             raise InvalidArgument(f"PJRT_Client_CreateViewOfDeviceBuffer: cannot view {type(producer).__name__}: "
                                   f"{exc}") from None
+        if not array.flags.c_contiguous:
+            raise InvalidArgument("PJRT_Client_CreateViewOfDeviceBuffer: the toy views dense row-major memory only; "
+                                  f"the producer's array has strides {array.strides}")
         target, place = self._place(device, None)
         return self.buffer_class(array, from_numpy_dtype(array.dtype), target, place, on_delete=on_delete)
 

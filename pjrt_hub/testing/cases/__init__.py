@@ -7,6 +7,7 @@ from . import (  # noqa: F401 - imported for registration
     compile,
     concurrency,
     devices,
+    errors,
     events,
     execute,
     extensions,
