@@ -705,10 +705,13 @@ class ToyClient(Client):
     buffer_class: type[ToyBuffer] = ToyBuffer
     device_class: type[ToyDevice] = ToyDevice
     loaded_executable_class: type[ToyLoadedExecutable] = ToyLoadedExecutable
+    memory_class: type[ToyMemory] = ToyMemory
+    program_class: type[ToyProgram] = ToyProgram
 
     def __init__(self, num_devices: int = 2) -> None:
-        shared = ToyMemory(num_devices, "pinned_host", 1)
-        self.devices_list = [self.device_class(i, ToyMemory(i, "device", 0), shared) for i in range(num_devices)]
+        shared = self.memory_class(num_devices, "pinned_host", 1)
+        self.devices_list = [self.device_class(i, self.memory_class(i, "device", 0), shared)
+                             for i in range(num_devices)]
         self.memories = [d.memories[0] for d in self.devices_list] + [shared]
         self.devices_by_id = {d.description.id(): d for d in self.devices_list}
 
@@ -760,7 +763,7 @@ class ToyClient(Client):
         for row in assignment:
             for device_id in row:
                 self.lookup_device(device_id)
-        executable = ToyExecutable(ToyProgram(program.text()), decoded)
+        executable = ToyExecutable(self.program_class(program.text()), decoded)
         return self.loaded_executable_class(self, executable, tuple(tuple(r) for r in assignment))
 
     def deserialize_and_load(self, serialized: bytes) -> LoadedExecutable:
