@@ -397,7 +397,7 @@ def _overwrite_by_donation(ctx: PluginUnderTest, buffer, executable) -> None:
     ctx.fetch(outputs[0][0])
 
 
-@case("transfers")
+@case("transfers", timeout=120.0)
 def copy_to_device_is_independent(ctx: PluginUnderTest) -> None:
     """A copy made by PJRT_Buffer_CopyToDevice is a buffer of its own: it keeps its values when
     its source is donated (and its storage reused) or deleted, and the source when the copy is."""
@@ -418,7 +418,7 @@ def copy_to_device_is_independent(ctx: PluginUnderTest) -> None:
                                      f"expected {host.tolist()}")
 
 
-@case("transfers", min_api_minor=32)
+@case("transfers", min_api_minor=32, timeout=120.0)
 def copy_to_memory_is_independent(ctx: PluginUnderTest) -> None:
     """A copy made by PJRT_Buffer_CopyToMemory, into any memory of the device (its own included),
     keeps its values when its source is donated (and its storage reused) or deleted."""
@@ -482,7 +482,7 @@ def view_aliases_and_calls_its_deleter_once(ctx: PluginUnderTest) -> None:
                            "longer uses the memory")
 
 
-@case("transfers")
+@case("transfers", timeout=120.0)
 def dlpack_export_aliases(ctx: PluginUnderTest) -> None:
     """A buffer exported through DLPack shares its memory with the consumer (no copy, for a buffer
     in host memory), and the consumer's hold ends when the consumer is gone."""

@@ -135,7 +135,7 @@ def execute_deleted(ctx: PluginUnderTest) -> None:
     check(False, "executing a deleted executable succeeded")
 
 
-@case("compile")
+@case("compile", timeout=120.0)
 def same_module_name(ctx: PluginUnderTest) -> None:
     """Two programs that share a module name (JAX names every jit of a function ``f`` @jit_f) are
     two executables: each computes its own function, directly and after serialize/deserialize,

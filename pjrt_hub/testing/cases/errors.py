@@ -184,7 +184,7 @@ def _program(text: str) -> Any:
 def _misuse_case(misuse: Misuse) -> Case:
     codes = " or ".join(c.name for c in misuse.codes)
     return Case("errors", misuse.name, f"{misuse.description} fails with {codes}.", misuse.run,
-                min_api_minor=misuse.min_api_minor)
+                min_api_minor=misuse.min_api_minor, timeout=120.0)
 
 
 for _misuse in MISUSES:

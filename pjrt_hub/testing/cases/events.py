@@ -81,6 +81,8 @@ def on_ready_fires_once(ctx: PluginUnderTest) -> None:
 
 # -- work still pending ------------------------------------------------------------------------
 
+#: Seconds a case that compiles a program of its own may take (numba on a cold cache, a busy machine).
+COMPILING = 120.0
 #: Seconds the slow program is made to take on the plugin under test: long enough that work
 #: started now is still running when the case looks at it, short enough to keep the suite quick.
 PENDING_SECONDS = 0.3
@@ -158,7 +160,7 @@ def _first_difference(got: np.ndarray, expected: np.ndarray) -> str:
            f"{expected.reshape(-1)[index]!r}"
 
 
-@case("events")
+@case("events", timeout=COMPILING)
 def pending_execution(ctx: PluginUnderTest) -> None:
     """While an execution is still running, its output does not claim to be ready; a copy of that
     output to host started meanwhile holds the final values when (not after) its event fires;
@@ -198,7 +200,7 @@ def pending_execution(ctx: PluginUnderTest) -> None:
     check(_ready_soon(output.ready_event()), "the execution's event fired but its output is not ready")
 
 
-@case("events")
+@case("events", timeout=COMPILING)
 def pending_input(ctx: PluginUnderTest) -> None:
     """An execution given an input that another execution is still computing waits for it: it
     computes from the final values and completes after the input's producer."""
@@ -227,7 +229,7 @@ def pending_input(ctx: PluginUnderTest) -> None:
           f"final value: {_first_difference(got, expected)}")
 
 
-@case("events")
+@case("events", timeout=COMPILING)
 def execution_error_reaches_every_event_and_output(ctx: PluginUnderTest) -> None:
     """An error inside a running execution (here: an output too large to allocate) reaches its
     completion event and every output, the small one included; nothing hangs and no output

@@ -137,7 +137,7 @@ def unsupported_host_dtype(ctx: PluginUnderTest) -> None:
                  code=ErrorCode.INVALID_ARGUMENT, what="PJRT_Client_BufferFromHostBuffer of a unicode array")
 
 
-@case("execute")
+@case("execute", timeout=120.0)
 def execute_device(ctx: PluginUnderTest) -> None:
     """PJRT_LoadedExecutable_Execute with execute_device runs a one-device program on that device
     (its outputs are there, and right): the device it was compiled for, and another one where the

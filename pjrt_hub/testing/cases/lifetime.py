@@ -27,13 +27,13 @@ from pjrt_hub.abi import CompileOptions, ErrorCode, PjrtError, Program
 from .._case import case, check, skip
 from .._context import CALL_TIMEOUT, PluginUnderTest, describe
 from .._programs import donating_add_one, slow_program
-from .events import PENDING_SECONDS, SLOW_ELEMENTS, slow_work
+from .events import COMPILING, PENDING_SECONDS, SLOW_ELEMENTS, slow_work
 
 #: The codes with which a plugin may refuse to donate or delete a buffer that is referenced.
 REFUSALS = (ErrorCode.INVALID_ARGUMENT, ErrorCode.FAILED_PRECONDITION)
 
 
-@case("lifetime")
+@case("lifetime", timeout=COMPILING)
 def external_reference_holds_off_donation(ctx: PluginUnderTest) -> None:
     """While an external reference is held, executing a program that donates the buffer neither
     consumes nor overwrites it (the call is refused, or the input is kept); once released, the
@@ -100,7 +100,7 @@ def external_reference_holds_off_deletion(ctx: PluginUnderTest) -> None:
             buffer.decrease_external_reference_count()
 
 
-@case("lifetime", timeout=90.0)
+@case("lifetime", timeout=COMPILING + 60.0)
 def client_destroyed_with_queued_work(ctx: PluginUnderTest) -> None:
     """PJRT_Client_Destroy with executions still queued finishes or fails them: the event of each,
     and of a copy to host of its output, fires exactly once; a copy that succeeds holds the result."""
