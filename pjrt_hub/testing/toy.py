@@ -1,7 +1,9 @@
 """A tiny but complete Python plugin, the conformance suite's own subject.
 
 Every call of the binding up to 0.105 is here, over numpy arrays in host memory, with a compiler
-that knows a handful of elementwise StableHLO ops and nothing else. It is small enough to read in
+that knows a handful of elementwise StableHLO ops (with the numerics StableHLO gives them: integer
+wraparound, truncating division, IEEE-754 maximum and minimum) and nothing else. It runs every
+program before ``Execute`` returns, so the cases that observe pending work skip on it. It is small enough to read in
 one sitting, so a plugin author can see what the suite expects, and light enough (numpy only) that
 the suite, the compatibility matrix and their tests can run without numba or a C plugin.
 
