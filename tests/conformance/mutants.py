@@ -604,6 +604,20 @@ def _outputs_on_device_zero(self: ToyLoadedExecutable, *args: Any, **kwargs: Any
     return result
 
 
+def _launch_loop_reads_the_first_list(self: ToyLoadedExecutable, argument_lists: Any, options: Any = None,
+                                      execute_device: Any = None) -> Any:
+    """Each device's launch reads argument_lists[0]: every replica computes replica 0's inputs."""
+    outputs, events = [], []
+    for index, arguments in enumerate(argument_lists):
+        result = ToyLoadedExecutable.execute(self, [argument_lists[0]], options, self.devices[0])
+        for buffer in result.outputs[0]:
+            device = self.devices[index]
+            buffer._device, buffer._memory = device, device.memories[0]
+        outputs += result.outputs
+        events += result.device_complete_events
+    return ExecuteResult(outputs, events)
+
+
 COMPILE_AND_EXECUTE = [
     Mutant("fingerprint_of_the_name", "compile", "the fingerprint is made from the module name",
            ("compile/same_module_name",), toy(client=_executable_class(fingerprint=_fingerprint_by_name))),
@@ -622,6 +636,8 @@ COMPILE_AND_EXECUTE = [
     Mutant("outputs_on_the_compiled_device", "execute", "with execute_device, the outputs are still placed on "
            "the device the program was compiled for", ("execute/execute_device",),
            toy(loaded={"execute": _outputs_on_assigned_device})),
+    Mutant("launch_loop_reads_the_first_argument_list", "execute", "the launch loop hands every device the "
+           "first argument list", ("execute/replicas",), toy(loaded={"execute": _launch_loop_reads_the_first_list})),
     Mutant("outputs_on_device_zero", "execute", "every output is placed on device 0", ("execute/outputs_on_the_device",
            "execute/replicas"), toy(loaded={"execute": _outputs_on_device_zero})),
 ]
@@ -968,6 +984,13 @@ def _checks_sizes_only(program: Any, args: Any, device: Any = None) -> list[np.n
     return arrays
 
 
+def _no_shape_check(program: Any, args: Any, device: Any = None) -> list[np.ndarray]:
+    """Arguments go to the kernel as they are: a wrong shape fails inside the execution."""
+    if len(args) != len(program.inputs):
+        raise InvalidArgument("wrong argument count")
+    return [buffer._live(f"argument {i}") for i, buffer in enumerate(args)]
+
+
 def _no_device_check(program: Any, args: Any, device: Any = None) -> list[np.ndarray]:
     return ToyLoadedExecutable._arguments(program, args, None)
 
@@ -1008,7 +1031,32 @@ def _donation_without_duplicate_check(args: Any, donated: Any) -> None:
             raise InvalidArgument("Donation requested for buffer with external reference")
 
 
+def _to_host_fills_what_fits(self: ToyBuffer, dst: Any = None) -> Any:
+    """A destination of the wrong size gets what fits, silently."""
+    from pjrt_hub.abi import ToHost
+
+    array = self._live("PJRT_Buffer_ToHostBuffer")
+    if dst is None:
+        return ToHost(array.copy(), ToyEvent())
+    count = min(dst.size, array.size)
+    dst.reshape(-1)[:count] = array.reshape(-1)[:count]
+    return ToHost(dst, ToyEvent())
+
+
+def _any_dtype_as_bytes(self: ToyClient, array: Any, **kwargs: Any) -> Any:
+    """A host array of a type PJRT lacks is taken as its raw bytes."""
+    array = np.asarray(array)
+    if array.dtype.kind in "USO":
+        array = np.frombuffer(array.tobytes(), np.uint8)
+    return ToyClient.buffer_from_host_buffer(self, array, **kwargs)
+
+
 ERRORS = [
+    Mutant("wrong_destination_filled", "errors", "ToHostBuffer into a destination of the wrong size fills what fits",
+           ("errors/wrong_destination",), toy(buffer={"to_host_buffer": _to_host_fills_what_fits})),
+    Mutant("unknown_host_dtype_as_bytes", "errors", "a host array of a type PJRT has no element type for becomes a "
+           "U8 buffer of its bytes", ("errors/unsupported_host_dtype",),
+           toy(client={"buffer_from_host_buffer": _any_dtype_as_bytes})),
     Mutant("deleted_buffer_internal", "errors", "reading a deleted buffer fails with INTERNAL \"null buffer\"",
            ("errors/read_deleted_buffer", "errors/copy_deleted_buffer", "errors/reference_deleted_buffer",
             "errors/execute_with_deleted_argument", "errors/execute_with_donated_argument"),
@@ -1017,6 +1065,9 @@ ERRORS = [
            "error", ("errors/ready_event_of_deleted_buffer",), toy(buffer={"ready_event": lambda self: ToyEvent()})),
     Mutant("argument_sizes_only", "errors", "arguments are checked by size only (an s32[4] passes for an f32[4])",
            ("errors/execute_with_wrong_element_type",), toy(loaded={"_arguments": staticmethod(_checks_sizes_only)})),
+    Mutant("argument_shapes_unchecked", "errors", "argument shapes are not checked: a wrong one fails inside the "
+           "kernel, as an execution error", ("errors/wrong_argument_shape",),
+           toy(loaded={"_arguments": staticmethod(_no_shape_check)})),
     Mutant("argument_device_unchecked", "errors", "an argument on another device is used where it is",
            ("errors/execute_on_wrong_device",), toy(loaded={"_arguments": staticmethod(_no_device_check)})),
     Mutant("extra_argument_lists_ignored", "errors", "argument lists beyond the executable's devices are ignored",

@@ -19,8 +19,7 @@ from .mutants import BASES, MUTANTS
 #: The cases that observe behaviour (rather than that calls return), each with a mutant it kills.
 OBSERVING_CASES = (
     [c for c in CASES if c.split("/")[0] in ("numerics", "lifetime", "concurrency")]
-    + [c for c in CASES if c.startswith("errors/") and c not in (
-        "errors/wrong_argument_shape", "errors/wrong_destination", "errors/unsupported_host_dtype")]
+    + [c for c in CASES if c.startswith("errors/")]
     + ["buffers/uninitialized_f32", "transfers/strided_host_arrays", "transfers/copy_to_device_is_independent",
        "transfers/copy_to_memory_is_independent", "transfers/view_aliases_and_calls_its_deleter_once",
        "transfers/dlpack_export_aliases", "events/pending_execution", "events/pending_input",
