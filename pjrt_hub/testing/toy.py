@@ -170,6 +170,12 @@ class ToyDevice(Device):
         for memory in self.memories:
             memory.devices.append(self)
         self.bytes_in_use = 0
+        self._accounting = threading.Lock()
+
+    def account(self, nbytes: int) -> None:
+        """Count (or, negative, give back) bytes of buffers the toy allocated on this device."""
+        with self._accounting:
+            self.bytes_in_use += nbytes
 
     def get_description(self) -> DeviceDescription:
         return self.description
@@ -208,9 +214,12 @@ class ToyBuffer(Buffer):
     """
 
     def __init__(self, array: np.ndarray, element_type: BufferType, device: ToyDevice,
-                 memory: ToyMemory, *, on_delete: Callable[[], None] | None = None) -> None:
+                 memory: ToyMemory, *, on_delete: Callable[[], None] | None = None, owned: bool = True) -> None:
         self.array: np.ndarray | None = array
         self.error: PjrtError | None = None
+        #: Bytes counted in the device's memory stats (none for a view: the memory is not the toy's).
+        self._accounted = int(array.nbytes) if owned else 0
+        device.account(self._accounted)
         self._type = element_type
         self._shape = tuple(array.shape)
         self._device, self._memory = device, memory
@@ -273,10 +282,19 @@ class ToyBuffer(Buffer):
     def destroy(self) -> None:
         self.delete()
 
+    def __del__(self) -> None:
+        try:
+            if not self._deleted and self._accounted:
+                self._device.account(-self._accounted)
+        except Exception:  # noqa: BLE001 - finalizers must not raise (interpreter shutdown)
+            pass
+
     def _release(self) -> None:
         """The toy no longer uses the storage: drop it, and tell a view's owner (once)."""
         callback, self._on_delete = self._on_delete, None
         self._held = None
+        accounted, self._accounted = self._accounted, 0
+        self._device.account(-accounted)
         if callback is not None:
             callback()
 
@@ -825,7 +843,7 @@ class ToyClient(Client):
             raise InvalidArgument("PJRT_Client_CreateViewOfDeviceBuffer: the toy views dense row-major memory only; "
                                   f"the producer's array has strides {array.strides}")
         target, place = self._place(device, None)
-        return self.buffer_class(array, from_numpy_dtype(array.dtype), target, place, on_delete=on_delete)
+        return self.buffer_class(array, from_numpy_dtype(array.dtype), target, place, on_delete=on_delete, owned=False)
 
     def topology_description(self) -> TopologyDescription:
         return ToyTopology(len(self.devices_list))

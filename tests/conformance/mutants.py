@@ -294,7 +294,18 @@ def _memories_without_shared(self: ToyClient) -> list[Any]:
     return [d.memories[0] for d in self.devices_list]
 
 
+def _free_forgotten(self: Any, nbytes: int) -> None:
+    """Freed bytes are never taken off the statistics."""
+
+
 SURFACE = [
+    Mutant("memory_stats_frozen", "devices", "PJRT_Device_MemoryStats reports the same bytes_in_use whatever is "
+           "allocated", ("devices/memory_stats_follow_allocations",),
+           toy(device={"memory_stats": lambda self: __import__("pjrt_hub.abi", fromlist=["MemoryStats"]).MemoryStats(
+               bytes_in_use=0)})),
+    Mutant("memory_stats_never_freed", "devices", "the runtime counts freed buffers as still in use",
+           ("devices/memory_stats_follow_allocations",),
+           reference((_runtime().CpuMemory, "_free", _free_forgotten)), base="reference"),
     Mutant("reports_another_version", "version", "the Api reports 0.81 while the plugin declares 0.105",
            ("version/api_version",), toy(api={"api_version": _api_version_081})),
     Mutant("lacks_a_call_of_its_minor", "version", "PJRT_Device_GetAttributes (0.92) left to the binding's "
@@ -496,7 +507,41 @@ def _copy_alias(self: Any, memory: Any, action: str) -> Any:
 
 _ORIGINAL_COPY_TO = importlib.import_module("pjrt_hub.backends.cpu_runtime._buffers").CpuBuffer._copy_to
 
+def _zero_copy_done_at_once() -> Callable[..., Any]:
+    """A zero-copy buffer aliases the host array but says at once that it is done with it."""
+    client = _runtime().CpuClient
+    original = client.buffer_from_host_buffer
+
+    def buffer_from_host_buffer(self: Any, array: Any, **kwargs: Any) -> Any:
+        from pjrt_hub.abi import HostTransfer
+
+        transfer = original(self, array, **kwargs)
+        return HostTransfer(transfer.buffer, _runtime().READY)
+
+    return buffer_from_host_buffer
+
+
+def _zero_copy_never_released() -> Callable[..., Any]:
+    """A zero-copy buffer forgets to give the host array back when it is deleted."""
+    client = _runtime().CpuClient
+    original = client.buffer_from_host_buffer
+
+    def buffer_from_host_buffer(self: Any, array: Any, **kwargs: Any) -> Any:
+        transfer = original(self, array, **kwargs)
+        transfer.buffer._release = None
+        return transfer
+
+    return buffer_from_host_buffer
+
+
 TRANSFERS = [
+    Mutant("zero_copy_done_at_once", "transfers", "a zero-copy buffer aliases the host array but fires "
+           "done_with_host_buffer at once", ("transfers/zero_copy_holds_the_host_array",),
+           reference((_runtime().CpuClient, "buffer_from_host_buffer", _zero_copy_done_at_once())), base="reference"),
+    Mutant("zero_copy_never_released", "transfers", "a zero-copy buffer never fires done_with_host_buffer, not even "
+           "when deleted", ("transfers/zero_copy_holds_the_host_array",),
+           reference((_runtime().CpuClient, "buffer_from_host_buffer", _zero_copy_never_released())),
+           base="reference", timeout_scale=0.2),
     Mutant("host_array_in_memory_order", "transfers", "host arrays are read in memory order, ignoring strides "
            "(a transposed array arrives transposed)", ("transfers/strided_host_arrays",),
            toy(client={"buffer_from_host_buffer": _memory_order})),
@@ -618,7 +663,13 @@ def _launch_loop_reads_the_first_list(self: ToyLoadedExecutable, argument_lists:
     return ExecuteResult(outputs, events)
 
 
+def _results_at_least_1d(self: ToyProgram, args: Any) -> list[np.ndarray]:
+    return [np.atleast_1d(r) for r in ToyProgram.run(self, args)]
+
+
 COMPILE_AND_EXECUTE = [
+    Mutant("scalars_become_vectors", "execute", "0-d results come back as one-element vectors",
+           ("execute/scalar_and_empty_arrays",), toy(program={"run": _results_at_least_1d})),
     Mutant("fingerprint_of_the_name", "compile", "the fingerprint is made from the module name",
            ("compile/same_module_name",), toy(client=_executable_class(fingerprint=_fingerprint_by_name))),
     Mutant("compile_cache_keyed_by_name", "compile", "compiled executables are cached by module name",
@@ -925,6 +976,11 @@ class _ColumnMajor(ToyLayouts):
         return MemoryLayout(tuple(range(len(buffer.dimensions()))))
 
 
+class _ColumnMajorDefault(ToyLayouts):
+    def client_default_layout(self, client: Any, element_type: Any, dims: Any) -> MemoryLayout:
+        return MemoryLayout(tuple(range(len(dims))))
+
+
 class _FlatLayouts(ToyLayouts):
     def buffer_memory_layout(self, buffer: Any) -> MemoryLayout:
         return MemoryLayout((0,))
@@ -947,6 +1003,9 @@ def _extensions(**offered: Any) -> Callable[[ToyApi], Any]:
 
 
 EXTENSIONS = [
+    Mutant("default_layout_column_major", "extensions", "Layouts.client_default_layout says column-major while new "
+           "buffers are row-major", ("extensions/layouts_describe_memory",),
+           toy(api={"extensions": _extensions(Layouts=_ColumnMajorDefault())})),
     Mutant("layouts_say_column_major", "extensions", "Layouts reports column-major for row-major data",
            ("extensions/layouts_describe_memory",), toy(api={"extensions": _extensions(Layouts=_ColumnMajor())})),
     Mutant("layouts_flat", "extensions", "Layouts gives every buffer a one-dimensional layout",

@@ -24,7 +24,8 @@ OBSERVING_CASES = (
        "transfers/copy_to_memory_is_independent", "transfers/view_aliases_and_calls_its_deleter_once",
        "transfers/dlpack_export_aliases", "events/pending_execution", "events/pending_input",
        "events/execution_error_reaches_every_event_and_output", "compile/same_module_name",
-       "execute/execute_device", "extensions/layouts_describe_memory",
+       "execute/execute_device", "extensions/layouts_describe_memory", "transfers/zero_copy_holds_the_host_array",
+       "execute/scalar_and_empty_arrays", "devices/memory_stats_follow_allocations",
        "extensions/memory_descriptions_match_memories"]
 )
 

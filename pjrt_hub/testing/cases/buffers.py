@@ -507,3 +507,40 @@ def dlpack_export_aliases(ctx: PluginUnderTest) -> None:
     check(np.array_equal(got, host + 1), f"x + 1 after the DLPack consumer was gone gave {got.tolist()}")
     check(buffer.is_deleted(), "a buffer whose DLPack consumer is gone was not donated: the consumer's external "
                                "reference was not released")
+
+
+def _aligned(values: np.ndarray, alignment: int = 64) -> np.ndarray:
+    """A copy of ``values`` whose data starts at a multiple of ``alignment`` bytes (what XLA needs
+    to alias a host array rather than copy it)."""
+    raw = np.zeros(values.nbytes + alignment, np.uint8)
+    start = -raw.ctypes.data % alignment
+    out = raw[start:start + values.nbytes].view(values.dtype).reshape(values.shape)
+    out[...] = values
+    return out
+
+
+@case("transfers", min_api_minor=48)
+def zero_copy_holds_the_host_array(ctx: PluginUnderTest) -> None:
+    """With kImmutableZeroCopy and kMutableZeroCopy the plugin may alias the host array: once
+    done_with_host_buffer fires the array is the caller's again (changing it leaves the buffer
+    as it was); if it has not fired, it fires when the buffer is deleted."""
+    for semantics in (HostBufferSemantics.IMMUTABLE_ZERO_COPY, HostBufferSemantics.MUTABLE_ZERO_COPY):
+        host = _aligned(np.arange(64, dtype=np.float32) * 0.5)
+        expected = host.copy()
+        transfer = ctx.call(ctx.client.buffer_from_host_buffer, host, device=ctx.device, semantics=semantics,
+                            what=f"PJRT_Client_BufferFromHostBuffer ({semantics.name})")
+        buffer, transfer_done = transfer.buffer, transfer.done_with_host_buffer
+        if _wait_for(transfer_done.is_ready, 0.05):
+            host[...] = -1.0
+            got = ctx.fetch(buffer)
+            check(np.array_equal(got, expected),
+                  f"{semantics.name}: done_with_host_buffer had fired, yet the buffer changed to {got[:4].tolist()}... "
+                  "when the host array did: the plugin still used the array it said it was done with")
+            continue
+        got = ctx.fetch(buffer)
+        check(np.array_equal(got, expected), f"{semantics.name}: the buffer holds {got[:4].tolist()}..., the host "
+                                             f"array {expected[:4].tolist()}...")
+        buffer.delete()
+        check(_wait_for(transfer_done.is_ready, ctx.seconds(CALL_TIMEOUT)),
+              f"{semantics.name}: the buffer that aliases the host array was deleted, but done_with_host_buffer did "
+              f"not fire within {ctx.seconds(CALL_TIMEOUT):g} s: the host array is never given back")

@@ -9,7 +9,7 @@ from pjrt_hub.abi import CompileOptions, ErrorCode, ExecuteOptions, HostBufferSe
 
 from .._case import Case, add_case, case, check, expect_error, fail
 from .._context import PluginUnderTest
-from .._programs import CorpusProgram, add_one, load_corpus, two_outputs
+from .._programs import CorpusProgram, add_one, elementwise, load_corpus, tensor, two_outputs
 from .client import device_id
 
 
@@ -173,3 +173,20 @@ def _check_placed(ctx: PluginUnderTest, result, device, host: np.ndarray) -> Non
                                        f"device {placed}; PJRT runs the program on the device it is told to")
     got = ctx.fetch(output)
     check(np.array_equal(got, host + 1), f"x + 1 on device {device_id(device)} gave {got.tolist()}")
+
+
+@case("execute", timeout=120.0)
+def scalar_and_empty_arrays(ctx: PluginUnderTest) -> None:
+    """A program on a 0-d array and on an empty f32[0,3] runs: its outputs keep those shapes (a
+    scalar stays a scalar, an empty array keeps its zero) and the scalar's value is right."""
+    scalar, empty = tensor((), "f32"), tensor((0, 3), "f32")
+    executable = ctx.compile(elementwise("jit_edge_shapes", [scalar, empty], [("add", (0, 0)), ("negate", (1,))]))
+    x, e = np.array(1.25, np.float32), np.zeros((0, 3), np.float32)
+    outputs = ctx.execute(executable, [[ctx.put(x), ctx.put(e)]])[0]
+    check(len(outputs) == 2, f"two outputs expected, got {len(outputs)}")
+    dims = [tuple(o.dimensions()) for o in outputs]
+    check(dims == [(), (0, 3)], f"the outputs have dimensions {[list(d) for d in dims]}, expected [[], [0, 3]]: "
+                                "PJRT keeps a scalar 0-d and an empty array's zero dimension")
+    got = [ctx.fetch(o) for o in outputs]
+    check(got[0].shape == () and got[0] == np.float32(2.5), f"x + x of the scalar 1.25 came back as {got[0]!r}")
+    check(got[1].shape == (0, 3), f"-x of an f32[0,3] came back with shape {list(got[1].shape)}")

@@ -154,11 +154,18 @@ def _check_layout_against_memory(ctx: PluginUnderTest, buffer: Any, layout: Any,
 def layouts_describe_memory(ctx: PluginUnderTest) -> None:
     """Layouts.buffer_memory_layout (and, from version 2, executable_output_layouts) describe the
     order in which the elements really sit in the buffer's memory (read where the buffer is in
-    host memory)."""
+    host memory), and client_default_layout is the layout new buffers get."""
     impl = ctx.api.extensions()["Layouts"]
     version = ctx.offered_extensions["Layouts"]
     hosts = [np.arange(6, dtype=np.float32).reshape(2, 3), np.arange(24, dtype=np.float32).reshape(2, 3, 4) * 0.5,
              (np.arange(15, dtype=np.uint8) * 3).reshape(3, 5).T]
+    fresh = ctx.put(np.zeros((2, 3), np.float32))
+    default = ctx.call(impl.client_default_layout, _unwrap(ctx.client), BufferType.F32, (2, 3),
+                       what="Layouts.client_default_layout(F32[2,3])")
+    actual = ctx.call(impl.buffer_memory_layout, _unwrap(fresh), what="Layouts.buffer_memory_layout(F32[2,3])")
+    check(tuple(default.minor_to_major) == tuple(actual.minor_to_major),
+          f"Layouts.client_default_layout(F32[2,3]) says minor_to_major {tuple(default.minor_to_major)}, but a new "
+          f"F32[2,3] buffer has {tuple(actual.minor_to_major)}: the default layout is the one new buffers get")
     for host in hosts:
         buffer = ctx.put(host)
         if not buffer.is_on_cpu():
