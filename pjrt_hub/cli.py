@@ -334,9 +334,25 @@ def _render_conformance(report: Any) -> str:
     return "\n".join(lines)
 
 
+def cmd_mutation_report(args: argparse.Namespace) -> int:
+    """``conformance --mutation-report``: the suite run on a catalogue of mutant plugins."""
+    from pjrt_hub.testing._mutation import load_catalogue, render_mutation_report, run_mutation
+
+    try:
+        catalogue = load_catalogue(args.mutation_report)
+        report = run_mutation(catalogue.mutants, catalogue.bases, catalogue=args.mutation_report, only=args.mutant)
+    except ValueError as exc:
+        print(f"--mutation-report: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    _emit(args, report, render_mutation_report)
+    return ExitCode.OK if report.ok else ExitCode.FAILURE
+
+
 def cmd_conformance(args: argparse.Namespace) -> int:
     from pjrt_hub.testing._report import ConformanceReport
 
+    if args.mutation_report is not None:
+        return cmd_mutation_report(args)
     if args.schema:
         print(json.dumps(ConformanceReport.model_json_schema(), indent=2))
         return ExitCode.OK
@@ -835,6 +851,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="multiply every case's time bound by X")
     p.add_argument("--junit", default=None, metavar="FILE", help="also write a JUnit XML report")
     p.add_argument("--pytest-output", action="store_true", help="show pytest's own output as it runs")
+    p.add_argument("--mutation-report", nargs="?", const="tests/conformance/mutants.py", default=None,
+                   metavar="CATALOGUE",
+                   help="instead, run the suite on a catalogue of mutant plugins (a Python file or module "
+                        "defining MUTANTS and BASES; default: pjrt-hub's own, tests/conformance/mutants.py of a "
+                        "checkout) and print the mutation score per group; non-zero exit if one survives")
+    p.add_argument("--mutant", action="append", default=[], metavar="PATTERN",
+                   help="with --mutation-report: only the mutants whose name matches (repeatable)")
     _add_output(p)
     p.set_defaults(func=cmd_conformance)
 

@@ -20,7 +20,7 @@ tests/backends/reference):
   any -> bool is ``x != 0`` (NaN -> true); integer -> integer wraps.
 * integer ``power`` with a negative exponent gives the truncated value of ``1 / x**-n``:
   1 for base 1, +-1 for base -1, 0 otherwise; overflow wraps.
-* ``maximum``/``minimum`` propagate NaN.
+* ``maximum``/``minimum`` propagate NaN and order -0.0 below +0.0 (IEEE-754 maximum/minimum).
 * ``compare`` with TOTALORDER orders -NaN < -inf < ... < -0.0 < +0.0 < ... < inf < NaN.
 """
 
@@ -295,13 +295,30 @@ register("chlo.polygamma", elementwise=True)(_float_op(lambda n, x: sp.polygamma
 register("chlo.zeta", elementwise=True)(_float_op(sp.zeta, "zeta"))
 
 
+def _signed_zero_extreme(fn, largest: bool):
+    """IEEE-754 maximum/minimum in float64: NaN propagates (numpy's ``maximum`` does that) and
+    +0 is larger than -0 (numpy returns either zero; XLA orders them)."""
+    def impl(a, b):
+        pick = fn(a, b)
+        zeros = (a == 0) & (b == 0)
+        if not zeros.any():
+            return pick
+        keep_a = ~np.signbit(a) if largest else np.signbit(a)
+        return np.where(zeros, np.where(keep_a, a, b), pick)
+    return impl
+
+
+_FLOAT_MAXIMUM = _signed_zero_extreme(np.maximum, largest=True)
+_FLOAT_MINIMUM = _signed_zero_extreme(np.minimum, largest=False)
+
+
 @register("stablehlo.maximum", elementwise=True)
 def _maximum(ctx, op, a, b):
     if a.dtype.kind == "c":
         take_a = (a.real > b.real) | ((a.real == b.real) & (a.imag >= b.imag))
         return np.where(take_a, a, b)
     if is_float_dtype(a.dtype):
-        return compute_float(np.maximum, a, b)  # NaN propagates
+        return compute_float(_FLOAT_MAXIMUM, a, b)
     return np.maximum(a, b)
 
 
@@ -311,7 +328,7 @@ def _minimum(ctx, op, a, b):
         take_a = (a.real < b.real) | ((a.real == b.real) & (a.imag <= b.imag))
         return np.where(take_a, a, b)
     if is_float_dtype(a.dtype):
-        return compute_float(np.minimum, a, b)
+        return compute_float(_FLOAT_MINIMUM, a, b)
     return np.minimum(a, b)
 
 

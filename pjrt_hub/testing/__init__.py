@@ -2,7 +2,8 @@
 
 ``pytest --pjrt-plugin NAME`` (or ``pjrt-hub conformance --plugin NAME``) runs every case on a
 plugin. Cases are data (:data:`CASES`, :class:`Case`), grouped like the PJRT C API's own tests;
-:mod:`pjrt_hub.testing.toy` is a tiny complete plugin that passes them.
+:mod:`pjrt_hub.testing.toy` is a tiny complete plugin that passes them. :class:`Mutant` plugins
+(one planted defect each) test the suite itself: :func:`run_mutation` scores it by group.
 
 Names are imported lazily: the pytest plugin module is imported by every pytest run of an
 environment with pjrt-hub installed, and must not pull in the suite unless asked.
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from ._case import CASES, GROUPS, Case, CaseFailure, CaseSkipped, suite_version
     from ._context import PluginUnderTest
     from ._limitations import C_PLUGIN_LIMITATIONS, KnownLimitations
+    from ._mutation import Base, Mutant, MutationReport, run_mutation
     from ._report import CaseOutcome, CaseResult, ConformanceReport, Counts, PluginConformance
     from ._run import ConformanceRunError, run_conformance
     from ._runner import run_case
@@ -30,6 +32,7 @@ _EXPORTS = {
     "Counts": "._report", "PluginConformance": "._report",
     "run_case": "._runner",
     "run_conformance": "._run", "ConformanceRunError": "._run",
+    "Base": "._mutation", "Mutant": "._mutation", "MutationReport": "._mutation", "run_mutation": "._mutation",
 }
 
 __all__ = sorted(_EXPORTS)

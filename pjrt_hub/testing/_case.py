@@ -44,7 +44,8 @@ PluginKind = Literal["python", "c", "both"]
 #: The groups, in the order the suite runs and reports them.
 GROUPS: tuple[str, ...] = (
     "version", "plugin", "client", "devices", "memories", "buffers", "transfers", "compile",
-    "execute", "collectives", "events", "topology", "extensions", "errors", "abi",
+    "execute", "collectives", "numerics", "events", "lifetime", "concurrency", "topology", "extensions",
+    "errors", "abi",
 )
 
 #: Seconds a case may take unless it says otherwise (scaled by ``--pjrt-timeout-scale``).

@@ -271,9 +271,10 @@ class PluginUnderTest:
         self.await_event(result.event, "PJRT_Buffer_ToHostBuffer")
         return np.asarray(result.array)
 
-    def compile(self, text: str, options: CompileOptions | bytes | None = None, *, fmt: str = "mlir") -> Any:
+    def compile(self, text: str, options: CompileOptions | bytes | None = None, *, fmt: str = "mlir",
+                timeout: float = COMPILE_TIMEOUT) -> Any:
         return self.call(self.client.compile, Program(text, fmt), options if options is not None else CompileOptions(),
-                         what="PJRT_Client_Compile", timeout=COMPILE_TIMEOUT)
+                         what="PJRT_Client_Compile", timeout=timeout)
 
     def execute(self, executable: Any, argument_lists: Sequence[Sequence[Any]],
                 options: ExecuteOptions | None = None, timeout: float = COMPILE_TIMEOUT) -> list[list[Any]]:

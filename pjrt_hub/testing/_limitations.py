@@ -65,7 +65,7 @@ _NO_MEMORY_DESCRIPTIONS = Limitation(
     "the client's devices and of its topology alike, though every CPU device has device, pinned_host "
     "and unpinned_host memories. Seen on API 0.81 (xla-cpu-pjrt 0.0.1), 0.106 "
     "(fastatomstruct-xla-cpu 2026.6.23) and 0.115 (lammps-jax-pjrt-cpu 0.11.2).",
-    ("extensions/MemoryDescriptions",))
+    ("extensions/MemoryDescriptions", "extensions/memory_descriptions_match_memories"))
 
 _DELETE_IS_A_NO_OP = Limitation(
     "XLA's CPU client does not delete executables: PJRT_LoadedExecutable_Delete calls "
@@ -82,8 +82,18 @@ _DELETED_STILL_RUNS = Limitation(
     ("compile/execute_deleted",))
 
 
+_ARGUMENTS_CHECKED_BY_SIZE = Limitation(
+    "XLA's CPU client checks an argument buffer against its parameter by size (and memory space) only, as XLA's "
+    "runtime defines its input check (error E0102, 'Program Input Mismatch': \"expected parameter N of size S "
+    "but got buffer with incompatible size\"); element types are left to the framework (JAX checks them before "
+    "dispatch). An s32[4] given for an f32[4] parameter runs, its bits read as f32. Seen on API 0.81 "
+    "(xla-cpu-pjrt 0.0.1), 0.106 (fastatomstruct-xla-cpu 2026.6.23) and 0.115 (lammps-jax-pjrt-cpu 0.11.2).",
+    ("errors/execute_with_wrong_element_type",))
+
+
 C_PLUGIN_LIMITATIONS: tuple[KnownLimitations, ...] = (
-    KnownLimitations(XLA_CPU_PLUGINS, (_NO_MEMORY_DESCRIPTIONS,), ("0.81", "0.106", "0.115")),
+    KnownLimitations(XLA_CPU_PLUGINS, (_NO_MEMORY_DESCRIPTIONS, _ARGUMENTS_CHECKED_BY_SIZE),
+                     ("0.81", "0.106", "0.115")),
     KnownLimitations(XLA_CPU_PLUGINS, (_DELETE_IS_A_NO_OP,), ("0.81", "0.106")),
     KnownLimitations(XLA_CPU_PLUGINS, (_DELETED_STILL_RUNS,), "0.115"),
 )

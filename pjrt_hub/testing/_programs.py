@@ -14,18 +14,26 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 __all__ = [
     "CORPUS_PACKAGE",
     "CorpusProgram",
+    "FRAMEWORK_OPTION_OVERRIDES",
     "INVALID_PROGRAM",
     "add_one",
     "corpus_fingerprint",
     "donating_add_one",
+    "elementwise",
+    "failing_program",
+    "framework_options",
     "load_corpus",
+    "same_name_programs",
+    "slow_program",
+    "slow_program_result",
+    "tensor",
     "two_outputs",
 ]
 
@@ -33,6 +41,24 @@ CORPUS_PACKAGE = "pjrt_hub.data.corpus.public"
 
 #: Not StableHLO in any form: every plugin must refuse it with an error, not a crash.
 INVALID_PROGRAM = "this is not a StableHLO module {"
+
+
+#: Compile options as a framework sends them for programs whose numerics are checked. JAX sets
+#: these two (``CompileOptions()`` in jaxlib: "fast-math-disabling default options expected by
+#: JAX"); without them XLA's CPU compiler keeps TF's Eigen-style minimum/maximum, which drop a NaN
+#: in the second operand. A plugin that does not know the names ignores them.
+FRAMEWORK_OPTION_OVERRIDES = {"xla_cpu_enable_fast_min_max": False, "xla_gpu_enable_fast_min_max": False}
+
+
+def framework_options() -> Any:
+    from pjrt_hub.abi import CompileOptions
+
+    return CompileOptions(env_option_overrides=dict(FRAMEWORK_OPTION_OVERRIDES))
+
+
+def tensor(shape: tuple[int, ...], element: str) -> str:
+    """``tensor<2x3xf32>``; ``tensor<f32>`` for a scalar."""
+    return f"tensor<{''.join(f'{d}x' for d in shape)}{element}>"
 
 
 def _module(name: str, body: str, replicas: int = 1) -> str:
@@ -127,3 +153,94 @@ def load_corpus() -> tuple[CorpusProgram, ...]:
 
 def corpus_fingerprint() -> str:
     return hashlib.sha256(_manifest_text().encode()).hexdigest()[:16]
+
+
+def elementwise(name: str, params: Sequence[str], steps: Sequence[tuple[str, tuple[int, ...]]],
+                results: Sequence[int] | None = None) -> str:
+    """A straight line of elementwise ops: ``params`` are the argument types (``tensor<4xi8>``),
+    value ``i`` is argument ``i`` for ``i < len(params)`` and step ``i - len(params)`` after, and
+    each step ``(op, operands)`` is one StableHLO op on earlier values, of its first operand's
+    type. ``results`` picks the values returned (default: every step). With one op per result,
+    what comes back is that op's result, rounded once to its type."""
+    types = list(params)
+    names = [f"%arg{i}" for i in range(len(params))]
+    lines = []
+    for index, (op, operands) in enumerate(steps):
+        t = types[operands[0]]
+        lines.append(f"    %{index} = stablehlo.{op} {', '.join(names[i] for i in operands)} : {t}\n")
+        types.append(t)
+        names.append(f"%{index}")
+    chosen = list(range(len(params), len(types))) if results is None else list(results)
+    outs = ", ".join(f"{types[i]} {{jax.result_info = \"[{n}]\"}}" for n, i in enumerate(chosen))
+    args = ", ".join(f"{names[i]}: {types[i]}" for i in range(len(params)))
+    return _module(name, (f"  func.func public @main({args}) -> ({outs}) {{\n" + "".join(lines)
+                          + f"    return {', '.join(names[i] for i in chosen)} : {', '.join(types[i] for i in chosen)}\n"
+                          + "  }\n"))
+
+
+def slow_program(n: int = 1 << 18) -> str:
+    """``x`` updated ``k`` times in a loop (``x = x * 0.5 + 1``), ``k`` an argument: a program
+    whose run time the caller chooses, to observe work that is still pending. The data (1 MiB in,
+    1 MiB out at the default size) is large enough that no runtime counts it as cheap and runs
+    it on the caller's thread for that reason alone."""
+    t, i32 = tensor((n,), "f32"), "tensor<i32>"
+    return _module("jit_slow_loop", (
+        f"  func.func public @main(%arg0: {t}, %arg1: {i32}) -> ({t} {{jax.result_info = \"result\"}}) {{\n"
+        f"    %c = stablehlo.constant dense<0> : {i32}\n"
+        f"    %0:2 = stablehlo.while(%iterArg = %arg0, %iterArg_0 = %c) : {t}, {i32}\n"
+        f"    cond {{\n"
+        f"      %1 = stablehlo.compare  LT, %iterArg_0, %arg1,  SIGNED : ({i32}, {i32}) -> tensor<i1>\n"
+        f"      stablehlo.return %1 : tensor<i1>\n"
+        f"    }} do {{\n"
+        f"      %cst = stablehlo.constant dense<5.000000e-01> : {t}\n"
+        f"      %cst_1 = stablehlo.constant dense<1.000000e+00> : {t}\n"
+        f"      %1 = stablehlo.multiply %iterArg, %cst : {t}\n"
+        f"      %2 = stablehlo.add %1, %cst_1 : {t}\n"
+        f"      %c_2 = stablehlo.constant dense<1> : {i32}\n"
+        f"      %3 = stablehlo.add %iterArg_0, %c_2 : {i32}\n"
+        f"      stablehlo.return %2, %3 : {t}, {i32}\n"
+        f"    }}\n"
+        f"    return %0#0 : {t}\n"
+        f"  }}\n"))
+
+
+def slow_program_result(x: np.ndarray, k: int) -> np.ndarray:
+    """What :func:`slow_program` computes, in float32 step by step."""
+    x = np.asarray(x, np.float32)
+    half, one = np.float32(0.5), np.float32(1.0)
+    for _ in range(int(k)):
+        x = x * half + one
+    return x
+
+
+#: Elements of :func:`failing_program`'s second result: 2**62 bytes, four times what a 64-bit
+#: process can address, so allocating it fails at once, whatever the system's overcommit policy.
+UNALLOCATABLE_ELEMENTS = 1 << 60
+
+
+def failing_program() -> str:
+    """``(x + 1, broadcast(s))`` where the broadcast result cannot be allocated: a program that
+    compiles (its shapes are static and valid) and fails when it runs."""
+    small, big, scalar = tensor((4,), "f32"), tensor((UNALLOCATABLE_ELEMENTS,), "f32"), "tensor<f32>"
+    return _module("jit_unallocatable", (
+        f"  func.func public @main(%arg0: {small}, %arg1: {scalar}) -> ({small} {{jax.result_info = \"[0]\"}}, "
+        f"{big} {{jax.result_info = \"[1]\"}}) {{\n"
+        f"    %cst = stablehlo.constant dense<1.000000e+00> : {small}\n"
+        f"    %0 = stablehlo.add %arg0, %cst : {small}\n"
+        f"    %1 = stablehlo.broadcast_in_dim %arg1, dims = [] : ({scalar}) -> {big}\n"
+        f"    return %0, %1 : {small}, {big}\n"
+        f"  }}\n"))
+
+
+def same_name_programs(n: int = 4) -> tuple[str, str]:
+    """Two programs of one module name, ``@jit_f``, as JAX names every ``jax.jit(f)`` of a
+    function called ``f``: ``x + 1`` and ``x * 2`` on ``f32[n]``."""
+    t = tensor((n,), "f32")
+    head = f"  func.func public @main(%arg0: {t}) -> ({t} {{jax.result_info = \"result\"}}) {{\n"
+    plus = _module("jit_f", head + (f"    %cst = stablehlo.constant dense<1.000000e+00> : {t}\n"
+                                    f"    %0 = stablehlo.add %arg0, %cst : {t}\n"
+                                    f"    return %0 : {t}\n  }}\n"))
+    times = _module("jit_f", head + (f"    %cst = stablehlo.constant dense<2.000000e+00> : {t}\n"
+                                     f"    %0 = stablehlo.multiply %arg0, %cst : {t}\n"
+                                     f"    return %0 : {t}\n  }}\n"))
+    return plus, times

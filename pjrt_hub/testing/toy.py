@@ -1,7 +1,9 @@
 """A tiny but complete Python plugin, the conformance suite's own subject.
 
 Every call of the binding up to 0.105 is here, over numpy arrays in host memory, with a compiler
-that knows a handful of elementwise StableHLO ops and nothing else. It is small enough to read in
+that knows a handful of elementwise StableHLO ops (with the numerics StableHLO gives them: integer
+wraparound, truncating division, IEEE-754 maximum and minimum) and nothing else. It runs every
+program before ``Execute`` returns, so the cases that observe pending work skip on it. It is small enough to read in
 one sitting, so a plugin author can see what the suite expects, and light enough (numpy only) that
 the suite, the compatibility matrix and their tests can run without numba or a C plugin.
 
@@ -17,6 +19,7 @@ import hashlib
 import json
 import re
 import threading
+import weakref
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -36,6 +39,7 @@ from pjrt_hub.abi import (
     Executable,
     ExecuteOptions,
     ExecuteResult,
+    ExecutionError,
     FailedPrecondition,
     HostBufferSemantics,
     HostTransfer,
@@ -166,6 +170,12 @@ class ToyDevice(Device):
         for memory in self.memories:
             memory.devices.append(self)
         self.bytes_in_use = 0
+        self._accounting = threading.Lock()
+
+    def account(self, nbytes: int) -> None:
+        """Count (or, negative, give back) bytes of buffers the toy allocated on this device."""
+        with self._accounting:
+            self.bytes_in_use += nbytes
 
     def get_description(self) -> DeviceDescription:
         return self.description
@@ -193,20 +203,47 @@ class ToyDevice(Device):
 
 
 class ToyBuffer(Buffer):
-    """A numpy array on a toy device; ``array`` is None once deleted or donated."""
+    """A numpy array on a toy device; ``array`` is None once deleted or donated, or when the
+    execution that should have made it failed (``error``).
+
+    External references (``IncreaseExternalReferenceCount``, DLPack consumers) hold the storage:
+    a buffer deleted while referenced reports deleted at once but keeps its array in ``_held``
+    until the last reference goes, as XLA's clients do; donating it is refused. The storage of a
+    view (``CreateViewOfDeviceBuffer``) belongs to someone else, who is told once, through
+    ``on_delete``, when the toy no longer uses it.
+    """
 
     def __init__(self, array: np.ndarray, element_type: BufferType, device: ToyDevice,
-                 memory: ToyMemory) -> None:
+                 memory: ToyMemory, *, on_delete: Callable[[], None] | None = None, owned: bool = True) -> None:
         self.array: np.ndarray | None = array
+        self.error: PjrtError | None = None
+        #: Bytes counted in the device's memory stats (none for a view: the memory is not the toy's).
+        self._accounted = int(array.nbytes) if owned else 0
+        device.account(self._accounted)
         self._type = element_type
         self._shape = tuple(array.shape)
         self._device, self._memory = device, memory
         self._external_references = 0
+        self._deleted = False
+        self._held: np.ndarray | None = None
+        self._on_delete = on_delete
         self._lock = threading.Lock()
+
+    @classmethod
+    def failed(cls, shape: tuple[int, ...], element_type: BufferType, device: ToyDevice, memory: ToyMemory,
+               error: PjrtError) -> "ToyBuffer":
+        """An output of an execution that failed: every use raises ``error``."""
+        buffer = cls(np.empty((0,) * len(shape), to_numpy_dtype(element_type)), element_type, device, memory)
+        buffer._shape = tuple(shape)
+        buffer.array = None
+        buffer.error = error
+        return buffer
 
     def _live(self, action: str) -> np.ndarray:
         array = self.array
         if array is None:
+            if self.error is not None and not self._deleted:
+                raise self.error
             raise FailedPrecondition(f"{action}: {DELETED}")
         return array
 
@@ -232,10 +269,37 @@ class ToyBuffer(Buffer):
         return self._memory
 
     def delete(self) -> None:
-        self.array = None
+        with self._lock:
+            if self._deleted:
+                return
+            self._deleted = True
+            array, self.array = self.array, None
+            if self._external_references:
+                self._held = array  # still shared with another framework: freed on the last release
+                return
+        self._release()
+
+    def destroy(self) -> None:
+        self.delete()
+
+    def __del__(self) -> None:
+        try:
+            if not self._deleted and self._accounted:
+                self._device.account(-self._accounted)
+        except Exception:  # noqa: BLE001 - finalizers must not raise (interpreter shutdown)
+            pass
+
+    def _release(self) -> None:
+        """The toy no longer uses the storage: drop it, and tell a view's owner (once)."""
+        callback, self._on_delete = self._on_delete, None
+        self._held = None
+        accounted, self._accounted = self._accounted, 0
+        self._device.account(-accounted)
+        if callback is not None:
+            callback()
 
     def is_deleted(self) -> bool:
-        return self.array is None
+        return self._deleted
 
     def copy_to_device(self, device: Device) -> Buffer:
         if not isinstance(device, ToyDevice):
@@ -264,7 +328,9 @@ class ToyBuffer(Buffer):
         return True
 
     def ready_event(self) -> Event:
-        return ToyEvent()
+        if self._deleted:
+            return ToyEvent(error=FailedPrecondition(f"PJRT_Buffer_ReadyEvent: {DELETED}"))
+        return ToyEvent(error=self.error)
 
     def unsafe_pointer(self) -> int:
         return int(self._live("PJRT_Buffer_UnsafePointer").ctypes.data)
@@ -273,8 +339,8 @@ class ToyBuffer(Buffer):
         return self.unsafe_pointer()
 
     def increase_external_reference_count(self) -> None:
-        self._live("PJRT_Buffer_IncreaseExternalReferenceCount")
         with self._lock:
+            self._live("PJRT_Buffer_IncreaseExternalReferenceCount")
             self._external_references += 1
 
     def decrease_external_reference_count(self) -> None:
@@ -282,6 +348,24 @@ class ToyBuffer(Buffer):
             if self._external_references == 0:
                 raise InvalidArgument("Attempting to decrease reference on a buffer with zero reference count.")
             self._external_references -= 1
+            released = self._external_references == 0 and self._deleted and self._held is not None
+        if released:
+            self._release()
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)  # kDLCPU
+
+    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
+        """Export the storage without a copy, holding an external reference for as long as the
+        consumer's array lives (numpy's DLPack deleter drops the view it was made from)."""
+        view = self._live("__dlpack__").view()
+        self.increase_external_reference_count()
+        weakref.finalize(view, self.decrease_external_reference_count)
+        try:
+            return view.__dlpack__(max_version=max_version) if max_version is not None else view.__dlpack__()
+        except TypeError:  # numpy before 2.1 speaks only the legacy protocol
+            return view.__dlpack__()
 
     def __repr__(self) -> str:
         return f"<ToyBuffer {self._type.name}{list(self._shape)} on TOY_{self._device.description.id()}>"
@@ -289,13 +373,59 @@ class ToyBuffer(Buffer):
 
 # -- the compiler ------------------------------------------------------------------------------
 
+def _is_float(dtype: np.dtype) -> bool:
+    return dtype.kind in "fc" or (dtype.kind == "V" and dtype.name.startswith(("bfloat", "float")))
+
+
+def _extreme(a: np.ndarray, b: np.ndarray, *, largest: bool) -> np.ndarray:
+    """IEEE-754 maximum/minimum: NaN propagates, and +0 is larger than -0 (numpy's
+    ``maximum`` propagates NaN but returns either zero)."""
+    pick = np.maximum(a, b) if largest else np.minimum(a, b)
+    if not _is_float(a.dtype) or a.dtype.kind == "c":
+        return pick
+    zeros = (a == 0) & (b == 0)
+    if not zeros.any():
+        return pick
+    a_negative = np.signbit(a.astype(np.float32))
+    keep_a = ~a_negative if largest else a_negative
+    return np.where(zeros, np.where(keep_a, a, b), pick)
+
+
+def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Float division as IEEE-754; integer division truncates toward zero, with XLA's answers
+    where the spec leaves it open: ``x / 0 = -1`` (all bits set) and ``MIN / -1 = MIN``."""
+    if _is_float(a.dtype):
+        return np.divide(a, b)
+    zero = b == 0
+    overflow = (b == -1) & (a == np.iinfo(a.dtype).min) if a.dtype.kind == "i" else np.zeros_like(zero)
+    safe = np.where(zero | overflow, np.ones_like(b), b)
+    quotient = np.floor_divide(a, safe)
+    # floor -> truncation: one up where the exact quotient is negative and not whole.
+    quotient = quotient + ((np.remainder(a, safe) != 0) & ((a < 0) != (safe < 0))).astype(a.dtype)
+    quotient = np.where(overflow, a, quotient)
+    return np.where(zero, np.array(-1).astype(a.dtype), quotient)
+
+
+def _remainder(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The remainder of truncating division, with the sign of the dividend (C's ``fmod``);
+    ``x % 0 = x`` and ``MIN % -1 = 0`` for integers, as XLA answers."""
+    if _is_float(a.dtype):
+        return np.fmod(a, b)
+    zero = b == 0
+    safe = np.where(zero | (b == -1), np.ones_like(b), b)
+    return np.where(zero, a, np.fmod(a, safe))
+
+
+#: The elementwise ops the toy compiler knows, by StableHLO name (without ``stablehlo.``). Numpy
+#: computes f16 and bf16 in float32 and rounds once to the type, integers wrap around.
 _ELEMENTWISE: dict[str, Callable[..., np.ndarray]] = {
-    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "maximum": np.maximum,
-    "minimum": np.minimum, "negate": np.negative, "abs": np.abs,
+    "add": np.add, "subtract": np.subtract, "multiply": np.multiply,
+    "maximum": lambda a, b: _extreme(a, b, largest=True), "minimum": lambda a, b: _extreme(a, b, largest=False),
+    "divide": _divide, "remainder": _remainder, "negate": np.negative, "abs": np.abs,
 }
 #: The ops the toy compiler knows (besides ``constant``, ``convert`` and ``return``).
 TOY_OPS = tuple(sorted([*(f"stablehlo.{op}" for op in _ELEMENTWISE), "stablehlo.constant",
-                        "stablehlo.convert", "func.return"]))
+                        "stablehlo.convert", "stablehlo.broadcast_in_dim", "func.return"]))
 
 _MLIR_TO_TYPE = {}
 for _kind in BufferType:
@@ -337,6 +467,9 @@ def _scalar(literal: str, dtype: np.dtype, where: str) -> np.ndarray:
 
 class ToyProgram:
     """A parsed ``@main``: a straight line of elementwise ops over named values."""
+
+    #: The op table; a subclass with another table is a compiler with other numerics.
+    ops: Mapping[str, Callable[..., np.ndarray]] = _ELEMENTWISE
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -392,7 +525,11 @@ class ToyProgram:
             operand = rest.split(":")[0].strip()
             _, dtype = _tensor(rest.split("->")[-1], where)
             return out, "convert", [operand], dtype
-        if not op.startswith("stablehlo.") or short not in _ELEMENTWISE:
+        if op == "stablehlo.broadcast_in_dim" and re.search(r"dims\s*=\s*\[\s*\]", rest):
+            # Only a scalar broadcast to a shape; the array is made when the program runs.
+            operand = rest.split(",")[0].strip()
+            return out, "broadcast", [operand], _tensor(rest.split("->")[-1], where)
+        if not op.startswith("stablehlo.") or short not in self.ops:
             raise UnsupportedOpError(op, location=where, supported=TOY_OPS, backend=PLATFORM)
         operands = [o.strip() for o in rest.split(":")[0].split(",")]
         return out, short, operands, None
@@ -408,8 +545,12 @@ class ToyProgram:
                 values[out] = extra
             elif op == "convert":
                 values[out] = inputs[0].astype(extra)
+            elif op == "broadcast":
+                shape, dtype = extra
+                values[out] = np.full(shape, inputs[0], dtype=dtype)
             else:
-                values[out] = np.asarray(_ELEMENTWISE[op](*inputs), dtype=inputs[0].dtype)
+                with np.errstate(all="ignore"):  # overflow, 0/0: the values are the point, not warnings
+                    values[out] = np.asarray(self.ops[op](*inputs), dtype=inputs[0].dtype)
         return [np.array(values[name], copy=True) for name in self.returns]
 
 
@@ -500,20 +641,43 @@ class ToyLoadedExecutable(LoadedExecutable):
             raise InvalidArgument(f"PJRT_LoadedExecutable_Execute: {len(argument_lists)} argument lists "
                                   f"for {len(devices)} devices")
         program = self.executable.program
+        donated = [i for i in program.aliases.values() if i not in options.non_donatable_input_indices]
+        checked = [self._arguments(program, args, device) for args, device in zip(argument_lists, devices)]
+        for args in argument_lists:
+            self._check_donation(args, donated)
         outputs, events = [], []
-        for device, args in zip(devices, argument_lists):
-            arrays = self._arguments(program, args)
-            results = program.run(arrays)
-            for out_index, in_index in program.aliases.items():
-                if in_index not in options.non_donatable_input_indices:
-                    args[in_index].delete()  # donated: the output took its storage
-            outputs.append([self.client.buffer_class(r, from_numpy_dtype(r.dtype), device, device.memories[0])
-                            for r in results])
-            events.append(ToyEvent())
+        for device, args, arrays in zip(devices, argument_lists, checked):
+            error: PjrtError | None = None
+            try:
+                results = program.run(arrays)
+            except PjrtError as exc:
+                error = exc
+            except Exception as exc:  # noqa: BLE001 - an error inside an execution goes on its event
+                error = ExecutionError(f"{program.name} on TOY_{device.description.id()}: "
+                                       f"{type(exc).__name__}: {exc}")
+            for in_index in donated:
+                args[in_index].delete()  # donated: the output took its storage
+            memory = device.memories[0]
+            if error is None:
+                outputs.append([self.client.buffer_class(r, from_numpy_dtype(r.dtype), device, memory)
+                                for r in results])
+            else:
+                outputs.append([self.client.buffer_class.failed(shape, from_numpy_dtype(dtype), device, memory, error)
+                                for shape, dtype in program.outputs])
+            events.append(ToyEvent(error=error))
         return ExecuteResult(outputs, events)
 
     @staticmethod
-    def _arguments(program: ToyProgram, args: Sequence[Buffer]) -> list[np.ndarray]:
+    def _check_donation(args: Sequence[Buffer], donated: Sequence[int]) -> None:
+        for index in donated:
+            buffer = args[index]
+            if buffer._external_references:  # type: ignore[attr-defined]
+                raise InvalidArgument("Donation requested for buffer with external reference")
+            if any(other is buffer for i, other in enumerate(args) if i != index):
+                raise InvalidArgument("Attempt to donate a buffer which is also used by the same call to Execute()")
+
+    @staticmethod
+    def _arguments(program: ToyProgram, args: Sequence[Buffer], device: Device | None = None) -> list[np.ndarray]:
         if len(args) != len(program.inputs):
             raise InvalidArgument(f"PJRT_LoadedExecutable_Execute: @main takes {len(program.inputs)} "
                                   f"arguments, got {len(args)}")
@@ -521,6 +685,10 @@ class ToyLoadedExecutable(LoadedExecutable):
         for i, (buffer, (shape, dtype)) in enumerate(zip(args, program.inputs)):
             if not isinstance(buffer, ToyBuffer):
                 raise InvalidArgument(f"argument {i} is {type(buffer).__name__}, not a buffer of this client")
+            if device is not None and buffer._device is not device:
+                raise InvalidArgument(f"Buffer passed to Execute() as argument {i} is on device "
+                                      f"TOY_{buffer._device.description.id()}, but the execution runs on "
+                                      f"TOY_{device.description.id()}")
             array = buffer._live(f"PJRT_LoadedExecutable_Execute argument {i}")
             if array.shape != shape or array.dtype != dtype:
                 raise InvalidArgument(f"argument {i} of @main is {dtype}{list(shape)}, got "
@@ -557,10 +725,13 @@ class ToyClient(Client):
     buffer_class: type[ToyBuffer] = ToyBuffer
     device_class: type[ToyDevice] = ToyDevice
     loaded_executable_class: type[ToyLoadedExecutable] = ToyLoadedExecutable
+    memory_class: type[ToyMemory] = ToyMemory
+    program_class: type[ToyProgram] = ToyProgram
 
     def __init__(self, num_devices: int = 2) -> None:
-        shared = ToyMemory(num_devices, "pinned_host", 1)
-        self.devices_list = [self.device_class(i, ToyMemory(i, "device", 0), shared) for i in range(num_devices)]
+        shared = self.memory_class(num_devices, "pinned_host", 1)
+        self.devices_list = [self.device_class(i, self.memory_class(i, "device", 0), shared)
+                             for i in range(num_devices)]
         self.memories = [d.memories[0] for d in self.devices_list] + [shared]
         self.devices_by_id = {d.description.id(): d for d in self.devices_list}
 
@@ -612,7 +783,7 @@ class ToyClient(Client):
         for row in assignment:
             for device_id in row:
                 self.lookup_device(device_id)
-        executable = ToyExecutable(ToyProgram(program.text()), decoded)
+        executable = ToyExecutable(self.program_class(program.text()), decoded)
         return self.loaded_executable_class(self, executable, tuple(tuple(r) for r in assignment))
 
     def deserialize_and_load(self, serialized: bytes) -> LoadedExecutable:
@@ -647,20 +818,32 @@ class ToyClient(Client):
         if dtype.itemsize != array.dtype.itemsize:
             raise InvalidArgument(f"element type {kind.name} does not match host dtype {array.dtype}")
         target, place = self._place(device, memory)
-        data = np.array(array, copy=True).view(dtype)
+        data = np.array(array, order="C", copy=True).view(dtype)  # dense row-major, as ToyLayouts says
         return HostTransfer(self.buffer_class(data, kind, target, place), ToyEvent())
 
     def create_uninitialized_buffer(self, dims: Sequence[int], element_type: BufferType, *,
                                     device: Device | None = None, memory: Memory | None = None) -> Buffer:
+        if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in dims):
+            raise InvalidArgument(f"PJRT_Client_CreateUninitializedBuffer: dimensions must be non-negative, "
+                                  f"got {list(dims)}")
         target, place = self._place(device, memory)
         return self.buffer_class(np.zeros(tuple(dims), to_numpy_dtype(element_type)), BufferType(element_type),
                                  target, place)
 
     def create_view_of_device_buffer(self, producer: Any, *, device: Device | None = None,
                                      on_delete: Callable[[], None] | None = None) -> Buffer:
-        array = np.from_dlpack(producer)
+        if on_delete is not None and not callable(on_delete):
+            raise InvalidArgument(f"PJRT_Client_CreateViewOfDeviceBuffer: on_delete must be callable, got {on_delete!r}")
+        try:
+            array = np.from_dlpack(producer)
+        except Exception as exc:  # noqa: BLE001 - the producer's own error says what is wrong
+            raise InvalidArgument(f"PJRT_Client_CreateViewOfDeviceBuffer: cannot view {type(producer).__name__}: "
+                                  f"{exc}") from None
+        if not array.flags.c_contiguous:
+            raise InvalidArgument("PJRT_Client_CreateViewOfDeviceBuffer: the toy views dense row-major memory only; "
+                                  f"the producer's array has strides {array.strides}")
         target, place = self._place(device, None)
-        return self.buffer_class(array, from_numpy_dtype(array.dtype), target, place)
+        return self.buffer_class(array, from_numpy_dtype(array.dtype), target, place, on_delete=on_delete, owned=False)
 
     def topology_description(self) -> TopologyDescription:
         return ToyTopology(len(self.devices_list))
@@ -719,8 +902,9 @@ class ToyApi(Api):
 #: What the toy cannot do, as data: its compiler knows a few elementwise ops, so the corpus
 #: programs (reductions, dots, control flow) do not compile. Strict: one that compiles is an error.
 TOY_LIMITATIONS = (
-    Limitation("the toy compiler knows only elementwise add/subtract/multiply/maximum/minimum/"
-               "negate/abs, constant and convert; the corpus programs need more", ("execute/corpus_*",)),
+    Limitation("the toy compiler knows only elementwise add/subtract/multiply/divide/remainder/maximum/"
+               "minimum/negate/abs, constant, convert and scalar broadcast; the corpus programs need more",
+               ("execute/corpus_*",)),
     Limitation("the toy compiler runs no collective op (all_reduce, all_gather, replica_id...)",
                ("collectives/*",)),
 )

@@ -9,7 +9,7 @@ from pjrt_hub.abi import BufferType, CompiledMemoryStats, ErrorCode, PjrtError
 
 from .._case import case, check, expect_error
 from .._context import PluginUnderTest
-from .._programs import INVALID_PROGRAM, add_one, two_outputs
+from .._programs import INVALID_PROGRAM, add_one, same_name_programs, two_outputs
 from .client import device_id
 
 #: Upstream's messages (pjrt_c_api_test.cc), which frameworks and users search for.
@@ -133,3 +133,38 @@ def execute_deleted(ctx: PluginUnderTest) -> None:
     except PjrtError:
         return
     check(False, "executing a deleted executable succeeded")
+
+
+@case("compile", timeout=120.0)
+def same_module_name(ctx: PluginUnderTest) -> None:
+    """Two programs that share a module name (JAX names every jit of a function ``f`` @jit_f) are
+    two executables: each computes its own function, directly and after serialize/deserialize,
+    and their fingerprints differ."""
+    plus, times = same_name_programs()
+    x = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    expected = {"x + 1": x + 1, "x * 2": x * 2}
+    loaded = {"x + 1": ctx.compile(plus), "x * 2": ctx.compile(times)}
+    for label, executable in loaded.items():
+        got = ctx.run(executable, x)[0]
+        check(np.array_equal(got, expected[label]),
+              f"@jit_f computing {label} gave {got.tolist()}, expected {expected[label].tolist()}: the plugin "
+              "took it for the other program of the same module name (a cache keyed by name?)")
+    executables = {label: e.get_executable() for label, e in loaded.items()}
+    if not ctx.declared_version or ctx.declared_version.minor >= 35:
+        try:
+            prints = {label: e.fingerprint() for label, e in executables.items()}
+        except PjrtError as exc:
+            if exc.code is not ErrorCode.UNIMPLEMENTED:
+                raise
+        else:
+            check(prints["x + 1"] != prints["x * 2"],
+                  f"two different programs named @jit_f have the same fingerprint {prints['x + 1']!r}; "
+                  "PJRT_Executable_Fingerprint identifies the compiled program, not its name")
+    serialized = {label: bytes(e.serialize()) for label, e in executables.items()}
+    for label in ("x * 2", "x + 1"):  # the second first: a name-keyed cache would return it for both
+        again = ctx.call(ctx.client.deserialize_and_load, serialized[label], what="PJRT_Executable_DeserializeAndLoad",
+                         timeout=60.0)
+        got = ctx.run(again, x)[0]
+        check(np.array_equal(got, expected[label]),
+              f"the deserialized @jit_f that computes {label} gave {got.tolist()}, expected "
+              f"{expected[label].tolist()}: serialize/deserialize mixed up two programs of one module name")

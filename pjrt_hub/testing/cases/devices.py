@@ -4,8 +4,14 @@ DeviceDescriptionAndMemoryDescriptions)."""
 
 from __future__ import annotations
 
-from .._case import case, check
-from .._context import PluginUnderTest
+import gc
+
+import numpy as np
+
+from pjrt_hub.abi import ErrorCode, PjrtError
+
+from .._case import case, check, skip
+from .._context import PluginUnderTest, describe
 from .client import device_id
 
 
@@ -130,3 +136,27 @@ def default_memory(ctx: PluginUnderTest) -> None:
         memory = device.default_memory()
         users = {device_id(d) for d in memory.addressable_by_devices()}
         check(device_id(device) in users, f"the default memory of device {device_id(device)} is not addressable by it")
+
+
+@case("devices")
+def memory_stats_follow_allocations(ctx: PluginUnderTest) -> None:
+    """PJRT_Device_MemoryStats (where implemented): bytes_in_use grows by at least a new buffer's
+    size on its device and shrinks by as much when the buffer is deleted."""
+    device = ctx.device
+    size = 1 << 20
+    gc.collect()
+    try:
+        before = device.memory_stats().bytes_in_use
+    except PjrtError as exc:
+        if exc.code is ErrorCode.UNIMPLEMENTED:
+            skip(f"plugin {ctx.name} does not report memory statistics ({describe(exc)})")
+        raise
+    buffer = ctx.put(np.zeros(size // 4, np.float32), device=device)
+    during = device.memory_stats().bytes_in_use
+    check(during - before >= size, f"PJRT_Device_MemoryStats: bytes_in_use went from {before} to {during} when a "
+                                   f"{size}-byte buffer was made on the device")
+    buffer.delete()
+    gc.collect()
+    after = device.memory_stats().bytes_in_use
+    check(during - after >= size, f"PJRT_Device_MemoryStats: bytes_in_use went from {during} to {after} when a "
+                                  f"{size}-byte buffer was deleted; its memory is still counted")

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from pjrt_hub.abi import CompileOptions, ErrorCode, HostBufferSemantics
+from pjrt_hub.abi import CompileOptions, ErrorCode, ExecuteOptions, HostBufferSemantics, PjrtError
 
 from .._case import Case, add_case, case, check, expect_error, fail
 from .._context import PluginUnderTest
-from .._programs import CorpusProgram, add_one, load_corpus, two_outputs
+from .._programs import CorpusProgram, add_one, elementwise, load_corpus, tensor, two_outputs
 from .client import device_id
 
 
@@ -135,3 +135,58 @@ def unsupported_host_dtype(ctx: PluginUnderTest) -> None:
     expect_error(lambda: ctx.client.buffer_from_host_buffer(np.array(["a", "b"]), device=ctx.device,
                                                             semantics=HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL),
                  code=ErrorCode.INVALID_ARGUMENT, what="PJRT_Client_BufferFromHostBuffer of a unicode array")
+
+
+@case("execute", timeout=120.0)
+def execute_device(ctx: PluginUnderTest) -> None:
+    """PJRT_LoadedExecutable_Execute with execute_device runs a one-device program on that device
+    (its outputs are there, and right): the device it was compiled for, and another one where the
+    plugin runs executables elsewhere at all (XLA does so only for portable executables)."""
+    first, second = ctx.need_devices(2)
+    host = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    executable = ctx.compile(add_one(), CompileOptions(device_assignment=((device_id(second),),)))
+    _run_on(ctx, executable, second, host)
+    try:
+        result = ctx.call(executable.execute, [[ctx.put(host, device=first)]], ExecuteOptions(), first,
+                          what="PJRT_LoadedExecutable_Execute with execute_device", timeout=60.0)
+    except PjrtError as exc:
+        if exc.code not in (ErrorCode.INVALID_ARGUMENT, ErrorCode.UNIMPLEMENTED):
+            raise
+        return  # runs an executable only on the devices it was compiled for
+    _check_placed(ctx, result, first, host)
+
+
+def _run_on(ctx: PluginUnderTest, executable, device, host: np.ndarray) -> None:
+    result = ctx.call(executable.execute, [[ctx.put(host, device=device)]], ExecuteOptions(), device,
+                      what="PJRT_LoadedExecutable_Execute with execute_device", timeout=60.0)
+    _check_placed(ctx, result, device, host)
+
+
+def _check_placed(ctx: PluginUnderTest, result, device, host: np.ndarray) -> None:
+    for event in result.device_complete_events or ():
+        ctx.await_event(event, "device_complete_events[0]")
+    check(len(result.outputs) == 1 and len(result.outputs[0]) == 1,
+          f"execute_device: expected one output list of one output, got {[len(o) for o in result.outputs]}")
+    output = result.outputs[0][0]
+    placed = device_id(output.device())
+    check(placed == device_id(device), f"executed with execute_device = device {device_id(device)}, the output is on "
+                                       f"device {placed}; PJRT runs the program on the device it is told to")
+    got = ctx.fetch(output)
+    check(np.array_equal(got, host + 1), f"x + 1 on device {device_id(device)} gave {got.tolist()}")
+
+
+@case("execute", timeout=120.0)
+def scalar_and_empty_arrays(ctx: PluginUnderTest) -> None:
+    """A program on a 0-d array and on an empty f32[0,3] runs: its outputs keep those shapes (a
+    scalar stays a scalar, an empty array keeps its zero) and the scalar's value is right."""
+    scalar, empty = tensor((), "f32"), tensor((0, 3), "f32")
+    executable = ctx.compile(elementwise("jit_edge_shapes", [scalar, empty], [("add", (0, 0)), ("negate", (1,))]))
+    x, e = np.array(1.25, np.float32), np.zeros((0, 3), np.float32)
+    outputs = ctx.execute(executable, [[ctx.put(x), ctx.put(e)]])[0]
+    check(len(outputs) == 2, f"two outputs expected, got {len(outputs)}")
+    dims = [tuple(o.dimensions()) for o in outputs]
+    check(dims == [(), (0, 3)], f"the outputs have dimensions {[list(d) for d in dims]}, expected [[], [0, 3]]: "
+                                "PJRT keeps a scalar 0-d and an empty array's zero dimension")
+    got = [ctx.fetch(o) for o in outputs]
+    check(got[0].shape == () and got[0] == np.float32(2.5), f"x + x of the scalar 1.25 came back as {got[0]!r}")
+    check(got[1].shape == (0, 3), f"-x of an f32[0,3] came back with shape {list(got[1].shape)}")

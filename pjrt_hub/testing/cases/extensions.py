@@ -9,6 +9,7 @@ kinds cover the device's memories, the default one first; FFI type ids are new f
 
 from __future__ import annotations
 
+import ctypes
 import uuid
 from typing import Any
 
@@ -17,7 +18,7 @@ import numpy as np
 from pjrt_hub.abi import BufferType
 from pjrt_hub.extensions import KNOWN_EXTENSIONS, ExtensionSpec, MemoryLayout
 
-from .._case import Case, add_case, case, check, fail
+from .._case import Case, add_case, case, check, fail, skip
 from .._context import PluginUnderTest
 from .._programs import add_one, two_outputs
 from .client import device_id
@@ -125,3 +126,87 @@ def declared_are_offered(ctx: PluginUnderTest) -> None:
     offered = set(ctx.api.extensions())
     check(declared == offered, f"plugin {ctx.name} declares extensions {sorted(declared)} but its Api offers "
                                f"{sorted(offered)}")
+
+
+# -- what the extensions report against how the data really sits --------------------------------
+
+
+def _as_laid_out(raw: bytes, dtype: np.dtype, dims: tuple[int, ...], minor_to_major: tuple[int, ...]) -> np.ndarray:
+    """The logical array stored in ``raw`` with the given dimension order (no tiles)."""
+    major_to_minor = list(reversed(minor_to_major))
+    count = int(np.prod(dims, dtype=np.int64))
+    stored = np.frombuffer(raw, dtype=dtype, count=count).reshape([dims[d] for d in major_to_minor])
+    return stored.transpose(np.argsort(major_to_minor))
+
+
+def _check_layout_against_memory(ctx: PluginUnderTest, buffer: Any, layout: Any, host: np.ndarray, what: str) -> None:
+    _permutation(layout, host.ndim, what)
+    if tuple(getattr(layout, "tiles", ()) or ()):
+        skip(f"{what} is tiled ({layout.tiles}): the element order in memory is not read from here")
+    raw = ctypes.string_at(buffer.unsafe_pointer(), host.nbytes)
+    seen = _as_laid_out(raw, host.dtype, host.shape, tuple(layout.minor_to_major))
+    check(np.array_equal(seen, host),
+          f"{what} says minor_to_major {tuple(layout.minor_to_major)}, but read that way the buffer's memory holds "
+          f"{seen.tolist()}, not {host.tolist()}: the layout does not describe how the data sits")
+
+
+@case("extensions", needs_extensions=("Layouts",))
+def layouts_describe_memory(ctx: PluginUnderTest) -> None:
+    """Layouts.buffer_memory_layout (and, from version 2, executable_output_layouts) describe the
+    order in which the elements really sit in the buffer's memory (read where the buffer is in
+    host memory), and client_default_layout is the layout new buffers get."""
+    impl = ctx.api.extensions()["Layouts"]
+    version = ctx.offered_extensions["Layouts"]
+    hosts = [np.arange(6, dtype=np.float32).reshape(2, 3), np.arange(24, dtype=np.float32).reshape(2, 3, 4) * 0.5,
+             (np.arange(15, dtype=np.uint8) * 3).reshape(3, 5).T]
+    fresh = ctx.put(np.zeros((2, 3), np.float32))
+    default = ctx.call(impl.client_default_layout, _unwrap(ctx.client), BufferType.F32, (2, 3),
+                       what="Layouts.client_default_layout(F32[2,3])")
+    actual = ctx.call(impl.buffer_memory_layout, _unwrap(fresh), what="Layouts.buffer_memory_layout(F32[2,3])")
+    check(tuple(default.minor_to_major) == tuple(actual.minor_to_major),
+          f"Layouts.client_default_layout(F32[2,3]) says minor_to_major {tuple(default.minor_to_major)}, but a new "
+          f"F32[2,3] buffer has {tuple(actual.minor_to_major)}: the default layout is the one new buffers get")
+    for host in hosts:
+        buffer = ctx.put(host)
+        if not buffer.is_on_cpu():
+            skip(f"the buffers of plugin {ctx.name} are not in host memory: their layout cannot be checked from here")
+        host = np.array(host, order="C")
+        what = f"Layouts.buffer_memory_layout({host.dtype}{list(host.shape)})"
+        layout = ctx.call(impl.buffer_memory_layout, _unwrap(buffer), what=what)
+        _check_layout_against_memory(ctx, buffer, layout, host, what)
+    if version >= 2:
+        loaded = ctx.compile(two_outputs())
+        x = np.arange(6, dtype=np.float32).reshape(2, 3)
+        y = np.full((2, 3), 2.0, np.float32)
+        outputs = ctx.execute(loaded, [[ctx.put(x), ctx.put(y)]])[0]
+        layouts = ctx.call(impl.executable_output_layouts, _unwrap(loaded), what="Layouts.executable_output_layouts")
+        check(isinstance(layouts, list) and len(layouts) == 2,
+              f"Layouts.executable_output_layouts(two_outputs) returned {layouts!r}, expected 2 layouts")
+        for index, (output, layout, expected) in enumerate(zip(outputs, layouts, (x + y, x * y))):
+            ctx.fetch(output)  # ready before its memory is read
+            _check_layout_against_memory(ctx, output, layout, expected,
+                                         f"Layouts.executable_output_layouts(two_outputs)[{index}]")
+
+
+@case("extensions", needs_extensions=("MemoryDescriptions",), min_api_minor=48)
+def memory_descriptions_match_memories(ctx: PluginUnderTest) -> None:
+    """MemoryDescriptions lists, for each device, exactly the (kind, kind id) of the memories the
+    device really has, and a buffer copied into each described kind sits in a memory of that kind."""
+    impl = ctx.api.extensions()["MemoryDescriptions"]
+    for device in ctx.devices:
+        described = ctx.call(impl.memory_descriptions, _unwrap(device.get_description()),
+                             what="MemoryDescriptions.memory_descriptions")
+        described = [tuple(d) for d in described]
+        actual = sorted({(m.kind(), m.kind_id()) for m in device.addressable_memories()})
+        check(sorted(set(described)) == actual,
+              f"MemoryDescriptions describes device {device_id(device)}'s memories as {sorted(set(described))} "
+              f"(kind, kind id), but its memories are {actual}")
+    source = ctx.put(np.array([1.0, 2.0], np.float32))
+    by_kind = {m.kind(): m for m in ctx.device.addressable_memories()}
+    for kind, kind_id in ctx.call(impl.memory_descriptions, _unwrap(ctx.device.get_description()),
+                                  what="MemoryDescriptions.memory_descriptions"):
+        copy = ctx.call(source.copy_to_memory, by_kind[kind], what=f"PJRT_Buffer_CopyToMemory({kind})")
+        placed = copy.memory()
+        check((placed.kind(), placed.kind_id()) == (kind, kind_id),
+              f"a buffer copied into the described memory {kind} (kind id {kind_id}) sits in {placed.kind()} "
+              f"(kind id {placed.kind_id()})")

@@ -137,6 +137,13 @@ def test_maximum_and_minimum_propagate_nan():
     assert np.isnan(mn[:2]).all() and mn[2] == 2.0
 
 
+
+def test_maximum_and_minimum_order_signed_zeros():
+    # IEEE-754 maximum/minimum (the spec's): +0 is larger than -0, whichever operand it is.
+    a, b = f32(-0.0, 0.0, -0.0), f32(0.0, -0.0, -0.0)
+    assert np.signbit(ev("stablehlo.maximum %x0, %x1", a, b)).tolist() == [False, False, True]
+    assert np.signbit(ev("stablehlo.minimum %x0, %x1", a, b)).tolist() == [True, True, True]
+
 @pytest.mark.parametrize("direction, kind, a, b, expected", [
     ("EQ", "FLOAT", [np.nan, 1.0], [np.nan, 1.0], [False, True]),
     ("NE", "FLOAT", [np.nan, 1.0], [np.nan, 1.0], [True, False]),
