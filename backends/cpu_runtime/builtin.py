@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pjrt_hub.abi import FRAMEWORK_VERSION, PluginDeclaration, history
 
-from ._api import CpuApi
+from ._api import _DEFAULT_INLINE_POLICY, CpuApi
+from ._executables import InlinePolicy
 from .compiler import ProgramCompiler
 
 __all__ = ["STABLEHLO_ATTRIBUTES", "builtin_api", "builtin_declaration"]
@@ -28,7 +29,9 @@ def builtin_declaration(description: str) -> PluginDeclaration:
     )
 
 
-def builtin_api(compiler: ProgramCompiler, backend: str) -> CpuApi:
+def builtin_api(compiler: ProgramCompiler, backend: str,
+                inline_policy: InlinePolicy = _DEFAULT_INLINE_POLICY) -> CpuApi:
     return CpuApi(compiler, platform_name="cpu", api_version=FRAMEWORK_VERSION,
                   platform_version=f"pjrt-hub {backend}",
-                  attributes={"pjrt_hub_backend": backend, **STABLEHLO_ATTRIBUTES})
+                  attributes={"pjrt_hub_backend": backend, **STABLEHLO_ATTRIBUTES},
+                  inline_policy=inline_policy)

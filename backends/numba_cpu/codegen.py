@@ -83,8 +83,9 @@ _HUGEPAGE_MIN_BYTES = 4 << 20
 
 @dataclass(frozen=True)
 class LoweringOptions:
-    #: Elements of work above which a kernel group runs its outer loop in parallel.
-    parallel_threshold: int = 1 << 17
+    #: Elements of work above which a kernel group runs its outer loop in parallel: ~0.2 ms on
+    #: one core, so that waking the pool (tens of microseconds, more on a busy machine) pays.
+    parallel_threshold: int = 1 << 19
     #: Threads to split parallel loops for (chunks per prange).
     num_threads: int = 2
     #: Subtree cost (see ``Rule.cost``) above which a multiply-used value is materialized.
@@ -107,6 +108,9 @@ class GeneratedFunction:
     cancellable: bool = False
     #: Other functions the entry calls (source with ``def``), compiled without ``parallel``.
     helpers: list[str] = field(default_factory=list)
+    #: The function has parallel kernels or large BLAS products: the runtime sets its threads
+    #: before each run (:func:`.threads.apply`).
+    threaded: bool = False
 
 
 def _tuple(parts: Sequence[str]) -> str:
@@ -212,6 +216,8 @@ class Lowering:
         self._cancellable = False
         #: Functions of the module besides the entry (rules add them: collective calls).
         self.helpers: list[str] = []
+        #: Set by rules that emit multi-threaded library calls (large dot products).
+        self.threaded = False
 
     # ---- names and globals ----
 
@@ -524,7 +530,8 @@ class Lowering:
             params.append(CANCEL_FLAG)
         src = [f"def {entry}({', '.join(params)}):", *body]
         return GeneratedFunction("\n".join(src), entry, self.parallel, tuple(in_kinds), tuple(out_kinds),
-                                 dict(self.globals), kernels, self._cancellable, list(self.helpers))
+                                 dict(self.globals), kernels, self._cancellable, list(self.helpers),
+                                 self.threaded or self.parallel)
 
     def _extract_kernel(self, scope: Scope, kernels: list[str]) -> str:
         """Move a parallel loop nest into a function of its own and return the call.

@@ -18,6 +18,7 @@ from pjrt_hub.backends.stablehlo import Op, Value
 from .codegen import Arr, Lowering, Scal, ld_text, st_text
 from .rules import _simple_reducer, _unsupported_variant, convert_text, kernel, reducer
 from .source import ElementKind, Expr
+from .threads import SMALL_DOT_MACS
 
 __all__: list[str] = []
 
@@ -83,11 +84,21 @@ def _dot_general(ctx: Lowering, op: Op):
         r3, rt = _arrange(ctx, rhs, rb, rc, rf, (B, K, N))
         o3 = ctx.fresh("r")
         ctx.scope.emit(f"{o3} = {out}.reshape(({B}, {M}, {N}))")
+        # A small product runs on this thread alone (see .threads); a large one uses the
+        # threads the runtime sets for the program.
+        small = B * M * N * K < SMALL_DOT_MACS
+        prev = ctx.fresh("nb")
+        if small:
+            ctx.scope.emit(f"{prev} = blas_threads(1)")
+        else:
+            ctx.threaded = True
         b = ctx.fresh("b")
         with ctx.block_scope(f"for {b} in range({B}):"):
             lt_text = f"{l3}[{b}].T" if lt else f"{l3}[{b}]"
             rt_text = f"{r3}[{b}].T" if rt else f"{r3}[{b}]"
             ctx.scope.emit(f"np.dot({lt_text}, {rt_text}, {o3}[{b}])")
+        if small:
+            ctx.scope.emit(f"blas_threads({prev})")
         return [Arr(out, rk)]
     if blas and M * N:
         ctx.scope.emit(f"{out}.fill(0)")
