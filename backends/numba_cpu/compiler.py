@@ -146,6 +146,10 @@ class NumbaProgram:
         self.unbounded_loops: bool = bool(meta.get("unbounded_loops", self.cancellable))
         #: Parallel kernels or large BLAS products: threads are set per run (see .threads).
         self._threaded = bool(meta.get("threaded", False))
+        #: The generated code returns new arrays of the declared types, never an input, a
+        #: constant or one array twice (``Lowering.lower`` copies those): the runtime need not
+        #: check. Collective helpers run Python code; their results are checked.
+        self.fresh_results: bool = not self.uses_collectives
 
     # -- running --
 
