@@ -245,8 +245,9 @@ class Lowering:
         if name is None:
             name = f"G{len(self._global_keys)}"
             self._global_keys[key] = name
+            # The scalar type's name, not the dtype's: numpy < 2 has np.bool_ but no np.bool.
             self.globals[name] = (
-                f"np.frombuffer(bytes.fromhex({data.tobytes().hex()!r}), np.{data.dtype.name})"
+                f"np.frombuffer(bytes.fromhex({data.tobytes().hex()!r}), np.{data.dtype.type.__name__})"
                 f".reshape({tuple(data.shape)!r})")
         return name
 
