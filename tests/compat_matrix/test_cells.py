@@ -82,6 +82,20 @@ def test_a_crashing_plugin_becomes_a_red_cell_and_the_run_goes_on(tmp_path):
     assert crashed.status is CellStatus.ERROR
     assert "crashed (SIGSEGV) before it reported" in crashed.error
     assert run.report.cell("toy_0_81", "0.105").status is CellStatus.PASSED
+    # A crash says nothing certain about the plugin (the harness or the machine may be at fault):
+    # it is not cached, the next run tries it again, while the passed cell comes from the cache.
+    again = run_environment(tmp_path / "out", frameworks=["0.105"], fixtures=[CRASHING, TOY],
+                            include_installed=False, cases=("client/platform_name",), cell_timeout=120)
+    assert (again.cells_run, again.cells_cached) == (1, 1)
+    assert again.report.cell("crashing", "0.105").status is CellStatus.ERROR
+
+
+def test_a_plugin_asked_for_but_absent_is_a_row_of_error_cells(tmp_path):
+    run = run_environment(tmp_path / "out", frameworks=["0.81", "0.95"], fixtures=[TOY], include_installed=False,
+                          plugins=["toy_0_81", "nosuch"], cases=("client/platform_name",), cell_timeout=120)
+    assert [p.name for p in run.report.plugins] == ["toy_0_81", "nosuch"]
+    missing = run.report.cell("nosuch", "0.95")
+    assert missing.status is CellStatus.ERROR and missing.error == "no plugin named 'nosuch' in environment local"
 
 
 def test_a_hanging_plugin_becomes_a_red_cell_with_its_time_out(tmp_path):
