@@ -155,6 +155,8 @@ def run_job_tox(plan: MatrixPlan, plan_path: Path, cell: PlanCell, output: Path,
     output = output.resolve()
     command = [*_tox_base(project), "run", "-e", cell.tox_env, *_discover_args(), "--",
                cell.id, "--plan", str(plan_path.resolve()), "--output", str(output), *extra]
+    # A result left by an earlier run of this job must not stand in for this run's.
+    (output / f"{cell.id}.json").unlink(missing_ok=True)
     clock = time.monotonic()
     done = subprocess.run(command, cwd=project or Path.cwd(), capture_output=True, text=True)
     text = (done.stdout or "") + (done.stderr or "")
