@@ -209,21 +209,24 @@ def _yaml_string(text: str) -> str:
 
 
 def _gitlab(plan: MatrixPlan) -> str:
-    """A child pipeline: one job per cell. Its jobs take plan.json from the parent pipeline's job
-    ``matrix-plan`` (``needs: pipeline``), and keep their result as an artifact for the merge."""
-    lines = [f"# pjrt-hub matrix plan {plan.plan_id}: {len(plan.cells)} jobs. Generated; do not edit.",
-             "stages:", "  - matrix-cells", ""]
+    """A child pipeline: one job per cell, then a merge job. Its jobs take plan.json from the parent
+    pipeline's job ``matrix-plan`` (``needs: pipeline``); each cell keeps its result as an artifact,
+    which the merge job collects."""
+    needs_plan = ["    - pipeline: $PARENT_PIPELINE_ID", "      job: matrix-plan"]
+    lines = [f"# pjrt-hub matrix plan {plan.plan_id}: {len(plan.cells)} job{'s' if len(plan.cells) != 1 else ''} and a "
+             "merge. Generated; do not edit.",
+             "# The parent pipeline's job `matrix-plan` runs",
+             "#   pjrt-hub matrix plan --format gitlab --output plan.json > matrix-cells.yml",
+             "# (artifacts: plan.json, matrix-cells.yml); a trigger job runs this file as a child pipeline",
+             "# (trigger: include: - artifact: matrix-cells.yml, job: matrix-plan) with the variable",
+             "# PARENT_PIPELINE_ID: $CI_PIPELINE_ID, and strategy: depend to take its verdict.",
+             "stages:", "  - matrix-cells", "  - matrix-merge", ""]
     for cell in plan.cells:
         lines += [
             f"{_yaml_string('matrix-cell ' + cell.id)}:",
             "  stage: matrix-cells",
             f"  image: {_yaml_string('python:' + cell.python)}",
-            "  needs:",
-            "    - pipeline: $PARENT_PIPELINE_ID",
-            "      job: matrix-plan",
-            "  variables:",
-            f"    PJRT_HUB_MATRIX_CELL: {_yaml_string(cell.id)}",
-            f"    PJRT_HUB_MATRIX_ENV: {_yaml_string(cell.tox_env or cell.environment)}",
+            "  needs:", *needs_plan,
             "  script:",
             "    - " + _yaml_string(_INSTALL),
             f"    - {_yaml_string(cell.command)}",
@@ -232,6 +235,22 @@ def _gitlab(plan: MatrixPlan) -> str:
             "    paths:",
             f"      - {_yaml_string(RESULTS_DIR + '/' + cell.id + '.json')}",
             ""]
+    lines += [
+        "matrix-merge:",
+        "  stage: matrix-merge",
+        f"  image: {_yaml_string('python:' + (plan.cells[0].python if plan.cells else '3.11'))}",
+        "  when: always",
+        "  needs:", *needs_plan,
+        *[f"    - job: {_yaml_string('matrix-cell ' + c.id)}\n      artifacts: true" for c in plan.cells],
+        "  script:",
+        "    - " + _yaml_string("pip install -e ."),
+        "    - " + _yaml_string(f"mkdir -p {RESULTS_DIR}"),
+        "    - " + _yaml_string(f"pjrt-hub matrix merge --plan {PLAN_FILE} {RESULTS_DIR} --output matrix"),
+        "  artifacts:",
+        "    when: always",
+        "    paths:",
+        "      - matrix/",
+        ""]
     return "\n".join(lines)
 
 

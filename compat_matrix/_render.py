@@ -236,11 +236,11 @@ def _jobs_table(report: MatrixReport) -> str:
         packages = ", ".join(f"{k} {v}" for k, v in sorted(f.packages.items())) if f else ""
         status = CellStatus.PASSED.value if job.status == "ran" else (
             CellStatus.MISSING.value if job.status == "missing" else CellStatus.ERROR.value)
+        versions = "".join(f"<td>{e(v or '')}</td>" for v in ((f.python, f.numba, f.numpy, f.pjrt_hub, f.platform)
+                                                             if f else ("",) * 5))
         rows.append(f'<tr><td>{e(job.id)}</td><td>{e(job.environment)}</td><td class="{status}">{e(job.status)}'
                     + (f"<br><small>{e(_one_line(job.error))}</small>" if job.error else "") + "</td>"
-                    f"<td>{e(took)}</td><td>{e(f.python or '') if f else ''}</td><td>{e(f.numba or '') if f else ''}</td>"
-                    f"<td>{e(f.numpy or '') if f else ''}</td><td>{e(f.pjrt_hub or '') if f else ''}</td>"
-                    f"<td>{e(f.platform or '') if f else ''}</td><td><small>{e(packages)}</small></td></tr>")
+                    f"<td>{e(took)}</td>{versions}<td><small>{e(packages)}</small></td></tr>")
     return (f"<h2>Jobs of plan {e(report.plan_id or '')}: where each ran, on what, how long</h2>"
             "<table><tr><th>job</th><th>environment</th><th>status</th><th>time</th><th>Python</th><th>numba</th>"
             "<th>numpy</th><th>pjrt-hub</th><th>host</th><th>other packages</th></tr>" + "".join(rows) + "</table>")

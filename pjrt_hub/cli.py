@@ -385,7 +385,9 @@ def _matrix_local(args: argparse.Namespace) -> int:
     else:
         print(_render_matrix_summary(report, paths))
         ran = sum(1 for c in report.cells if not c.cached and c.status.value != "missing")
-        print(f"{len(plan.cells)} jobs, {ran} cells run, {sum(c.cached for c in report.cells)} from the cache, "
+        jobs = len(plan.cells)
+        cached = sum(c.cached for c in report.cells)
+        print(f"{jobs} job{'s' if jobs != 1 else ''}, {ran} cells run, {cached} from the cache, "
               f"in {sum(j.duration_s or 0 for j in report.jobs):.0f} s of job time")
     return _matrix_exit(report)
 

@@ -17,7 +17,7 @@ def test_no_tox_runs_the_cells_here_and_writes_the_three_outputs(tmp_path, capsy
     assert main(args) == ExitCode.OK
     text = capsys.readouterr().out
     assert "cells: 1 passed, 0 failed, 1 refused, 0 error" in text
-    assert "1 jobs, 2 cells run, 0 from the cache" in text
+    assert "1 job, 2 cells run, 0 from the cache" in text
     report = MatrixReport.model_validate_json((out / "matrix.json").read_text())
     assert report.cell("toy_0_115_back_0_95", "0.81").rule == "backward-policy"
     assert "framework 0.81" in (out / "matrix.md").read_text()

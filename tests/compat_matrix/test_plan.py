@@ -61,14 +61,18 @@ def test_gitlab_format_is_a_child_pipeline_yaml(capsys):
     assert main(["matrix", "plan", "--format", "gitlab", "--plugin", "reference", "--env",
                  "matrix-py312-numbalatest"]) == ExitCode.OK
     pipeline = yaml.safe_load(capsys.readouterr().out)
-    assert pipeline["stages"] == ["matrix-cells"]
-    (name,) = [k for k in pipeline if k != "stages"]
+    assert pipeline["stages"] == ["matrix-cells", "matrix-merge"]
+    (name,) = [k for k in pipeline if k.startswith("matrix-cell ")]
     job = pipeline[name]
     assert name == "matrix-cell py312-numbalatest.reference"
     assert job["image"] == "python:3.12" and job["stage"] == "matrix-cells"
     assert job["needs"] == [{"pipeline": "$PARENT_PIPELINE_ID", "job": "matrix-plan"}]
     assert job["script"][-1] == "pjrt-hub matrix cell py312-numbalatest.reference --plan plan.json --output results"
     assert job["artifacts"]["paths"] == ["results/py312-numbalatest.reference.json"]
+    merge = pipeline["matrix-merge"]
+    assert merge["stage"] == "matrix-merge" and merge["when"] == "always"
+    assert {"job": name, "artifacts": True} in merge["needs"]
+    assert merge["script"][-1] == "pjrt-hub matrix merge --plan plan.json results --output matrix"
 
 
 def test_json_format_is_the_plan(capsys):
