@@ -60,6 +60,9 @@ class Progress:
                 self.stream.flush()
                 self._shown = False
 
+    #: The name the CLI's own progress line uses for the same thing.
+    clear = close
+
     def __enter__(self) -> "Progress":
         return self
 
