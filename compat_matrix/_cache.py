@@ -6,10 +6,11 @@ suite version (a hash of the case definitions) and the environment (Python and n
 Anything else changed means a new key and a fresh run. Results live as one JSON file per cell
 under ``PJRT_HUB_CACHE`` or the output directory; deleting the folder (or ``--refresh``) forgets them.
 
-Only verdicts about the plugin are kept: passed, failed and refused cells, which its identity and
-the key decide. An error cell (a crash, a time-out, a plugin that could not be found or loaded)
-may come from the harness or the machine as well as from the plugin (a wrong path, a loaded
-host), so it is never served from the cache: the next run tries it again.
+Only green cells are kept: passed and refused, verdicts that the plugin's identity and the key
+decide. A red cell is never served from the cache: an error (a crash, a hang, a plugin that could
+not be found or loaded) and a failed case (a case's time-out on a loaded host, a harness bug) may
+come from the harness or the machine as well as from the plugin, and a red cell is the one a
+developer is working on, so the next run tries it again.
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ __all__ = ["CellCache", "ENV_CACHE", "cache_key", "default_cache_dir"]
 
 ENV_CACHE = "PJRT_HUB_CACHE"
 #: Bumped when what a cell computes changes in a way the suite version does not show.
-#: 2: error cells are no longer cached (format 1 caches may hold errors of a broken harness).
+#: 2: red cells are no longer cached (format 1 caches may hold errors of a broken harness).
 CELL_FORMAT = 2
-#: The statuses that say something about the plugin, and only about it.
-CACHED_STATUSES = frozenset({CellStatus.PASSED, CellStatus.FAILED, CellStatus.REFUSED})
+#: The statuses kept (see the module's docstring).
+CACHED_STATUSES = frozenset({CellStatus.PASSED, CellStatus.REFUSED})
 
 
 def cache_key(identity: str, framework: str, suite: str, environment: Mapping[str, str | None],
@@ -74,7 +75,7 @@ class CellCache:
         return result if result.status in CACHED_STATUSES else None
 
     def put(self, result: CellResult) -> None:
-        """Keep ``result`` if it is a verdict about the plugin (see the module's docstring)."""
+        """Keep ``result`` if it is green (see the module's docstring)."""
         if not result.key or result.status not in CACHED_STATUSES:
             return
         self.root.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import textwrap
 
-from pjrt_hub.compat_matrix import CellStatus, FixturePlugin, run_environment
+import pytest
+
+from pjrt_hub.compat_matrix import CellCache, CellResult, CellStatus, FixturePlugin, run_environment
 
 TOY = FixturePlugin("toy_0_81", "0.81", None, "at 0.81")
 NEWER = FixturePlugin("toy_0_106", "0.106", None, "at 0.106, no backward policy")
@@ -82,8 +84,8 @@ def test_a_crashing_plugin_becomes_a_red_cell_and_the_run_goes_on(tmp_path):
     assert crashed.status is CellStatus.ERROR
     assert "crashed (SIGSEGV) before it reported" in crashed.error
     assert run.report.cell("toy_0_81", "0.105").status is CellStatus.PASSED
-    # A crash says nothing certain about the plugin (the harness or the machine may be at fault):
-    # it is not cached, the next run tries it again, while the passed cell comes from the cache.
+    # A red cell says nothing certain about the plugin (the harness or the machine may be at
+    # fault): it is not cached, the next run tries it again, while the passed cell comes from the cache.
     again = run_environment(tmp_path / "out", frameworks=["0.105"], fixtures=[CRASHING, TOY],
                             include_installed=False, cases=("client/platform_name",), cell_timeout=120)
     assert (again.cells_run, again.cells_cached) == (1, 1)
@@ -104,3 +106,17 @@ def test_a_hanging_plugin_becomes_a_red_cell_with_its_time_out(tmp_path):
     hung = run.report.cell("hanging", "0.105")
     assert hung.status is CellStatus.ERROR
     assert hung.error == "timed out after 3 s: the plugin hung (the cell's process was killed)"
+
+
+@pytest.mark.parametrize("status, kept", [(CellStatus.PASSED, True), (CellStatus.REFUSED, True),
+                                          (CellStatus.FAILED, False), (CellStatus.ERROR, False)])
+def test_only_green_cells_are_kept_and_served(tmp_path, status, kept):
+    cache = CellCache(tmp_path)
+    result = CellResult(plugin="p", environment="local", framework_version="0.81", status=status, key="k1")
+    cache.put(result)
+    assert (cache.get("k1") == result) is kept
+    # A red cell written by an older pjrt-hub is not served either.
+    (tmp_path / "cells").mkdir(exist_ok=True)
+    (tmp_path / "cells" / "k2.json").write_text(result.model_copy(update={"key": "k2"}).model_dump_json())
+    assert (cache.get("k2") is not None) is kept
+    assert not list((tmp_path / "cells").glob("*.tmp"))
