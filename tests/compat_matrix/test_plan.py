@@ -169,7 +169,8 @@ def test_the_minimum_environment_pins_every_minimum_pyproject_declares():
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     minimum = {re.match(r"[\w-]+", d).group(0).replace("-", "_").lower(): d.split(">=")[1] for d in declared}
     deps = _tox_sections()["testenv:matrix-py{311,312,313}-numba{min,latest}"]["deps"]
-    pins = {name.replace("-", "_").lower(): version for name, version in re.findall(r"numbamin: ([\w-]+)==([\d.]+)", deps)}
+    found = re.findall(r"numbamin: ([\w-]+)==([\d.]+)", deps)
+    pins = {name.replace("-", "_").lower(): version for name, version in found}
     assert set(pins) == set(minimum)
     for name, version in minimum.items():
         # ">=1.26" is pinned as 1.26.0: the same release.
