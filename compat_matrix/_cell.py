@@ -43,8 +43,8 @@ class CellSpec:
 
 
 def _briefs(cases: list, outcome: str) -> list[CaseBrief]:
-    return [CaseBrief(id=c.id, message=f"limitation: {c.limitation} ({c.message})" if c.limitation else c.message)
-            for c in cases if c.outcome.value == outcome]
+    return [CaseBrief(id=c.id, message=f"limitation: {c.limitation} ({c.message})" if c.limitation else c.message,
+                      limitation=c.limitation) for c in cases if c.outcome.value == outcome]
 
 
 def evaluate_cell(plugin: str, framework: str, environment: str, *, cases: Sequence[str] = (),

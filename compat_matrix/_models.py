@@ -41,6 +41,7 @@ RED = frozenset({CellStatus.FAILED, CellStatus.ERROR, CellStatus.MISSING})
 class CaseBrief(BaseModel):
     id: str
     message: str | None = None
+    limitation: str | None = Field(None, description="the declared limitation, for an expected failure")
 
 
 class CellResult(BaseModel):

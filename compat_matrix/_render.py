@@ -14,7 +14,7 @@ from typing import Iterable
 
 from pjrt_hub.abi import ApiVersion
 
-from ._models import RED, CellResult, CellStatus, EnvironmentInfo, MatrixReport, PluginInfo
+from ._models import RED, CaseBrief, CellResult, CellStatus, EnvironmentInfo, MatrixReport, PluginInfo
 
 __all__ = ["render_html", "render_markdown"]
 
@@ -179,6 +179,18 @@ def _items(title: str, entries: list[str]) -> str:
     return f"<li><b>{html.escape(title)}</b><ul>{body}</ul></li>"
 
 
+def _grouped(briefs: list[CaseBrief], *, by_limitation: bool) -> list[str]:
+    """Cases that share a reason (a declared limitation, a skip's message) as one entry: the reason
+    once, then the case ids. Green cells repeat the same dozens of reasons; matrix.json keeps every
+    case's own message."""
+    groups: dict[str, list[CaseBrief]] = {}
+    for b in briefs:
+        reason = b.limitation if by_limitation and b.limitation else (b.message or "")
+        groups.setdefault(reason, []).append(b)
+    return [f"{group[0].id}: {_one_line(group[0].message)}" if len(group) == 1
+            else f"{_one_line(reason)}: {', '.join(b.id for b in group)}" for reason, group in groups.items()]
+
+
 def _summary(cell: CellResult) -> str:
     if cell.status is CellStatus.FAILED:
         n = len(cell.failures)
@@ -201,8 +213,8 @@ def _html_cell(cell: CellResult | None) -> str:
         parts.append('<div class="cached">cached</div>')
     details = [_items("failed", [f"{f.id}: {f.message or ''}" for f in cell.failures]),
                _items("error", [cell.error] if cell.error else []), _items("verdict", cell.reasons),
-               _items("expected failures (declared limitations)", [f"{x.id}: {x.message or ''}" for x in cell.xfailed]),
-               _items("skipped", [f"{s.id}: {s.message or ''}" for s in cell.skipped])]
+               _items("expected failures (declared limitations)", _grouped(cell.xfailed, by_limitation=True)),
+               _items("skipped", _grouped(cell.skipped, by_limitation=False))]
     body = "".join(details)
     if body:
         parts.append(f"<details><summary>{e(_summary(cell))}</summary><ul>{body}</ul></details>")
