@@ -86,3 +86,15 @@ def test_merge_joins_environments_and_notes_the_missing_ones(tmp_path):
     assert "| good | py312 | 0.81 |" in md and "- py313: missing (no interpreter)" in md
     assert MatrixReport.model_validate_json((tmp_path / "matrix.json").read_text()) == merged
     assert set(paths) == {"json", "md", "html"}
+
+
+def test_html_lists_a_shared_limitation_or_skip_reason_once():
+    shared = [CaseBrief(id=f"execute/corpus_{n}", message=f"limitation: toy ops only (op {n})",
+                        limitation="toy ops only") for n in ("a", "b", "c")]
+    skips = [CaseBrief(id=f"abi/{n}", message="a check for c plugins") for n in ("x", "y")]
+    base = report()
+    cell = base.cells[0].model_copy(update={"xfailed": shared, "skipped": skips})
+    text = render_html(base.model_copy(update={"cells": [cell, *base.cells[1:]]}))
+    assert "<li>toy ops only: execute/corpus_a, execute/corpus_b, execute/corpus_c</li>" in text
+    assert "<li>a check for c plugins: abi/x, abi/y</li>" in text
+    assert "(op a)" not in text  # each case's own message stays in matrix.json
