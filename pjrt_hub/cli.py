@@ -367,8 +367,12 @@ def _matrix_local(args: argparse.Namespace) -> int:
     """``pjrt-hub matrix``: plan, every job here (tox environments in parallel), merge."""
     from pathlib import Path
 
-    from pjrt_hub.compat_matrix import default_cache_dir, merge_results, run_plan, write_outputs
+    from pjrt_hub.compat_matrix import default_cache_dir, merge_results, run_plan, tox_command, write_outputs
 
+    if not args.no_tox and tox_command() is None:
+        print("pjrt-hub matrix: tox is not installed: pip install 'pjrt-hub[test]' (or -e '.[test]' in a "
+              "clone), or run this environment only with --no-tox", file=sys.stderr)
+        return ExitCode.FAILURE
     output = Path(args.output).resolve()
     plan = _plan_from_args(args, here=args.env_name if args.no_tox else None, split="environment",
                            available_only=True)

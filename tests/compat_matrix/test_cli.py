@@ -64,3 +64,13 @@ def test_progress_shows_on_a_terminal_only():
     Progress("cells", stream=pipe).update(1, 3, "x")
     assert pipe.getvalue() == ""
     assert not Progress.for_command("cells", json_output=True).enabled
+
+
+def test_without_tox_the_tox_matrix_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    import pjrt_hub.compat_matrix as cm
+
+    monkeypatch.setattr(cm, "tox_command", lambda: None)
+    assert main(["matrix", "--output", str(tmp_path / "m")]) == ExitCode.FAILURE
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("pjrt-hub matrix: tox is not installed: pip install 'pjrt-hub[test]'")
+    assert not (tmp_path / "m").exists()
