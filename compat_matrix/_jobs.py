@@ -24,19 +24,19 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 from pydantic import ValidationError
 
 from ._axes import FIXTURE_PLUGINS, REAL_C_PLUGINS, environment_info
 from ._cache import CellCache
-from ._models import (CellReport, CellResult, CellStatus, EnvironmentInfo, JobInfo, MatrixPlan, MatrixReport,
-                      PlanCell, PluginInfo)
+from ._models import (RED, CellReport, CellResult, CellStatus, EnvironmentInfo, JobInfo, MatrixPlan,
+                      MatrixReport, PlanCell, PluginInfo)
 from ._plan import installed_interpreters
 from ._run import ProgressCallback, run_environment
 
-__all__ = ["MergeError", "load_plan", "load_results", "merge_results", "run_job_here", "run_job_tox", "run_plan",
-           "write_result"]
+__all__ = ["MergeError", "job_is_red", "load_plan", "load_results", "merge_results", "run_job_here", "run_job_tox",
+           "run_plan", "tox_command", "write_result"]
 
 
 class MergeError(Exception):
@@ -352,9 +352,5 @@ def merge_results(plan: MatrixPlan, results: Sequence[tuple[Path, CellReport]]) 
 
 
 def job_is_red(report: CellReport) -> bool:
-    from ._models import RED
-
+    """A job whose environment failed, that ran nothing, or that has a red cell."""
     return bool(report.error) or not report.cells or any(c.status in RED for c in report.cells)
-
-
-
