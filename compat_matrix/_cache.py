@@ -1,6 +1,6 @@
 """Cell results reused across runs: keyed by what decides them.
 
-The key is the plugin's identity (its distribution and version, plus a hash of its code where
+The key is the plugin's name and identity (its distribution and version, plus a hash of its code where
 that can change without a version bump; a C plugin's library hash), the framework version, the
 suite version (a hash of the case definitions) and the environment (Python and numba versions).
 Anything else changed means a new key and a fresh run. Results live as one JSON file per cell
@@ -28,16 +28,19 @@ __all__ = ["CellCache", "ENV_CACHE", "cache_key", "default_cache_dir"]
 
 ENV_CACHE = "PJRT_HUB_CACHE"
 #: Bumped when what a cell computes changes in a way the suite version does not show.
-#: 2: red cells are no longer cached (format 1 caches may hold errors of a broken harness).
+#: 2: red cells are no longer cached (format 1 caches may hold errors of a broken harness), and the
+#: plugin's name is part of the key (format 1 gave numba_cpu and reference, which share pjrt-hub's
+#: identity, one key, so one was served the other's results).
 CELL_FORMAT = 2
 #: The statuses kept (see the module's docstring).
 CACHED_STATUSES = frozenset({CellStatus.PASSED, CellStatus.REFUSED})
 
 
-def cache_key(identity: str, framework: str, suite: str, environment: Mapping[str, str | None],
+def cache_key(plugin: str, identity: str, framework: str, suite: str, environment: Mapping[str, str | None],
               cases: Sequence[str] = ()) -> str:
-    """``cases``: the case patterns a partial run was limited to (none: the whole suite)."""
-    payload = json.dumps({"plugin": identity, "framework": framework, "suite": suite,
+    """``plugin``: its registry name (one distribution may hold several plugins, which share the
+    ``identity``); ``cases``: the case patterns a partial run was limited to (none: the whole suite)."""
+    payload = json.dumps({"plugin": plugin.lower(), "identity": identity, "framework": framework, "suite": suite,
                           "environment": dict(environment), "cases": sorted(cases), "format": CELL_FORMAT},
                          sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:24]

@@ -62,7 +62,7 @@ class CellResult(BaseModel):
     error: str | None = Field(None, description="why the cell is an error: crash, time-out, load failure")
     duration_s: float = 0.0
     cached: bool = Field(False, description="reused from the cache, not run again")
-    key: str = Field("", description="the cache key: plugin identity, framework, suite and environment")
+    key: str = Field("", description="the cache key: plugin name and identity, framework, suite and environment")
 
 
 class PluginInfo(BaseModel):

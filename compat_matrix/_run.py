@@ -248,7 +248,7 @@ def run_environment(output: Path, *, environment: str = "local", frameworks: Seq
         hits = 0
         for target in targets:
             for version in versions:
-                key = cache_key(target.info.identity, version, suite, facts, cases)
+                key = cache_key(target.info.name, target.info.identity, version, suite, facts, cases)
                 hit = None if refresh else cache.get(key)
                 if hit is not None:
                     hits += 1

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from pjrt_hub.compat_matrix import CellCache, CellResult, CellStatus, FixturePlugin, run_environment
+from pjrt_hub.compat_matrix import CellCache, CellResult, CellStatus, FixturePlugin, cache_key, run_environment
 
 TOY = FixturePlugin("toy_0_81", "0.81", None, "at 0.81")
 NEWER = FixturePlugin("toy_0_106", "0.106", None, "at 0.106, no backward policy")
@@ -120,3 +120,12 @@ def test_only_green_cells_are_kept_and_served(tmp_path, status, kept):
     (tmp_path / "cells" / "k2.json").write_text(result.model_copy(update={"key": "k2"}).model_dump_json())
     assert (cache.get("k2") is not None) is kept
     assert not list((tmp_path / "cells").glob("*.tmp"))
+
+
+def test_plugins_of_one_distribution_have_their_own_keys():
+    # numba_cpu and reference are both pjrt-hub's: one identity, two plugins, two verdicts.
+    facts = {"python": "3.11.7", "numba": "0.68.1", "numpy": "2.4.6"}
+    numba = cache_key("numba_cpu", "pjrt-hub 0.1.0 src:abc", "0.81", "suite", facts)
+    assert numba != cache_key("reference", "pjrt-hub 0.1.0 src:abc", "0.81", "suite", facts)
+    assert numba == cache_key("NUMBA_CPU", "pjrt-hub 0.1.0 src:abc", "0.81", "suite", facts)
+    assert numba != cache_key("numba_cpu", "pjrt-hub 0.1.0 src:abd", "0.81", "suite", facts)
