@@ -343,8 +343,13 @@ def merge_results(plan: MatrixPlan, results: Sequence[tuple[Path, CellReport]]) 
                     cell = CellResult(plugin=row, environment=job.environment, framework_version=version,
                                       status=CellStatus.MISSING, error=why)
                 cells.append(cell)
-    environments_list = list(environments.values()) + [e for e in plan.not_planned
-                                                       if e.name not in environments or e.note]
+    for skipped in plan.not_planned:
+        ran = environments.get(skipped.name)
+        if ran is None:
+            environments[skipped.name] = skipped
+        elif skipped.note:  # e.g. a wheel plugin with no wheel for this machine
+            ran.note = f"{ran.note}; {skipped.note}" if ran.note else skipped.note
+    environments_list = list(environments.values())
     return MatrixReport(
         generated_at=_now(), suite_version=plan.suite_version, pjrt_hub_version=__version__,
         framework_versions=plan.frameworks, environments=environments_list, plugins=plugins, cells=cells,

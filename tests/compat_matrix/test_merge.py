@@ -272,3 +272,17 @@ def test_jobs_of_tox_environments_run_through_tox_and_a_broken_one_is_an_error(f
     assert reports[0].cells[0].status is CellStatus.PASSED and reports[0].cells[0].cached
     assert reports[1].error.startswith("tox environment matrix-py311-broken gave no result")
     assert json.loads((tmp_path / "all" / "py311-broken.json").read_text())["error"] == reports[1].error
+
+
+def test_environments_left_out_of_the_plan_are_noted_not_red(tmp_path, capsys):
+    plan = make_plan(environments=["matrix-py311-numbalatest", "matrix-py311-cplugins"], plugins=["toy_0_81"],
+                     frameworks=["0.81"])
+    assert [c.id for c in plan.cells] == ["py311-numbalatest.fixtures"]
+    (left,) = plan.not_planned
+    assert (left.name, left.note) == ("matrix-py311-cplugins", "none of the selected plugins is in it")
+    path = tmp_path / "plan.json"
+    path.write_text(plan.model_dump_json())
+    result = _result(plan, "py311-numbalatest.fixtures", environment="matrix-py311-numbalatest")
+    assert _merge(path, _write(tmp_path / "r.json", result), output=tmp_path / "out") == ExitCode.OK
+    assert "environment matrix-py311-cplugins: missing (none of the selected plugins is in it)" in \
+        capsys.readouterr().out
