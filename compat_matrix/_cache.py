@@ -86,6 +86,7 @@ class CellCache:
         try:
             with os.fdopen(fd, "w") as handle:
                 handle.write(result.model_dump_json())
+            os.chmod(tmp, 0o644)
             os.replace(tmp, self._path(result.key))
         except BaseException:
             os.unlink(tmp)

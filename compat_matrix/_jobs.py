@@ -74,6 +74,7 @@ def write_result(report: CellReport, output: Path) -> Path:
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(report.model_dump_json(indent=2))
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep a result from whoever merges it
         os.replace(tmp, target)
     except BaseException:
         os.unlink(tmp)

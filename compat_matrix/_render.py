@@ -126,7 +126,7 @@ def render_markdown(report: MatrixReport) -> str:
             if cell.counts:
                 lines.append(f"- conformance: {_counts(cell)}")
             lines += [f"- FAILED {f.id}: {_one_line(f.message)}" for f in cell.failures]
-            lines += [f"- xfailed {x.id}: {_one_line(x.message)}" for x in cell.xfailed]
+            lines += [f"- xfailed {entry}" for entry in _grouped(cell.xfailed, by_limitation=True)]
             lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
