@@ -322,7 +322,8 @@ def merge_results(plan: MatrixPlan, results: Sequence[tuple[Path, CellReport]]) 
             facts = result.environment.model_copy(update={"status": "failed" if result.error else "ran"})
             if result.suite_version != plan.suite_version:
                 facts.note = ((facts.note + "; ") if facts.note else "") + \
-                    f"ran suite {result.suite_version}, the plan has {plan.suite_version}"
+                    f"ran suite {result.suite_version}, the plan's is {plan.suite_version} (the cases can " \
+                    "depend on the environment: the dtypes its ml_dtypes offers)"
             known = environments.get(job.environment)
             if known is None or (known.status != "ran" and facts.status == "ran"):
                 environments[job.environment] = facts
