@@ -20,7 +20,6 @@ import argparse
 import enum
 import json
 import os
-import shutil
 import subprocess
 import sys
 import warnings
@@ -29,6 +28,7 @@ from typing import Any, Callable, Sequence, TextIO
 from pydantic import BaseModel
 
 from pjrt_hub._discovery import shown_path
+from pjrt_hub._progress import Progress
 from pjrt_hub.abi import ApiVersion, history
 
 __all__ = ["ExitCode", "main"]
@@ -66,41 +66,6 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
         stream.write(f"pjrt-hub: warning: {_one_line(message)}\n")
     except (OSError, ValueError):
         pass  # a closed or broken stderr must not turn a warning into an error
-
-
-class _Progress:
-    """One line on stderr that rewrites itself while long work runs, then disappears.
-
-    Only on a terminal: in ``--json`` mode, in a pipe, a file or CI log it stays silent, so the
-    output is exactly the report.
-    """
-
-    def __init__(self, enabled: bool, stream: TextIO | None = None) -> None:
-        self.stream = stream if stream is not None else sys.stderr
-        self.enabled = enabled and _isatty(self.stream)
-        self._shown = False
-
-    def update(self, done: int, total: int, what: str) -> None:
-        if not self.enabled:
-            return
-        width = shutil.get_terminal_size((80, 24)).columns
-        text = f"[{done}/{total}] {_one_line(what)}" if total else _one_line(what)
-        self.stream.write("\r" + text[:max(width - 1, 10)] + "\x1b[K")
-        self.stream.flush()
-        self._shown = True
-
-    def clear(self) -> None:
-        if self._shown:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-            self._shown = False
-
-
-def _isatty(stream: Any) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError, OSError):
-        return False
 
 
 # -- shared options ----------------------------------------------------------------------------
@@ -385,7 +350,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         found = ", ".join(sorted(r.name for r in registry.records)) or "none"
         print(f"pjrt-hub conformance: no plugin named {', '.join(missing)} (found: {found})", file=sys.stderr)
         return ExitCode.NOT_FOUND
-    progress = _Progress(not args.json and not args.pytest_output)
+    progress = Progress.for_command("", json_output=args.json or args.pytest_output)
     try:
         report = run_conformance(plugins, framework=framework, strict=args.strict, cases=args.case,
                                  timeout_scale=args.timeout_scale, junit=args.junit,
@@ -409,11 +374,12 @@ def _render_matrix_summary(report: Any, paths: dict[str, str] | None = None) -> 
     tally = Counter(c.status.value for c in report.cells)
     lines = [f"PJRT compatibility matrix: {len(report.plugins)} plugins x {len(report.framework_versions)} "
              f"framework versions ({', '.join(report.framework_versions)}) in {len(report.environments)} environments",
-             "cells: " + ", ".join(f"{tally.get(k, 0)} {k}" for k in ("passed", "failed", "refused", "error"))]
+             "cells: " + ", ".join(f"{tally.get(k, 0)} {k}" for k in ("passed", "failed", "refused", "error"))
+             + (f", {tally['missing']} missing" if tally.get("missing") else "")]
     for e in report.environments:
         lines.append(f"environment {e.name}: {e.status}" + (f" ({e.note})" if e.note else ""))
     for c in report.cells:
-        if c.status.value in ("failed", "error"):
+        if c.status.value in ("failed", "error", "missing"):
             why = c.error or "; ".join(f.id for f in c.failures)
             lines.append(f"RED {c.plugin} at {c.framework_version} ({c.environment}): {c.status.value}: "
                          f"{' '.join(why.split())[:300]}")
@@ -422,49 +388,188 @@ def _render_matrix_summary(report: Any, paths: dict[str, str] | None = None) -> 
     return "\n".join(lines)
 
 
+def _matrix_exit(report: Any) -> int:
+    """0 only for a matrix that ran something and has no red cell."""
+    return ExitCode.FAILURE if (report.red or not report.cells) else ExitCode.OK
+
+
+def _matrix_progress(args: argparse.Namespace, what: str) -> Any:
+    from pjrt_hub._progress import Progress
+
+    return Progress.for_command(what, json_output=args.json)
+
+
+def _plan_from_args(args: argparse.Namespace, *, here: str | None, split: str, available_only: bool) -> Any:
+    from pjrt_hub.compat_matrix import make_plan
+
+    return make_plan(frameworks=args.framework_version, plugins=args.plugin, libraries=args.library,
+                     fixtures=not args.no_fixtures, c_plugins=args.c_plugins, cases=args.case,
+                     environments=args.env, here=here, split=split, cell_timeout=args.cell_timeout,
+                     available_only=available_only)
+
+
+def _write_text(path: Any, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    import os
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _matrix_errors(run: Callable[[], int]) -> int:
+    """The matrix's bad input as one line and its exit code: an unknown plugin 5, an unusable
+    plan or result 3, a selection that cannot be planned 2."""
+    from pjrt_hub.compat_matrix import MergeError, PlanError, PluginNotFound
+
+    try:
+        return run()
+    except PluginNotFound as exc:
+        print(f"pjrt-hub matrix: {exc}", file=sys.stderr)
+        return ExitCode.NOT_FOUND
+    except MergeError as exc:
+        print(f"pjrt-hub matrix: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    except PlanError as exc:
+        print(f"pjrt-hub matrix: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+
+
 def cmd_matrix(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from pjrt_hub.compat_matrix import MatrixReport
 
-    from pjrt_hub.compat_matrix import (FIXTURE_PLUGINS, REAL_C_PLUGINS, CellCache, MatrixReport, merge,
-                                        run_environment, run_tox, write_outputs)
-
-    if args.schema:
+    if getattr(args, "schema", False):
         print(json.dumps(MatrixReport.model_json_schema(), indent=2))
         return ExitCode.OK
-    output = Path(args.output)
-    cache = CellCache(Path(args.cache)) if args.cache else None
-    options = dict(frameworks=args.framework_version, plugins=args.plugin,
-                   fixtures=() if args.no_fixtures else FIXTURE_PLUGINS, libraries=args.library,
-                   c_plugins=REAL_C_PLUGINS if args.c_plugins else (), jobs=args.jobs,
-                   cell_timeout=args.cell_timeout, cache=cache, refresh=args.refresh, cases=args.case)
-    if args.no_tox or args.partial:
-        run = run_environment(output, environment=args.env_name, **options)
-        report = run.report
-        if args.partial:
-            partial = Path(args.partial)
-            partial.parent.mkdir(parents=True, exist_ok=True)
-            partial.write_text(report.model_dump_json(indent=2))
-            paths = {"partial": str(partial)}
-        else:
-            paths = write_outputs(report, output)
-        note = f"{run.cells_run} cells run, {run.cells_cached} from the cache"
-    else:
-        envs = args.env or None
-        partials, missing = run_tox(output, *([envs] if envs else []), extra=args.tox_arg)
-        if not partials:
-            print("no tox environment produced results: " + "; ".join(f"{m.name}: {m.note}" for m in missing),
-                  file=sys.stderr)
-            return ExitCode.FAILURE
-        report = merge(partials, missing)
-        paths = write_outputs(report, output)
-        note = f"{len(partials)} environments ran, {len(missing)} gave no result"
+    return _matrix_errors(lambda: _matrix_local(args))
+
+
+def _matrix_local(args: argparse.Namespace) -> int:
+    """``pjrt-hub matrix``: plan, every job here (tox environments in parallel), merge."""
+    from pathlib import Path
+
+    from pjrt_hub.compat_matrix import default_cache_dir, merge_results, run_plan, tox_command, write_outputs
+
+    if not args.no_tox and tox_command() is None:
+        print("pjrt-hub matrix: tox is not installed: pip install 'pjrt-hub[test]' (or -e '.[test]' in a "
+              "clone), or run this environment only with --no-tox", file=sys.stderr)
+        return ExitCode.FAILURE
+    output = Path(args.output).resolve()
+    plan = _plan_from_args(args, here=args.env_name if args.no_tox else None, split="environment",
+                           available_only=True)
+    plan_path = output / "plan.json"
+    _write_text(plan_path, plan.model_dump_json(indent=2))
+    cache_dir = Path(args.cache).resolve() if args.cache else default_cache_dir(output)
+    with _matrix_progress(args, "cells") as progress:
+        results = run_plan(plan, plan_path, output / "cells", cache_dir=cache_dir, jobs=args.jobs,
+                           refresh=args.refresh, progress=progress.update)
+    report = merge_results(plan, [(output / "cells" / f"{r.cell_id}.json", r) for r in results])
+    paths = write_outputs(report, output)
     if args.json:
         print(report.model_dump_json(indent=2))
     else:
         print(_render_matrix_summary(report, paths))
-        print(note)
-    red = [c for c in report.cells if c.status.value in ("failed", "error")]
-    return ExitCode.FAILURE if red else ExitCode.OK
+        ran = sum(1 for c in report.cells if not c.cached and c.status.value != "missing")
+        jobs = len(plan.cells)
+        cached = sum(c.cached for c in report.cells)
+        print(f"{jobs} job{'s' if jobs != 1 else ''}, {ran} cells run, {cached} from the cache, "
+              f"in {sum(j.duration_s or 0 for j in report.jobs):.0f} s of job time")
+    return _matrix_exit(report)
+
+
+def cmd_matrix_plan(args: argparse.Namespace) -> int:
+    def run() -> int:
+        from pathlib import Path
+
+        from pjrt_hub.compat_matrix import render_plan
+
+        plan = _plan_from_args(args, here=args.env_name if args.no_tox else None, split=args.split,
+                               available_only=False)
+        if args.output:
+            _write_text(Path(args.output), plan.model_dump_json(indent=2))
+        print(render_plan(plan, args.format))
+        return ExitCode.OK
+
+    return _matrix_errors(run)
+
+
+def cmd_matrix_cell(args: argparse.Namespace) -> int:
+    def run() -> int:
+        from pathlib import Path
+
+        from pjrt_hub.compat_matrix import (CellCache, default_cache_dir, job_is_red, load_plan, run_job_here,
+                                            run_job_tox, write_result)
+
+        plan = load_plan(args.plan)
+        known = {c.id: c for c in plan.cells}
+        ids = list(args.id)
+        if not ids:
+            if not args.tox_env:
+                raise _Usage("name a job of the plan (its ids: " + ", ".join(known) + ")")
+            ids = [c.id for c in plan.cells if c.tox_env == args.tox_env]
+        for cell_id in ids:
+            if cell_id not in known:
+                print(f"pjrt-hub matrix cell: the plan {args.plan} has no job {cell_id!r} (its jobs: "
+                      f"{', '.join(known)})", file=sys.stderr)
+                return ExitCode.USAGE
+            if args.tox_env and known[cell_id].tox_env != args.tox_env:
+                print(f"pjrt-hub matrix cell: job {cell_id!r} is planned for {known[cell_id].tox_env or 'no tox'} "
+                      f"environment, not {args.tox_env}", file=sys.stderr)
+                return ExitCode.USAGE
+        output = Path(args.output)
+        cache = CellCache(Path(args.cache) if args.cache else default_cache_dir(output))
+        reports = []
+        for cell_id in ids:
+            cell = known[cell_id]
+            if cell.tox_env is None or args.no_tox:
+                with _matrix_progress(args, cell_id) as progress:
+                    report = run_job_here(plan, cell, cache=cache, jobs=args.jobs, refresh=args.refresh,
+                                          progress=progress.update)
+                write_result(report, output)
+            else:
+                extra = (["--cache", str(Path(args.cache).resolve())] if args.cache else []) + \
+                    (["--refresh"] if args.refresh else [])
+                report = run_job_tox(plan, Path(args.plan), cell, output, extra=extra)
+                if not (output / f"{cell_id}.json").exists() or report.error:
+                    write_result(report, output)
+            reports.append(report)
+            if args.json:
+                print(report.model_dump_json(indent=2))
+            else:
+                from collections import Counter
+
+                tally = Counter(c.status.value for c in report.cells)
+                print(f"job {cell_id} ({cell.environment}): "
+                      + (f"error: {report.error}" if report.error else
+                         ", ".join(f"{n} {k}" for k, n in tally.items()) or "no cells")
+                      + f" in {report.duration_s:.1f} s; wrote {output / (cell_id + '.json')}")
+        return ExitCode.FAILURE if any(job_is_red(r) for r in reports) else ExitCode.OK
+
+    return _matrix_errors(run)
+
+
+def cmd_matrix_merge(args: argparse.Namespace) -> int:
+    def run() -> int:
+        from pathlib import Path
+
+        from pjrt_hub.compat_matrix import load_plan, load_results, merge_results, write_outputs
+
+        plan = load_plan(args.plan)
+        report = merge_results(plan, load_results(args.results))
+        paths = write_outputs(report, Path(args.output))
+        if args.json:
+            print(report.model_dump_json(indent=2))
+        else:
+            print(_render_matrix_summary(report, paths))
+            for job in report.jobs:
+                took = f"{job.duration_s:.1f} s" if job.duration_s is not None else "-"
+                print(f"job {job.id}: {job.status}, {took}" + (f" ({job.error})" if job.error else ""))
+        return _matrix_exit(report)
+
+    return _matrix_errors(run)
+
+
 # -- run ---------------------------------------------------------------------------------------
 
 
@@ -753,7 +858,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     except (VersionError, PluginLoadError) as exc:  # refused or failed to load: not benched
         print(f"pjrt-hub bench: {_one_line(exc)}", file=sys.stderr)
         return ExitCode.FAILURE
-    progress = _Progress(not args.json)
+    progress = Progress.for_command("", json_output=args.json)
     try:
         report = bench(registry, plugins, args.program or None, warm=not args.no_warm,
                        library=tuple(args.library), runs=args.runs or None,
@@ -814,6 +919,41 @@ def _bench_collectives(args: argparse.Namespace) -> int:
 # -- entry point -------------------------------------------------------------------------------
 
 
+def _add_matrix_selection(p: argparse.ArgumentParser) -> None:
+    """What a matrix covers: the same options for ``matrix`` and ``matrix plan``."""
+    p.add_argument("--framework-version", type=_api_version, action="append", default=[], metavar="MAJOR.MINOR",
+                   help="a framework version column (repeatable; default 0.81, 0.95, 0.106, 0.115 and "
+                        f"{history.NEWEST_KNOWN})")
+    p.add_argument("--plugin", action="append", default=[], metavar="NAME",
+                   help="only this plugin (repeatable; default: every plugin of each environment)")
+    p.add_argument("--library", action="append", default=[], metavar="PATH",
+                   help="also a PJRT C plugin library (repeatable)")
+    p.add_argument("--no-fixtures", action="store_true", help="leave out the toy fixture plugins")
+    p.add_argument("--c-plugins", action="store_true",
+                   help="with --no-tox: also the real CPU plugins xla-cpu-pjrt (0.81), fastatomstruct-xla-cpu "
+                        "(0.106) and lammps-jax-pjrt-cpu (0.115) from the wheel cache ($PJRT_HUB_CACHE/wheels, else "
+                        "~/.cache/pjrt-hub/wheels; downloaded on first use, about 63 MB each) where this "
+                        "environment has not installed them (the tox environment matrix-py311-cplugins "
+                        "installs them)")
+    p.add_argument("--case", action="append", default=[], metavar="PATTERN",
+                   help="only conformance cases matching this pattern (repeatable)")
+    p.add_argument("--no-tox", action="store_true",
+                   help="this environment only, run here without tox (it is every plugin found here)")
+    p.add_argument("--env", action="append", default=[], metavar="TOXENV",
+                   help="tox environments (repeatable; default: the matrix-* environments of tox.ini)")
+    p.add_argument("--env-name", default="local", metavar="NAME",
+                   help="with --no-tox: the name of this environment in the report (default local)")
+    p.add_argument("--cell-timeout", type=float, default=900.0, metavar="S",
+                   help="seconds before a cell is a red time-out (default 900)")
+
+
+def _add_matrix_running(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--jobs", type=int, default=None, metavar="N", help="cells at a time (default: the cores)")
+    p.add_argument("--cache", default=None, metavar="DIR",
+                   help="the cell cache (default: $PJRT_HUB_CACHE/matrix, else cache/ under the output)")
+    p.add_argument("--refresh", action="store_true", help="run every cell again, ignoring the cache")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _ArgumentParser(
         prog="pjrt-hub",
@@ -862,42 +1002,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_conformance)
 
     p = sub.add_parser("matrix", help="the compatibility matrix: plugins x framework versions x environments; "
-                                      "non-zero exit if a cell is red")
+                                      "non-zero exit if a cell is red (plan, cell, merge: the same in CI)")
+    _add_matrix_selection(p)
     p.add_argument("--output", default="matrix", metavar="DIR",
-                   help="where matrix.json, matrix.md, matrix.html and the cache go (default ./matrix)")
-    p.add_argument("--framework-version", type=_api_version, action="append", default=[], metavar="MAJOR.MINOR",
-                   help="a framework version column (repeatable; default 0.81, 0.95, 0.106, 0.115 and "
-                        f"{history.NEWEST_KNOWN})")
-    p.add_argument("--plugin", action="append", default=[], metavar="NAME",
-                   help="only this plugin (repeatable; default: every plugin found and the fixture plugins)")
-    p.add_argument("--library", action="append", default=[], metavar="PATH",
-                   help="also a PJRT C plugin library (repeatable)")
-    p.add_argument("--no-fixtures", action="store_true", help="leave out the toy fixture plugins")
-    p.add_argument("--c-plugins", action="store_true",
-                   help="also the real CPU plugins xla-cpu-pjrt (0.81), fastatomstruct-xla-cpu (0.106) and "
-                        "lammps-jax-pjrt-cpu (0.115) from the wheel cache ($PJRT_HUB_CACHE/wheels, else "
-                        "~/.cache/pjrt-hub/wheels; downloaded on first use, about 63 MB each), where this "
-                        "environment has not installed them (with --no-tox; the tox environment "
-                        "matrix-py311-cplugins installs them)")
-    p.add_argument("--case", action="append", default=[], metavar="PATTERN",
-                   help="only conformance cases matching this pattern (repeatable)")
-    p.add_argument("--no-tox", action="store_true",
-                   help="run this environment only, here, without tox")
-    p.add_argument("--env", action="append", default=[], metavar="TOXENV",
-                   help="tox environments to run (repeatable; default: the matrix-* environments of tox.ini)")
-    p.add_argument("--tox-arg", action="append", default=[], metavar="ARG", help="passed to tox after --")
-    p.add_argument("--env-name", default="local", metavar="NAME",
-                   help="the name of this environment in the report (tox passes its env name)")
-    p.add_argument("--partial", default=None, metavar="FILE",
-                   help="write this environment's partial report to FILE and render nothing (for tox)")
-    p.add_argument("--jobs", type=int, default=None, metavar="N", help="cells at a time (default: the cores)")
-    p.add_argument("--cell-timeout", type=float, default=900.0, metavar="S",
-                   help="seconds before a cell is a red time-out (default 900)")
-    p.add_argument("--cache", default=None, metavar="DIR",
-                   help="the cell cache (default: $PJRT_HUB_CACHE/matrix, else DIR/cache under --output)")
-    p.add_argument("--refresh", action="store_true", help="run every cell again, ignoring the cache")
+                   help="where plan.json, the jobs' results (cells/), matrix.json, matrix.md, matrix.html and "
+                        "the cache go (default ./matrix)")
+    _add_matrix_running(p)
     _add_output(p)
     p.set_defaults(func=cmd_matrix)
+    msub = p.add_subparsers(dest="matrix_command", metavar="STEP")
+
+    q = msub.add_parser("plan", help="print the matrix's jobs as CI matrix data (GitHub, GitLab, JSON)")
+    _add_matrix_selection(q)
+    q.add_argument("--format", choices=("github", "gitlab", "json"), default="json",
+                   help="github: {\"include\": [...]} for fromJSON; gitlab: a child pipeline; json: the plan "
+                        "(default)")
+    q.add_argument("--split", choices=("plugin", "environment"), default="plugin",
+                   help="one job per plugin of each environment (the fixture plugins share one; default), or "
+                        "one per environment")
+    q.add_argument("--output", default=None, metavar="FILE", help="also write the plan (JSON) to FILE, for "
+                                                                  "the cell and merge steps")
+    q.set_defaults(func=cmd_matrix_plan, json=False)
+
+    q = msub.add_parser("cell", help="run jobs of a plan and write DIR/<id>.json each; in its tox environment "
+                                     "unless --no-tox")
+    q.add_argument("id", nargs="*", metavar="ID", help="a job of the plan (repeatable; with --tox-env and no "
+                                                        "ID: every job of that environment)")
+    q.add_argument("--plan", required=True, metavar="FILE", help="the plan (pjrt-hub matrix plan --output)")
+    q.add_argument("--output", required=True, metavar="DIR", help="where the result <id>.json goes")
+    q.add_argument("--no-tox", action="store_true", help="run here, in this environment (tox.ini does this "
+                                                          "inside the job's environment)")
+    q.add_argument("--tox-env", default=None, metavar="NAME",
+                   help="the tox environment this runs in (tox.ini passes it): jobs must be planned for it")
+    _add_matrix_running(q)
+    q.add_argument("--json", action="store_true", help="print the results as JSON")
+    q.set_defaults(func=cmd_matrix_cell)
+
+    q = msub.add_parser("merge", help="build matrix.json, matrix.md and matrix.html from a plan and its jobs' "
+                                      "results; a job without a result is red")
+    q.add_argument("results", nargs="*", metavar="RESULT", help="result files, or folders of them")
+    q.add_argument("--plan", required=True, metavar="FILE", help="the plan the results were run from")
+    q.add_argument("--output", default="matrix", metavar="DIR", help="where the report goes (default ./matrix)")
+    q.add_argument("--json", action="store_true", help="print the report as JSON")
+    q.set_defaults(func=cmd_matrix_merge)
     p = sub.add_parser("probe", help="read a PJRT C library safely (in a subprocess): version, "
                                      "functions, extensions, attributes")
     p.add_argument("target", nargs="?", metavar="PATH_OR_NAME", help="a .so path, or a C plugin's name")

@@ -253,8 +253,11 @@ class Lowering:
         if name is None:
             name = f"G{len(self._global_keys)}"
             self._global_keys[key] = name
+            # np.bool_, not the dtype's name "bool": numpy < 2 has no np.bool, and the generated
+            # text must not depend on the numpy that wrote it.
+            dtype_name = "bool_" if data.dtype == np.bool_ else data.dtype.name
             self.globals[name] = (
-                f"np.frombuffer(bytes.fromhex({data.tobytes().hex()!r}), np.{data.dtype.name})"
+                f"np.frombuffer(bytes.fromhex({data.tobytes().hex()!r}), np.{dtype_name})"
                 f".reshape({tuple(data.shape)!r})")
         return name
 

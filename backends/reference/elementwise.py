@@ -191,7 +191,16 @@ def _not(ctx, op, x):
 
 @register("stablehlo.popcnt", elementwise=True)
 def _popcnt(ctx, op, x):
-    return np.bitwise_count(x.view(_unsigned(x.dtype))).astype(x.dtype)
+    return _bit_count(np.asarray(x).view(_unsigned(x.dtype))).astype(x.dtype)
+
+
+def _bit_count(u: np.ndarray) -> np.ndarray:
+    """Set bits per element of an unsigned array. ``np.bitwise_count`` is numpy 2's; the bytes
+    unpacked and summed give the same on numpy 1.26, the oldest numpy pjrt-hub supports."""
+    if hasattr(np, "bitwise_count"):
+        return np.bitwise_count(u)
+    as_bytes = np.ascontiguousarray(u).reshape(u.shape + (1,)).view(np.uint8)
+    return np.unpackbits(as_bytes, axis=-1).sum(axis=-1, dtype=np.int64)
 
 
 @register("stablehlo.count_leading_zeros", elementwise=True)

@@ -255,3 +255,17 @@ def test_results_never_alias_inputs(compiler):
         assert not np.shares_memory(o, x) and o.tolist() == [1.0, 2.0, 3.0]
     assert not np.shares_memory(outs[1], outs[2])
     assert program.run([x, np.array(2, np.int32)])[0].tolist() == [4.0, 8.0, 12.0]
+
+
+def test_a_bool_constant_array_names_a_type_numpy_1_has(compiler):
+    # dtype("bool").name is "bool", which numpy < 2 has no attribute for: the generated module
+    # must say np.bool_ (numba 0.59 runs with numpy 1.26).
+    program = compiler.compile("""
+    func.func public @main(%a: tensor<4xi1>) -> tensor<4xi1> {
+      %c = stablehlo.constant dense<[true, false, true, true]> : tensor<4xi1>
+      %0 = stablehlo.and %a, %c : tensor<4xi1>
+      return %0 : tensor<4xi1>
+    }""")
+    assert "np.bool_)" in program.source and "np.bool)" not in program.source
+    (out,) = program.run([np.array([True, True, False, True])])
+    assert out.tolist() == [True, False, False, True]
