@@ -352,13 +352,18 @@ class ServedApi:
         ctypes.c_int32.from_address(base + 36).value = self.version.minor
         #: C function name -> whether the server forwards it (False: it answers UNIMPLEMENTED).
         self.implemented: dict[str, bool] = {}
+        #: Where each function's pointer is written (slot or extension node), by C name.
+        self._locations: dict[str, int] = {}
+        self._gates = None
         for slot, c_name in enumerate(self.slot_names[:self.num_slots]):
-            pointer = self._callback(c_name)
-            ctypes.c_void_p.from_address(base + API_HEADER_SIZE + 8 * slot).value = pointer
+            location = base + API_HEADER_SIZE + 8 * slot
+            ctypes.c_void_p.from_address(location).value = self._callback(c_name)
+            self._locations[c_name] = location
         self.extension_nodes: list[_ExtensionNode] = []
         self._node_memory: list[ctypes.Array] = []
         head = self._build_extensions(dict(extensions or {}))
         ctypes.c_void_p.from_address(base + 8).value = head or None
+        self._install_gates()
         self._capsule: Any = None
         #: True once :meth:`retire` pointed the slots away from Python (interpreter exit).
         self.retired = False
@@ -442,8 +447,10 @@ class ServedApi:
             return unimplemented
 
         def callback(address: int) -> int | None:
-            calls[c_name] += 1
             try:
+                calls[c_name] += 1
+                if self._gates is not None and self._gates.pending():
+                    self._drain()
                 handler(address)
                 return None
             except BaseException as exc:  # noqa: BLE001 - nothing may cross into C
@@ -462,6 +469,43 @@ class ServedApi:
                 log.exception("%s of served plugin %s failed", c_name, self.name)
 
         return callback
+
+    # -- destroys held back by the native gates -----------------------------------------------
+
+    def _install_gates(self) -> None:
+        """Put native gates (:mod:`._native`) in front of the destroy functions and deleters."""
+        from ._native import build_gates
+
+        targets: dict[str, tuple[int, int, bool]] = {}
+        for c_name, location in self._locations.items():
+            if c_name.endswith("_Destroy") and self.implemented.get(c_name):
+                pointer = ctypes.c_void_p.from_address(location).value or 0
+                targets[c_name] = (pointer, 16, c_name in _VOID_FUNCTIONS)
+        targets["deleter"] = (self._serial_deleter, -1, True)
+        gates = build_gates(targets)
+        if gates is None:
+            return
+        for c_name, gate in gates.addresses.items():
+            if c_name == "deleter":
+                self._serial_deleter = gate
+            else:
+                ctypes.c_void_p.from_address(self._locations[c_name]).value = gate
+        self._gate_names = gates.names  # type: ignore[attr-defined]
+        self._gates = gates
+
+    def _drain(self) -> None:
+        """Destroy what the gates held back (called from a callback running normally)."""
+        assert self._gates is not None
+        for index, handle in self._gates.take():
+            name = self._gate_names[index]
+            try:
+                if name == "deleter":
+                    self._serial_keep.pop(handle, None)
+                    continue
+                args = (ctypes.c_uint64 * 3)(24, 0, handle)
+                getattr(self, "_" + name.removeprefix("PJRT_"))(ctypes.addressof(args))
+            except Exception:  # noqa: BLE001 - a late destroy must not break the call that drains
+                log.exception("destroying a held-back handle with %s failed", name)
 
     def _args(self, address: int, struct: str) -> Any:
         """The caller's Args struct at ``address``, refused when smaller than our oldest layout."""
@@ -1507,7 +1551,9 @@ class ServedApi:
             ctypes.c_int32.from_address(base + 8).value = int(ExtensionType[name])
             ctypes.c_void_p.from_address(base + 16).value = head or None
             for i, fn_name in enumerate(served):
-                ctypes.c_void_p.from_address(base + _EXTENSION_HEADER + 8 * i).value = self._callback(fn_name)
+                location = base + _EXTENSION_HEADER + 8 * i
+                ctypes.c_void_p.from_address(location).value = self._callback(fn_name)
+                self._locations[fn_name] = location
             self._node_memory.append(node)
             self.extension_nodes.append(_ExtensionNode(name, version, served))
             head = base
