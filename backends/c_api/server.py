@@ -39,6 +39,7 @@ from __future__ import annotations
 import atexit
 import collections
 import ctypes
+import functools
 import hashlib
 import logging
 import threading
@@ -607,13 +608,14 @@ class ServedApi:
     # -- small helpers ---------------------------------------------------------------------------
 
     def _string(self, key: Any, text: str) -> tuple[int, int]:
-        """A UTF-8 copy of ``text`` that lives for the process (names, kinds: few and small)."""
-        buf = self._strings.get(key)
-        if buf is None or buf.raw[:-1] != text.encode():
+        """A UTF-8 copy of ``text`` that lives for the process (names and kinds of objects that
+        live as long: few, small, and the same every time they are asked for)."""
+        found = self._strings.get((key, text))
+        if found is None:
             data = text.encode("utf-8")
             buf = ctypes.create_string_buffer(data, len(data) + 1)
-            self._strings[key] = buf
-        return ctypes.addressof(buf), len(buf) - 1
+            found = self._strings[(key, text)] = (ctypes.addressof(buf), len(data), buf)
+        return found[0], found[1]
 
     @staticmethod
     def _owned_string(entry: _Entry, key: str, text: str | bytes) -> tuple[int, int]:
@@ -667,9 +669,10 @@ class ServedApi:
             raise InvalidArgument(f"{what}: {count} values announced but the pointer is NULL")
         return tuple((ctypes.c_int64 * count).from_address(address))
 
-    def _covers(self, args: Any, struct: str, field_name: str) -> bool:
-        member = getattr(layout(struct).ctype, field_name)
-        return args.struct_size >= member.offset + member.size
+    @staticmethod
+    def _covers(args: Any, struct: str, field_name: str) -> bool:
+        """Whether the caller's ``struct_size`` includes ``field_name`` (a field later minors added)."""
+        return args.struct_size >= _field_end(struct, field_name)
 
     def _named_values(self, values: Mapping[str, Any], what: str) -> Any:
         return encode_named_values(_plain_values(values), minor=self._minor, what=what)
@@ -871,8 +874,9 @@ class ServedApi:
         semantics = HostBufferSemantics(args.host_buffer_semantics)
         if self._covers(args, "PJRT_Client_BufferFromHostBuffer_Args", "device_layout") and args.device_layout:
             self._check_dense_layout(args.device_layout, len(dims), f"{what}: device_layout")
-        writable = semantics == HostBufferSemantics.MUTABLE_ZERO_COPY
-        array = _host_array(args.data, kind, dims, strides, writable=writable, what=what)
+        # The view is writable for numpy (numba's fast dispatch knows only writable arrays); the
+        # runtime keeps an immutable zero-copy buffer from ever being written (no donation into it).
+        array = _host_array(args.data, kind, dims, strides, writable=True, what=what)
         device = self._handles.get(args.device, "device", what) if args.device else None
         memory = None
         if self._covers(args, "PJRT_Client_BufferFromHostBuffer_Args", "memory") and args.memory:
@@ -1157,9 +1161,10 @@ class ServedApi:
         num_devices, num_args = args.num_devices, args.num_args
         get_buffer = self._handles.entries.get
         argument_lists = []
-        outer = (ctypes.c_void_p * num_devices).from_address(args.argument_lists) if num_devices else ()
+        outer = _pointers(num_devices).from_address(args.argument_lists) if num_devices else ()
+        row_type = _pointers(num_args)
         for d in range(num_devices):
-            row = (ctypes.c_void_p * num_args).from_address(outer[d]) if num_args else ()
+            row = row_type.from_address(outer[d]) if num_args else ()
             buffers = []
             for i, handle in enumerate(row):
                 entry = get_buffer(handle or 0)
@@ -1182,13 +1187,13 @@ class ServedApi:
         result = info.obj.execute(argument_lists, options, execute_device)
         outputs = result.outputs
         new = self._handles.new
-        out_outer = (ctypes.c_void_p * num_devices).from_address(args.output_lists) if num_devices else ()
+        out_outer = _pointers(num_devices).from_address(args.output_lists) if num_devices else ()
         for d, buffers in enumerate(outputs):
-            out_row = (ctypes.c_void_p * len(buffers)).from_address(out_outer[d]) if buffers else ()
+            out_row = _pointers(len(buffers)).from_address(out_outer[d]) if buffers else ()
             for i, buffer in enumerate(buffers):
                 out_row[i] = new("buffer", buffer)
         if args.device_complete_events:
-            events = (ctypes.c_void_p * num_devices).from_address(args.device_complete_events)
+            events = _pointers(num_devices).from_address(args.device_complete_events)
             for d, event in enumerate(result.device_complete_events):
                 events[d] = new("event", event)
 
@@ -1701,6 +1706,18 @@ def _struct_info(name: str) -> tuple[type, int]:
             minimum = min(minimum, member.offset + member.size)
         info = _STRUCT_INFO[name] = (cls, minimum if spec.has_head else 0)
     return info
+
+
+@functools.lru_cache(maxsize=None)
+def _field_end(struct: str, field_name: str) -> int:
+    member = getattr(layout(struct).ctype, field_name)
+    return member.offset + member.size
+
+
+@functools.lru_cache(maxsize=None)
+def _pointers(count: int) -> type:
+    """``void*[count]`` (ctypes makes a new array type per length; the hot path reuses them)."""
+    return ctypes.c_void_p * count
 
 
 _ON_READY_FUNCTIONS: dict[int, Any] = {}

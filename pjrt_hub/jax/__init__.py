@@ -58,7 +58,7 @@ def _xla_bridge() -> Any:
 
 def register(plugin: str = "numba_cpu", *, name: str | None = None, platform_name: str | None = None,
              priority: int = DEFAULT_PRIORITY, options: Mapping[str, Any] | None = None,
-             registry: "PluginRegistry | None" = None) -> "ServedApi":
+             donation: bool = True, registry: "PluginRegistry | None" = None) -> "ServedApi":
     """Make pjrt-hub plugin ``plugin`` a JAX backend called ``name`` (default: the plugin's name).
 
     :param platform_name: the platform JAX lowers for (default: ``name``). ``"cpu"`` makes JAX emit
@@ -66,6 +66,9 @@ def register(plugin: str = "numba_cpu", *, name: str | None = None, platform_nam
     :param priority: JAX's backend priority; the default keeps JAX's own CPU backend the default.
         A priority above 0 makes this plugin JAX's default backend.
     :param options: ``PJRT_Client_Create`` options (numba_cpu and reference take ``num_devices``).
+    :param donation: let ``donate_argnums`` reach the plugin. JAX keeps a list of the platforms it
+        lowers donation for (XLA's); the platform is added to it, since every pjrt-hub CPU runtime
+        implements donation.
     :param registry: where to find the plugin (default: one built from the environment).
     :return: the served ``PJRT_Api`` (its ``calls`` count what JAX called).
 
@@ -88,6 +91,8 @@ def register(plugin: str = "numba_cpu", *, name: str | None = None, platform_nam
                 f"pjrt_hub.jax.register({plugin!r}) before the first use of JAX (jax.devices(), jit, arrays), "
                 f"or set {ENV_PLUGINS}={plugin} so that `import jax` registers it")
         served = _serve(plugin, name, platform_name or name, registry)
+        if donation:
+            _allow_donation(platform_name or name)
         xla_bridge.register_plugin(name, priority=priority, c_api=served.capsule(),
                                    options=dict(options) if options else None)
         _REGISTERED[name] = served
@@ -114,6 +119,22 @@ def _serve(plugin: str, name: str, platform_name: str, registry: "PluginRegistry
                    extensions={**record.extensions, "Shardings": 1}, compile_hook=compile_for_jax)
     served.plugin = plugin  # type: ignore[attr-defined]
     return served
+
+
+def _allow_donation(platform: str) -> None:
+    """Add ``platform`` to JAX's list of platforms whose programs carry donation
+    (``jax._src.interpreters.mlir._platforms_with_donation``, private: without it JAX drops
+    ``donate_argnums`` with "Donation is not implemented for ('numba_cpu',)")."""
+    try:
+        from jax._src.interpreters import mlir
+    except ImportError:
+        return
+    platforms = getattr(mlir, "_platforms_with_donation", None)
+    if isinstance(platforms, list) and platform not in platforms:
+        platforms.append(platform)
+    elif platforms is None:
+        log.warning("this JAX has no list of platforms with donation; donate_argnums will be ignored on %s",
+                    platform)
 
 
 def registered() -> dict[str, "ServedApi"]:
