@@ -173,8 +173,9 @@ class ProgramInfo:
     single_manual_computation: bool = False
     #: Shardy ops left in the program other than the manual computation of the above.
     other_shardy_ops: tuple[str, ...] = ()
-    #: Global shapes of the arguments of ``@main``.
+    #: Global shapes of the arguments and results of ``@main``.
     arg_shapes: list[tuple[int, ...]] = field(default_factory=list)
+    result_shapes: list[tuple[int, ...]] = field(default_factory=list)
     num_partitions: int = 1
     num_replicas: int = 1
     #: The module and its MLIR context, kept for :func:`localize_manual_computation`.
@@ -248,6 +249,8 @@ def _main(module: Any) -> Any:
 
 def read_program(code: bytes | str) -> ProgramInfo:
     """Read a program as JAX sends it: StableHLO text without ``sdy.mesh``, and its shardings."""
+    from jaxlib.mlir import ir
+
     ctx = _new_context()
     module = parse_module(code, ctx)
     with ctx:
@@ -269,6 +272,8 @@ def read_program(code: bytes | str) -> ProgramInfo:
         info.num_replicas = int(str(attrs["mhlo.num_replicas"]).split(":")[0]) \
             if "mhlo.num_replicas" in attrs else 1
         info.arg_shapes = [_shape(a.type) for a in main.regions[0].blocks[0].arguments]
+        function_type = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+        info.result_shapes = [_shape(t) for t in function_type.results]
         shardy: list[str] = []
         main.operation.walk(lambda op: _collect_shardy(op, shardy))
         block = main.regions[0].blocks[0]
@@ -317,10 +322,11 @@ def _sharding(text: str | None, meshes: dict[str, Mesh]) -> Sharding | None:
     return None if text is None else Sharding.parse(text, meshes)
 
 
-def localize_manual_computation(info: ProgramInfo) -> tuple[str, list[Sharding | None]]:
+def localize_manual_computation(info: ProgramInfo) -> str:
     """The program one device runs when ``@main`` is a single ``sdy.manual_computation``: the
     body, with the local shapes, as ``@main`` of a module of one partition and as many replicas as
-    the mesh has devices. Returns the text and the in-shardings of the manual computation."""
+    the mesh has devices. The manual computation's in and out shardings become those of ``@main``
+    where it had none (they are the shardings the arguments and results must have)."""
     from jaxlib.mlir import ir
 
     if not info.single_manual_computation:
@@ -331,6 +337,9 @@ def localize_manual_computation(info: ProgramInfo) -> tuple[str, list[Sharding |
         block = main.regions[0].blocks[0]
         manual, ret = list(block.operations)
         in_shardings = _per_value(str(manual.attributes["in_shardings"]), info.meshes)
+        out_shardings = _per_value(str(manual.attributes["out_shardings"]), info.meshes)
+        info.arg_shardings = _fill(info.arg_shardings, in_shardings)
+        info.result_shardings = _fill(info.result_shardings, out_shardings)
         manual_axes = set(re.findall(r'"([^"]+)"', str(manual.attributes["manual_axes"])))
         meshes_used = {s.mesh for s in in_shardings if s is not None}
         for mesh in meshes_used:
@@ -360,7 +369,14 @@ def localize_manual_computation(info: ProgramInfo) -> tuple[str, list[Sharding |
         module.operation.attributes["mhlo.num_partitions"] = ir.IntegerAttr.get(i32, 1)
         module.operation.attributes["mhlo.num_replicas"] = ir.IntegerAttr.get(i32, devices)
         text = module.operation.get_asm(assume_verified=True)
-    return text, in_shardings
+    return text
+
+
+def _fill(given: list[Sharding | None], implied: list[Sharding | None]) -> list[Sharding | None]:
+    count = max(len(given), len(implied))
+    given = list(given) + [None] * (count - len(given))
+    implied = list(implied) + [None] * (count - len(implied))
+    return [g if g is not None else i for g, i in zip(given, implied)]
 
 
 def _per_value(text: str, meshes: dict[str, Mesh]) -> list[Sharding | None]:

@@ -68,7 +68,7 @@ def _compile(client: Any, info: ProgramInfo, options: bytes) -> LoadedExecutable
     assignment = compile_options.device_assignment or client.default_device_assignment(1, partitions)
     devices = [client.lookup_device(int(d)) for d in assignment[0]]
     if info.single_manual_computation:
-        text, _ = localize_manual_computation(info)
+        text = localize_manual_computation(info)
         per_device = CompileOptions(num_replicas=len(devices), num_partitions=1,
                                     device_assignment=tuple((int(d),) for d in assignment[0]))
         inner = client.compile(Program(text, "mlir"), per_device)
@@ -106,22 +106,23 @@ class _PartitionedExecutable(Executable):
     """The ``PJRT_Executable`` JAX sees: one replica, ``N`` partitions, the inner program's outputs,
     and the shardings of those outputs (JAX asks for them when it left them to the compiler)."""
 
-    __slots__ = ("_inner", "_partitions", "_options", "_output_shardings")
+    __slots__ = ("_inner", "_partitions", "_options", "_parameter_shardings", "_output_shardings")
 
     def __init__(self, inner: Executable, partitions: int, options: bytes,
-                 output_shardings: list[bytes] | None) -> None:
+                 shardings: tuple[list[bytes], list[bytes]]) -> None:
         self._inner = inner
         self._partitions = partitions
         self._options = options
-        self._output_shardings = output_shardings
+        self._parameter_shardings, self._output_shardings = shardings
 
-    def output_shardings(self) -> list[bytes] | None:
-        """Serialized ``xla.OpSharding`` of each output (served by the Shardings extension)."""
+    def parameter_shardings(self) -> list[bytes]:
+        """Serialized ``xla.OpSharding`` of each parameter (served by the Shardings extension):
+        what the program says, replicated where it says nothing."""
+        return self._parameter_shardings
+
+    def output_shardings(self) -> list[bytes]:
+        """Serialized ``xla.OpSharding`` of each output, as for the parameters."""
         return self._output_shardings
-
-    def parameter_shardings(self) -> None:
-        """Not reported: JAX then keeps the shardings it asked for."""
-        return None
 
     def name(self) -> str:
         return self._inner.name()
@@ -166,7 +167,7 @@ class _PartitionedExecutable(Executable):
 class _Partitioned(LoadedExecutable):
     """What both ways share: the assignment JAX asked for, and the executable it sees."""
 
-    __slots__ = ("_inner", "_assignment", "_options", "_deleted", "_output_shardings")
+    __slots__ = ("_inner", "_assignment", "_options", "_deleted", "_shardings")
 
     def __init__(self, inner: LoadedExecutable, assignment: tuple[tuple[int, ...], ...], options: bytes,
                  info: ProgramInfo) -> None:
@@ -174,14 +175,12 @@ class _Partitioned(LoadedExecutable):
         self._assignment = assignment
         self._options = options
         self._deleted = False
-        outputs = inner.get_executable().output_dimensions()
-        self._output_shardings = [
-            (sharding.op_sharding(len(shape)) if sharding is not None else b"")
-            for sharding, shape in zip(_padded(info.result_shardings, len(outputs)), outputs)]
+        self._shardings = (_op_shardings(info.arg_shardings, info.arg_shapes),
+                           _op_shardings(info.result_shardings, info.result_shapes))
 
     def get_executable(self) -> Executable:
         return _PartitionedExecutable(self._inner.get_executable(), len(self._assignment[0]), self._options,
-                                      self._output_shardings)
+                                      self._shardings)
 
     def get_device_assignment(self) -> tuple[tuple[int, ...], ...]:
         return self._assignment
@@ -272,8 +271,11 @@ class GlobalViewExecutable(_Partitioned):
         return ExecuteResult(outputs, [_Done() for _ in self._devices])
 
 
-def _padded(values: list[Any], count: int) -> list[Any]:
-    return list(values[:count]) + [None] * max(0, count - len(values))
+def _op_shardings(shardings: list[Sharding | None], shapes: list[tuple[int, ...]]) -> list[bytes]:
+    """Serialized ``xla.OpSharding`` per value (global shapes give the ranks): replicated where the
+    program gives no sharding."""
+    padded = list(shardings[:len(shapes)]) + [None] * max(0, len(shapes) - len(shardings))
+    return [b"" if s is None else s.op_sharding(len(shape)) for s, shape in zip(padded, shapes)]
 
 
 def _gather(shards: Sequence[Any], sharding: Sharding | None, shape: tuple[int, ...]) -> np.ndarray:
