@@ -24,11 +24,14 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from pjrt_hub.abi import FailedPrecondition, InvalidArgument, PjrtHubError
 
+from ._limitations import JAX_LIMITATIONS, JaxLimitation, limitation
+
 if TYPE_CHECKING:
     from pjrt_hub import PluginRegistry
     from pjrt_hub.backends.c_api.server import ServedApi
 
-__all__ = ["DEFAULT_PRIORITY", "ENV_PLUGINS", "JaxUnavailableError", "initialize", "register", "registered"]
+__all__ = ["DEFAULT_PRIORITY", "ENV_PLUGINS", "JAX_LIMITATIONS", "JaxLimitation", "JaxUnavailableError",
+           "initialize", "limitation", "register", "registered"]
 
 log = logging.getLogger("pjrt_hub.jax")
 
@@ -39,6 +42,8 @@ DEFAULT_PRIORITY = -100
 
 _LOCK = threading.Lock()
 _REGISTERED: dict[str, "ServedApi"] = {}
+#: JAX backend name -> the pjrt-hub plugin served under it.
+_PLUGIN_OF: dict[str, str] = {}
 
 
 class JaxUnavailableError(PjrtHubError, ImportError):
@@ -81,9 +86,9 @@ def register(plugin: str = "numba_cpu", *, name: str | None = None, platform_nam
     with _LOCK:
         existing = _REGISTERED.get(name)
         if existing is not None:
-            if existing.plugin != plugin:  # type: ignore[attr-defined]
-                raise InvalidArgument(f"the JAX backend {name!r} is already plugin "
-                                      f"{existing.plugin!r}; choose another name")  # type: ignore[attr-defined]
+            if _PLUGIN_OF[name] != plugin:
+                raise InvalidArgument(f"the JAX backend {name!r} is already plugin {_PLUGIN_OF[name]!r}; "
+                                      "choose another name")
             return existing
         if xla_bridge.backends_are_initialized():
             raise FailedPrecondition(
@@ -96,6 +101,7 @@ def register(plugin: str = "numba_cpu", *, name: str | None = None, platform_nam
         xla_bridge.register_plugin(name, priority=priority, c_api=served.capsule(),
                                    options=dict(options) if options else None)
         _REGISTERED[name] = served
+        _PLUGIN_OF[name] = plugin
     return served
 
 
@@ -117,7 +123,6 @@ def _serve(plugin: str, name: str, platform_name: str, registry: "PluginRegistry
     served = serve(make_api, name=record.name, version=record.api_version, platform_name=platform_name,
                    program_reader=lambda code: read_program(code).text,
                    extensions={**record.extensions, "Shardings": 1}, compile_hook=compile_for_jax)
-    served.plugin = plugin  # type: ignore[attr-defined]
     return served
 
 

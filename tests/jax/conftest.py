@@ -1,0 +1,95 @@
+"""Real JAX driving pjrt-hub plugins: registered once per session, before JAX makes its backends.
+
+Skipped as a whole when JAX is not installed (``pip install -e '.[test,jax]'`` brings it). Besides
+numba_cpu (4 devices) and the reference interpreter, a ``faulty`` plugin is served: the reference
+interpreter whose programs fail at run time when an input holds a negative number, to show how an
+error raised inside a program reaches a JAX user.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+pytest.importorskip("jaxlib")
+
+from pjrt_hub import PluginRegistry, RegistrySettings  # noqa: E402
+from pjrt_hub.abi import FRAMEWORK_VERSION, CompileOptions, ExecutionError, PluginDeclaration, hookimpl  # noqa: E402
+
+NUMBA = "numba_cpu"
+REFERENCE = "reference"
+FAULTY = "faulty"
+
+
+class _FaultyProgram:
+    """A reference program that refuses negative inputs when it runs (an execution error)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        for name in ("name", "inputs", "outputs", "aliases", "fingerprint"):
+            setattr(self, name, getattr(inner, name))
+
+    def run(self, args: Sequence[np.ndarray], out: Any = None) -> list[np.ndarray]:
+        for i, array in enumerate(args):
+            if np.any(np.asarray(array) < 0):
+                raise ExecutionError(f"faulty: argument {i} holds a negative number")
+        return self._inner.run(args, out)
+
+    def cost_analysis(self) -> Any:
+        return self._inner.cost_analysis()
+
+    def serialize(self) -> bytes:
+        return self._inner.serialize()
+
+
+class _FaultyCompiler:
+    name = "faulty"
+
+    def __init__(self) -> None:
+        from pjrt_hub.backends.reference import ReferenceCompiler
+
+        self._inner = ReferenceCompiler()
+
+    def compile(self, code: str | bytes, options: CompileOptions) -> _FaultyProgram:
+        return _FaultyProgram(self._inner.compile(code, options))
+
+    def deserialize(self, data: bytes) -> _FaultyProgram:
+        return _FaultyProgram(self._inner.deserialize(data))
+
+
+class _FaultyPlugin:
+    @hookimpl
+    def pjrt_hub_declare(self) -> PluginDeclaration:
+        return PluginDeclaration(api_version=str(FRAMEWORK_VERSION), platform_name="faulty",
+                                 description="the reference interpreter, failing on negative inputs")
+
+    @hookimpl
+    def pjrt_hub_get_api(self) -> Any:
+        from pjrt_hub.backends.cpu_runtime import CpuApi
+        from pjrt_hub.backends.cpu_runtime.builtin import STABLEHLO_ATTRIBUTES
+
+        return CpuApi(_FaultyCompiler(), platform_name="faulty", api_version=FRAMEWORK_VERSION,
+                      attributes=dict(STABLEHLO_ATTRIBUTES), num_devices=1)
+
+
+def _register() -> dict[str, Any]:
+    import pjrt_hub.jax as pj
+
+    served = {NUMBA: pj.register(NUMBA), REFERENCE: pj.register(REFERENCE)}
+    registry = PluginRegistry(RegistrySettings(autoload=False))
+    registry.register(_FaultyPlugin(), FAULTY)
+    served[FAULTY] = pj.register(FAULTY, registry=registry)
+    return served
+
+
+#: The served structs, by JAX backend name (registered when this conftest is imported: JAX reads
+#: its plugins once, when it first makes its backends).
+SERVED = _register()
+
+
+@pytest.fixture(scope="session")
+def served() -> dict[str, Any]:
+    return SERVED
