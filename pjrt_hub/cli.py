@@ -265,6 +265,12 @@ def cmd_conformance(args: argparse.Namespace) -> int:
 
     plugins = args.plugin or [default_plugin_name()]
     framework = str(args.framework_version) if args.framework_version else None
+    if args.via == "jax":
+        try:
+            import jax  # noqa: F401
+        except ImportError:
+            print("pjrt-hub conformance --via jax needs JAX: pip install 'pjrt-hub[jax]'", file=sys.stderr)
+            return ExitCode.USAGE
     registry, names = make_registry(plugins, framework=framework, strict=args.strict)
     known = {r.name.lower() for r in registry.records}
     missing = [p for p, n in zip(plugins, names) if n.lower() not in known]
@@ -275,7 +281,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     try:
         report = run_conformance(plugins, framework=framework, strict=args.strict, cases=args.case,
                                  timeout_scale=args.timeout_scale, junit=args.junit,
-                                 show_output=args.pytest_output and not args.json)
+                                 show_output=args.pytest_output and not args.json, via=args.via)
     except ConformanceRunError as exc:
         print(str(exc), file=sys.stderr)
         return ExitCode.USAGE
@@ -567,6 +573,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="multiply every case's time bound by X")
     p.add_argument("--junit", default=None, metavar="FILE", help="also write a JUnit XML report")
     p.add_argument("--pytest-output", action="store_true", help="show pytest's own output as it runs")
+    p.add_argument("--via", choices=("c_api", "jax"), default=None,
+                   help="serve each (Python) plugin as a PJRT_Api struct and run the suite on the struct "
+                        "through the C bridge: c_api; with the struct registered with JAX and the jax cases "
+                        "(JAX driving the plugin) added: jax (needs pip install 'pjrt-hub[jax]')")
     _add_output(p)
     p.set_defaults(func=cmd_conformance)
 

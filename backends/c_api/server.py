@@ -513,7 +513,7 @@ class ServedApi:
         cls, minimum = _struct_info(struct)
         args = cls.from_address(address)
         if args.struct_size < minimum:
-            raise InvalidArgument(f"Unexpected {struct} size: expected at least {minimum}, got {args.struct_size}")
+            raise InvalidArgument(f"Unexpected {struct} size: expected {minimum}, got {args.struct_size}")
         return args
 
     # -- errors --------------------------------------------------------------------------------

@@ -197,14 +197,20 @@ def _new_context() -> Any:
     """An MLIR context with the dialects JAX's artifacts use. One per program: compiles arrive on
     jaxlib's own threads, whose Python thread state (and anything thread-local) ends with each
     callback, and a context is not safe to share between threads."""
-    from jaxlib.mlir import ir
-    from jaxlib.mlir.dialects import chlo, sdy, stablehlo
+    try:
+        # JAX's own context: every dialect its programs use, func included (needed to parse text).
+        from jax._src.interpreters.mlir import make_ir_context
 
-    ctx = ir.Context()
-    stablehlo.register_dialect(ctx)
-    chlo.register_dialect(ctx)
-    sdy.register_dialect(ctx)
-    return ctx
+        return make_ir_context()
+    except (ImportError, AttributeError):  # a JAX without it: enough for portable artifacts
+        from jaxlib.mlir import ir
+        from jaxlib.mlir.dialects import chlo, sdy, stablehlo
+
+        ctx = ir.Context()
+        stablehlo.register_dialect(ctx)
+        chlo.register_dialect(ctx)
+        sdy.register_dialect(ctx)
+        return ctx
 
 
 def is_bytecode(code: bytes | str) -> bool:

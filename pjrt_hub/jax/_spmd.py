@@ -40,14 +40,15 @@ from pjrt_hub.abi import (
     decode_compile_options,
 )
 
-from ._programs import ProgramInfo, Sharding, localize_manual_computation, read_program, set_counts
+from ._programs import ProgramInfo, Sharding, is_bytecode, localize_manual_computation, read_program, set_counts
 
 __all__ = ["compile_for_jax"]
 
 
 def compile_for_jax(client: Any, program: Program, options: bytes) -> LoadedExecutable:
     """``PJRT_Client_Compile`` as JAX needs it (the served struct's compile hook)."""
-    if program.format != "mlir":
+    if program.format != "mlir" or (not is_bytecode(program.code) and "sdy." not in program.text()):
+        # Not what JAX sends: text without Shardy goes to the plugin as it is.
         return client.compile(program, options)
     info = read_program(program.code)
     try:

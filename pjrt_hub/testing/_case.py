@@ -44,7 +44,7 @@ PluginKind = Literal["python", "c", "both"]
 #: The groups, in the order the suite runs and reports them.
 GROUPS: tuple[str, ...] = (
     "version", "plugin", "client", "devices", "memories", "buffers", "transfers", "compile",
-    "execute", "events", "topology", "extensions", "errors", "abi",
+    "execute", "events", "topology", "extensions", "errors", "abi", "jax",
 )
 
 #: Seconds a case may take unless it says otherwise (scaled by ``--pjrt-timeout-scale``).

@@ -25,8 +25,10 @@ class ConformanceRunError(RuntimeError):
 
 def run_conformance(plugins: Sequence[str], *, framework: str | None = None, strict: bool = False,
                     cases: Sequence[str] = (), timeout_scale: float = 1.0, junit: str | None = None,
-                    show_output: bool = False, extra_args: Sequence[str] = ()) -> ConformanceReport:
-    """Run the conformance suite on ``plugins`` and return the report.
+                    show_output: bool = False, extra_args: Sequence[str] = (),
+                    via: str | None = None) -> ConformanceReport:
+    """Run the conformance suite on ``plugins`` and return the report (``via``: through a
+    transport, see :mod:`._via`).
 
     ``show_output`` lets pytest print to this process's stdout (otherwise its output is kept and
     only shown in the error of a run that could not start).
@@ -48,6 +50,8 @@ def run_conformance(plugins: Sequence[str], *, framework: str | None = None, str
             args += ["--pjrt-framework-version", str(framework)]
         if strict:
             args.append("--pjrt-strict")
+        if via:
+            args += ["--pjrt-via", via]
         if junit:
             args += ["--junitxml", str(Path(junit).resolve())]
         args += list(extra_args)

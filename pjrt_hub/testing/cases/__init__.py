@@ -10,6 +10,7 @@ from . import (  # noqa: F401 - imported for registration
     execute,
     extensions,
     plugin,
+    through_jax,
     topology,
     version,
 )
