@@ -509,6 +509,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     unknown = [p for p in args.program if p not in known]
     if unknown:
         raise _Usage(f"unknown perf program(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    if args.via == "jax":
+        return _bench_via_jax(args)
     for path in args.library:
         _plugin_target(args, path)
     registry = _registry(args)
@@ -531,6 +533,32 @@ def cmd_bench(args: argparse.Namespace) -> int:
     _emit(args, model, lambda r: format_report(report))
     failed = [r for r in report["programs"] if "error" in r or not r.get("outputs_match", False)]
     return ExitCode.FAILURE if failed else ExitCode.OK
+
+
+def _bench_via_jax(args: argparse.Namespace) -> int:
+    """``bench --via jax``: JAX driving the plugin next to JAX on XLA:CPU (:mod:`pjrt_hub.jax._bench`)."""
+    try:
+        import jax  # noqa: F401
+    except ImportError:
+        print("pjrt-hub bench --via jax needs JAX: pip install 'pjrt-hub[jax]'", file=sys.stderr)
+        return ExitCode.USAGE
+    from pjrt_hub.jax._bench import bench_via_jax, failures, format_jax_report
+
+    plugins = list(args.plugin) or ["numba_cpu"]
+    registry = _registry(args)
+    registry.load()
+    try:
+        registry.require(plugins)
+    except Exception as exc:  # noqa: BLE001 - NotFound, refused: the registry's own message
+        print(f"pjrt-hub bench: {exc}", file=sys.stderr)
+        return ExitCode.NOT_FOUND if "no plugin named" in str(exc) else ExitCode.FAILURE
+    report = bench_via_jax(plugins, args.program or None, runs=args.runs or None,
+                           progress=None if args.json else (lambda m: print(m, file=sys.stderr)))
+    print(json.dumps(report, indent=2) if args.json else format_jax_report(report))
+    problems = failures(report)
+    for problem in problems if not args.json else ():
+        print(f"NOT OK: {problem}", file=sys.stderr)
+    return ExitCode.FAILURE if problems else ExitCode.OK
 
 
 # -- entry point -------------------------------------------------------------------------------
@@ -635,6 +663,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-warm", action="store_true", help="skip the warm-cache compile (a subprocess each)")
     p.add_argument("--runs", type=_non_negative, default=None, metavar="N",
                    help="timed runs per program (default: 30, softmax 60; tiny add 3000)")
+    p.add_argument("--via", choices=("jax",), default=None,
+                   help="through JAX: jit dispatch, first-call latency and the perf programs as JAX code on "
+                        "the plugin (default numba_cpu) next to XLA:CPU and the plugin driven directly "
+                        "(needs pip install 'pjrt-hub[jax]')")
     _add_registry(p)
     _add_output(p)
     p.set_defaults(func=cmd_bench)
