@@ -39,8 +39,14 @@ def served_registry(plugins: Sequence[str], *, via: str, framework: str | None =
     from pjrt_hub import Policy, PluginRegistry, RegistrySettings
     from pjrt_hub.backends.c_api.served import LOADER, candidate, publish
 
+    from ._session import _is_path
+
     if via not in VIAS:
         raise ViaError(f"unknown transport {via!r}; choose one of {', '.join(VIAS)}")
+    for name in plugins:
+        if _is_path(name):
+            raise ViaError(f"{name} is a C plugin; --via serves pjrt-hub's Python plugins as a PJRT_Api (a C "
+                           "plugin already is one: run the suite on it directly)")
     policy = Policy(framework=ApiVersion.parse(framework)) if framework else Policy()
     if strict:
         policy = Policy(framework=policy.framework, strict=True)
