@@ -1,9 +1,10 @@
 """Real JAX driving pjrt-hub plugins: registered once per session, before JAX makes its backends.
 
 Skipped as a whole when JAX is not installed (``pip install -e '.[test,jax]'`` brings it). Besides
-numba_cpu (4 devices) and the reference interpreter, a ``faulty`` plugin is served: the reference
-interpreter whose programs fail at run time when an input holds a negative number, to show how an
-error raised inside a program reaches a JAX user.
+numba_cpu (4 devices) and the reference interpreter, two hand-made plugins are served: ``faulty``,
+the reference interpreter whose programs fail at run time when an input holds a negative number
+(how an error raised inside a program reaches a JAX user), and ``with_layouts``, the reference
+interpreter with the Layouts and MemoryDescriptions extensions (what JAX asks of them).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pjrt_hub.abi import FRAMEWORK_VERSION, CompileOptions, ExecutionError, Plug
 NUMBA = "numba_cpu"
 REFERENCE = "reference"
 FAULTY = "faulty"
+WITH_LAYOUTS = "with_layouts"
 
 
 class _FaultyProgram:
@@ -75,13 +77,61 @@ class _FaultyPlugin:
                       attributes=dict(STABLEHLO_ATTRIBUTES), num_devices=1)
 
 
+class _Layouts:
+    """The Layouts extension (version 3) of a host-memory plugin: dense row-major everywhere."""
+
+    @staticmethod
+    def _row_major(rank: int) -> Any:
+        from pjrt_hub.extensions import MemoryLayout
+
+        return MemoryLayout(tuple(range(rank - 1, -1, -1)))
+
+    def buffer_memory_layout(self, buffer: Any) -> Any:
+        return self._row_major(len(buffer.dimensions()))
+
+    def client_default_layout(self, client: Any, element_type: Any, dims: Sequence[int]) -> Any:
+        return self._row_major(len(dims))
+
+    def executable_output_layouts(self, executable: Any) -> list[Any]:
+        return [self._row_major(len(d)) for d in executable.output_dimensions()]
+
+    def executable_parameter_layouts(self, executable: Any) -> list[Any]:
+        return [self._row_major(len(spec.shape)) for spec in executable.program.inputs]
+
+
+class _MemoryDescriptions:
+    def memory_descriptions(self, device_description: Any) -> list[tuple[str, int]]:
+        return [("device", 0), ("pinned_host", 1), ("unpinned_host", 2)]
+
+
+class _WithLayoutsPlugin:
+    """The reference interpreter with the Layouts and MemoryDescriptions extensions."""
+
+    @hookimpl
+    def pjrt_hub_declare(self) -> PluginDeclaration:
+        return PluginDeclaration(api_version=str(FRAMEWORK_VERSION), platform_name=WITH_LAYOUTS,
+                                 extensions={"Layouts": 3, "MemoryDescriptions": 1})
+
+    @hookimpl
+    def pjrt_hub_get_api(self) -> Any:
+        from pjrt_hub.backends.cpu_runtime import CpuApi
+        from pjrt_hub.backends.cpu_runtime.builtin import STABLEHLO_ATTRIBUTES
+        from pjrt_hub.backends.reference import ReferenceCompiler
+
+        return CpuApi(ReferenceCompiler(), platform_name=WITH_LAYOUTS, api_version=FRAMEWORK_VERSION,
+                      attributes=dict(STABLEHLO_ATTRIBUTES), num_devices=1,
+                      extensions={"Layouts": _Layouts(), "MemoryDescriptions": _MemoryDescriptions()})
+
+
 def _register() -> dict[str, Any]:
     import pjrt_hub.jax as pj
 
     served = {NUMBA: pj.register(NUMBA), REFERENCE: pj.register(REFERENCE)}
     registry = PluginRegistry(RegistrySettings(autoload=False))
     registry.register(_FaultyPlugin(), FAULTY)
+    registry.register(_WithLayoutsPlugin(), WITH_LAYOUTS)
     served[FAULTY] = pj.register(FAULTY, registry=registry)
+    served[WITH_LAYOUTS] = pj.register(WITH_LAYOUTS, registry=registry)
     return served
 
 

@@ -26,7 +26,7 @@ import pjrt_hub.jax as pj
 from pjrt_hub.abi import FailedPrecondition
 from pjrt_hub.jax import limitation
 
-from .conftest import FAULTY, NUMBA, REFERENCE
+from .conftest import FAULTY, NUMBA, REFERENCE, WITH_LAYOUTS
 
 TOLERANCE = {np.dtype(np.float32): (2e-5, 1e-6), np.dtype(np.float64): (1e-12, 1e-14),
              np.dtype(jnp.bfloat16): (1e-2, 1e-2), np.dtype(np.float16): (2e-3, 1e-3)}
@@ -230,6 +230,18 @@ def test_the_reference_interpreter_serves_too():
     assert_like_xla(lambda a, b: (a @ b, jnp.exp(a).sum(axis=1)), normal(3, 4), normal(4, 2), platform=REFERENCE)
 
 
+def test_jax_reads_layouts_and_memory_kinds_from_the_plugin_extensions(served):
+    device = jax.devices(WITH_LAYOUTS)[0]
+    x = jax.device_put(np.arange(6, dtype=np.float32).reshape(2, 3), device)
+    y = jax.jit(lambda a: a.T * 2)(x)
+    assert x.format.layout.major_to_minor == (0, 1) and y.format.layout.major_to_minor == (0, 1)
+    assert (np.asarray(y) == np.arange(6, dtype=np.float32).reshape(2, 3).T * 2).all()
+    asked = served[WITH_LAYOUTS].calls
+    assert asked["PJRT_Layouts_PJRT_Buffer_MemoryLayout"] and asked["PJRT_Layouts_PJRT_Executable_GetOutputLayouts"]
+    pinned = jax.device_put(np.ones(3, np.float32), jax.sharding.SingleDeviceSharding(device, memory_kind="pinned_host"))
+    assert pinned.sharding.memory_kind == "pinned_host" and (np.asarray(pinned) == 1).all()
+
+
 def test_registering_after_jax_made_its_backends_is_refused_with_the_way_out():
     with pytest.raises(FailedPrecondition, match="before the first use of JAX.*PJRT_HUB_JAX_PLUGINS"):
         pj.register(NUMBA, name="late_numba")
@@ -315,3 +327,33 @@ def test_import_jax_registers_the_plugins_named_in_the_environment_and_no_others
     assert _devices_in_fresh_python("reference") == {"reference": ["reference"] * 4, "default": "cpu"}
     silent = _devices_in_fresh_python(None)
     assert silent["default"] == "cpu" and "Unknown backend" in silent["reference"]
+
+
+# -- bench --via jax (its pieces; the timings themselves are not tested) --------------------------
+
+
+def test_bench_rebuilds_the_perf_programs_as_jax_functions_of_their_pytrees():
+    from pjrt_hub._bench import perf_programs
+    from pjrt_hub.jax._bench import _perf_function
+
+    entry = next(e for e in perf_programs() if e["name"] == "perf_mlp_forward")
+    fn, args = _perf_function(entry)
+    params, x = args
+    assert sorted(params) == ["b1", "b2", "b3", "w1", "w2", "w3"] and x.shape == (1024, 1024)
+    assert jax.eval_shape(fn, params, x).shape == (1024, 128)
+
+
+def test_bench_report_names_what_failed():
+    from pjrt_hub.jax._bench import failures, format_jax_report
+
+    report = {"plugins": [NUMBA], "programs": ["perf_softmax"], "note": "noisy",
+              "through_jax": [{"platform": "cpu", "dispatch_us": 9.0, "round_trip_us": 20.0, "tiny_first_call_ms": 30.0,
+                               "programs": [{"name": "perf_softmax", "execute_ms_median": 2.0, "first_call_ms": 40.0,
+                                             "outputs_match": True}]},
+                              {"platform": NUMBA, "dispatch_us": 40.0, "round_trip_us": 60.0, "tiny_first_call_ms": 900.0,
+                               "programs": [{"name": "perf_softmax", "execute_ms_median": 3.0, "first_call_ms": 4000.0,
+                                             "outputs_match": False}]}],
+              "direct": {NUMBA: {"tiny_execute_us": 11.0, "programs": {"perf_softmax": {"execute_ms_median": 2.5}}}}}
+    text = format_jax_report(report)
+    assert "XLA:CPU" in text and "3.00 (DIFFER)" in text and "2.50" in text
+    assert failures(report) == ["perf_softmax on numba_cpu through JAX: outputs differ from the manifest"]
