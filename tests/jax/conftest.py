@@ -1,6 +1,8 @@
-"""Real JAX driving pjrt-hub plugins: registered once per session, before JAX makes its backends.
+"""Real JAX driving pjrt-hub plugins: what the JAX test module registers, once, before JAX makes
+its backends.
 
-Skipped as a whole when JAX is not installed (``pip install -e '.[test,jax]'`` brings it). Besides
+Nothing here imports JAX: the test module skips itself when JAX is not installed (``pip install
+-e '.[test,jax]'`` brings it), and only then calls :func:`register_all`. Besides
 numba_cpu (4 devices) and the reference interpreter, two hand-made plugins are served: ``faulty``,
 the reference interpreter whose programs fail at run time when an input holds a negative number
 (how an error raised inside a program reaches a JAX user), and ``with_layouts``, the reference
@@ -12,13 +14,9 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
-import pytest
 
-pytest.importorskip("jax")
-pytest.importorskip("jaxlib")
-
-from pjrt_hub import PluginRegistry, RegistrySettings  # noqa: E402
-from pjrt_hub.abi import FRAMEWORK_VERSION, CompileOptions, ExecutionError, PluginDeclaration, hookimpl  # noqa: E402
+from pjrt_hub import PluginRegistry, RegistrySettings
+from pjrt_hub.abi import FRAMEWORK_VERSION, CompileOptions, ExecutionError, PluginDeclaration, hookimpl
 
 NUMBA = "numba_cpu"
 REFERENCE = "reference"
@@ -123,7 +121,14 @@ class _WithLayoutsPlugin:
                       extensions={"Layouts": _Layouts(), "MemoryDescriptions": _MemoryDescriptions()})
 
 
-def _register() -> dict[str, Any]:
+_SERVED: dict[str, Any] = {}
+
+
+def register_all() -> dict[str, Any]:
+    """Register numba_cpu, reference, faulty and with_layouts with JAX (once per session: JAX reads
+    its plugins when it first makes its backends); returns the served structs by backend name."""
+    if _SERVED:
+        return _SERVED
     import pjrt_hub.jax as pj
 
     served = {NUMBA: pj.register(NUMBA), REFERENCE: pj.register(REFERENCE)}
@@ -132,14 +137,5 @@ def _register() -> dict[str, Any]:
     registry.register(_WithLayoutsPlugin(), WITH_LAYOUTS)
     served[FAULTY] = pj.register(FAULTY, registry=registry)
     served[WITH_LAYOUTS] = pj.register(WITH_LAYOUTS, registry=registry)
-    return served
-
-
-#: The served structs, by JAX backend name (registered when this conftest is imported: JAX reads
-#: its plugins once, when it first makes its backends).
-SERVED = _register()
-
-
-@pytest.fixture(scope="session")
-def served() -> dict[str, Any]:
-    return SERVED
+    _SERVED.update(served)
+    return _SERVED

@@ -17,16 +17,20 @@ from importlib import resources
 import numpy as np
 import pytest
 
-import jax
-import jax.numpy as jnp
-from jax import lax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+jax = pytest.importorskip("jax")
+pytest.importorskip("jaxlib")
 
-import pjrt_hub.jax as pj
-from pjrt_hub.abi import FailedPrecondition
-from pjrt_hub.jax import limitation
+from .conftest import FAULTY, NUMBA, REFERENCE, WITH_LAYOUTS, register_all  # noqa: E402
 
-from .conftest import FAULTY, NUMBA, REFERENCE, WITH_LAYOUTS
+SERVED = register_all()  # before anything makes JAX create its backends
+
+import jax.numpy as jnp  # noqa: E402
+from jax import lax  # noqa: E402
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+
+import pjrt_hub.jax as pj  # noqa: E402
+from pjrt_hub.abi import FailedPrecondition  # noqa: E402
+from pjrt_hub.jax import limitation  # noqa: E402
 
 TOLERANCE = {np.dtype(np.float32): (2e-5, 1e-6), np.dtype(np.float64): (1e-12, 1e-14),
              np.dtype(jnp.bfloat16): (1e-2, 1e-2), np.dtype(np.float16): (2e-3, 1e-3)}
@@ -49,6 +53,11 @@ def assert_like_xla(f, *args, platform: str = NUMBA):
         rtol, atol = TOLERANCE.get(np.dtype(w.dtype), (0, 0))
         np.testing.assert_allclose(np.asarray(g, dtype=np.float64), np.asarray(w, dtype=np.float64),
                                    rtol=rtol, atol=atol)
+
+
+@pytest.fixture(scope="module")
+def served() -> dict:
+    return SERVED
 
 
 def xfail_limitation(key: str):
