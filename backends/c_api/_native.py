@@ -89,7 +89,7 @@ def build_gates(targets: dict[str, tuple[int, int, bool]]) -> DestroyGates | Non
             release = ctypes.cast(ctypes.pythonapi.PyGILState_Release, ctypes.c_void_p).value
             err_occurred = ctypes.cast(ctypes.pythonapi.PyErr_Occurred, ctypes.c_void_p).value
             lines = [
-                f"@count = global i64 0",
+                "@count = global i64 0",
                 f"@queue = global [{2 * QUEUE_CAPACITY} x i64] zeroinitializer",
             ]
             names = sorted(targets)

@@ -43,7 +43,7 @@ import functools
 import hashlib
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -251,18 +251,20 @@ class _HostEvent(Event):
 
 @dataclass
 class _Executable:
-    """What the server knows of a compiled program beyond the plugin's object."""
+    """A ``PJRT_Executable`` handle's object: the plugin's executable (made on first request) and
+    the serialized options it was compiled with (``PJRT_Executable_GetCompileOptions``)."""
 
     obj: Any
     options: bytes = b""
-    num_outputs: int | None = None
 
 
 @dataclass
 class _Loaded:
+    """A ``PJRT_LoadedExecutable`` handle's object: the plugin's loaded executable and its
+    ``PJRT_Executable`` (shared by every ``GetExecutable``)."""
+
     obj: Any
     executable: _Executable
-    devices: list[Any] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -921,18 +923,14 @@ class ServedApi:
         if args.layout:
             self._check_dense_layout(args.layout, len(dims), f"{what}: layout")
         device = self._handles.get(args.device, "device", what) if args.device else None
-        if self._covers(args, "PJRT_Client_CreateViewOfDeviceBuffer_Args", "memory") and args.memory:
-            memory = self._handles.get(args.memory, "memory", what)
-            device = getattr(memory, "device", lambda: device)() if callable(getattr(memory, "device", None)) \
-                else device
+        if device is None and self._covers(args, "PJRT_Client_CreateViewOfDeviceBuffer_Args", "memory") \
+                and args.memory:
+            # 0.66 names the memory instead of the device: the view lives on the memory's device.
+            devices = self._handles.get(args.memory, "memory", what).addressable_by_devices()
+            device = devices[0] if devices else None
         array = _host_array(args.device_buffer_ptr, kind, dims, None, writable=True, what=what)
-        on_delete = None
-        if args.on_delete_callback:
-            fn, pointer, user = _ON_DELETE(args.on_delete_callback), args.device_buffer_ptr, args.on_delete_callback_arg
-
-            def on_delete() -> None:
-                fn(pointer, user)
-
+        on_delete = _caller_release(args.on_delete_callback, args.device_buffer_ptr, args.on_delete_callback_arg) \
+            if args.on_delete_callback else None
         buffer = client.create_view_of_device_buffer(array, device=device, on_delete=on_delete)
         args.buffer = self._handles.new("buffer", buffer)
 
@@ -1047,6 +1045,7 @@ class ServedApi:
         values = self._named_values(attributes, "PJRT_Device_GetAttributes")
         args.attributes = values.address or None
         args.num_attributes = values.count
+        # The handle the caller gives back to the deleter: any unique non-NULL value will do.
         args.device_attributes = values.address or id(values)
         self._serial_keep[args.device_attributes] = values
         args.attributes_deleter = self._serial_deleter
@@ -1728,6 +1727,16 @@ def _on_ready_function(address: int) -> Any:
     if fn is None:
         fn = _ON_READY_FUNCTIONS[address] = _ON_READY(address)
     return fn
+
+
+def _caller_release(function: int, pointer: int, user_arg: int) -> Callable[[], None]:
+    """``on_delete_callback(device_buffer_ptr, user_arg)`` of a view, as the binding's ``on_delete``."""
+    fn = _ON_DELETE(function)
+
+    def release() -> None:
+        fn(pointer, user_arg)
+
+    return release
 
 
 def _is_text(code: bytes) -> bool:
