@@ -12,8 +12,10 @@ plugin runs such programs in one of two ways, both correct for programs without 
 * **global view** (``jit`` of sharded or replicated arrays): the global program is compiled for
   one device; an execution gathers the shards into global arrays, runs once on the first device
   of the assignment, and hands each device the part of each result its sharding gives it. Results
-  without a sharding are replicated, which is what JAX assumes when the executable reports no
-  output shardings. This costs copies; it exists for correctness, not speed.
+  without a sharding are replicated. This costs copies; it exists for correctness, not speed.
+
+Either way the executable reports the shardings of its parameters and results (served through the
+Shardings extension), which JAX asks for when it left them to the compiler.
 
 Programs with collectives (``psum`` inside ``pmap``, ...) need the plugin's collectives and are
 refused by the plugin's compiler with its own message; a manual computation over only some mesh
