@@ -366,3 +366,31 @@ def test_bench_report_names_what_failed():
     text = format_jax_report(report)
     assert "XLA:CPU" in text and "3.00 (DIFFER)" in text and "2.50" in text
     assert failures(report) == ["perf_softmax on numba_cpu through JAX: outputs differ from the manifest"]
+
+
+@pytest.mark.parametrize("spec", [P("x"), P(None, "x"), P(("a", "b")), P("b"), P("b", "a"), P()],
+                         ids=str)
+def test_the_shardings_reported_to_jax_are_the_ones_jax_means(spec):
+    from jax._src import op_shardings
+    from jax._src.lib import xla_client
+
+    from pjrt_hub.jax._programs import Mesh as ShardyMesh, Sharding
+
+    names = {n for part in spec if part for n in ((part,) if isinstance(part, str) else part)}
+    shape = (4, 4)
+    if "x" in names:
+        mesh, shardy = Mesh(np.array(jax.devices(NUMBA)), ("x",)), ShardyMesh((("x", 4),))
+    else:
+        mesh, shardy = Mesh(np.array(jax.devices(NUMBA)).reshape(2, 2), ("a", "b")), ShardyMesh((("a", 2), ("b", 2)))
+    theirs = NamedSharding(mesh, spec)._to_xla_hlo_sharding(len(shape))
+    dims = [() if part is None else ((part,) if isinstance(part, str) else tuple(part)) for part in spec]
+    ours = Sharding(shardy, tuple(dims + [()] * (len(shape) - len(dims)))).op_sharding(len(shape))
+    proto = xla_client.OpSharding()
+    proto.ParseFromString(ours)
+    assert op_shardings.are_hlo_shardings_equal(xla_client.HloSharding.from_proto(proto), theirs)
+    # and each device (partition p is the p-th device of the mesh) holds the part JAX puts there
+    ours_sharding = Sharding(shardy, tuple(dims + [()] * (len(shape) - len(dims))))
+    index_map = NamedSharding(mesh, spec).addressable_devices_indices_map(shape)
+    for p, device in enumerate(mesh.devices.flat):
+        expected = tuple(slice(*s.indices(n)[:2]) for s, n in zip(index_map[device], shape))
+        assert ours_sharding.slices(shape, p) == expected
