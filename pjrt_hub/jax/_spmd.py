@@ -32,7 +32,6 @@ from pjrt_hub.abi import (
     BufferType,
     CompileOptions,
     Device,
-    Event,
     Executable,
     ExecuteOptions,
     ExecuteResult,
@@ -41,6 +40,8 @@ from pjrt_hub.abi import (
     Unimplemented,
     decode_compile_options,
 )
+
+from pjrt_hub.backends.cpu_runtime import READY
 
 from ._programs import ProgramInfo, Sharding, is_bytecode, localize_manual_computation, read_program, set_counts
 
@@ -85,24 +86,6 @@ def _compile(client: Any, info: ProgramInfo, options: bytes) -> LoadedExecutable
     inner = client.compile(Program(text, "mlir"), first)
     return GlobalViewExecutable(client, inner, info, devices,
                                 tuple(tuple(int(d) for d in row) for row in assignment), options)
-
-
-class _Done(Event):
-    """The event of work finished when the call returned."""
-
-    __slots__ = ()
-
-    def is_ready(self) -> bool:
-        return True
-
-    def error(self) -> None:
-        return None
-
-    def await_(self, timeout: float | None = None) -> None:
-        return None
-
-    def on_ready(self, callback: Any) -> None:
-        callback(None)
 
 
 class _PartitionedExecutable(Executable):
@@ -271,7 +254,7 @@ class GlobalViewExecutable(_Partitioned):
                 transfer = self._client.buffer_from_host_buffer(np.ascontiguousarray(local), device=device)
                 row.append(transfer.buffer)
             outputs.append(row)
-        return ExecuteResult(outputs, [_Done() for _ in self._devices])
+        return ExecuteResult(outputs, [READY for _ in self._devices])
 
 
 def _op_shardings(shardings: list[Sharding | None], shapes: list[tuple[int, ...]]) -> list[bytes]:

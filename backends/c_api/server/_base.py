@@ -19,7 +19,6 @@ from pjrt_hub.abi import (
     ApiVersion,
     BufferType,
     ErrorCode,
-    Event,
     InvalidArgument,
     PjrtError,
     Program,
@@ -169,46 +168,6 @@ _C_TYPE = {
 }
 
 
-class _HostEvent(Event):
-    """An event the caller creates and sets (``PJRT_Event_Create`` / ``PJRT_Event_Set``)."""
-
-    __slots__ = ("_done", "_error", "_callbacks", "_lock")
-
-    def __init__(self) -> None:
-        self._done = threading.Event()
-        self._error: PjrtError | None = None
-        self._callbacks: list[Callable[[PjrtError | None], None]] = []
-        self._lock = threading.Lock()
-
-    def set(self, error: PjrtError | None) -> None:
-        with self._lock:
-            if self._done.is_set():
-                raise InvalidArgument("PJRT_Event_Set: the event was set already")
-            self._error = error
-            self._done.set()
-            callbacks, self._callbacks = self._callbacks, []
-        for callback in callbacks:
-            callback(error)
-
-    def is_ready(self) -> bool:
-        return self._done.is_set()
-
-    def error(self) -> PjrtError | None:
-        return self._error
-
-    def await_(self, timeout: float | None = None) -> None:
-        self._done.wait(timeout)
-        if self._error is not None:
-            raise self._error
-
-    def on_ready(self, callback: Callable[[PjrtError | None], None]) -> None:
-        with self._lock:
-            if not self._done.is_set():
-                self._callbacks.append(callback)
-                return
-        callback(self._error)
-
-
 @dataclass
 class _Executable:
     """A ``PJRT_Executable`` handle's object: the plugin's executable (made on first request) and
@@ -282,6 +241,8 @@ class _Base:
         #: handle the caller gives back to the deleter.
         self._serial_keep: dict[int, Any] = {}
         self._serial_deleter = self._deleter(self._serial_keep)
+        #: Handles of the events the caller made (``PJRT_Event_Create``): the only ones it may set.
+        self._created_events: set[int] = set()
         #: Calls per C function since the struct was built (which slots a caller uses).
         self.calls: collections.Counter[str] = collections.Counter()
         self._build_vtables()

@@ -6,7 +6,9 @@ import ctypes
 
 from pjrt_hub.abi import ErrorCode, Event, InvalidArgument, PjrtError
 
-from ._base import _Base, _HostEvent, _on_ready_function
+from pjrt_hub.backends.cpu_runtime import CpuEvent
+
+from ._base import _Base, _on_ready_function
 
 
 class _PluginEventSlots(_Base):
@@ -39,6 +41,7 @@ class _PluginEventSlots(_Base):
 
     def _Event_Destroy(self, address: int) -> None:
         args = self._args(address, "PJRT_Event_Destroy_Args")
+        self._created_events.discard(args.event)
         event = self._handles.drop(args.event, "event", "PJRT_Event_Destroy")
         if event is not None:
             event.destroy()
@@ -73,12 +76,14 @@ class _PluginEventSlots(_Base):
 
     def _Event_Create(self, address: int) -> None:
         args = self._args(address, "PJRT_Event_Create_Args")
-        args.event = self._handles.new("event", _HostEvent())
+        # The host runtime's event is the settable latch PJRT_Event_Create asks for.
+        args.event = self._handles.new("event", CpuEvent())
+        self._created_events.add(args.event)
 
     def _Event_Set(self, address: int) -> None:
         args = self._args(address, "PJRT_Event_Set_Args")
         event = self._event(args.event, "PJRT_Event_Set")
-        if not isinstance(event, _HostEvent):
+        if args.event not in self._created_events:
             raise InvalidArgument("PJRT_Event_Set: only events made by PJRT_Event_Create can be set")
         error = None
         if args.error_code != ErrorCode.OK:

@@ -283,3 +283,19 @@ define i8* @caller(i8* %fn, i8* %args) {{
     client.platform_name()  # the next call runs the held-back destroy first
     assert handle not in served._handles.entries
     buffer._owned.handle = 0  # already destroyed through the gate
+
+
+def test_events_the_caller_makes_are_the_only_ones_it_sets(served, client):
+    lib = PluginLibrary.from_address(served.address, "reference", "served")
+    made = lib.call("PJRT_Event_Create", lib.args("PJRT_Event_Create_Args")).event
+    message = ctypes.create_string_buffer(b"cancelled by the caller")
+    lib.call("PJRT_Event_Set", lib.args("PJRT_Event_Set_Args", event=made, error_code=int(ErrorCode.CANCELLED),
+                                        error_message=ctypes.addressof(message), error_message_size=23))
+    with pytest.raises(PjrtError, match="cancelled by the caller") as caught:
+        lib.call("PJRT_Event_Await", lib.args("PJRT_Event_Await_Args", event=made))
+    assert caught.value.code == ErrorCode.CANCELLED
+    with pytest.raises(InvalidArgument, match="set twice"):
+        lib.call("PJRT_Event_Set", lib.args("PJRT_Event_Set_Args", event=made))
+    ready = client.buffer_from_host_buffer(np.ones(2, np.float32)).buffer.ready_event()
+    with pytest.raises(InvalidArgument, match="only events made by PJRT_Event_Create can be set"):
+        lib.call("PJRT_Event_Set", lib.args("PJRT_Event_Set_Args", event=ready.handle))
