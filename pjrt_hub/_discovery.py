@@ -138,10 +138,17 @@ def _python_candidates() -> Iterator[Candidate]:
         yield Candidate(ep.name, "python", f"entry point {PYTHON_GROUP}", ep, **_dist_facts(dist))
 
 
+#: pjrt-hub's own ``jax_plugins`` entry point serves its Python plugins to JAX (``pjrt_hub.jax``);
+#: it ships no C library and is not a plugin of its own.
+_OWN_MODULE_PREFIX = "pjrt_hub."
+
+
 def _c_entry_point_candidates() -> Iterator[Candidate]:
     for group in C_GROUPS:
         for ep, dist in _iter_entry_points(group):
             module = ep.value.split(":")[0].strip()
+            if module.startswith(_OWN_MODULE_PREFIX):
+                continue
             library = _library_for_module(module, dist)
             problem = None if library else (
                 f"no shared library found for module {module!r} of entry point {ep.name!r} "

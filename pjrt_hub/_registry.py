@@ -183,6 +183,13 @@ class PluginRegistry:
             self.load()
             return self._add(Candidate(name, "python", "registered by hand"), obj=obj)
 
+    def add_candidate(self, candidate: Candidate) -> PluginRecord:
+        """Judge and hold a candidate found elsewhere than by discovery (a ``PJRT_Api`` served in
+        this process, for one): the same checks, the same kinds of outcome."""
+        with self._lock:
+            self.load()
+            return self._add(candidate)
+
     def _add(self, candidate: Candidate, obj: Any = None) -> PluginRecord:
         record = PluginRecord(
             name=candidate.name, kind=candidate.kind, source=candidate.source,

@@ -343,6 +343,12 @@ def cmd_conformance(args: argparse.Namespace) -> int:
             raise _Usage(f"--junit {junit}: cannot create directory {junit.parent}: {exc.strerror or exc}") from None
     plugins = args.plugin or [default_plugin_name()]
     framework = str(args.framework_version) if args.framework_version else None
+    if args.via == "jax":
+        try:
+            import jax  # noqa: F401
+        except ImportError:
+            print("pjrt-hub conformance --via jax needs JAX: pip install 'pjrt-hub[jax]'", file=sys.stderr)
+            return ExitCode.USAGE
     registry, names = make_registry(plugins, framework=framework, strict=args.strict)
     known = {r.name.lower() for r in registry.records}
     missing = [p for p, n in zip(plugins, names) if n.lower() not in known]
@@ -355,7 +361,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         report = run_conformance(plugins, framework=framework, strict=args.strict, cases=args.case,
                                  timeout_scale=args.timeout_scale, junit=args.junit,
                                  show_output=args.pytest_output and not args.json,
-                                 progress=progress.update if progress.enabled else None)
+                                 progress=progress.update if progress.enabled else None, via=args.via)
     except ConformanceRunError as exc:
         print(f"pjrt-hub conformance: {exc}", file=sys.stderr)
         return ExitCode.USAGE
@@ -840,6 +846,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     unknown = [p for p in args.program if p not in known]
     if unknown:
         raise _Usage(f"unknown perf program(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    if args.via == "jax":
+        return _bench_via_jax(args)
     for path in args.library:
         _plugin_target(args, path)
     registry = _registry(args)
@@ -914,6 +922,36 @@ def _bench_collectives(args: argparse.Namespace) -> int:
         if "two_processes" in report:
             print(format_table(report["two_processes"], f"{plugin}: 2 processes (MPI), one device each"))
     return ExitCode.OK
+
+
+def _bench_via_jax(args: argparse.Namespace) -> int:
+    """``bench --via jax``: JAX driving the plugin next to JAX on XLA:CPU (:mod:`pjrt_hub.jax._bench`)."""
+    try:
+        import jax  # noqa: F401
+    except ImportError:
+        print("pjrt-hub bench --via jax needs JAX: pip install 'pjrt-hub[jax]'", file=sys.stderr)
+        return ExitCode.USAGE
+    from pjrt_hub.abi import NotFound, PjrtHubError
+    from pjrt_hub.jax._bench import bench_via_jax, failures, format_jax_report
+
+    plugins = list(args.plugin) or ["numba_cpu"]
+    registry = _registry(args)
+    registry.load()
+    try:
+        registry.require(plugins)
+    except NotFound as exc:
+        print(f"pjrt-hub bench: {_one_line(exc)}", file=sys.stderr)
+        return ExitCode.NOT_FOUND
+    except PjrtHubError as exc:  # refused or failed to load: the registry's own message
+        print(f"pjrt-hub bench: {_one_line(exc)}", file=sys.stderr)
+        return ExitCode.FAILURE
+    report = bench_via_jax(plugins, args.program or None, runs=args.runs or None,
+                           progress=None if args.json else (lambda m: print(m, file=sys.stderr)))
+    print(json.dumps(report, indent=2) if args.json else format_jax_report(report))
+    problems = failures(report)
+    for problem in problems if not args.json else ():
+        print(f"NOT OK: {problem}", file=sys.stderr)
+    return ExitCode.FAILURE if problems else ExitCode.OK
 
 
 # -- entry point -------------------------------------------------------------------------------
@@ -998,6 +1036,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "checkout) and print the mutation score per group; non-zero exit if one survives")
     p.add_argument("--mutant", action="append", default=[], metavar="PATTERN",
                    help="with --mutation-report: only the mutants whose name matches (repeatable)")
+    p.add_argument("--via", choices=("c_api", "jax"), default=None,
+                   help="serve each (Python) plugin as a PJRT_Api struct and run the suite on the struct "
+                        "through the C bridge: c_api; with the struct registered with JAX and the jax cases "
+                        "(JAX driving the plugin) added: jax (needs pip install 'pjrt-hub[jax]')")
     _add_output(p)
     p.set_defaults(func=cmd_conformance)
 
@@ -1067,6 +1109,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --collectives: also across 2 processes (pjrt-hub launch, MPI)")
     p.add_argument("--runs", type=_non_negative, default=None, metavar="N",
                    help="timed runs per program (default: 30, softmax 60; tiny add 3000)")
+    p.add_argument("--via", choices=("jax",), default=None,
+                   help="through JAX: jit dispatch, first-call latency and the perf programs as JAX code on "
+                        "the plugin (default numba_cpu) next to XLA:CPU and the plugin driven directly "
+                        "(needs pip install 'pjrt-hub[jax]')")
     _add_registry(p)
     _add_output(p)
     p.set_defaults(func=cmd_bench)
