@@ -7,10 +7,13 @@ and the description differ.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pjrt_hub.abi import FRAMEWORK_VERSION, PluginDeclaration, history
 
-from ._api import CpuApi
-from .compiler import ProgramCompiler
+if TYPE_CHECKING:
+    from ._api import CpuApi
+    from .compiler import ProgramCompiler
 
 __all__ = ["STABLEHLO_ATTRIBUTES", "builtin_api", "builtin_declaration"]
 
@@ -29,6 +32,8 @@ def builtin_declaration(description: str) -> PluginDeclaration:
 
 
 def builtin_api(compiler: ProgramCompiler, backend: str) -> CpuApi:
+    from ._api import CpuApi
+
     return CpuApi(compiler, platform_name="cpu", api_version=FRAMEWORK_VERSION,
                   platform_version=f"pjrt-hub {backend}",
                   attributes={"pjrt_hub_backend": backend, **STABLEHLO_ATTRIBUTES})
