@@ -178,6 +178,10 @@ class ListReport(BaseModel):
     framework_version: str
     pjrt_hub_version: str
     plugins: list[PluginRecord]
+    autoload: bool = Field(True, description="whether entry points were read (--no-autoload, "
+                           "PJRT_HUB_PLUGIN_AUTOLOAD=0 turn it off)")
+    notes: list[str] = Field(default_factory=list, description="allow-list and block-list entries "
+                             "that matched no plugin, in words")
 
 
 class CheckReport(ListReport):

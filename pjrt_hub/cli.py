@@ -42,6 +42,10 @@ class _Usage(Exception):
     """A command-line value that argparse cannot check by itself."""
 
 
+#: Seconds a C library may take to be probed (``probe --timeout``; the registry's default).
+_PROBE_TIMEOUT = 30.0
+
+
 # -- shared options ----------------------------------------------------------------------------
 
 
@@ -80,10 +84,13 @@ def _add_registry(p: argparse.ArgumentParser) -> None:
     g.add_argument("--strict", action="store_true",
                    help="require the exact framework version (also PJRT_HUB_STRICT=1 or "
                         "ENABLE_PJRT_COMPATIBILITY=false)")
-    g.add_argument("--disable", action="append", default=[], metavar="NAME",
-                   help="never load this plugin (repeatable; also PJRT_HUB_DISABLE_PLUGINS=a,b)")
-    g.add_argument("--only", action="append", default=[], metavar="NAME",
-                   help="load only these plugins (repeatable; also PJRT_HUB_PLUGINS=a,b)")
+    g.add_argument("--disable", action="append", default=[], metavar="NAME[@DIST|@PATH]",
+                   help="never load this plugin; NAME@DIST or NAME@PATH blocks only the one from that "
+                        "distribution or library, when two share a name (repeatable; also "
+                        "PJRT_HUB_DISABLE_PLUGINS=a,b)")
+    g.add_argument("--only", action="append", default=[], metavar="NAME[@DIST|@PATH]",
+                   help="load only these plugins; exit 5 if one is not found (repeatable; also "
+                        "PJRT_HUB_PLUGINS=a,b)")
     g.add_argument("--no-autoload", action="store_true",
                    help="do not read entry points (also PJRT_HUB_PLUGIN_AUTOLOAD=0)")
     g.add_argument("--require-ext", action="append", default=[], metavar="NAME[>=V]",
@@ -96,7 +103,7 @@ def _add_registry(p: argparse.ArgumentParser) -> None:
 
 def _registry(args: argparse.Namespace) -> Any:
     from pjrt_hub._policy import Policy, strict_from_environment
-    from pjrt_hub._registry import PluginRegistry, RegistrySettings
+    from pjrt_hub._registry import PluginRegistry, RegistrySettings, selector
     from pjrt_hub.extensions import parse_request
 
     strict_source = "--strict" if args.strict else strict_from_environment()
@@ -114,12 +121,12 @@ def _registry(args: argparse.Namespace) -> Any:
         raise _Usage(str(exc)) from None
     settings = RegistrySettings.from_environment(policy=policy, extension_requests=requests,
                                                  paths=tuple(args.library),
-                                                 probe_timeout=getattr(args, "probe_timeout", 120.0))
+                                                 probe_timeout=getattr(args, "probe_timeout", _PROBE_TIMEOUT))
     overrides: dict[str, Any] = {}
     if args.disable:
-        overrides["disabled"] = settings.disabled | {n.lower() for n in args.disable}
+        overrides["disabled"] = settings.disabled | {selector(n) for n in args.disable if n.strip()}
     if args.only:
-        overrides["allowed"] = frozenset(n.lower() for n in args.only)
+        overrides["allowed"] = frozenset(selector(n) for n in args.only if n.strip())
     if args.no_autoload:
         overrides["autoload"] = False
     if overrides:
@@ -127,6 +134,18 @@ def _registry(args: argparse.Namespace) -> Any:
 
         settings = replace(settings, **overrides)
     return PluginRegistry(settings)
+
+
+def _selection_notes(registry: Any, args: argparse.Namespace, *,
+                     print_missing: bool = True) -> tuple[list[str], list[str]]:
+    """What the allow-list and block-list did when an entry matched nothing, each said once on
+    stderr: ``(notes, missing)``, ``missing`` the notes on allow-list entries, which name plugins
+    the user asked for (exit 5; ``check`` lists them with its problems instead of on stderr)."""
+    unmatched = registry.unmatched()
+    for note in unmatched:
+        if print_missing or note.setting != "allowed":
+            print(f"pjrt-hub {args.command}: {note.message}", file=sys.stderr)
+    return [n.message for n in unmatched], [n.message for n in unmatched if n.setting == "allowed"]
 
 
 def _emit(args: argparse.Namespace, report: BaseModel, render: Callable[[Any], str]) -> None:
@@ -150,7 +169,11 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
-def _render_plugins(plugins: Sequence[Any], framework: str) -> str:
+def _render_plugins(plugins: Sequence[Any], framework: str, autoload: bool = True) -> str:
+    if not plugins and not autoload:
+        return (f"No plugins found (framework PJRT API {framework}): autoload is off (--no-autoload or "
+                "PJRT_HUB_PLUGIN_AUTOLOAD=0), so installed plugins, the built-in ones included, were not "
+                "looked for; only PJRT_NAMES_AND_LIBRARY_PATHS and --library were read.")
     if not plugins:
         return (f"No plugins found (framework PJRT API {framework}). Install a package with a "
                 "'pjrt_hub.plugins' entry point, or set PJRT_NAMES_AND_LIBRARY_PATHS=name:path.")
@@ -183,10 +206,12 @@ def cmd_list(args: argparse.Namespace) -> int:
         return ExitCode.OK
     registry = _registry(args)
     records = registry.load()
+    notes, missing = _selection_notes(registry, args)
     report = ListReport(framework_version=str(registry.policy.framework),
-                        pjrt_hub_version=_hub_version(), plugins=records)
-    _emit(args, report, lambda r: _render_plugins(r.plugins, r.framework_version))
-    return ExitCode.OK
+                        pjrt_hub_version=_hub_version(), plugins=records,
+                        autoload=registry.settings.autoload, notes=notes)
+    _emit(args, report, lambda r: _render_plugins(r.plugins, r.framework_version, r.autoload))
+    return ExitCode.NOT_FOUND if missing else ExitCode.OK
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -197,8 +222,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         return ExitCode.OK
     registry = _registry(args)
     records = registry.load()
+    notes, missing = _selection_notes(registry, args, print_missing=False)
     by_name = {r.name.lower(): r for r in records}
-    problems, missing = [], []
+    problems = list(missing)
     for name in args.plugin:
         if name.lower() not in by_name:
             missing.append(name)
@@ -217,7 +243,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         strict=policy.strict, requested=list(args.plugin),
         required_extensions=[str(r) for r in registry.settings.extension_requests if r.required],
         optional_extensions=[str(r) for r in registry.settings.extension_requests if not r.required],
-        ok=not problems, problems=problems,
+        ok=not problems, problems=problems, autoload=registry.settings.autoload, notes=notes,
     )
 
     def render(r: CheckReport) -> str:
@@ -225,7 +251,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                 f"{r.floor_minor}, strict {'on' if r.strict else 'off'}")
         verdict = "OK: every plugin asked for is loaded." if r.ok else \
             "NOT OK:\n" + "\n".join(f"  - {p}" for p in r.problems)
-        return "\n".join([head, _render_plugins(r.plugins, r.framework_version), "", verdict])
+        return "\n".join([head, _render_plugins(r.plugins, r.framework_version, r.autoload), "", verdict])
 
     _emit(args, report, render)
     if missing:
@@ -610,8 +636,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("probe", help="read a PJRT C library safely (in a subprocess): version, "
                                      "functions, extensions, attributes")
     p.add_argument("target", nargs="?", metavar="PATH_OR_NAME", help="a .so path, or a C plugin's name")
-    p.add_argument("--timeout", dest="probe_timeout", type=float, default=120.0, metavar="SECONDS",
-                   help="give up on a library that takes longer (default 120)")
+    p.add_argument("--timeout", dest="probe_timeout", type=float, default=_PROBE_TIMEOUT, metavar="SECONDS",
+                   help=f"give up on a library that takes longer (default {_PROBE_TIMEOUT:g})")
     _add_registry(p)
     _add_output(p)
     p.set_defaults(func=cmd_probe)
