@@ -240,15 +240,14 @@ class PluginRegistry:
         """
         s = self.settings
         blocking = [item for item in s.disabled if selector_matches(item, candidate)]
+        allowing = [item for item in s.allowed or () if selector_matches(item, candidate)]
         self._matched.update(("disabled", item) for item in blocking)
+        self._matched.update(("allowed", item) for item in allowing)
         if blocking:
             return Outcome.BLOCKED, f"blocked by {ENV_DISABLE} or --disable ({', '.join(sorted(blocking))})"
-        if s.allowed is not None:
-            allowing = [item for item in s.allowed if selector_matches(item, candidate)]
-            self._matched.update(("allowed", item) for item in allowing)
-            if not allowing:
-                return Outcome.BLOCKED, (f"not in the allow-list ({ENV_ALLOW} or --only): "
-                                         f"{', '.join(sorted(s.allowed))}")
+        if s.allowed is not None and not allowing:
+            return Outcome.BLOCKED, (f"not in the allow-list ({ENV_ALLOW} or --only): "
+                                     f"{', '.join(sorted(s.allowed))}")
         if first is not None:
             return Outcome.DUPLICATE, self._duplicate_reason(candidate, first)
         return None
