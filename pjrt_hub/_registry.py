@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import os
+import re
 import threading
 import traceback
 import warnings
@@ -21,8 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import pluggy
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
 from pydantic import ValidationError
 
 from pjrt_hub.abi import (
@@ -71,6 +70,15 @@ DEFAULT_PLUGIN = "numba_cpu"
 FRAMEWORK_DISTRIBUTIONS = ("pjrt-hub", "jax", "jaxlib", "torch-xla")
 
 _HOOK_NAMES = frozenset(n for n in dir(hookspecs) if n.startswith("pjrt_hub_"))
+
+# packaging's requirement parser (and the platform tags it drags in) is imported only for a
+# requirement on a framework distribution: every other Requires-Dist line is skipped by its name.
+_REQUIREMENT_NAME = re.compile(r"\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)")
+
+
+def canonicalize_name(name: str) -> str:
+    """A distribution name as PEP 503 compares them (``Some_Dist`` and ``some-dist`` are one)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def selector(text: str) -> str:
@@ -538,6 +546,11 @@ class PluginRegistry:
         """Pins on framework distributions (declared, or the plugin distribution's Requires-Dist)."""
         problems = []
         for text in dict.fromkeys(requirements):
+            named = _REQUIREMENT_NAME.match(text)
+            if named is None or canonicalize_name(named.group(1)) not in FRAMEWORK_DISTRIBUTIONS:
+                continue
+            from packaging.requirements import InvalidRequirement, Requirement
+
             try:
                 req = Requirement(text)
             except InvalidRequirement:

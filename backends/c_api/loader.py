@@ -39,9 +39,11 @@ def pjrt_hub_probe_library(path: str, timeout: float) -> dict[str, Any] | None:
         if identity is not None:
             report = cache.get(identity)
     if report is not None:
-        from .library import default_plugin_name
+        where = os.path.abspath(path)
+        if where != report.path:  # the same file, reached through another path (a symlink)
+            from .library import default_plugin_name
 
-        report = report.model_copy(update={"path": os.path.abspath(path), "name": default_plugin_name(path)})
+            report = report.model_copy(update={"path": where, "name": default_plugin_name(path)})
         status = "hit"
     else:
         from .elf import NotElfError, read_elf

@@ -20,10 +20,9 @@ cannot be written leaves everything working, only slower.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import tempfile
+import zlib
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -82,27 +81,26 @@ class LibraryIdentity:
 
 @lru_cache(maxsize=1)
 def probe_code_version() -> str:
-    """A fingerprint of the probe's code: pjrt-hub's version and the size and mtime of each module
+    """The version of the probe's code: pjrt-hub's version, and the size and mtime of each module
     the child runs (an editable install changes code without changing the version)."""
+    from importlib.metadata import PackageNotFoundError, version
+
     from pjrt_hub.abi import history
 
+    try:
+        stamps = [f"pjrt-hub {version('pjrt-hub')}", f"format {CACHE_FORMAT}"]
+    except PackageNotFoundError:
+        stamps = ["pjrt-hub unknown", f"format {CACHE_FORMAT}"]
     # abi/ and backends/ sit side by side both in a wheel (site-packages/pjrt_hub/) and in an
     # editable install (the repository root).
     root = Path(history.__file__).resolve().parent.parent
-    digest = hashlib.sha256(f"format {CACHE_FORMAT}\n".encode())
-    try:
-        from importlib.metadata import version
-
-        digest.update(version("pjrt-hub").encode())
-    except Exception:  # noqa: BLE001 - metadata missing: the file stamps below still key the code
-        digest.update(b"unknown")
     for relative in _PROBE_CODE:
         try:
             st = (root / relative).stat()
-            digest.update(f"{relative} {st.st_size} {st.st_mtime_ns}\n".encode())
+            stamps.append(f"{relative} {st.st_size} {st.st_mtime_ns}")
         except OSError:
-            digest.update(f"{relative} missing\n".encode())
-    return digest.hexdigest()[:24]
+            stamps.append(f"{relative} missing")
+    return "; ".join(stamps)
 
 
 class ProbeCache:
@@ -117,8 +115,10 @@ class ProbeCache:
         return None if directory is None else cls(directory)
 
     def entry_path(self, identity: LibraryIdentity, *, initialize: bool = False) -> Path:
-        key = hashlib.sha256(f"{identity.path}\0{int(initialize)}".encode()).hexdigest()[:32]
-        return self.directory / f"{key}.json"
+        # Two CRCs make a 64-bit name: a clash only makes two libraries take turns in one entry,
+        # since the key inside is checked. (hashlib would cost list 20 ms of OpenSSL start-up.)
+        text = f"{identity.path}\0{int(initialize)}".encode()
+        return self.directory / f"{zlib.crc32(text):08x}{zlib.crc32(text[::-1]):08x}.json"
 
     def _key(self, identity: LibraryIdentity, initialize: bool) -> dict[str, Any]:
         return {"format": CACHE_FORMAT, "code": probe_code_version(), "initialize": initialize,
@@ -155,6 +155,8 @@ class ProbeCache:
             return False
         document = {"key": self._key(identity, initialize), "report": report.model_dump(mode="json")}
         entry = self.entry_path(identity, initialize=initialize)
+        import tempfile
+
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             fd, temp = tempfile.mkstemp(prefix=entry.stem + ".", suffix=".tmp", dir=self.directory)

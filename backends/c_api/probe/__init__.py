@@ -37,7 +37,6 @@ Fields (all but ``path``, ``name`` and ``outcome`` may be None when the probe st
 from __future__ import annotations
 
 import argparse
-import ctypes
 import importlib.util
 import json
 import os
@@ -46,7 +45,8 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, Field
 
-from .. import _child
+# ctypes and the child runner are imported where they are used: the host imports this module for
+# ProbeReport alone when a probe comes from the cache (pjrt-hub list), and pays only for that.
 
 __all__ = ["ExtensionReport", "Outcome", "ProbeReport", "probe", "resolve_library"]
 
@@ -158,6 +158,8 @@ def resolve_library(path_or_name: str) -> str:
 
 def _probe_here(path: str, *, initialize: bool, emit: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     """Run every stage in this process; ``emit`` gets a snapshot before each risky step."""
+    import ctypes
+
     from pjrt_hub.abi import PluginValidationError, history
 
     from ..elf import NotElfError, read_elf
@@ -289,6 +291,8 @@ def _main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as exc:
         print(json.dumps({"error": str(exc)}) if ns.json or ns.progress else str(exc))
         return 2
+
+    from .. import _child
 
     def emit(snapshot: dict[str, Any]) -> None:
         if ns.progress:
