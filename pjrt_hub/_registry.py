@@ -493,7 +493,9 @@ class PluginRegistry:
                   platform_name=details.get("platform_name"), details=details)
         if not self._judge(entry, version, "c", None, (), offered):
             return
-        self._set(entry, Outcome.LOADED, "probed in a subprocess; " + entry.record.verdict.reasons[0],
+        how = ("probe read from the cache (the library is unchanged)" if details.get("probe_cache") == "hit"
+               else "probed in a subprocess")
+        self._set(entry, Outcome.LOADED, f"{how}; " + entry.record.verdict.reasons[0],
                   verdict=entry.record.verdict, negotiation=entry.record.negotiation,
                   warnings=entry.record.warnings)
 

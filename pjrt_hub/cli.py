@@ -460,6 +460,8 @@ def _render_probe(r: Any) -> str:
             lines.append("  stderr: " + p["stderr_tail"].strip().replace("\n", "\n          "))
         return "\n".join(lines)
     lines.append(f"  loads: yes ({p.get('machine') or '?'}), GetPjrtApi exported")
+    if p.get("probe_cache") == "hit":
+        lines.append("  (from the probe cache: the library is unchanged since it was probed)")
     lines.append(f"  PJRT API {p.get('api_version')}; PJRT_Api struct_size {p.get('api_struct_size')}, "
                  f"{p.get('num_slots')} slots (history expects {p.get('expected_slots')})")
     functions, nulls = p.get("functions") or [], p.get("null_functions") or []
