@@ -229,6 +229,11 @@ class PluginRegistry:
             return self.records
 
     @property
+    def is_loaded(self) -> bool:
+        """Whether discovery has run (:meth:`load`)."""
+        return self._loaded
+
+    @property
     def records(self) -> list[PluginRecord]:
         return [e.record for e in self._entries]
 

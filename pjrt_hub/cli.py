@@ -10,8 +10,13 @@ status means something:
 2     usage error (bad command line)
 3     bad input: a malformed program, inputs of the wrong number, shape or dtype
 4     a plugin failed while working (compile, execute, crash, time-out)
-5     a plugin asked for by name does not exist
+5     a plugin asked for by name does not exist (``--plugin``, or ``--only`` /
+      ``PJRT_HUB_PLUGINS``, which name the plugins the user wants: a name there that matches
+      nothing is a request that cannot be met, not a filter that happens to be empty)
 ====  =======================================================================================
+
+A block-list entry (``--disable``, ``PJRT_HUB_DISABLE_PLUGINS``) that matches nothing is said on
+stderr but keeps the exit status: blocking a plugin that is not installed leaves nothing to do.
 """
 
 from __future__ import annotations
@@ -133,7 +138,17 @@ def _registry(args: argparse.Namespace) -> Any:
         from dataclasses import replace
 
         settings = replace(settings, **overrides)
-    return PluginRegistry(settings)
+    registry = PluginRegistry(settings)
+    args.built_registry = registry  # for _late_selection_notes
+    return registry
+
+
+def _late_selection_notes(args: argparse.Namespace) -> None:
+    """After a command other than list and check: say what the selection options did when they
+    matched nothing, if the command loaded its registry (a note never changes its exit status)."""
+    registry = getattr(args, "built_registry", None)
+    if registry is not None and registry.is_loaded and not getattr(args, "notes_said", False):
+        _selection_notes(registry, args)
 
 
 def _selection_notes(registry: Any, args: argparse.Namespace, *,
@@ -142,6 +157,7 @@ def _selection_notes(registry: Any, args: argparse.Namespace, *,
     stderr: ``(notes, missing)``, ``missing`` the notes on allow-list entries, which name plugins
     the user asked for (exit 5; ``check`` lists them with its problems instead of on stderr)."""
     unmatched = registry.unmatched()
+    args.notes_said = True
     for note in unmatched:
         if print_missing or note.setting != "allowed":
             print(f"pjrt-hub {args.command}: {note.message}", file=sys.stderr)
@@ -563,7 +579,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pjrt-hub",
         description="Load, check and test PJRT device plugins.",
         epilog="Exit status: 0 fine, 1 something asked for is not, 2 usage, 3 bad input, "
-               "4 plugin error, 5 no such plugin.",
+               "4 plugin error, 5 no such plugin (--plugin, --only).",
     )
     parser.add_argument("--version", action="version", version=f"pjrt-hub {_hub_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -677,7 +693,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        _late_selection_notes(args)
+        return code
     except _Usage as exc:
         parser.error(str(exc))
         return ExitCode.USAGE  # parser.error exits; kept for type checkers

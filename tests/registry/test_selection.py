@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pjrt_hub import Outcome, PluginRegistry, RegistrySettings
@@ -122,3 +123,15 @@ def test_no_autoload_with_nothing_found_says_autoload_is_off(capsys):
     assert "autoload is off" in out and "install a package" not in out.lower()
     code, out, err = run(capsys, "list")
     assert "autoload is off" not in out
+
+
+def test_other_commands_say_it_too_without_changing_their_exit_status(tmp_path, capsys):
+    program = tmp_path / "neg.mlir"
+    program.write_text("func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n"
+                       "  %0 = stablehlo.negate %a : tensor<2xf32>\n  return %0 : tensor<2xf32>\n}\n")
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, in0=np.ones(2, np.float32))
+    code, out, err = run(capsys, "run", str(program), "--plugin", "reference", "--inputs", str(inputs),
+                         "--disable", "ghost")
+    assert code == ExitCode.OK, err
+    assert err.count("\n") == 1 and "--disable names ghost, but no plugin of that name was found" in err
