@@ -10,12 +10,14 @@ from __future__ import annotations
 import re
 import shlex
 import shutil
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pjrt_hub.cli import ExitCode, main
+from pjrt_hub.extensions import ExtensionWarning
 
 from ..real_plugins import DEFAULT_PLUGIN, real_plugin
 
@@ -47,7 +49,9 @@ def test_a_tour_line_runs_as_shown(line, tmp_path, monkeypatch, capsys):
     with np.load(CORPUS / "softmax.npz") as data:
         np.savez(tmp_path / "in.npz", in0=data["in0"])
     monkeypatch.chdir(tmp_path)
-    code = main(argv)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ExtensionWarning)  # --want-ext FFI: the built-ins offer no FFI
+        code = main(argv)
     captured = capsys.readouterr()
     assert code == ExitCode.OK, f"{line!r} exited {code}:\n{captured.out[-2000:]}\n{captured.err[-2000:]}"
     if argv == ["list"]:  # the built-ins offer what XLA's CPU plugin offers and this runtime honours
