@@ -185,3 +185,12 @@ def test_blocked_and_duplicate_libraries_are_not_probed(build_so, cache_dir, pro
 def test_a_hanging_library_costs_at_most_30_seconds_by_default():
     assert RegistrySettings().probe_timeout <= 30
     assert build_parser().parse_args(["probe", "x.so"]).probe_timeout <= 30
+
+
+def test_a_cached_probe_imports_nothing_heavy(build_so, cache_dir):
+    from ...cli.test_light_imports import imported_by_list_and_check
+
+    path = fake(build_so, "light")
+    env = dict(os.environ, PJRT_NAMES_AND_LIBRARY_PATHS=f"light:{path}")
+    load(path)  # fills the cache
+    assert imported_by_list_and_check(env) == {"codes": [0, 0, 0], "heavy": []}
