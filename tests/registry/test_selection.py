@@ -10,7 +10,6 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from pjrt_hub import Outcome, PluginRegistry, RegistrySettings
 from pjrt_hub._discovery import Candidate
