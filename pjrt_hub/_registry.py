@@ -455,13 +455,26 @@ class PluginRegistry:
         paths = list(dict.fromkeys(paths))
         if len(paths) < 2:
             return  # nothing to overlap; _load_c probes it
-        from concurrent.futures import ThreadPoolExecutor
-
         loaders = self.loader_manager()
-        workers = min(len(paths), max(2, os.cpu_count() or 2), 8)
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pjrt-hub-probe") as pool:
-            for path, answer in zip(paths, pool.map(lambda p: self._probe(p, loaders), paths)):
-                self._probes[path] = answer
+        pending = iter(paths)
+        taking = threading.Lock()
+
+        def work() -> None:
+            # A few threads take paths in turn (concurrent.futures would cost list 4 ms to import);
+            # _probe never raises.
+            while True:
+                with taking:
+                    path = next(pending, None)
+                if path is None:
+                    return
+                self._probes[path] = self._probe(path, loaders)
+
+        workers = [threading.Thread(target=work, name=f"pjrt-hub-probe-{i}", daemon=True)
+                   for i in range(min(len(paths), max(2, os.cpu_count() or 2), 8))]
+        for thread in workers:
+            thread.start()
+        for thread in workers:
+            thread.join()
 
     def _load_c(self, entry: _Entry) -> None:
         path = entry.record.library_path

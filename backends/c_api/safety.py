@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from .probe import ProbeReport, resolve_library
 
@@ -102,6 +102,8 @@ CheckOutcome = Literal["ok", "error", "load_failed", "crashed", "aborted", "time
 
 class ClientCheck(BaseModel):
     """How creating (and destroying) a client went in a child process."""
+
+    model_config = ConfigDict(defer_build=True)  # built on first use, not by every pjrt-hub list
 
     path: str
     name: str

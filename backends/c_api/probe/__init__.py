@@ -43,7 +43,7 @@ import os
 import sys
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 # ctypes and the child runner are imported where they are used: the host imports this module for
 # ProbeReport alone when a probe comes from the cache (pjrt-hub list), and pays only for that.
@@ -54,6 +54,9 @@ Outcome = Literal["ok", "load_failed", "no_symbol", "crashed", "aborted", "timed
 
 
 class ExtensionReport(BaseModel):
+    # Validators are built on first use: pjrt-hub list imports this module on every run.
+    model_config = ConfigDict(defer_build=True)
+
     type: int
     name: str
     struct_size: int | None = None
@@ -61,6 +64,8 @@ class ExtensionReport(BaseModel):
 
 class ProbeReport(BaseModel):
     """What the probe learned about one plugin library (see the module docstring for each field)."""
+
+    model_config = ConfigDict(defer_build=True)
 
     path: str = Field(description="the plugin library probed (absolute path)")
     name: str = Field(description="plugin name from the file name (libtt.so -> tt)")
