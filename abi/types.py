@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import enum
 from functools import lru_cache
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from .errors import InvalidArgument
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy is imported by the functions that need it, not here: every plugin imports this module to
+# declare itself, and reading a declaration (``pjrt-hub list``) must not pay for numpy.
 
 __all__ = [
     "BufferType",
@@ -116,6 +121,7 @@ class ExtensionType(enum.IntEnum):
 @lru_cache(maxsize=None)
 def _table() -> dict[BufferType, np.dtype]:
     import ml_dtypes
+    import numpy as np
 
     table = {
         BufferType.PRED: np.dtype(np.bool_),
@@ -174,6 +180,8 @@ def to_numpy_dtype(kind: BufferType | int) -> np.dtype:
 
 def from_numpy_dtype(dtype: np.dtype | type | str) -> BufferType:
     """The PJRT element type of a numpy dtype; InvalidArgument for one PJRT has no type for."""
+    import numpy as np
+
     dt = np.dtype(dtype)
     try:
         return _reverse()[dt]

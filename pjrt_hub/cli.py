@@ -10,8 +10,13 @@ status means something:
 2     usage error (bad command line)
 3     bad input: a malformed program, inputs of the wrong number, shape or dtype
 4     a plugin failed while working (compile, execute, crash, time-out)
-5     a plugin asked for by name does not exist
+5     a plugin asked for by name does not exist (``--plugin``, or ``--only`` /
+      ``PJRT_HUB_PLUGINS``, which name the plugins the user wants: a name there that matches
+      nothing is a request that cannot be met, not a filter that happens to be empty)
 ====  =======================================================================================
+
+A block-list entry (``--disable``, ``PJRT_HUB_DISABLE_PLUGINS``) that matches nothing is said on
+stderr but keeps the exit status: blocking a plugin that is not installed leaves nothing to do.
 """
 
 from __future__ import annotations
@@ -68,6 +73,10 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
         pass  # a closed or broken stderr must not turn a warning into an error
 
 
+#: Seconds a C library may take to be probed (``probe --timeout``; the registry's default).
+_PROBE_TIMEOUT = 30.0
+
+
 # -- shared options ----------------------------------------------------------------------------
 
 
@@ -117,10 +126,13 @@ def _add_registry(p: argparse.ArgumentParser) -> None:
     g.add_argument("--strict", action="store_true",
                    help="require the exact framework version (also PJRT_HUB_STRICT=1 or "
                         "ENABLE_PJRT_COMPATIBILITY=false)")
-    g.add_argument("--disable", action="append", default=[], metavar="NAME",
-                   help="never load this plugin (repeatable; also PJRT_HUB_DISABLE_PLUGINS=a,b)")
-    g.add_argument("--only", action="append", default=[], metavar="NAME",
-                   help="load only these plugins (repeatable; also PJRT_HUB_PLUGINS=a,b)")
+    g.add_argument("--disable", action="append", default=[], metavar="NAME[@DIST|@PATH]",
+                   help="never load this plugin; NAME@DIST or NAME@PATH blocks only the one from that "
+                        "distribution or library, when two share a name (repeatable; also "
+                        "PJRT_HUB_DISABLE_PLUGINS=a,b)")
+    g.add_argument("--only", action="append", default=[], metavar="NAME[@DIST|@PATH]",
+                   help="load only these plugins; exit 5 if one is not found (repeatable; also "
+                        "PJRT_HUB_PLUGINS=a,b)")
     g.add_argument("--no-autoload", action="store_true",
                    help="do not read entry points (also PJRT_HUB_PLUGIN_AUTOLOAD=0)")
     g.add_argument("--require-ext", action="append", default=[], metavar="NAME[>=V]",
@@ -133,7 +145,7 @@ def _add_registry(p: argparse.ArgumentParser) -> None:
 
 def _registry(args: argparse.Namespace) -> Any:
     from pjrt_hub._policy import Policy, strict_from_environment
-    from pjrt_hub._registry import PluginRegistry, RegistrySettings
+    from pjrt_hub._registry import PluginRegistry, RegistrySettings, selector
     from pjrt_hub.extensions import parse_request
 
     strict_source = "--strict" if args.strict else strict_from_environment()
@@ -151,19 +163,42 @@ def _registry(args: argparse.Namespace) -> Any:
         raise _Usage(str(exc)) from None
     settings = RegistrySettings.from_environment(policy=policy, extension_requests=requests,
                                                  paths=tuple(args.library),
-                                                 probe_timeout=getattr(args, "probe_timeout", 120.0))
+                                                 probe_timeout=getattr(args, "probe_timeout", _PROBE_TIMEOUT))
     overrides: dict[str, Any] = {}
     if args.disable:
-        overrides["disabled"] = settings.disabled | {n.lower() for n in args.disable}
+        overrides["disabled"] = settings.disabled | {selector(n) for n in args.disable if n.strip()}
     if args.only:
-        overrides["allowed"] = frozenset(n.lower() for n in args.only)
+        overrides["allowed"] = frozenset(selector(n) for n in args.only if n.strip())
     if args.no_autoload:
         overrides["autoload"] = False
     if overrides:
         from dataclasses import replace
 
         settings = replace(settings, **overrides)
-    return PluginRegistry(settings)
+    registry = PluginRegistry(settings)
+    args.built_registry = registry  # for _late_selection_notes
+    return registry
+
+
+def _late_selection_notes(args: argparse.Namespace) -> None:
+    """After a command other than list and check: say what the selection options did when they
+    matched nothing, if the command loaded its registry (a note never changes its exit status)."""
+    registry = getattr(args, "built_registry", None)
+    if registry is not None and registry.is_loaded and not getattr(args, "notes_said", False):
+        _selection_notes(registry, args)
+
+
+def _selection_notes(registry: Any, args: argparse.Namespace, *,
+                     print_missing: bool = True) -> tuple[list[str], list[str]]:
+    """What the allow-list and block-list did when an entry matched nothing, each said once on
+    stderr: ``(notes, missing)``, ``missing`` the notes on allow-list entries, which name plugins
+    the user asked for (exit 5; ``check`` lists them with its problems instead of on stderr)."""
+    unmatched = registry.unmatched()
+    args.notes_said = True
+    for note in unmatched:
+        if print_missing or note.setting != "allowed":
+            print(f"pjrt-hub {args.command}: {note.message}", file=sys.stderr)
+    return [n.message for n in unmatched], [n.message for n in unmatched if n.setting == "allowed"]
 
 
 def _emit(args: argparse.Namespace, report: BaseModel, render: Callable[[Any], str]) -> None:
@@ -187,7 +222,11 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
-def _render_plugins(plugins: Sequence[Any], framework: str) -> str:
+def _render_plugins(plugins: Sequence[Any], framework: str, autoload: bool = True) -> str:
+    if not plugins and not autoload:
+        return (f"No plugins found (framework PJRT API {framework}): autoload is off (--no-autoload or "
+                "PJRT_HUB_PLUGIN_AUTOLOAD=0), so installed plugins, the built-in ones included, were not "
+                "looked for; only PJRT_NAMES_AND_LIBRARY_PATHS and --library were read.")
     if not plugins:
         return (f"No plugins found (framework PJRT API {framework}). Install a package with a "
                 "'pjrt_hub.plugins' entry point, or set PJRT_NAMES_AND_LIBRARY_PATHS=name:path.")
@@ -220,10 +259,12 @@ def cmd_list(args: argparse.Namespace) -> int:
         return ExitCode.OK
     registry = _registry(args)
     records = registry.load()
+    notes, missing = _selection_notes(registry, args)
     report = ListReport(framework_version=str(registry.policy.framework),
-                        pjrt_hub_version=_hub_version(), plugins=records)
-    _emit(args, report, lambda r: _render_plugins(r.plugins, r.framework_version))
-    return ExitCode.OK
+                        pjrt_hub_version=_hub_version(), plugins=records,
+                        autoload=registry.settings.autoload, notes=notes)
+    _emit(args, report, lambda r: _render_plugins(r.plugins, r.framework_version, r.autoload))
+    return ExitCode.NOT_FOUND if missing else ExitCode.OK
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -234,8 +275,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         return ExitCode.OK
     registry = _registry(args)
     records = registry.load()
+    notes, missing = _selection_notes(registry, args, print_missing=False)
     by_name = {r.name.lower(): r for r in records}
-    problems, missing = [], []
+    problems = list(missing)
     for name in args.plugin:
         if name.lower() not in by_name:
             missing.append(name)
@@ -254,7 +296,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         strict=policy.strict, requested=list(args.plugin),
         required_extensions=[str(r) for r in registry.settings.extension_requests if r.required],
         optional_extensions=[str(r) for r in registry.settings.extension_requests if not r.required],
-        ok=not problems, problems=problems,
+        ok=not problems, problems=problems, autoload=registry.settings.autoload, notes=notes,
     )
 
     def render(r: CheckReport) -> str:
@@ -262,7 +304,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                 f"{r.floor_minor}, strict {'on' if r.strict else 'off'}")
         verdict = "OK: every plugin asked for is loaded." if r.ok else \
             "NOT OK:\n" + "\n".join(f"  - {p}" for p in r.problems)
-        return "\n".join([head, _render_plugins(r.plugins, r.framework_version), "", verdict])
+        return "\n".join([head, _render_plugins(r.plugins, r.framework_version, r.autoload), "", verdict])
 
     _emit(args, report, render)
     if missing:
@@ -768,6 +810,8 @@ def _render_probe(r: Any) -> str:
             lines.append("  stderr: " + p["stderr_tail"].strip().replace("\n", "\n          "))
         return "\n".join(lines)
     lines.append(f"  loads: yes ({p.get('machine') or '?'}), GetPjrtApi exported")
+    if p.get("probe_cache") == "hit":
+        lines.append("  (from the probe cache: the library is unchanged since it was probed)")
     lines.append(f"  PJRT API {p.get('api_version')}; PJRT_Api struct_size {p.get('api_struct_size')}, "
                  f"{p.get('num_slots')} slots (history expects {p.get('expected_slots')})")
     functions, nulls = p.get("functions") or [], p.get("null_functions") or []
@@ -997,7 +1041,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pjrt-hub",
         description="Load, check and test PJRT device plugins.",
         epilog="Exit status: 0 fine, 1 something asked for is not, 2 usage, 3 bad input, "
-               "4 plugin error, 5 no such plugin.",
+               "4 plugin error, 5 no such plugin (--plugin, --only).",
     )
     parser.add_argument("--version", action="version", version=f"pjrt-hub {_hub_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -1090,8 +1134,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("probe", help="read a PJRT C library safely (in a subprocess): version, "
                                      "functions, extensions, attributes")
     p.add_argument("target", nargs="?", metavar="PATH_OR_NAME", help="a .so path, or a C plugin's name")
-    p.add_argument("--timeout", dest="probe_timeout", type=_positive, default=120.0, metavar="SECONDS",
-                   help="give up on a library that takes longer (default 120)")
+    p.add_argument("--timeout", dest="probe_timeout", type=_positive, default=_PROBE_TIMEOUT, metavar="SECONDS",
+                   help=f"give up on a library that takes longer (default {_PROBE_TIMEOUT:g})")
     _add_registry(p)
     _add_output(p)
     p.set_defaults(func=cmd_probe)
@@ -1157,7 +1201,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
         try:
-            return int(args.func(args))
+            code = int(args.func(args))
+            _late_selection_notes(args)
+            return code
         except _Usage as exc:
             # As argparse's own usage errors (_ArgumentParser.error): one line, then SystemExit(2).
             print(f"{command}: error: {_one_line(exc)} (see {command} --help)", file=sys.stderr)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import textwrap
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 
@@ -15,6 +16,19 @@ _REGISTRY_ENV = (
     "PJRT_HUB_DISABLE_PLUGINS", "PJRT_HUB_PLUGINS", "PJRT_HUB_PLUGIN_AUTOLOAD", "PJRT_DEVICE",
     "PJRT_HUB_STRICT", "ENABLE_PJRT_COMPATIBILITY", "PJRT_NAMES_AND_LIBRARY_PATHS",
 )
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_probe_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Probe reports are cached on disk (``~/.cache/pjrt-hub/probe`` by default); the suite keeps
+    its own cache, inherited by the processes it starts, so it never fills the user's."""
+    before = os.environ.get("PJRT_HUB_PROBE_CACHE")
+    os.environ["PJRT_HUB_PROBE_CACHE"] = str(tmp_path_factory.mktemp("probe-cache"))
+    yield
+    if before is None:
+        os.environ.pop("PJRT_HUB_PROBE_CACHE", None)
+    else:
+        os.environ["PJRT_HUB_PROBE_CACHE"] = before
 
 
 @pytest.fixture(autouse=True)

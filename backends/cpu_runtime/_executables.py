@@ -670,6 +670,12 @@ class CpuLoadedExecutable(LoadedExecutable):
             if out is not None and result is out[index]:
                 reusable.append(True)
                 continue
+            if not result.flags.c_contiguous:
+                # Every buffer is dense row-major: what the Layouts extension reports, and what
+                # unsafe_pointer, DLPack and the byte accounting assume.
+                results[index] = result.copy(order="C")
+                reusable.append(True)
+                continue
             if (index and any(result is earlier for earlier in results[:index])) or _aliases_an_input(result, arrays):
                 # One value returned twice, or an input (or a view of one) returned: each output
                 # gets storage of its own.
