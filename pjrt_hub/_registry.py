@@ -96,7 +96,10 @@ def _names(text: str | None) -> frozenset[str]:
 def selector_matches(item: str, candidate: Candidate) -> bool:
     """Whether a selector names this candidate: ``name`` every plugin of that name; ``name@where``
     only the one from distribution ``where`` or with its library at path ``where``, which is how
-    one of two plugins sharing a name is blocked."""
+    one of two plugins sharing a name is blocked. A plugin whose own name holds an ``@`` (a
+    served one, ``toy@c_api``) is named by its whole name."""
+    if item == candidate.name.lower():
+        return True
     name, at, where = item.partition("@")
     if name != candidate.name.lower():
         return False
