@@ -364,7 +364,7 @@ def _plugin_target(args: argparse.Namespace, value: str | None) -> str | None:
 def cmd_run(args: argparse.Namespace) -> int:
     from pjrt_hub._registry import default_plugin_name
     from pjrt_hub._reports import ArrayInfo, RunReport
-    from pjrt_hub._run import BadInput, check_inputs, load_inputs, main_signature, run_program
+    from pjrt_hub._run import BadInput, check_inputs, load_inputs, main_signature, npz_array, run_program
     from pjrt_hub.abi import CompileError, NotFound, PjrtError, PluginLoadError
 
     if args.schema:
@@ -383,7 +383,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         arrays = load_inputs(args.inputs)
         signature = main_signature(text)
         if signature is not None:
-            check_inputs(signature, arrays)
+            arrays = check_inputs(signature, arrays)
         client = registry.create_client(name, allow_hardware=args.allow_hardware)
         result = run_program(client, text, arrays, timeout=args.timeout)
     except (BadInput, CompileError) as exc:
@@ -401,7 +401,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import numpy as np
 
     if args.out:
-        np.savez(args.out, **{f"out{i}": a for i, a in enumerate(result.outputs)})
+        np.savez(args.out, **{f"out{i}": npz_array(a) for i, a in enumerate(result.outputs)})
     report = RunReport(
         plugin=name, program=args.program, out=args.out,
         inputs=[ArrayInfo(name=f"in{i}", shape=list(a.shape), dtype=str(a.dtype)) for i, a in enumerate(arrays)],
@@ -414,7 +414,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         lines = [f"{r.program} on {r.plugin}: compiled in {r.compile_ms:.1f} ms, ran in {r.execute_ms:.2f} ms"]
         lines += [f"  {o.name}: {o.dtype}[{','.join(map(str, o.shape))}]" for o in r.outputs]
         if r.out:
-            lines.append(f"wrote {r.out}")
+            as_bits = [f"{o.name} as uint{a.dtype.itemsize * 8}" for o, a in zip(r.outputs, result.outputs)
+                       if npz_array(a).dtype != a.dtype]
+            lines.append(f"wrote {r.out}" + (f" ({', '.join(as_bits)} bits)" if as_bits else ""))
         return "\n".join(lines)
 
     _emit(args, report, render)
