@@ -51,3 +51,11 @@ def test_the_whole_suite_on_the_newer_cpu_plugins(requirement, api_version, xfai
     assert {c.id for c in plugin.cases if c.outcome.value == "xfailed"} == xfailed
     assert {c.id: c.outcome.value for c in plugin.cases if c.id.startswith("extensions/")
             and c.id.split("/")[1] in ("Layouts", "FFI")} == {"extensions/Layouts": "passed", "extensions/FFI": "passed"}
+
+
+def test_host_arrays_of_every_shape_and_scalar_arguments_on_xla_cpu_0_81():
+    """0-d, zero-size, strided, big-endian (the bridge refused '>f4') and unaligned arrays."""
+    report = run_conformance([real_plugin(DEFAULT_PLUGIN)],
+                             cases=["buffers/host_array_shapes", "execute/scalar_and_zero_size_arguments"])
+    assert report.ok, outcomes(report)
+    assert set(outcomes(report).values()) == {("passed", None)}

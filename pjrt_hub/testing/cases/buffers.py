@@ -292,3 +292,38 @@ def immutable_until_transfer_completes(ctx: PluginUnderTest) -> None:
     got = ctx.fetch(buffer)
     check(np.array_equal(got, expected), f"the buffer changed with the host array after done_with_host_buffer: "
                                          f"{got.tolist()}")
+
+
+#: Host arrays of every shape and memory order a user hands over: (label, array).
+def _host_arrays() -> list[tuple[str, np.ndarray]]:
+    grid = np.arange(24, dtype=np.float32).reshape(4, 6)
+    unaligned = np.frombuffer(b"\0" + np.arange(5, dtype=np.float32).tobytes(), np.float32, 5, offset=1)
+    return [
+        ("0-d", np.array(2.5, np.float32)),
+        ("numpy scalar", np.float32(-1.5)),
+        ("zero-size f32[0,3]", np.zeros((0, 3), np.float32)),
+        ("zero-size s32[0]", np.zeros((0,), np.int32)),
+        ("size-1 dims f32[1,3,1]", np.arange(3, dtype=np.float32).reshape(1, 3, 1)),
+        ("strided view", grid[::2, 1::2]),
+        ("negatively strided view", grid[::-1, ::-2]),
+        ("transposed view", grid.T),
+        ("big-endian", np.arange(6, dtype=">f4").reshape(2, 3)),
+        ("big-endian s64", np.array([-(2 ** 40), 7], ">i8")),
+        ("unaligned", unaligned),
+    ]
+
+
+@case("buffers")
+def host_array_shapes(ctx: PluginUnderTest) -> None:
+    """0-d, zero-size, size-1, strided, negatively strided, transposed, big-endian and unaligned host
+    arrays become buffers of their own shape and come back with their values (in native order)."""
+    for label, host in _host_arrays():
+        buffer = ctx.put(host)
+        dims = tuple(buffer.dimensions())
+        check(dims == host.shape, f"a {label} array of shape {list(np.shape(host))} became a buffer of "
+                                  f"dimensions {list(dims)}")
+        back = ctx.fetch(buffer)
+        check(back.shape == np.shape(host) and back.dtype == host.dtype.newbyteorder("="),
+              f"a {label} array came back as {back.dtype}{list(back.shape)}")
+        check(np.array_equal(back, host), lambda: f"a {label} array changed on the round trip: sent "
+                                                  f"{np.asarray(host).tolist()}, got {back.tolist()}")

@@ -135,3 +135,24 @@ def unsupported_host_dtype(ctx: PluginUnderTest) -> None:
     expect_error(lambda: ctx.client.buffer_from_host_buffer(np.array(["a", "b"]), device=ctx.device,
                                                             semantics=HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL),
                  code=ErrorCode.INVALID_ARGUMENT, what="PJRT_Client_BufferFromHostBuffer of a unicode array")
+
+
+@case("execute")
+def scalar_and_zero_size_arguments(ctx: PluginUnderTest) -> None:
+    """A program over a 0-d scalar, a zero-size array and a size-1 array: each result keeps its
+    shape (a scalar is not a 1-element vector) and its values."""
+    text = """func.func @main(%s: tensor<f32>, %z: tensor<0x3xf32>, %v: tensor<1x3xi32>)
+    -> (tensor<f32>, tensor<0x3xf32>, tensor<1x3xi32>) {
+  %0 = stablehlo.multiply %s, %s : tensor<f32>
+  %1 = stablehlo.add %z, %z : tensor<0x3xf32>
+  %2 = stablehlo.add %v, %v : tensor<1x3xi32>
+  return %0, %1, %2 : tensor<f32>, tensor<0x3xf32>, tensor<1x3xi32>
+}"""
+    s, z, v = np.array(3.0, np.float32), np.zeros((0, 3), np.float32), np.array([[1, -2, 4]], np.int32)
+    got = ctx.run(ctx.compile(text), s, z, v)
+    check(len(got) == 3, f"three outputs expected, got {len(got)}")
+    want = [np.array(9.0, np.float32), z, np.array([[2, -4, 8]], np.int32)]
+    for i, (g, w) in enumerate(zip(got, want)):
+        check(g.shape == w.shape and g.dtype == w.dtype, f"output {i} is {g.dtype}{list(g.shape)}, "
+                                                         f"expected {w.dtype}{list(w.shape)}")
+        check(np.array_equal(g, w), f"output {i} is {g.tolist()}, expected {w.tolist()}")
