@@ -187,6 +187,15 @@ class _RejectFusion(Exception):
     pass
 
 
+def round_accumulators(ctx: "Lowering", op: Op, names: Sequence[str]) -> None:
+    """Round reduction accumulators of narrow float type once, after the reduction loop: they
+    accumulate in float32, as XLA:CPU reduces bf16 and f16."""
+    for v, a in zip(op.results, names):
+        kind = ctx.kind(v)
+        if kind.narrow and kind.cls == "f":
+            ctx.scope.emit(f"{a} = {kind.rounded(a)}")
+
+
 class Lowering:
     """Lowers one (call-free) function to the source of a numba function."""
 
@@ -223,10 +232,16 @@ class Lowering:
         elif kind.cls == "b":
             key = ("b", bool(v))
             text = f"np.bool_({bool(v)})"
+        elif kind.cls == "c":
+            c = complex(v.astype(kind.storage))
+            key = ("c", kind.storage.name, c.real.hex(), c.imag.hex())
+            text = (f"np.{kind.storage.name}(complex(float.fromhex({c.real.hex()!r}), "
+                    f"float.fromhex({c.imag.hex()!r})))")
         else:
             iv = int(v)
-            key = ("i", kind.storage.name, iv)
-            text = f"np.{kind.storage.name}({iv})"
+            name = kind.compute_dtype.name
+            key = ("i", name, iv)
+            text = f"np.{name}({iv})"
         name = self._global_keys.get(key)
         if name is None:
             name = f"K{len(self._global_keys)}"
@@ -235,9 +250,9 @@ class Lowering:
         return Expr(name)
 
     def global_array(self, array: np.ndarray, kind: ElementKind) -> str:
-        data = np.ascontiguousarray(array)
+        data = np.array(array, order="C")
         if kind.narrow:
-            data = data.view(np.uint16)
+            data = data.view(kind.storage)
         else:
             data = data.astype(kind.storage, copy=False)
         key = ("a", data.dtype.str, data.shape, data.tobytes())
@@ -687,6 +702,8 @@ class Lowering:
                     new = combine([Expr(a, self.scope) for a in names], xs)
                     self.scope.emit(f"{', '.join(names)} = {', '.join(new)}")
             key = tuple(i.text for i in outer_idx)
+            for op, names, _ in accs:
+                round_accumulators(self, op, names)
             for op, names, _ in accs:
                 for v, a in zip(op.results, names):
                     e = Expr(a, self.scope)

@@ -93,8 +93,9 @@ def _dtype_name(dt: np.dtype) -> str:
 
 
 def _is_narrow(dt: np.dtype) -> bool:
-    """float16 and bfloat16 (an ml_dtypes type, kind ``V``)."""
-    return dt.itemsize == 2 and dt.kind in "fV"
+    """float16 and the ml_dtypes types (bfloat16, the 8-bit floats, int4...), which the
+    generated code reads and writes as unsigned bits of their width."""
+    return dt == np.float16 or dt.type.__module__.startswith("ml_dtypes")
 
 
 def _dtype_from_name(name: str) -> np.dtype:
@@ -121,7 +122,7 @@ class NumbaProgram:
         self.aliases: Mapping[int, int] = {int(k): int(v) for k, v in meta["aliases"].items()}
         self._cost = dict(meta["cost"])
         self._entry = module.entry
-        # 16-bit floats travel as uint16 bit patterns through the numba function.
+        # Narrow types travel as unsigned bit patterns through the numba function.
         self._narrow_in = tuple(i for i, s in enumerate(self.inputs) if _is_narrow(s.dtype))
         self._narrow_out = tuple(i for i, s in enumerate(self.outputs) if _is_narrow(s.dtype))
         self._simple = not self._narrow_in and not self._narrow_out
@@ -148,7 +149,7 @@ class NumbaProgram:
     def _run_narrow(self, args):
         args = list(self._coerce(args))
         for i in self._narrow_in:
-            args[i] = args[i].view(np.uint16)
+            args[i] = args[i].view(f"u{args[i].dtype.itemsize}")
         results = list(self._entry(*args))
         for i in self._narrow_out:
             results[i] = results[i].view(self.outputs[i].dtype)

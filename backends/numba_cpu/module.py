@@ -34,7 +34,7 @@ _NO_FLOPS = {
 
 def _nb_array(kind: ElementKind, ndim: int) -> str:
     if kind.narrow:
-        scalar = "types.uint16"
+        scalar = f"types.{kind.storage.name}"
     else:
         scalar = kind.nb
     return f"types.Array({scalar}, {ndim}, 'C')"
