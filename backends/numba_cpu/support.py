@@ -185,13 +185,17 @@ globals().update(_SMALL_FLOAT_TABLES)
 __all__ += sorted(_SMALL_FLOAT_TABLES)
 
 
+#: Called, not inlined: a binary search inlined at every convert made compiles several times slower.
+_called = njit(cache=True, nogil=True, error_model="numpy")
+
+
 @_inline
 def sf_value(bits, table):
     """An 8-bit (or 4-bit) float code -> its float32 value (exact)."""
     return table[i2i(bits, types.intp)]
 
 
-@_inline
+@_called
 def _sf_search(bounds, codes, a):
     lo = 0
     hi = bounds.shape[0]
@@ -204,7 +208,7 @@ def _sf_search(bounds, codes, a):
     return codes[lo]
 
 
-@_inline
+@_called
 def sf_bits(x, bounds_pos, codes_pos, bounds_neg, codes_neg, nans):
     """float32 -> an 8-bit (or 4-bit) float code, as ml_dtypes converts (see the tables)."""
     negative = iand(bitcast(x, types.uint32), _u32(0x80000000)) != _u32(0)

@@ -87,7 +87,19 @@ def _rsqrt(x):
 
 
 def _round_afz(x):
-    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+    return np.copysign(np.floor(np.abs(x) + 0.5), x)  # keeps the sign of -0 and of -0.4
+
+
+def ieee_maximum(a, b):
+    """IEEE 754-2019 maximum, the spec's rule: NaN propagates and -0 < +0 (numpy's maximum
+    returns either zero)."""
+    both_zero = (a == 0) & (b == 0)
+    return np.where(both_zero, np.where(np.signbit(a) & np.signbit(b), -0.0, 0.0), np.maximum(a, b))
+
+
+def ieee_minimum(a, b):
+    both_zero = (a == 0) & (b == 0)
+    return np.where(both_zero, np.where(np.signbit(a) | np.signbit(b), -0.0, 0.0), np.minimum(a, b))
 
 
 _FLOAT_UNARY = {
@@ -301,7 +313,7 @@ def _maximum(ctx, op, a, b):
         take_a = (a.real > b.real) | ((a.real == b.real) & (a.imag >= b.imag))
         return np.where(take_a, a, b)
     if is_float_dtype(a.dtype):
-        return compute_float(np.maximum, a, b)  # NaN propagates
+        return compute_float(ieee_maximum, a, b)  # NaN propagates
     return np.maximum(a, b)
 
 
@@ -311,7 +323,7 @@ def _minimum(ctx, op, a, b):
         take_a = (a.real < b.real) | ((a.real == b.real) & (a.imag <= b.imag))
         return np.where(take_a, a, b)
     if is_float_dtype(a.dtype):
-        return compute_float(np.minimum, a, b)
+        return compute_float(ieee_minimum, a, b)
     return np.minimum(a, b)
 
 
@@ -468,7 +480,7 @@ def _select(ctx, op, pred, on_true, on_false):
 @register("stablehlo.clamp", elementwise=True)
 def _clamp(ctx, op, lo, x, hi):
     if is_float_dtype(x.dtype):
-        return compute_float(lambda l, v, h: np.minimum(np.maximum(v, l), h), lo, x, hi, dtype=x.dtype)
+        return compute_float(lambda l, v, h: ieee_minimum(ieee_maximum(v, l), h), lo, x, hi, dtype=x.dtype)
     return np.minimum(np.maximum(x, lo), hi).astype(x.dtype)
 
 
@@ -481,6 +493,13 @@ def convert(x: np.ndarray, dt: np.dtype) -> np.ndarray:
         return x
     if dt == np.bool_:
         return x != 0
+    if _is_low_float(src):
+        # float32 holds every narrower float exactly (and ml_dtypes cannot cast every pair of
+        # 8-bit floats directly).
+        x = x.astype(np.float32)
+        src = x.dtype
+        if dt == src:
+            return x
     if src.kind == "c" and dt.kind != "c":
         x = np.real(x)
         src = x.dtype
@@ -521,3 +540,80 @@ def _bitcast_convert(ctx, op, x):
         return data.view(out.dtype)
     return data.reshape(-1).view(out.dtype).reshape(out.shape)
 
+
+
+# -- sub-byte integers --------------------------------------------------------------------------
+# numpy has no arithmetic for ml_dtypes' int4/uint4/int2/uint2 (and no iinfo for them), so the
+# elementwise ops see them as int8/uint8 values and their results are wrapped back to the width,
+# as hardware of that width would wrap. Only what depends on the width itself is special: a
+# logical shift, popcnt and count_leading_zeros look at the N-bit pattern, and a float converts
+# saturating at the N-bit range.
+
+
+def _sub_byte(dt: np.dtype) -> tuple[int, bool] | None:
+    """(bits, signed) of a sub-byte integer dtype, else None."""
+    import ml_dtypes
+
+    for name, bits, signed in (("int4", 4, True), ("uint4", 4, False), ("int2", 2, True), ("uint2", 2, False)):
+        if hasattr(ml_dtypes, name) and dt == np.dtype(getattr(ml_dtypes, name)):
+            return bits, signed
+    return None
+
+
+def _widen(x: np.ndarray) -> np.ndarray:
+    info = _sub_byte(x.dtype)
+    if info is None:
+        return x
+    return np.asarray(x).astype(np.int8 if info[1] else np.uint8)
+
+
+def _wrap(values: np.ndarray, dt: np.dtype) -> np.ndarray:
+    bits, signed = _sub_byte(dt)
+    u = np.asarray(values).astype(np.int64) & ((1 << bits) - 1)
+    if signed:
+        u = np.where(u >= 1 << (bits - 1), u - (1 << bits), u)
+    return u.astype(dt)
+
+
+def _pattern(x: np.ndarray, bits: int) -> np.ndarray:
+    return (np.asarray(x).astype(np.int64) & ((1 << bits) - 1)).astype(np.uint8)
+
+
+def involves_sub_byte(op: Op, args) -> bool:
+    types = [getattr(a, "dtype", None) for a in args] + [getattr(r.type, "dtype", None) for r in op.results]
+    return any(t is not None and t.kind == "V" and _sub_byte(t) is not None for t in types)
+
+
+def sub_byte_call(fn, ctx, op: Op, args):
+    """Run an elementwise op (or ``convert``) that reads or writes sub-byte integers."""
+    out_type = op.results[0].type
+    dst = getattr(out_type, "dtype", None)
+    name = op.name
+    src_info = _sub_byte(args[0].dtype) if args else None
+    if name == "stablehlo.convert" and _sub_byte(dst) is not None:
+        x = _widen(args[0])
+        bits, signed = _sub_byte(dst)
+        if is_float_dtype(x.dtype) or x.dtype.kind == "c":
+            lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+            f = np.real(np.asarray(x)).astype(np.float64)
+            return _wrap(np.trunc(np.clip(np.nan_to_num(f, nan=0.0), lo, hi)), dst)
+        return _wrap(np.asarray(x).astype(np.int64), dst)
+    if src_info is not None and name in ("stablehlo.shift_right_logical", "stablehlo.popcnt",
+                                          "stablehlo.count_leading_zeros", "stablehlo.shift_right_arithmetic"):
+        bits = src_info[0]
+        a = _pattern(args[0], bits)
+        if name == "stablehlo.shift_right_arithmetic":
+            # Fill with the top bit of the N-bit pattern (unsigned types too).
+            signed = a.astype(np.int64) - np.where(a >= 1 << (bits - 1), 1 << bits, 0)
+            amount = _pattern(args[1], bits).astype(np.int64)
+            return _wrap(signed >> np.minimum(amount, bits - 1), dst)
+        if name == "stablehlo.popcnt":
+            return _wrap(np.bitwise_count(a), dst)
+        if name == "stablehlo.count_leading_zeros":
+            return _wrap(bits - np.floor(np.log2(np.maximum(a, 1))).astype(np.int64) - (a != 0), dst)
+        amount = _pattern(args[1], bits)
+        return _wrap(np.where(amount < bits, a >> np.minimum(amount, bits - 1), 0), dst)
+    out = fn(ctx, op, *[_widen(a) for a in args])
+    if _sub_byte(dst) is not None:
+        return _wrap(out, dst)
+    return out

@@ -1,0 +1,16 @@
+"""Clients for the generated tests: the two built-in plugins, and the real XLA CPU plugin where
+it can be had (a 60 MB wheel, fetched once into the cache)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pjrt_hub import PluginRegistry
+
+
+@pytest.fixture(scope="session")
+def clients():
+    """numba_cpu and reference, through the registry and the runtime as a user gets them."""
+    pytest.importorskip("numba")
+    registry = PluginRegistry()
+    return {name: registry.create_client(name) for name in ("numba_cpu", "reference")}
