@@ -39,6 +39,7 @@ from pjrt_hub.abi import (
     InvalidArgument,
     Memory,
     PjrtError,
+    ResourceExhausted,
     ToHost,
     from_numpy_dtype,
 )
@@ -289,21 +290,25 @@ class CpuBuffer(Buffer):
         layout = self._layout
         if dst is not None:
             _check_destination(dst, layout, self._describe())
-        array = self._array
-        if array is not None:
-            if dst is None:
-                return ToHost(array.copy(), READY)
-            np.copyto(dst, array, casting="no")
-            return ToHost(dst, READY)
+        # The copy holds the storage: an execution on another thread that donates this buffer
+        # then cannot reuse the storage in place while it is being read (a copy half old, half
+        # new); it either comes first (and this call fails with "donated") or copies it.
         array, source, index = self._hold("PJRT_Buffer_ToHostBuffer")
-        if dst is None:
-            dst = np.empty(layout.shape, layout.dtype)
         if array is not None:
             try:
-                np.copyto(dst, array, casting="no")
+                if dst is None:
+                    dst = _host_copy(array, self._describe())
+                else:
+                    np.copyto(dst, array, casting="no")
             finally:
                 self._unhold()
             return ToHost(dst, READY)
+        if dst is None:
+            try:
+                dst = np.empty(layout.shape, layout.dtype)
+            except MemoryError:
+                self._unhold()
+                raise _no_host_memory(layout.nbytes, self._describe()) from None
         event = CpuEvent()
         target = dst
 
@@ -477,6 +482,19 @@ class CpuBuffer(Buffer):
         else:
             state = ""
         return f"<CpuBuffer {self._describe()}{state}>"
+
+
+def _no_host_memory(nbytes: int, what: str) -> ResourceExhausted:
+    return ResourceExhausted(f"PJRT_Buffer_ToHostBuffer: cannot allocate {nbytes} bytes of host memory for a "
+                             f"copy of the {what}")
+
+
+def _host_copy(array: np.ndarray, what: str) -> np.ndarray:
+    """``array.copy()``, with host memory exhaustion reported as PJRT's RESOURCE_EXHAUSTED."""
+    try:
+        return array.copy()
+    except MemoryError:
+        raise _no_host_memory(array.nbytes, what) from None
 
 
 def _check_destination(dst: Any, layout: Layout, what: str) -> None:
