@@ -27,6 +27,7 @@ import os
 import sys
 import tempfile
 import threading
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -201,7 +202,10 @@ class NumbaCompiler:
         self._num_threads = num_threads
         self._parallel_threshold = parallel_threshold
         self._lock = threading.RLock()
-        self._programs: dict[str, NumbaProgram] = {}
+        # Weak: a program lives as long as an executable uses it, and its generated module is
+        # unregistered from sys.modules when it goes (see _import), so compiling many distinct
+        # programs and dropping them does not grow the process.
+        self._programs: weakref.WeakValueDictionary[str, NumbaProgram] = weakref.WeakValueDictionary()
 
     def warm_up(self) -> None:
         """Do numba's one-time start-up now (import, target initialisation, the helper modules):
@@ -295,7 +299,7 @@ class NumbaCompiler:
         return prog
 
     def _import(self, source: str, fingerprint: str, path: Path) -> NumbaProgram:
-        for prog in self._programs.values():
+        for prog in list(self._programs.values()):
             if prog.fingerprint == fingerprint:
                 return prog
         modname = f"pjrt_hub_numba_cache.p_{fingerprint}"
@@ -322,7 +326,9 @@ class NumbaCompiler:
         stats = getattr(entry, "stats", None)
         if stats is not None and getattr(stats, "cache_hits", None):
             self.stats.numba_cache_loads += sum(stats.cache_hits.values())
-        return NumbaProgram(module, source, fingerprint, self.cache_dir)
+        prog = NumbaProgram(module, source, fingerprint, self.cache_dir)
+        weakref.finalize(prog, _forget_module, modname, module)
+        return prog
 
     # -- deserialize --
 
@@ -342,6 +348,13 @@ class NumbaCompiler:
             # Another numba version: the module was recompiled for this one, which is fine.
             pass
         return prog
+
+
+def _forget_module(name: str, module: ModuleType) -> None:
+    """Unregister a generated module once no program uses it (unless a newer import of the same
+    name took its place)."""
+    if sys.modules.get(name) is module:
+        del sys.modules[name]
 
 
 def _verifier():
