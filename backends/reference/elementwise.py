@@ -79,7 +79,22 @@ def _float_op(fn, name: str):
 # -- unary float functions --------------------------------------------------------------------
 
 def _logistic(x):
+    if np.iscomplexobj(x):
+        return 1.0 / (1.0 + np.exp(-x))
     return sp.expit(x)
+
+
+def _cbrt(x):
+    if np.iscomplexobj(x):
+        return x ** (1.0 / 3.0)  # the principal cube root
+    return np.cbrt(x)
+
+
+def _atan2(y, x):
+    if np.iscomplexobj(y) or np.iscomplexobj(x):
+        # atan2(y, x) = -i log((x + iy) / sqrt(x^2 + y^2)), continued to complex arguments.
+        return -1j * np.log((x + 1j * y) / np.sqrt(x * x + y * y))
+    return np.arctan2(y, x)
 
 
 def _rsqrt(x):
@@ -110,7 +125,7 @@ _FLOAT_UNARY = {
     "stablehlo.logistic": _logistic,
     "stablehlo.sqrt": np.sqrt,
     "stablehlo.rsqrt": _rsqrt,
-    "stablehlo.cbrt": np.cbrt,
+    "stablehlo.cbrt": _cbrt,
     "stablehlo.tanh": np.tanh,
     "stablehlo.tan": np.tan,
     "stablehlo.sine": np.sin,
@@ -299,7 +314,7 @@ register("stablehlo.add", elementwise=True)(_arith(np.add, lambda a, b: (a | b) 
 register("stablehlo.subtract", elementwise=True)(_arith(np.subtract, np.subtract))
 register("stablehlo.multiply", elementwise=True)(
     _arith(np.multiply, lambda a, b: (a & b) if a.dtype == np.bool_ else np.multiply(a, b)))
-register("stablehlo.atan2", elementwise=True)(_float_op(np.arctan2, "atan2"))
+register("stablehlo.atan2", elementwise=True)(_float_op(_atan2, "atan2"))
 register("chlo.next_after", elementwise=True)(
     lambda ctx, op, a, b: np.nextafter(a, b.astype(a.dtype)) if a.dtype.kind == "f"
     else compute_float(np.nextafter, a, b))
@@ -352,6 +367,12 @@ def _divide(ctx, op, a, b):
 def _remainder(ctx, op, a, b):
     if is_float_dtype(a.dtype):
         return compute_float(np.fmod, a, b)
+    if a.dtype.kind == "c":
+        # lhs - rhs * trunc(lhs / rhs), the quotient truncated part by part.
+        def complex_fmod(x, y):
+            q = x / y
+            return x - y * (np.trunc(q.real) + 1j * np.trunc(q.imag))
+        return compute_float(complex_fmod, a, b)
     if a.dtype == np.bool_:
         raise TypeError("remainder is not defined on booleans")
     a, b = np.broadcast_arrays(a, b)
