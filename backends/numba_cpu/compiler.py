@@ -251,7 +251,9 @@ class NumbaCompiler:
                 return prog
             prog = self._from_index(text_key)
             if prog is None:
-                source = self._generate(text, lopts)
+                from pjrt_hub.backends.stablehlo.nesting import run_deep
+
+                source = run_deep(self._generate, text, lopts)
                 prog = self._load(source, text_key)
             self._programs[text_key] = prog
             return prog
@@ -264,10 +266,13 @@ class NumbaCompiler:
         from .inline import inline_calls
         from .module import render_module
 
+        from pjrt_hub.backends.stablehlo.nesting import call_depth
+
         module = parse_module(text)
         verify = _verifier()
         if verify is not None:
             verify(module)
+        call_depth(module)
         fn = inline_calls(module)
         gen = Lowering(fn, lopts).lower()
         return render_module(module, fn, gen)

@@ -112,6 +112,8 @@ def render_module(module: Module, fn: Function, gen: GeneratedFunction) -> str:
         lines.append(f"{name} = {text}")
     for kernel in gen.kernels:
         lines += ["", "", "@njit(cache=True, error_model='numpy', nogil=True, parallel=True)", kernel]
+    for block in gen.blocks:
+        lines += ["", "", "@njit(cache=True, error_model='numpy', nogil=True)", block]
     lines += [
         "",
         "",

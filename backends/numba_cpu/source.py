@@ -12,6 +12,7 @@ append.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 
@@ -19,6 +20,11 @@ from pjrt_hub.abi import CompileError
 from pjrt_hub.backends.stablehlo import TensorType
 
 __all__ = ["Expr", "Scope", "ElementKind", "element_kind"]
+
+
+#: Nesting kept within one generated function (Python's limits: 20 nested loops, 100 levels).
+MAX_LOOPS = 12
+MAX_LEVELS = 48
 
 
 class Scope:
@@ -66,8 +72,14 @@ class Scope:
             s = s.parent
         return False
 
-    def render(self, indent: int = 0, hook=None) -> list[str]:
-        """Source lines; ``hook(scope) -> str`` replaces each ``extract`` block by one line."""
+    def render(self, indent: int = 0, hook=None, deep=None, loops: int = 0, levels: int = 0) -> list[str]:
+        """Source lines; ``hook(scope) -> str`` replaces each ``extract`` block by one line.
+
+        Python refuses code nested deeper than 20 loops or 100 indentation levels, and deeply
+        nested control flow (``while`` in ``while``..., ``case`` in ``case``...) gets there. Past
+        :data:`MAX_LOOPS` / :data:`MAX_LEVELS`, ``deep(scope, form) -> str`` moves a loop
+        statement (``form="statement"``) or a branch's body (``form="body"``) into a function of
+        its own and returns the line calling it, so nesting is limited by memory, not syntax."""
         pad = "    " * indent
         out: list[str] = []
         for item in self.items:
@@ -75,12 +87,30 @@ class Scope:
                 if item.extract and hook is not None:
                     out.append(pad + hook(item))
                     continue
+                is_loop = item.header.startswith(("for ", "while "))
+                inner_loops, inner_levels = loops + is_loop, levels + 1
+                if deep is not None and (inner_loops > MAX_LOOPS or inner_levels > MAX_LEVELS):
+                    if is_loop:
+                        out.append(pad + deep(item, "statement"))
+                    else:
+                        out.append(pad + item.header)
+                        out.append(pad + "    " + deep(item, "body"))
+                    continue
                 out.append(pad + item.header)
-                body = item.render(indent + 1, hook)
+                body = item.render(indent + 1, hook, deep, inner_loops, inner_levels)
                 out.extend(body if body else [pad + "    pass"])
             else:
                 out.append(pad + item)
         return out
+
+    def lines(self) -> "Iterator[str]":
+        """Every statement and header of this block and the blocks in it."""
+        for item in self.items:
+            if isinstance(item, Scope):
+                yield item.header
+                yield from item.lines()
+            else:
+                yield item
 
 
 @dataclass(frozen=True, slots=True)

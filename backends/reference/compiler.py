@@ -20,6 +20,8 @@ from pjrt_hub.abi.compile_options import decode_compile_options, encode_compile_
 from pjrt_hub.backends.cpu_runtime.compiler import TensorSpec
 from pjrt_hub.backends.stablehlo import Function, Module, Op, TensorType, output_aliases, parse_module, verify
 
+from pjrt_hub.backends.stablehlo.nesting import call_depth, run_deep
+
 from .interpreter import Interpreter
 
 __all__ = ["ReferenceCompiler", "ReferenceProgram", "cost_analysis", "output_aliases"]
@@ -39,6 +41,12 @@ def _text(code: str | bytes) -> str:
                          "(pretty or generic MLIR), not bytecode") from None
 
 
+def _front_end(text: str) -> Module:
+    module = verify(parse_module(text))
+    call_depth(module)  # refuses recursion before the interpreter would loop on it
+    return module
+
+
 class ReferenceCompiler:
     """Turns StableHLO text into a :class:`ReferenceProgram`."""
 
@@ -47,7 +55,7 @@ class ReferenceCompiler:
     def compile(self, code: str | bytes, options: CompileOptions | bytes | None = None) -> "ReferenceProgram":
         text = _text(code)
         opts = decode_compile_options(options)
-        module = verify(parse_module(text))
+        module = run_deep(_front_end, text)
         # Replicas run the same program on their own arguments (the runtime gives each device its
         # list); partitions would need sharding propagation, which the interpreter does not do.
         if opts.num_partitions != 1 or module.num_partitions != 1:
@@ -93,7 +101,7 @@ class ReferenceProgram:
         self._interpreter = Interpreter(self.module)
 
     def run(self, args: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
-        results = self._interpreter.run(args)
+        results = run_deep(self._interpreter.run, args)
         if out is None:
             return results
         if len(out) != len(results):

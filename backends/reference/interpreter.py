@@ -98,8 +98,6 @@ class Execution:
     def call(self, fn: Function | str, args: Sequence[Any]) -> list[Any]:
         if isinstance(fn, str):
             fn = self.module.functions[fn]
-        if self.depth > 256:
-            raise ExecutionError(f"call depth limit exceeded calling @{fn.name} (recursion?)")
         saved = self.env
         self.env = {}
         self.depth += 1
