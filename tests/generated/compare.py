@@ -11,13 +11,34 @@ def _float_view(a: np.ndarray) -> np.ndarray:
     return np.asarray(a).astype(np.complex128 if a.dtype.kind == "c" else np.float64)
 
 
-def mismatch(got: np.ndarray, out: Output) -> str | None:
-    """None when ``got`` is what ``out`` expects, else a one-line description of the first
-    difference (index, got, expected)."""
+def bad_elements(got: np.ndarray, out: Output) -> np.ndarray:
+    """A mask of the elements of ``got`` that differ from what ``out`` expects (all of them when
+    the shape or dtype is wrong)."""
+    want = np.asarray(out.expected)
+    got = np.asarray(got)
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return np.ones(want.shape, bool)
+    return _bad(got, want, out)
+
+
+def mismatch(got: np.ndarray, out: Output, where: np.ndarray | None = None) -> str | None:
+    """None when ``got`` is what ``out`` expects (at the elements ``where`` selects, default all),
+    else a one-line description of the first difference (index, got, expected)."""
     want = np.asarray(out.expected)
     got = np.asarray(got)
     if got.shape != want.shape or got.dtype != want.dtype:
         return f"{out.label}: got {got.dtype}{list(got.shape)}, expected {want.dtype}{list(want.shape)}"
+    bad = _bad(got, want, out)
+    if where is not None:
+        bad &= where
+    if not bad.any():
+        return None
+    i = tuple(int(k) for k in np.argwhere(bad)[0])
+    return (f"{out.label}: {int(bad.sum())} of {bad.size} differ, first at {list(i)}: got {got[i]!r}, "
+            f"expected {want[i]!r}")
+
+
+def _bad(got: np.ndarray, want: np.ndarray, out: Output) -> np.ndarray:
     if want.dtype.kind in "biu":
         bad = got != want
     elif out.exact:
@@ -29,11 +50,7 @@ def mismatch(got: np.ndarray, out: Output) -> str | None:
         bad = ~same
     else:
         bad = ~_close(got, want)
-    if not bad.any():
-        return None
-    i = tuple(int(k) for k in np.argwhere(bad)[0])
-    return (f"{out.label}: {int(bad.sum())} of {bad.size} differ, first at {list(i)}: got {got[i]!r}, "
-            f"expected {want[i]!r}")
+    return np.asarray(bad)
 
 
 def _close(got: np.ndarray, want: np.ndarray) -> np.ndarray:

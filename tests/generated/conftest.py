@@ -14,3 +14,16 @@ def clients():
     pytest.importorskip("numba")
     registry = PluginRegistry()
     return {name: registry.create_client(name) for name in ("numba_cpu", "reference")}
+
+
+@pytest.fixture(scope="session")
+def xla_client():
+    """The real XLA CPU plugin (xla-cpu-pjrt 0.0.1, PJRT C API 0.81) through the C bridge;
+    skipped where its wheel cannot be had."""
+    from pjrt_hub.backends.c_api import load_api
+
+    from ..real_plugins import DEFAULT_PLUGIN, real_plugin
+
+    client = load_api(real_plugin(DEFAULT_PLUGIN)).client_create()
+    yield client
+    client.destroy()

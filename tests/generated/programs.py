@@ -520,8 +520,22 @@ def _op_elementwise(draw, b: Builder, v: Val) -> Val:
     return _elementwise_with(b, draw(st.sampled_from(ops)), v, v)
 
 
-def _op_convert(draw, b: Builder, v: Val) -> Val:
-    dst = ELEMENTS[draw(st.sampled_from(sorted(ELEMENTS)))]
+def _op_scale(draw, b: Builder, v: Val) -> Val:
+    """``v`` divided (or multiplied) by a broadcast scalar: a loop-invariant operand."""
+    if v.e.cls not in "fc":
+        return v
+    value = draw(st.sampled_from((3.0, 0.3, -7.0, 1.1, 0.0)))
+    scalar = constant(b, value, v.e)
+    wide = b.op(f"stablehlo.broadcast_in_dim {scalar}, dims = [] : ({ttype((), v.e)}) -> {v.t}")
+    op = draw(st.sampled_from(("divide", "multiply")))
+    const = np.broadcast_to(np.asarray(value).astype(v.e.dtype), v.shape)
+    array = spec.float_binary(op, v.array, const, v.e)
+    name = b.op(f"stablehlo.{op} {v.name}, {wide} : {v.t}")
+    return _record(b, Val(name, v.e, array), f"{op} by broadcast {value}")
+
+
+def _op_convert(draw, b: Builder, v: Val, allowed: list[str] | None = None) -> Val:
+    dst = ELEMENTS[draw(st.sampled_from(allowed or sorted(ELEMENTS)))]
     array = spec.convert(v.array, v.e, dst)
     name = b.op(f"stablehlo.convert {v.name} : ({v.t}) -> {ttype(v.shape, dst)}")
     return _record(b, Val(name, dst, array), f"convert to {dst}")
@@ -531,21 +545,27 @@ STRUCTURAL_OPS = {
     "broadcast_in_dim": _op_broadcast, "reshape": _op_reshape, "transpose": _op_transpose, "slice": _op_slice,
     "dynamic_slice": _op_dynamic_slice, "pad": _op_pad, "concatenate": _op_concatenate, "reduce": _op_reduce,
     "dot_general": _op_dot_general, "iota": _op_iota, "elementwise": _op_elementwise, "convert": _op_convert,
+    "scale": _op_scale,
 }
 
 
 @st.composite
-def structural_programs(draw, max_ops: int = 5) -> Program:
+def structural_programs(draw, max_ops: int = 5, elements: list[str] | None = None) -> Program:
     """A chain of shape ops on one argument of a drawn type and shape; every step is a result.
-    Values are small integers and halves (with NaN and +-inf), so sums and products are exact."""
-    e = ELEMENTS[draw(st.sampled_from(sorted(ELEMENTS)))]
+    Values are small integers and halves (with NaN and +-inf), so sums and products are exact.
+    ``elements`` limits the element types (those of the argument and of converts)."""
+    allowed = sorted(elements or ELEMENTS)
+    e = ELEMENTS[draw(st.sampled_from(allowed))]
     shape = _shapes(draw)
     b = Builder()
     arg = draw(array_of(e, shape, small=True))
     v = Val(b.param(shape, e), e, arg)
     for _ in range(draw(st.integers(1, max_ops))):
         op = draw(st.sampled_from(sorted(STRUCTURAL_OPS)))
-        v = STRUCTURAL_OPS[op](draw, b, v)
+        if op == "convert":
+            v = _op_convert(draw, b, v, allowed)
+        else:
+            v = STRUCTURAL_OPS[op](draw, b, v)
     if not b.results:
         _record(b, v, "the argument")
     return b.program([arg])

@@ -8,7 +8,7 @@ import numpy as np
 
 from pjrt_hub.abi import CompileOptions, Program
 
-from .compare import mismatch
+from .compare import bad_elements, mismatch
 from .programs import Output
 
 
@@ -65,3 +65,22 @@ def check(compiled: Compiled, args: Sequence[np.ndarray], expected: Callable[[li
 def describe(text: str, args: Sequence[np.ndarray], problems: list[str]) -> str:
     shown = "\n".join(f"  arg{i} = np.array({a.tolist()!r}, {a.dtype.name!r})" for i, a in enumerate(args))
     return "\n".join(problems) + f"\nprogram:\n{text}arguments:\n{shown}"
+
+
+def check_where_xla_agrees(compiled: Compiled, args: Sequence[np.ndarray],
+                           expected: Callable[[list[np.ndarray]], list[Output]], xla: str = "xla") -> list[str]:
+    """Where XLA's result and the rules agree, our plugins must agree too: the elements of our
+    outputs that differ from the rules where XLA's do not. (Where XLA differs from the rules,
+    e.g. it flushes subnormals to zero, our plugins keep to the rules, checked elsewhere.)"""
+    want = expected(list(args))
+    xla_out = compiled.run(xla, args)
+    agree = [~bad_elements(g, o) for g, o in zip(xla_out, want)]
+    problems = []
+    for name in compiled.executables:
+        if name == xla:
+            continue
+        for g, o, ok in zip(compiled.run(name, args), want, agree):
+            m = mismatch(g, o, where=ok)
+            if m:
+                problems.append(f"{name} (XLA agrees with the rules here): {m}")
+    return problems

@@ -1,0 +1,121 @@
+"""What the generated tests found, each kept as a fixed example (cheap: one program per type).
+
+Each case is a program of the ops that went wrong, on the values that showed it, run on
+numba_cpu and reference and checked against the rules (:mod:`.spec`) like the generated ones.
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from pjrt_hub.abi import CompileError, UnsupportedOpError
+
+from .programs import EwOp, elementwise_program
+from .runner import Compiled, check, describe
+from .spec import ELEMENTS
+
+nan, inf = math.nan, math.inf
+
+CASES = {
+    # reference: max/min of +-0 returned either zero (the spec's IEEE-754 maximum has -0 < +0),
+    # round_nearest_afz(-0) lost its sign; float -> sub-byte integers wrapped instead of
+    # saturating at the narrow range.
+    "f32": ([EwOp("binary", "maximum"), EwOp("binary", "minimum"), EwOp("clamp"), EwOp("unary", "round_nearest_afz"),
+             EwOp("convert", arg="i4"), EwOp("convert", arg="ui4"), EwOp("convert", arg="i2"), EwOp("convert", arg="ui2")],
+            [[-0.0, 0.0, -0.4, 100.0, -100.0, nan, 7.9, -8.5], [0.0, -0.0, 1.0, 1.0, nan, 1.0, -0.0, 0.0],
+             [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, -0.0]]),
+    # reference: int4 divide raised (np.iinfo of int4); the logical and arithmetic shifts, popcnt
+    # and count_leading_zeros of sub-byte integers look at their own bits.
+    "i4": ([EwOp("binary", "divide"), EwOp("binary", "remainder"), EwOp("binary", "shift_right_logical"),
+            EwOp("binary", "shift_right_arithmetic"), EwOp("unary", "popcnt"), EwOp("unary", "count_leading_zeros"),
+            EwOp("binary", "multiply"), EwOp("unary", "abs")],
+           [[-8, 7, -1, -8, 5, 0, 3, -7], [-1, 0, 1, 0, 2, 3, 4, 7], [0, 0, 0, 0, 0, 0, 0, 0]]),
+    "ui4": ([EwOp("binary", "shift_right_arithmetic"), EwOp("binary", "shift_left"), EwOp("unary", "not"),
+             EwOp("binary", "power")],
+            [[15, 8, 7, 1, 0, 12, 9, 3], [1, 3, 1, 4, 15, 2, 0, 5], [0, 0, 0, 0, 0, 0, 0, 0]]),
+    # reference: ml_dtypes cannot cast every pair of 8-bit floats directly (TypeError).
+    "f8E4M3FN": ([EwOp("convert", arg="f8E8M0FNU"), EwOp("convert", arg="f8E5M2FNUZ"), EwOp("convert", arg="f4E2M1FN"),
+                  EwOp("binary", "add")],
+                 [[448.0, -448.0, 0.5, nan, 0.0, -0.0, 3.0, 0.015625], [1.0] * 8, [0.0] * 8]),
+    # reference: ui8 arithmetic shift right fills with the top bit, as XLA's does.
+    "ui8": ([EwOp("binary", "shift_right_arithmetic"), EwOp("binary", "power")],
+            [[255, 128, 127, 0, 200, 3, 2, 1], [1, 7, 8, 9, 0, 200, 7, 255], [0] * 8]),
+}
+
+
+@pytest.mark.parametrize("element", sorted(CASES))
+def test_found_examples(clients, element):
+    e = ELEMENTS[element]
+    ops, values = CASES[element]
+    shape = (len(values[0]),)
+    text, expected = elementwise_program(e, ops, shape)
+    args = [np.array(v, np.float64).astype(e.dtype) if e.cls == "f" else
+            np.array(v, np.int64).astype(e.dtype) for v in values]
+    args.append(np.array([True, False] * (shape[0] // 2)))
+    compiled = Compiled(clients, text)
+    try:
+        problems = check(compiled, args, expected)
+        assert not problems, describe(text, args, problems)
+    finally:
+        compiled.close()
+
+
+def test_reduction_of_bf16_accumulates_in_f32(clients):
+    """numba_cpu rounded a bf16 sum to bf16 at every step: 1000 ones summed to 256 (XLA:CPU and
+    reference accumulate in f32 and round once)."""
+    from pjrt_hub._run import run_program
+
+    text = """func.func @main(%x: tensor<1000x3xbf16>) -> (tensor<bf16>, tensor<3xbf16>) {
+  %c = stablehlo.constant dense<0.0> : tensor<bf16>
+  %0 = stablehlo.reduce(%x init: %c) applies stablehlo.add across dimensions = [0, 1]
+      : (tensor<1000x3xbf16>, tensor<bf16>) -> tensor<bf16>
+  %1 = stablehlo.reduce(%x init: %c) applies stablehlo.add across dimensions = [0]
+      : (tensor<1000x3xbf16>, tensor<bf16>) -> tensor<3xbf16>
+  return %0, %1 : tensor<bf16>, tensor<3xbf16>
+}"""
+    for name, client in clients.items():
+        total, columns = run_program(client, text, [np.ones((1000, 3), ml_dtypes.bfloat16)]).outputs
+        # 3000 rounded once to bf16 is 3008 (ties to even); rounding at every step stops at 256.
+        assert float(total) == float(np.float32(3000).astype(ml_dtypes.bfloat16)) == 3008.0, name
+        assert columns.astype(np.float32).tolist() == [1000.0] * 3, name
+
+
+@pytest.mark.parametrize("op", ["cbrt", "atan2", "remainder", "maximum"])
+def test_numba_refuses_complex_ops_it_cannot_compute_naming_op_and_type(clients, op):
+    """A type numba_cpu cannot compute is refused at compile time, naming the op and the type;
+    reference computes them (complex cbrt, atan2 and remainder failed with INTERNAL there)."""
+    t = "tensor<2xcomplex<f32>>"
+    unary = op == "cbrt"
+    text = (f"func.func @main(%x: {t}, %y: {t}) -> {t} {{\n"
+            f"  %0 = stablehlo.{op} {'%x' if unary else '%x, %y'} : {t}\n  return %0 : {t}\n}}")
+    from pjrt_hub.abi import Program
+
+    with pytest.raises((UnsupportedOpError, CompileError), match=rf"stablehlo.{op} \(complex<f32> operand"):
+        clients["numba_cpu"].compile(Program(text, "mlir"))
+    from pjrt_hub._run import run_program
+
+    x = np.array([1 + 2j, -3 + 0.5j], np.complex64)
+    out = run_program(clients["reference"], text, [x, x[::-1].copy()]).outputs[0]
+    assert out.dtype == np.complex64 and np.isfinite(out).all()
+
+
+def test_division_by_a_broadcast_scalar_is_correctly_rounded(clients):
+    """numba_cpu multiplied by the reciprocal of a loop-invariant divisor: 736 of 4096 float32
+    quotients were one ulp off, where XLA:CPU and the spec give the correctly rounded quotient."""
+    from pjrt_hub._run import run_program
+
+    t = "tensor<4096xf32>"
+    text = f"""func.func @main(%x: {t}, %y: tensor<f32>) -> {t} {{
+  %b = stablehlo.broadcast_in_dim %y, dims = [] : (tensor<f32>) -> {t}
+  %0 = stablehlo.divide %x, %b : {t}
+  return %0 : {t}
+}}"""
+    x = (np.random.default_rng(1).standard_normal(4096) * 10).astype(np.float32)
+    exact = (x.astype(np.float64) / np.float64(np.float32(3.3))).astype(np.float32)
+    for name, client in clients.items():
+        out = run_program(client, text, [x, np.float32(3.3)]).outputs[0]
+        assert int((out != exact).sum()) == 0, name
