@@ -123,7 +123,7 @@ except ImportError:  # the generated tests skip themselves without hypothesis
 else:
     settings.register_profile("ci", max_examples=12, derandomize=True, deadline=None, print_blob=True,
                               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-    settings.register_profile("long", max_examples=1500, deadline=None, print_blob=True,
+    settings.register_profile("long", max_examples=1000, deadline=None, print_blob=True,
                               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     settings.register_profile("explore", max_examples=60, deadline=None, print_blob=True,
                               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

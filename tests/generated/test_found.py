@@ -119,3 +119,22 @@ def test_division_by_a_broadcast_scalar_is_correctly_rounded(clients):
     for name, client in clients.items():
         out = run_program(client, text, [x, np.float32(3.3)]).outputs[0]
         assert int((out != exact).sum()) == 0, name
+
+
+def test_a_bf16_layernorm_is_as_close_to_exact_on_numba_cpu_as_on_reference(clients):
+    """bf16 arithmetic as XLA:CPU does it (f32 rounded per op, reductions accumulated in f32):
+    numba_cpu's bf16 layernorm was 4x further from the exact result than reference's."""
+    from pathlib import Path
+
+    from pjrt_hub._run import run_program
+
+    corpus = Path(__file__).resolve().parents[2] / "pjrt_hub" / "data" / "corpus" / "public"
+    text = (corpus / "layernorm.mlir").read_text().replace("xf32>", "xbf16>").replace("tensor<f32>", "tensor<bf16>")
+    with np.load(corpus / "layernorm.npz") as data:
+        args = [data[f"in{i}"].astype(ml_dtypes.bfloat16) for i in range(3)]
+    x, g, b = (a.astype(np.float64) for a in args)
+    mu = x.mean(1, keepdims=True)
+    exact = (x - mu) / np.sqrt(((x - mu) ** 2).mean(1, keepdims=True) + 1e-5) * g + b
+    errors = {name: float(np.abs(run_program(client, text, args).outputs[0].astype(np.float64) - exact).mean())
+              for name, client in clients.items()}
+    assert errors["numba_cpu"] <= 1.25 * errors["reference"], errors
