@@ -445,6 +445,10 @@ class CpuBuffer(Buffer):
             raise BufferError(f"a CPU buffer has no streams; __dlpack__ got stream={stream!r}")
         if dl_device is not None and tuple(dl_device) != (_DL_CPU, 0):
             raise BufferError(f"the {self._describe()} lives on the CPU (kDLCPU, 0), not on {dl_device}")
+        if self._layout.dtype.type.__module__.startswith("ml_dtypes"):
+            # numpy makes the capsules, and its DLPack knows no bfloat16, 8-bit floats or int4.
+            raise BufferError(f"the {self._describe()} cannot be exported through DLPack: numpy's DLPack "
+                              f"has no {self._layout.dtype} type; copy it with to_host_buffer() instead")
         array = self._ready_array("__dlpack__")
         kwargs: dict[str, Any] = {}
         if max_version is not None:
