@@ -108,8 +108,6 @@ def _literal(value, e: Element) -> str:
 
 # -- the elementwise family ---------------------------------------------------------------------------
 
-LENGTH = 16
-
 INT_BINARY = ("add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "power",
               "and", "or", "xor", "shift_left", "shift_right_logical", "shift_right_arithmetic")
 BOOL_BINARY = ("add", "multiply", "maximum", "minimum", "and", "or", "xor")
