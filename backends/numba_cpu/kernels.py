@@ -90,7 +90,8 @@ def _dot_general(ctx: Lowering, op: Op):
             ctx.scope.emit(f"np.dot({lt_text}, {rt_text}, {o3}[{b}])")
         return [Arr(out, rk)]
     if blas and M * N:
-        ctx.scope.emit(f"{out}.fill(0)")
+        # Nothing to contract: zeros (numba's fill does not take a 0-d array).
+        ctx.scope.emit(f"{out}.reshape(({M * N * B},)).fill(0)" if res.type.rank == 0 else f"{out}.fill(0)")
         return [Arr(out, rk)]
     # Integers, narrow floats, mixed types: loops, accumulating in the result's compute type.
     zero = ctx.const(0, rk)

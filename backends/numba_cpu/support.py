@@ -41,7 +41,7 @@ __all__ = [
     "exp_f64", "log_f64", "tanh_f64", "logistic_f64", "expm1_f64", "log1p_f64", "sin_f", "cos_f", "tan_f",
     "atan2_f", "sinh_f", "cosh_f", "asin_f", "acos_f", "atan_f", "asinh_f", "acosh_f", "atanh_f",
     "lgamma_f", "clamp_index", "sf_value", "sf_bits", "wrap_signed", "wrap_unsigned",
-    "csign", "cexp", "clog", "csqrt", "crsqrt", "ctanh", "csin", "ccos", "ctan", "cexpm1", "clog1p",
+    "cdiv", "csign", "cexp", "clog", "csqrt", "crsqrt", "ctanh", "csin", "ccos", "ctan", "cexpm1", "clog1p",
     "clogistic", "cpow", "cmath", "rng_threefry", "rng_philox", "reduce_precision32", "reduce_precision64", "np", "math", "types", "vecmath",
 ]
 
@@ -539,6 +539,23 @@ def rng_philox(state, n_blocks):
 
 
 @_inline
+def cdiv(a, b):
+    """Complex division as numpy does it (Smith's algorithm), in the operands' precision; a zero
+    divisor gives infinities and NaNs, not numba's ZeroDivisionError."""
+    ar, ai, br, bi = a.real, a.imag, b.real, b.imag
+    abs_br, abs_bi = abs(br), abs(bi)
+    if abs_br >= abs_bi:
+        if abs_br == 0 and abs_bi == 0:
+            return complex(ar / abs_br, ai / abs_br)
+        rat = bi / br
+        scl = 1.0 / (br + bi * rat)
+        return complex((ar + ai * rat) * scl, (ai - ar * rat) * scl)
+    rat = br / bi
+    scl = 1.0 / (bi + br * rat)
+    return complex((ar * rat + ai) * scl, (ai * rat - ar) * scl)
+
+
+@_inline
 def csign(x):
     """x / |x|, and 0 for 0 (NaN stays NaN)."""
     a = abs(x)
@@ -547,57 +564,57 @@ def csign(x):
 
 @_inline
 def cexp(x):
-    return cmath.exp(x)
+    return cmath.exp(np.complex128(x))
 
 
 @_inline
 def clog(x):
-    return cmath.log(x)
+    return cmath.log(np.complex128(x))
 
 
 @_inline
 def csqrt(x):
-    return cmath.sqrt(x)
+    return cmath.sqrt(np.complex128(x))
 
 
 @_inline
 def crsqrt(x):
-    return 1.0 / cmath.sqrt(x)
+    return cdiv(np.complex128(1.0), cmath.sqrt(np.complex128(x)))
 
 
 @_inline
 def ctanh(x):
-    return cmath.tanh(x)
+    return cmath.tanh(np.complex128(x))
 
 
 @_inline
 def csin(x):
-    return cmath.sin(x)
+    return cmath.sin(np.complex128(x))
 
 
 @_inline
 def ccos(x):
-    return cmath.cos(x)
+    return cmath.cos(np.complex128(x))
 
 
 @_inline
 def ctan(x):
-    return cmath.tan(x)
+    return cmath.tan(np.complex128(x))
 
 
 @_inline
 def cexpm1(x):
-    return cmath.exp(x) - 1.0
+    return cmath.exp(np.complex128(x)) - 1.0
 
 
 @_inline
 def clog1p(x):
-    return cmath.log(1.0 + x)
+    return cmath.log(1.0 + np.complex128(x))
 
 
 @_inline
 def clogistic(x):
-    return 1.0 / (1.0 + cmath.exp(-x))
+    return cdiv(np.complex128(1.0), 1.0 + cmath.exp(-np.complex128(x)))
 
 
 @_inline
