@@ -644,6 +644,8 @@ def _reshape(ctx, op, i, idx):
     operand = op.operands[0]
     src_shape = tuple(operand.type.shape)
     dst_shape = tuple(op.result.type.shape)
+    if not math.prod(src_shape):
+        return ctx.const(0, _k(ctx, op.result))  # nothing is ever read from a zero-size value
     # Only unit dimensions added or removed: the other indices carry over.
     if [d for d in src_shape if d != 1] == [d for d in dst_shape if d != 1]:
         carried = [x for x, d in zip(idx, dst_shape) if d != 1]

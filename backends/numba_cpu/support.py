@@ -564,7 +564,10 @@ def csign(x):
 
 @_inline
 def cexp(x):
-    return cmath.exp(np.complex128(x))
+    z = np.complex128(x)
+    if z.imag == 0:  # exp(710+0j) is inf+0j, not inf * (cos 0 + i sin 0) = inf+nanj
+        return complex(math.exp(z.real), z.imag)
+    return cmath.exp(z)
 
 
 @_inline

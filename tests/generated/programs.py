@@ -405,7 +405,7 @@ def _op_dynamic_slice(draw, b: Builder, v: Val) -> Val:
     index_e = ELEMENTS[draw(st.sampled_from(("i32", "i64", "ui32", "i8")))]
     sizes = [draw(st.integers(0, n)) for n in v.shape]
     lo, hi = index_e.int_range
-    starts = [draw(st.one_of(st.integers(-3, n + 2), st.sampled_from((lo, hi)))) for n in v.shape]
+    starts = [draw(st.one_of(st.integers(max(lo, -3), n + 2), st.sampled_from((lo, hi)))) for n in v.shape]
     names = [_index_const(b, s, index_e) for s in starts]
     clamped = [min(max(s, 0), n - k) for s, n, k in zip(starts, v.shape, sizes)]
     array = v.array[tuple(slice(c, c + k) for c, k in zip(clamped, sizes))]

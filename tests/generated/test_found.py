@@ -141,15 +141,16 @@ def test_a_bf16_layernorm_is_as_close_to_exact_on_numba_cpu_as_on_reference(clie
 
 
 def test_complex_corner_cases_found_against_xla(clients):
-    """exp(89+0j) in complex64 was inf+nanj on numba_cpu (computed in complex64: inf * sin(0));
+    """exp(89+0j) and exp(710+0j) were inf+nanj on numba_cpu (inf * sin(0));
     a complex division by zero raised ZeroDivisionError there; a dot_general contracting nothing
     into a 0-d complex result, and a reduce over no dimensions next to a broadcast, did not
-    compile. XLA and the rules agree on each."""
+    compile, nor did a reshape of a zero-size value (division by its zero dimension). XLA and the
+    rules agree on each."""
     from pjrt_hub._run import run_program
 
     t = "tensor<2xcomplex<f32>>"
     text = f"""func.func @main(%x: {t}, %y: {t}, %z: tensor<0xcomplex<f32>>, %w: tensor<0x0x0xf32>)
-    -> ({t}, {t}, tensor<complex<f32>>, tensor<0x0x1x0xf32>) {{
+    -> ({t}, {t}, tensor<complex<f32>>, tensor<0x0x1x0xf32>, tensor<0x5xf32>) {{
   %0 = stablehlo.exponential %x : {t}
   %1 = stablehlo.divide %x, %y : {t}
   %2 = "stablehlo.dot_general"(%z, %z) <{{dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [0],
@@ -159,13 +160,14 @@ def test_complex_corner_cases_found_against_xla(clients):
   %r = stablehlo.reduce(%s init: %c) applies stablehlo.add across dimensions = []
       : (tensor<0x0x0xf32>, tensor<f32>) -> tensor<0x0x0xf32>
   %b = stablehlo.broadcast_in_dim %r, dims = [0, 1, 3] : (tensor<0x0x0xf32>) -> tensor<0x0x1x0xf32>
-  return %0, %1, %2, %b : {t}, {t}, tensor<complex<f32>>, tensor<0x0x1x0xf32>
+  %q = stablehlo.reshape %s : (tensor<0x0x0xf32>) -> tensor<0x5xf32>
+  return %0, %1, %2, %b, %q : {t}, {t}, tensor<complex<f32>>, tensor<0x0x1x0xf32>, tensor<0x5xf32>
 }}"""
-    x = np.array([89 + 0j, 1 + 1j], np.complex64)
+    x = np.array([710 + 0j, 1 + 1j], np.complex64)
     y = np.array([0j, 2 + 0j], np.complex64)
     for name, client in clients.items():
-        e, d, dot, b = run_program(client, text, [x, y, np.zeros(0, np.complex64), np.zeros((0, 0, 0), np.float32)]).outputs
+        e, d, dot, b, q = run_program(client, text, [x, y, np.zeros(0, np.complex64), np.zeros((0, 0, 0), np.float32)]).outputs
         assert e[0].real == np.inf and e[0].imag == 0, (name, e)
         assert np.isinf(d[0].real) and d[1] == 0.5 + 0.5j, (name, d)
         assert dot.shape == () and dot == 0, name
-        assert b.shape == (0, 0, 1, 0), name
+        assert b.shape == (0, 0, 1, 0) and q.shape == (0, 5), name
