@@ -358,8 +358,8 @@ def identity(name: str, e: Element):
         return 0
     if name in ("multiply",):
         return 1
-    if name == "and":
-        return True if e.cls == "b" else -1
+    if name == "and":  # all bits set
+        return True if e.cls == "b" else (-1 if e.cls == "i" else e.int_range[1])
     if e.cls == "b":
         return name == "minimum"
     if e.cls in "iu":
