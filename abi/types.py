@@ -199,6 +199,9 @@ _MLIR_NAMES = {
     BufferType.BF16: "bf16", BufferType.C64: "complex<f32>", BufferType.C128: "complex<f64>",
     BufferType.F8E5M2: "f8E5M2", BufferType.F8E4M3FN: "f8E4M3FN", BufferType.F8E4M3: "f8E4M3",
     BufferType.F8E3M4: "f8E3M4", BufferType.S4: "i4", BufferType.U4: "ui4",
+    BufferType.F8E4M3FNUZ: "f8E4M3FNUZ", BufferType.F8E5M2FNUZ: "f8E5M2FNUZ",
+    BufferType.F8E4M3B11FNUZ: "f8E4M3B11FNUZ", BufferType.F8E8M0FNU: "f8E8M0FNU",
+    BufferType.F4E2M1FN: "f4E2M1FN", BufferType.S2: "i2", BufferType.U2: "ui2",
 }
 
 

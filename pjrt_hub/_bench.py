@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from pjrt_hub._run import host_array
 from pjrt_hub.abi import PjrtError, Program
 
 __all__ = ["TINY_ADD", "bench", "perf_programs"]
@@ -82,7 +83,7 @@ class _Loaded:
         device = client.addressable_devices()[0]
         self.buffers = []
         for array in arrays:
-            transfer = client.buffer_from_host_buffer(np.ascontiguousarray(array), device=device)
+            transfer = client.buffer_from_host_buffer(host_array(array), device=device)
             transfer.done_with_host_buffer.await_()
             self.buffers.append(transfer.buffer)
 

@@ -714,7 +714,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from pjrt_hub._registry import default_plugin_name
     from pjrt_hub._reports import ArrayInfo, RunReport
     from pjrt_hub._run import (BadInput, OutputRefused, RunClock, check_inputs, check_output_path, load_inputs,
-                               main_signature, read_program, run_program, within, write_npz_atomically)
+                               main_signature, npz_array, read_program, run_program, within, write_npz_atomically)
     from pjrt_hub.abi import CompileError, DeadlineExceeded, NotFound, PjrtError, PluginLoadError
 
     if args.schema:
@@ -741,7 +741,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         arrays = load_inputs(args.inputs)
         signature = main_signature(text)
         if signature is not None:
-            check_inputs(signature, arrays)
+            arrays = check_inputs(signature, arrays)
+
         def work() -> Any:
             client = registry.create_client(name, allow_hardware=args.allow_hardware)
             return run_program(client, text, arrays, clock=clock)
@@ -774,7 +775,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     written = None
     if args.out:
         try:
-            written = str(write_npz_atomically(args.out, {f"out{i}": a for i, a in enumerate(result.outputs)}))
+            written = str(write_npz_atomically(args.out, {f"out{i}": npz_array(a) for i, a in enumerate(result.outputs)}))
         except OSError as exc:
             print(f"pjrt-hub run: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
             return ExitCode.FAILURE
@@ -790,7 +791,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         lines = [f"{r.program} on {r.plugin}: compiled in {r.compile_ms:.1f} ms, ran in {r.execute_ms:.2f} ms"]
         lines += [f"  {o.name}: {o.dtype}[{','.join(map(str, o.shape))}]" for o in r.outputs]
         if r.out:
-            lines.append(f"wrote {r.out}")
+            as_bits = [f"{o.name} as uint{a.dtype.itemsize * 8}" for o, a in zip(r.outputs, result.outputs)
+                       if npz_array(a).dtype != a.dtype]
+            lines.append(f"wrote {r.out}" + (f" ({', '.join(as_bits)} bits)" if as_bits else ""))
         return "\n".join(lines)
 
     _emit(args, report, render)

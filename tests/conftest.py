@@ -125,3 +125,20 @@ def pjrt_hub_get_api():
     return FakeApi()
 {body}
 '''
+
+
+# -- hypothesis profiles ------------------------------------------------------------------------
+# "ci" (the default) is bounded and derandomized, so the suite's time and verdict do not depend on
+# luck; "long" (`pytest --hypothesis-profile=long tests/generated`) explores thousands of examples.
+try:
+    from hypothesis import HealthCheck, settings
+except ImportError:  # the generated tests skip themselves without hypothesis
+    pass
+else:
+    settings.register_profile("ci", max_examples=12, derandomize=True, deadline=None, print_blob=True,
+                              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    settings.register_profile("long", max_examples=1000, deadline=None, print_blob=True,
+                              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    settings.register_profile("explore", max_examples=60, deadline=None, print_blob=True,
+                              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    settings.load_profile("ci")

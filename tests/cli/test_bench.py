@@ -34,3 +34,24 @@ def test_ratios_and_table():
     assert rows[0]["speedup_vs_b"] == 4.0 and rows[1]["speedup_vs_a"] == 0.25
     text = format_report({"programs": rows, "plugins": ["a", "b"], "tiny_execute_us_by_plugin": {"a": 3.0}})
     assert "4.00x" in text and "10 / 1.0" in text and "tiny add execute: a 3.00 us" in text
+
+
+def test_bench_loads_scalar_and_strided_arguments_as_they_are():
+    """A 0-d argument stays 0-d (np.ascontiguousarray made it f32[1]); strided views are copied."""
+    import numpy as np
+
+    from pjrt_hub import PluginRegistry
+    from pjrt_hub._bench import _Loaded
+
+    text = """func.func @main(%x: tensor<f32>, %y: tensor<3xf32>) -> tensor<3xf32> {
+  %0 = stablehlo.broadcast_in_dim %x, dims = [] : (tensor<f32>) -> tensor<3xf32>
+  %1 = stablehlo.multiply %0, %y : tensor<3xf32>
+  return %1 : tensor<3xf32>
+}"""
+    loaded = _Loaded(PluginRegistry().create_client("reference"), text,
+                     [np.float32(2.0), np.arange(6, dtype=">f4")[::-2]])
+    try:
+        (out,) = loaded.outputs()
+        np.testing.assert_array_equal(out, [10, 6, 2])
+    finally:
+        loaded.close()
