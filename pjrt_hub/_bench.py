@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from pjrt_hub._run import host_array
 from pjrt_hub.abi import PjrtError, Program
 
 __all__ = ["TINY_ADD", "BenchProgram", "bench", "bench_programs", "corpus_programs", "perf_programs", "summarise"]
@@ -162,8 +163,7 @@ class _Loaded:
         device = client.addressable_devices()[0]
         self.buffers = []
         for array in arrays:
-            # np.array, not np.ascontiguousarray: that one turns a 0-d array into shape (1,).
-            transfer = client.buffer_from_host_buffer(np.array(array, order="C"), device=device)
+            transfer = client.buffer_from_host_buffer(host_array(array), device=device)
             transfer.done_with_host_buffer.await_()
             self.buffers.append(transfer.buffer)
 

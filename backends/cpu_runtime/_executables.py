@@ -32,6 +32,7 @@ import itertools
 import json
 import struct
 import sys
+import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -675,6 +676,12 @@ class CpuLoadedExecutable(LoadedExecutable):
             if out is not None and result is out[index]:
                 reusable.append(True)
                 continue
+            if not result.flags.c_contiguous:
+                # Every buffer is dense row-major: what the Layouts extension reports, and what
+                # unsafe_pointer, DLPack and the byte accounting assume.
+                results[index] = result.copy(order="C")
+                reusable.append(True)
+                continue
             if (index and any(result is earlier for earlier in results[:index])) or _aliases_an_input(result, arrays):
                 # One value returned twice, or an input (or a view of one) returned: each output
                 # gets storage of its own.
@@ -743,6 +750,8 @@ class CpuLoadedExecutable(LoadedExecutable):
 
     def _run_inline(self, launch: _Launch) -> tuple[list[CpuBuffer], CpuEvent]:
         results, reusable, error = self._compute(launch)
+        if error is not None:
+            _forget_frames(error)
         memory = launch.device._memories[0]
         outputs = []
         with self._client._lock:
@@ -811,6 +820,8 @@ class _Execution(Pending):
     def __call__(self) -> None:
         executable, launch = self.executable, self.launch
         results, reusable, error = executable._compute(launch)
+        if error is not None:
+            _forget_frames(error)
         client = executable._client
         with client._lock:
             hooks = executable._give_back(launch)
@@ -836,6 +847,23 @@ class _Execution(Pending):
         for hook in hooks:
             hook()
         self.event.set(error)
+
+
+def _forget_frames(error: BaseException) -> None:
+    """Clear the locals of the frames an execution error was raised through.
+
+    The error outlives the execution (on its event and outputs, and a cancel reason is one
+    object shared by every launch of the call), and its traceback's frames hold the launch and
+    so the argument buffers: without this, a stopped execution kept its inputs allocated until
+    the error itself was dropped. The line numbers stay for anyone who prints the traceback.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if current.__traceback__ is not None:
+            traceback.clear_frames(current.__traceback__)
+        current = current.__cause__ or current.__context__
 
 
 def _seconds(timeout: Any) -> float:

@@ -42,7 +42,9 @@ What ``run`` may do with its arrays:
 * Return arrays of the declared shapes and dtypes. The runtime copies a result that is an input,
   a view of one, or the same array as another result, because two buffers must never share
   storage; a result the program keeps a reference to (a constant returned every call) is used
-  as it is but never overwritten by donation. Returning fresh arrays is the cheap path.
+  as it is but never overwritten by donation. A result that is not C-contiguous is copied into
+  C order, because every buffer is dense row-major (what the Layouts extension reports).
+  Returning fresh C-order arrays is the cheap path.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ import os
 import sys
 import tempfile
 import threading
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -93,8 +94,9 @@ def _dtype_name(dt: np.dtype) -> str:
 
 
 def _is_narrow(dt: np.dtype) -> bool:
-    """float16 and bfloat16 (an ml_dtypes type, kind ``V``)."""
-    return dt.itemsize == 2 and dt.kind in "fV"
+    """float16 and the ml_dtypes types (bfloat16, the 8-bit floats, int4...), which the
+    generated code reads and writes as unsigned bits of their width."""
+    return dt == np.float16 or dt.type.__module__.startswith("ml_dtypes")
 
 
 def _dtype_from_name(name: str) -> np.dtype:
@@ -136,7 +138,7 @@ class NumbaProgram:
         self.num_partitions = int(meta.get("num_partitions", 1))
         self.uses_collectives = bool(meta.get("uses_collectives", False))
         self._entry = module.entry
-        # 16-bit floats travel as uint16 bit patterns through the numba function.
+        # Narrow types travel as unsigned bit patterns through the numba function.
         self._narrow_in = tuple(i for i, s in enumerate(self.inputs) if _is_narrow(s.dtype))
         self._narrow_out = tuple(i for i, s in enumerate(self.outputs) if _is_narrow(s.dtype))
         self._simple = not self._narrow_in and not self._narrow_out
@@ -177,7 +179,7 @@ class NumbaProgram:
     def _run_narrow(self, args, extra=()):
         args = list(self._coerce(args))
         for i in self._narrow_in:
-            args[i] = args[i].view(np.uint16)
+            args[i] = args[i].view(f"u{args[i].dtype.itemsize}")
         results = list(self._entry(*args, *extra))
         for i in self._narrow_out:
             results[i] = results[i].view(self.outputs[i].dtype)
@@ -229,7 +231,10 @@ class NumbaCompiler:
         self._num_threads = num_threads
         self._parallel_threshold = parallel_threshold
         self._lock = threading.RLock()
-        self._programs: dict[str, NumbaProgram] = {}
+        # Weak: a program lives as long as an executable uses it, and its generated module is
+        # unregistered from sys.modules when it goes (see _import), so compiling many distinct
+        # programs and dropping them does not grow the process.
+        self._programs: weakref.WeakValueDictionary[str, NumbaProgram] = weakref.WeakValueDictionary()
 
     def warm_up(self) -> None:
         """Do numba's one-time start-up now (import, target initialisation, the helper modules):
@@ -275,7 +280,9 @@ class NumbaCompiler:
                 return prog
             prog = self._from_index(text_key)
             if prog is None:
-                source = self._generate(text, lopts)
+                from pjrt_hub.backends.stablehlo.nesting import run_deep
+
+                source = run_deep(self._generate, text, lopts)
                 prog = self._load(source, text_key)
             self._programs[text_key] = prog
             return prog
@@ -288,10 +295,13 @@ class NumbaCompiler:
         from .inline import inline_calls
         from .module import render_module
 
+        from pjrt_hub.backends.stablehlo.nesting import call_depth
+
         module = parse_module(text)
         verify = _verifier()
         if verify is not None:
             verify(module)
+        call_depth(module)
         fn = inline_calls(module)
         gen = Lowering(fn, lopts).lower()
         return render_module(module, fn, gen)
@@ -323,7 +333,7 @@ class NumbaCompiler:
         return prog
 
     def _import(self, source: str, fingerprint: str, path: Path) -> NumbaProgram:
-        for prog in self._programs.values():
+        for prog in list(self._programs.values()):
             if prog.fingerprint == fingerprint:
                 return prog
         modname = f"pjrt_hub_numba_cache.p_{fingerprint}"
@@ -350,7 +360,9 @@ class NumbaCompiler:
         stats = getattr(entry, "stats", None)
         if stats is not None and getattr(stats, "cache_hits", None):
             self.stats.numba_cache_loads += sum(stats.cache_hits.values())
-        return NumbaProgram(module, source, fingerprint, self.cache_dir)
+        prog = NumbaProgram(module, source, fingerprint, self.cache_dir)
+        weakref.finalize(prog, _forget_module, modname, module)
+        return prog
 
     # -- deserialize --
 
@@ -370,6 +382,13 @@ class NumbaCompiler:
             # Another numba version: the module was recompiled for this one, which is fine.
             pass
         return prog
+
+
+def _forget_module(name: str, module: ModuleType) -> None:
+    """Unregister a generated module once no program uses it (unless a newer import of the same
+    name took its place)."""
+    if sys.modules.get(name) is module:
+        del sys.modules[name]
 
 
 def _verifier():

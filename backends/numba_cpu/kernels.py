@@ -78,7 +78,7 @@ def _dot_general(ctx: Lowering, op: Op):
     N = math.prod(rs[d] for d in rf)
     if res.type.rank == 0 and lrank == 0:
         raise _unsupported_variant(op, "scalar operands")
-    blas = rk.cls == "f" and not rk.narrow and lk == rk and rkk == rk and lrank and rrank
+    blas = rk.cls in "fc" and not rk.narrow and lk == rk and rkk == rk and lrank and rrank
     if blas and M * N and K:
         l3, lt = _arrange(ctx, lhs, lb, lf, lc, (B, M, K))
         r3, rt = _arrange(ctx, rhs, rb, rc, rf, (B, K, N))
@@ -101,7 +101,8 @@ def _dot_general(ctx: Lowering, op: Op):
             ctx.scope.emit(f"blas_threads({prev})")
         return [Arr(out, rk)]
     if blas and M * N:
-        ctx.scope.emit(f"{out}.fill(0)")
+        # Nothing to contract: zeros (numba's fill does not take a 0-d array).
+        ctx.scope.emit(f"{out}.reshape(({M * N * B},)).fill(0)" if res.type.rank == 0 else f"{out}.fill(0)")
         return [Arr(out, rk)]
     # Integers, narrow floats, mixed types: loops, accumulating in the result's compute type.
     zero = ctx.const(0, rk)
@@ -132,7 +133,7 @@ def _dot_general(ctx: Lowering, op: Op):
             c = convert_text(c, rkk, rk)
             a = a.text if isinstance(a, Expr) else a
             c = c.text if isinstance(c, Expr) else c
-            if rk.cls == "f":
+            if rk.cls in "fc":
                 step = f"{acc} + {a} * {c}"
             elif rk.cls == "b":
                 step = f"{acc} | ({a} & {c})"

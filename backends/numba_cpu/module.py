@@ -35,7 +35,7 @@ _NO_FLOPS = {
 
 def _nb_array(kind: ElementKind, ndim: int) -> str:
     if kind.narrow:
-        scalar = "types.uint16"
+        scalar = f"types.{kind.storage.name}"
     else:
         scalar = kind.nb
     return f"types.Array({scalar}, {ndim}, 'C')"
@@ -136,6 +136,8 @@ def render_module(module: Module, fn: Function, gen: GeneratedFunction) -> str:
         lines += ["", "", "@njit(cache=True, error_model='numpy', nogil=True)", helper]
     for kernel in gen.kernels:
         lines += ["", "", "@njit(cache=True, error_model='numpy', nogil=True, parallel=True)", kernel]
+    for block in gen.blocks:
+        lines += ["", "", "@njit(cache=True, error_model='numpy', nogil=True)", block]
     lines += [
         "",
         "",

@@ -76,8 +76,7 @@ def compute_float(fn, *xs: np.ndarray, dtype: np.dtype | None = None, exact: boo
     if dt in _NATIVE and all(getattr(x, "dtype", None) == dt for x in xs):
         ufunc = isinstance(fn, np.ufunc) and fn.nin == len(xs) and fn.nout == 1
         if exact:
-            takes_out = ufunc or fn in (_FLOAT_MAXIMUM, _FLOAT_MINIMUM)
-            return fn(*xs, out=out) if takes_out and out is not None else np.asarray(fn(*xs))
+            return fn(*xs, out=out) if ufunc and out is not None else np.asarray(fn(*xs))
         if ufunc:
             if out is None:
                 out = np.empty(np.broadcast_shapes(*(x.shape for x in xs)), dt)
@@ -95,11 +94,13 @@ def _signed(dt: np.dtype) -> np.dtype:
     return np.dtype(f"i{dt.itemsize}")
 
 
-def _float_op(fn, name: str, exact: bool = False):
-    """An op defined on floats (and complex) only."""
+def _float_op(fn, name: str, exact: bool = False, complex_fn=None):
+    """An op defined on floats (and complex) only; ``complex_fn`` (default ``fn``) for complex."""
     def impl(ctx, op, x, *rest):
         if not (is_float_dtype(x.dtype) or x.dtype.kind == "c"):
             raise TypeError(f"{name} needs floating-point operands, got {x.dtype}")
+        if complex_fn is not None and x.dtype.kind == "c":
+            return compute_float(complex_fn, x, *rest)
         return compute_float(fn, x, *rest, exact=exact, out=_donor(ctx, op))
     return impl
 
@@ -112,12 +113,55 @@ def _donor(ctx, op: Op) -> np.ndarray | None:
 
 # -- unary float functions --------------------------------------------------------------------
 
+def _complex_logistic(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _complex_cbrt(x):
+    return x ** (1.0 / 3.0)  # the principal cube root
+
+
+#: Complex arguments of functions whose real version is a ufunc that takes none (the ufunc
+#: stays the real one: :func:`compute_float` runs a ufunc without float64 copies).
+_COMPLEX_FORMS = {"stablehlo.logistic": _complex_logistic, "stablehlo.cbrt": _complex_cbrt}
+
+
+def _atan2(y, x):
+    if np.iscomplexobj(y) or np.iscomplexobj(x):
+        # atan2(y, x) = -i log((x + iy) / sqrt(x^2 + y^2)), continued to complex arguments.
+        return -1j * np.log((x + 1j * y) / np.sqrt(x * x + y * y))
+    return np.arctan2(y, x)
+
+
 def _rsqrt(x):
     return 1.0 / np.sqrt(x)
 
 
 def _round_afz(x):
-    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+    return np.copysign(np.floor(np.abs(x) + 0.5), x)  # keeps the sign of -0 and of -0.4
+
+
+def _signed_zero_extreme(fn, largest: bool):
+    """IEEE 754-2019 maximum/minimum, the spec's rule: NaN propagates (numpy's ``maximum``
+    does that) and -0 < +0 (numpy returns either zero). Only a zero result can be a tie of two
+    zeros, so only those places are looked at again (cheaper than testing every pair)."""
+    def impl(a, b):
+        pick = np.asarray(fn(a, b))
+        zero = pick == 0
+        if not zero.any():
+            return pick
+        a, b = np.broadcast_arrays(a, b)
+        za, zb = a[zero], b[zero]
+        keep_a = ~np.signbit(za) if largest else np.signbit(za)
+        if not pick.flags.writeable:
+            pick = pick.copy()
+        pick[zero] = np.where((za == 0) & (zb == 0), np.where(keep_a, za, zb), pick[zero])
+        return pick
+    return impl
+
+
+ieee_maximum = _signed_zero_extreme(np.maximum, largest=True)
+ieee_minimum = _signed_zero_extreme(np.minimum, largest=False)
 
 
 _FLOAT_UNARY = {
@@ -158,7 +202,7 @@ _FLOAT_UNARY_EXACT = {
 }
 
 for _name, _fn in _FLOAT_UNARY.items():
-    register(_name, elementwise=True)(_float_op(_fn, _name))
+    register(_name, elementwise=True)(_float_op(_fn, _name, complex_fn=_COMPLEX_FORMS.get(_name)))
 for _name, _fn in _FLOAT_UNARY_EXACT.items():
     register(_name, elementwise=True)(_float_op(_fn, _name, exact=True))
 
@@ -248,7 +292,16 @@ def _not(ctx, op, x):
 
 @register("stablehlo.popcnt", elementwise=True)
 def _popcnt(ctx, op, x):
-    return np.bitwise_count(x.view(_unsigned(x.dtype))).astype(x.dtype)
+    return _bit_count(np.asarray(x).view(_unsigned(x.dtype))).astype(x.dtype)
+
+
+def _bit_count(u: np.ndarray) -> np.ndarray:
+    """Set bits per element of an unsigned array. ``np.bitwise_count`` is numpy 2's; the bytes
+    unpacked and summed give the same on numpy 1.26, the oldest numpy pjrt-hub supports."""
+    if hasattr(np, "bitwise_count"):
+        return np.bitwise_count(u)
+    as_bytes = np.ascontiguousarray(u).reshape(u.shape + (1,)).view(np.uint8)
+    return np.unpackbits(as_bytes, axis=-1).sum(axis=-1, dtype=np.int64)
 
 
 @register("stablehlo.count_leading_zeros", elementwise=True)
@@ -344,7 +397,7 @@ register("stablehlo.add", elementwise=True)(_arith(np.add, lambda a, b: (a | b) 
 register("stablehlo.subtract", elementwise=True)(_arith(np.subtract, np.subtract))
 register("stablehlo.multiply", elementwise=True)(
     _arith(np.multiply, lambda a, b: (a & b) if a.dtype == np.bool_ else np.multiply(a, b)))
-register("stablehlo.atan2", elementwise=True)(_float_op(np.arctan2, "atan2"))
+register("stablehlo.atan2", elementwise=True)(_float_op(_atan2, "atan2"))
 register("chlo.next_after", elementwise=True)(
     lambda ctx, op, a, b: np.nextafter(a, b.astype(a.dtype)) if a.dtype.kind == "f"
     else compute_float(np.nextafter, a, b))
@@ -352,27 +405,6 @@ register("chlo.polygamma", elementwise=True)(_float_op(lambda n, x: sp.polygamma
 register("chlo.zeta", elementwise=True)(_float_op(sp.zeta, "zeta"))
 
 
-def _signed_zero_extreme(fn, largest: bool):
-    """IEEE-754 maximum/minimum: NaN propagates (numpy's ``maximum`` does that) and +0 is larger
-    than -0 (numpy returns either zero; XLA orders them). Only a zero result can be a tie of
-    two zeros, so only those places are looked at again."""
-    def impl(a, b, out=None):
-        pick = np.asarray(fn(a, b, out=out))
-        zero = pick == 0
-        if not zero.any():
-            return pick
-        a, b = np.broadcast_arrays(a, b)
-        za, zb = a[zero], b[zero]
-        keep_a = ~np.signbit(za) if largest else np.signbit(za)
-        if not pick.flags.writeable:
-            pick = pick.copy()
-        pick[zero] = np.where((za == 0) & (zb == 0), np.where(keep_a, za, zb), pick[zero])
-        return pick
-    return impl
-
-
-_FLOAT_MAXIMUM = _signed_zero_extreme(np.maximum, largest=True)
-_FLOAT_MINIMUM = _signed_zero_extreme(np.minimum, largest=False)
 
 
 @register("stablehlo.maximum", elementwise=True)
@@ -381,7 +413,7 @@ def _maximum(ctx, op, a, b):
         take_a = (a.real > b.real) | ((a.real == b.real) & (a.imag >= b.imag))
         return np.where(take_a, a, b)
     if is_float_dtype(a.dtype):
-        return compute_float(_FLOAT_MAXIMUM, a, b, exact=True, out=_donor(ctx, op))
+        return compute_float(ieee_maximum, a, b, exact=True)  # NaN propagates
     return np.maximum(a, b)
 
 
@@ -391,7 +423,7 @@ def _minimum(ctx, op, a, b):
         take_a = (a.real < b.real) | ((a.real == b.real) & (a.imag <= b.imag))
         return np.where(take_a, a, b)
     if is_float_dtype(a.dtype):
-        return compute_float(_FLOAT_MINIMUM, a, b, exact=True, out=_donor(ctx, op))
+        return compute_float(ieee_minimum, a, b, exact=True)
     return np.minimum(a, b)
 
 
@@ -420,6 +452,12 @@ def _divide(ctx, op, a, b):
 def _remainder(ctx, op, a, b):
     if is_float_dtype(a.dtype):
         return compute_float(np.fmod, a, b, exact=True)
+    if a.dtype.kind == "c":
+        # lhs - rhs * trunc(lhs / rhs), the quotient truncated part by part.
+        def complex_fmod(x, y):
+            q = x / y
+            return x - y * (np.trunc(q.real) + 1j * np.trunc(q.imag))
+        return compute_float(complex_fmod, a, b)
     if a.dtype == np.bool_:
         raise TypeError("remainder is not defined on booleans")
     a, b = np.broadcast_arrays(a, b)
@@ -549,12 +587,9 @@ def _select(ctx, op, pred, on_true, on_false):
 
 @register("stablehlo.clamp", elementwise=True)
 def _clamp(ctx, op, lo, x, hi):
-    if x.dtype in _NATIVE and lo.dtype == hi.dtype == x.dtype:
-        out = _donor(ctx, op)
-        out = np.maximum(x, lo, out=out)
-        return np.minimum(out, hi, out=out)
     if is_float_dtype(x.dtype):
-        return compute_float(lambda l, v, h: np.minimum(np.maximum(v, l), h), lo, x, hi, dtype=x.dtype, exact=True)
+        return compute_float(lambda l, v, h: ieee_minimum(ieee_maximum(v, l), h), lo, x, hi, dtype=x.dtype,
+                             exact=True)
     return np.minimum(np.maximum(x, lo), hi).astype(x.dtype)
 
 
@@ -567,6 +602,13 @@ def convert(x: np.ndarray, dt: np.dtype) -> np.ndarray:
         return x
     if dt == np.bool_:
         return x != 0
+    if _is_low_float(src):
+        # float32 holds every narrower float exactly (and ml_dtypes cannot cast every pair of
+        # 8-bit floats directly).
+        x = x.astype(np.float32)
+        src = x.dtype
+        if dt == src:
+            return x
     if src.kind == "c" and dt.kind != "c":
         x = np.real(x)
         src = x.dtype
@@ -607,3 +649,80 @@ def _bitcast_convert(ctx, op, x):
         return data.view(out.dtype)
     return data.reshape(-1).view(out.dtype).reshape(out.shape)
 
+
+
+# -- sub-byte integers --------------------------------------------------------------------------
+# numpy has no arithmetic for ml_dtypes' int4/uint4/int2/uint2 (and no iinfo for them), so the
+# elementwise ops see them as int8/uint8 values and their results are wrapped back to the width,
+# as hardware of that width would wrap. Only what depends on the width itself is special: a
+# logical shift, popcnt and count_leading_zeros look at the N-bit pattern, and a float converts
+# saturating at the N-bit range.
+
+
+def _sub_byte(dt: np.dtype) -> tuple[int, bool] | None:
+    """(bits, signed) of a sub-byte integer dtype, else None."""
+    import ml_dtypes
+
+    for name, bits, signed in (("int4", 4, True), ("uint4", 4, False), ("int2", 2, True), ("uint2", 2, False)):
+        if hasattr(ml_dtypes, name) and dt == np.dtype(getattr(ml_dtypes, name)):
+            return bits, signed
+    return None
+
+
+def _widen(x: np.ndarray) -> np.ndarray:
+    info = _sub_byte(x.dtype)
+    if info is None:
+        return x
+    return np.asarray(x).astype(np.int8 if info[1] else np.uint8)
+
+
+def _wrap(values: np.ndarray, dt: np.dtype) -> np.ndarray:
+    bits, signed = _sub_byte(dt)
+    u = np.asarray(values).astype(np.int64) & ((1 << bits) - 1)
+    if signed:
+        u = np.where(u >= 1 << (bits - 1), u - (1 << bits), u)
+    return u.astype(dt)
+
+
+def _pattern(x: np.ndarray, bits: int) -> np.ndarray:
+    return (np.asarray(x).astype(np.int64) & ((1 << bits) - 1)).astype(np.uint8)
+
+
+def involves_sub_byte(op: Op, args) -> bool:
+    types = [getattr(a, "dtype", None) for a in args] + [getattr(r.type, "dtype", None) for r in op.results]
+    return any(t is not None and t.kind == "V" and _sub_byte(t) is not None for t in types)
+
+
+def sub_byte_call(fn, ctx, op: Op, args):
+    """Run an elementwise op (or ``convert``) that reads or writes sub-byte integers."""
+    out_type = op.results[0].type
+    dst = getattr(out_type, "dtype", None)
+    name = op.name
+    src_info = _sub_byte(args[0].dtype) if args else None
+    if name == "stablehlo.convert" and _sub_byte(dst) is not None:
+        x = _widen(args[0])
+        bits, signed = _sub_byte(dst)
+        if is_float_dtype(x.dtype) or x.dtype.kind == "c":
+            lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+            f = np.real(np.asarray(x)).astype(np.float64)
+            return _wrap(np.trunc(np.clip(np.nan_to_num(f, nan=0.0), lo, hi)), dst)
+        return _wrap(np.asarray(x).astype(np.int64), dst)
+    if src_info is not None and name in ("stablehlo.shift_right_logical", "stablehlo.popcnt",
+                                          "stablehlo.count_leading_zeros", "stablehlo.shift_right_arithmetic"):
+        bits = src_info[0]
+        a = _pattern(args[0], bits)
+        if name == "stablehlo.shift_right_arithmetic":
+            # Fill with the top bit of the N-bit pattern (unsigned types too).
+            signed = a.astype(np.int64) - np.where(a >= 1 << (bits - 1), 1 << bits, 0)
+            amount = _pattern(args[1], bits).astype(np.int64)
+            return _wrap(signed >> np.minimum(amount, bits - 1), dst)
+        if name == "stablehlo.popcnt":
+            return _wrap(np.bitwise_count(a), dst)
+        if name == "stablehlo.count_leading_zeros":
+            return _wrap(bits - np.floor(np.log2(np.maximum(a, 1))).astype(np.int64) - (a != 0), dst)
+        amount = _pattern(args[1], bits)
+        return _wrap(np.where(amount < bits, a >> np.minimum(amount, bits - 1), 0), dst)
+    out = fn(ctx, op, *[_widen(a) for a in args])
+    if _sub_byte(dst) is not None:
+        return _wrap(out, dst)
+    return out

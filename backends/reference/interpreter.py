@@ -28,6 +28,7 @@ from pjrt_hub.abi import Cancelled, ExecutionError, InvalidArgument, PjrtError, 
 from pjrt_hub.backends.stablehlo import Block, Function, Module, Op, TensorType, TupleType
 
 from . import elementwise, rng, structural  # noqa: F401 - importing registers their ops
+from .elementwise import involves_sub_byte, sub_byte_call
 from .registry import OPS, register, supported_ops
 from .structural import pad_array, scatter_destinations
 
@@ -145,8 +146,6 @@ class Execution:
     def call(self, fn: Function | str, args: Sequence[Any]) -> list[Any]:
         if isinstance(fn, str):
             fn = self.module.functions[fn]
-        if self.depth > 256:
-            raise ExecutionError(f"call depth limit exceeded calling @{fn.name} (recursion?)")
         saved = self.env
         self.env = {}
         self.depth += 1
@@ -220,10 +219,13 @@ class Execution:
                         and sys.getrefcount(array) <= _UNSHARED_REFS):
                     donors.append(array)
         try:
+            impl = OPS[op.name]
             if batched and op.name in _SCALAR_IDENTITY:
                 out = args[0]
+            elif (impl.elementwise or op.name == "stablehlo.convert") and involves_sub_byte(op, args):
+                out = sub_byte_call(impl.fn, self, op, args)
             else:
-                out = OPS[op.name].fn(self, op, *args)
+                out = impl.fn(self, op, *args)
         except PjrtError:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure becomes an error naming the op

@@ -76,3 +76,24 @@ def test_summary_geometric_means_and_the_fastest_real_plugin():
     text = "\n".join(format_summary(summary))
     assert "mine / ref: geometric mean 0.100x (so ref / mine 10.00x) over 2 programs" in text
     assert "mine / fastest of x1, x2: geometric mean 1.225x over 2 programs; worst q 3.00x" in text
+
+
+def test_bench_loads_scalar_and_strided_arguments_as_they_are():
+    """A 0-d argument stays 0-d (np.ascontiguousarray made it f32[1]); strided views are copied."""
+    import numpy as np
+
+    from pjrt_hub import PluginRegistry
+    from pjrt_hub._bench import _Loaded
+
+    text = """func.func @main(%x: tensor<f32>, %y: tensor<3xf32>) -> tensor<3xf32> {
+  %0 = stablehlo.broadcast_in_dim %x, dims = [] : (tensor<f32>) -> tensor<3xf32>
+  %1 = stablehlo.multiply %0, %y : tensor<3xf32>
+  return %1 : tensor<3xf32>
+}"""
+    loaded = _Loaded(PluginRegistry().create_client("reference"), text,
+                     [np.float32(2.0), np.arange(6, dtype=">f4")[::-2]])
+    try:
+        (out,) = loaded.outputs()
+        np.testing.assert_array_equal(out, [10, 6, 2])
+    finally:
+        loaded.close()

@@ -122,7 +122,8 @@ def _int_program(a, b):
     for op in ["add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "and", "or", "xor",
                "shift_left", "shift_right_logical", "shift_right_arithmetic", "power"]:
         p(f"stablehlo.{op} %a0, %a1 : {t}")
-    for op in ["not", "popcnt", "count_leading_zeros", "abs", "negate", "sign"]:
+    # abs and sign take signed integers only (the spec's verifier and XLA refuse them on unsigned).
+    for op in ["not", "popcnt", "count_leading_zeros", "negate"] + (["abs", "sign"] if signed else []):
         p(f"stablehlo.{op} %a0 : {t}")
     for d in ["EQ", "NE", "LT", "LE", "GT", "GE"]:
         p(f"stablehlo.compare {d}, %a0, %a1, {'SIGNED' if signed else 'UNSIGNED'} : ({t}, {t}) -> {bt}", bt)

@@ -259,3 +259,42 @@ def test_total_order_comparison():
     out = np.empty(a.size, np.bool_)
     _total_order_lt(a, b, out)
     assert out.tolist() == [True, True, True, True, False]
+
+
+# -- IEEE maximum / minimum without llvm.maximum (LLVM < 17: numba 0.59 and 0.60) -----------------
+
+
+def _maxmin_kernel():
+    """A fresh kernel each call: the intrinsics choose their LLVM code when it compiles."""
+
+    @numba.njit
+    def kernel(a, b, out):
+        for i in range(a.size):
+            out[0, i] = intr.fmaximum(a[i], b[i])
+            out[1, i] = intr.fminimum(a[i], b[i])
+        acc_max, acc_min = a[0], a[0]
+        for i in range(a.size):
+            acc_max = intr.rmax(acc_max, b[i])
+            acc_min = intr.rmin(acc_min, b[i])
+        out[2, 0] = acc_max
+        out[2, 1] = acc_min
+
+    return kernel
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["llvm.maximum", "compare-select"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_ieee_maximum_and_minimum_propagate_nan_and_order_signed_zeros(monkeypatch, native, dtype):
+    if native and not intr._NATIVE_FMAXMIN:
+        pytest.skip("this LLVM cannot select llvm.maximum")
+    monkeypatch.setattr(intr, "_NATIVE_FMAXMIN", native)
+    a = np.array([1.0, -2.0, np.nan, 3.0, 0.0, -0.0, np.inf, -np.inf, 5.0], dtype)
+    b = np.array([2.0, -3.0, 1.0, np.nan, -0.0, 0.0, 1.0, -1.0, 5.0], dtype)
+    out = np.zeros((3, a.size), dtype)
+    _maxmin_kernel()(a, b, out)
+    expected_max = np.array([2.0, -2.0, np.nan, np.nan, 0.0, 0.0, np.inf, -1.0, 5.0], dtype)
+    expected_min = np.array([1.0, -3.0, np.nan, np.nan, -0.0, -0.0, 1.0, -np.inf, 5.0], dtype)
+    np.testing.assert_array_equal(out[0], expected_max)
+    np.testing.assert_array_equal(out[1], expected_min)
+    assert list(np.signbit(out[0, 4:6])) == [False, False] and list(np.signbit(out[1, 4:6])) == [True, True]
+    assert np.isnan(out[2, 0]) and np.isnan(out[2, 1])  # a NaN in b reaches both reductions
