@@ -17,9 +17,11 @@ supported ops, rather than as a syntax error. Every syntax error is a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -55,6 +57,7 @@ from .ir import (
 )
 from .lexer import Cursor
 from .nesting import MAX_NESTING as MAX_PROGRAM_NESTING, run_deep
+from .ops import OPS, Form, MissingAttributeError
 
 __all__ = ["parse_module"]
 
@@ -152,13 +155,10 @@ _ENUM_KINDS: dict[str, type] = {
 }
 
 #: Attributes whose value is a list of integers, however the text spelled it (``array<i64:
-#: ...>`` today, ``dense<...> : tensor<Nxi64>`` in older StableHLO).
-_INT_LIST_ATTRS = frozenset({
-    "broadcast_dimensions", "permutation", "dimensions", "slice_sizes", "edge_padding_low",
-    "edge_padding_high", "interior_padding", "start_indices", "limit_indices", "strides",
-    "window_dimensions", "window_strides", "base_dilations", "window_dilations", "lhs_dilation",
-    "rhs_dilation", "fft_length", "broadcast_sizes",
-})
+#: ...>`` today, ``dense<...> : tensor<Nxi64>`` in older StableHLO): those the op definitions
+#: declare ``tuple[int]``, normalised by name on every op (an op without a definition reads the
+#: same as one with).
+_INT_LIST_ATTRS = frozenset(a.name for d in OPS.values() for a in d.attributes if a.is_int_list)
 
 _ALIAS_DEF = re.compile(r"^[ \t]*([#!])([A-Za-z_$.\-][A-Za-z0-9_$.\-]*)[ \t]*=", re.M)
 _RESOURCE_SECTION = re.compile(r"\{-#(.*?)#-\}", re.S)
@@ -263,7 +263,6 @@ class _Parser:
         #: ``sdy.mesh`` definitions of the module: name -> ``<...>`` text.
         self._meshes: dict[str, str] = {}
         self._prescan()
-        self._pretty: dict[str, Callable[[str, int], _OpParts]] = self._pretty_table()
 
     # -- whole-file structure ----------------------------------------------------------------
 
@@ -666,15 +665,15 @@ class _Parser:
         else:
             name = cur.bare_id("an operation name")
             full = {"call": "func.call", "return": "func.return"}.get(name, name)
-            handler = self._pretty.get(full)
+            handler = _PRETTY.get(full)
             if handler is None:
                 if full.split(".", 1)[0] in ("stablehlo", "chlo", "mhlo"):
-                    handler = self._p_default
+                    handler = _Parser._p_default
                 else:
                     raise cur.error(
                         f"unknown operation '{name}': ops of other dialects must be written in "
                         "generic form (\"dialect.op\"(...) : (...) -> ...)", op_pos)
-            parts = handler(full, op_pos)
+            parts = handler(self, full, op_pos)
         if not parts.location_parsed:
             parts.location = self._optional_location()
         op = self._build_op(parts, groups, start)
@@ -1259,54 +1258,15 @@ class _Parser:
                 attrs[key] = tuple(int(v) for v in value.reshape(-1))
             elif isinstance(value, tuple) and all(isinstance(v, (int, np.integer)) for v in value):
                 attrs[key] = tuple(int(v) for v in value)
-        filler = _DEFAULTS.get(parts.name)
-        if filler is not None:
+        definition = OPS.get(parts.name)
+        if definition is not None:
             try:
-                filler(attrs, operands, parts.result_types)
-            except _MissingAttribute as exc:
+                definition.complete_attributes(attrs, operands)
+            except MissingAttributeError as exc:
                 raise self.cur.error(f"{parts.name}: missing attribute '{exc.args[0]}'", start) from None
         return attrs
 
     # -- pretty (custom assembly) forms -------------------------------------------------------
-
-    def _pretty_table(self) -> dict[str, Callable[[str, int], _OpParts]]:
-        table: dict[str, Callable[[str, int], _OpParts]] = {
-            "stablehlo.constant": self._p_constant,
-            "stablehlo.iota": self._p_iota,
-            "stablehlo.compare": self._p_compare,
-            "stablehlo.select": self._p_select,
-            "stablehlo.broadcast_in_dim": self._p_dims("broadcast_dimensions", "dims"),
-            "stablehlo.transpose": self._p_dims("permutation", "dims"),
-            "stablehlo.reverse": self._p_dims("dimensions", "dims"),
-            "stablehlo.broadcast": self._p_dims("broadcast_sizes", "sizes"),
-            "stablehlo.concatenate": self._p_concatenate,
-            "stablehlo.dynamic_slice": self._p_dynamic_slice,
-            "stablehlo.pad": self._p_pad,
-            "stablehlo.slice": self._p_slice,
-            "stablehlo.dot_general": self._p_dot_general,
-            "stablehlo.dot": self._p_dot,
-            "stablehlo.convolution": self._p_convolution,
-            "stablehlo.reduce": self._p_reduce,
-            "stablehlo.while": self._p_while,
-            "stablehlo.return": self._p_return,
-            "func.return": self._p_return,
-            "func.call": self._p_call,
-            "stablehlo.optimization_barrier": self._p_optimization_barrier,
-            "stablehlo.tuple": self._p_tuple,
-            "stablehlo.get_tuple_element": self._p_get_tuple_element,
-            "stablehlo.complex": self._p_complex,
-            "stablehlo.rng_bit_generator": self._p_keyword_attr("rng_algorithm", "algorithm", RngAlgorithm),
-            "stablehlo.rng": self._p_keyword_attr("rng_distribution", "distribution", RngDistribution),
-            "stablehlo.reduce_precision": self._p_reduce_precision,
-            "stablehlo.fft": self._p_fft,
-            "stablehlo.custom_call": self._p_custom_call,
-            "stablehlo.composite": self._p_composite,
-            "stablehlo.get_dimension_size": self._p_get_dimension_size,
-            "chlo.top_k": self._p_top_k,
-            "sdy.manual_computation": self._p_manual_computation,
-            "sdy.return": self._p_return,
-        }
-        return table
 
     def _signature(self) -> tuple[str, list[Any], list[Type]]:
         """After ':': either a function type ``(A, B) -> R`` / ``A -> R`` (chlo) or a list of
@@ -1431,20 +1391,19 @@ class _Parser:
             raise self.cur.error("stablehlo.select: expected 'pred_type, value_type' or a function type")
         return _OpParts(name, uses, [types[0], types[1], types[1]], [types[1]], attrs)
 
-    def _p_dims(self, attr: str, keyword: str) -> Callable[[str, int], _OpParts]:
-        def parse(name: str, pos: int) -> _OpParts:
-            cur = self.cur
-            operand = self._expect_use()
-            cur.expect(",")
-            cur.expect_keyword(keyword)
-            cur.expect("=")
-            values = self._parse_int_list()
-            attrs = self._opt_attr_dict()
-            attrs[attr] = values
-            cur.expect(":")
-            ins, outs = self._same_type_signature(name, 1)
-            return _OpParts(name, [operand], ins, outs, attrs)
-        return parse
+    def _p_dims(self, name: str, pos: int, *, attribute: str, keyword: str) -> _OpParts:
+        """``%x, keyword = [1, 0] : type``: an integer list after a keyword, into ``attribute``."""
+        cur = self.cur
+        operand = self._expect_use()
+        cur.expect(",")
+        cur.expect_keyword(keyword)
+        cur.expect("=")
+        values = self._parse_int_list()
+        attrs = self._opt_attr_dict()
+        attrs[attribute] = values
+        cur.expect(":")
+        ins, outs = self._same_type_signature(name, 1)
+        return _OpParts(name, [operand], ins, outs, attrs)
 
     def _p_concatenate(self, name: str, pos: int) -> _OpParts:
         cur = self.cur
@@ -1822,20 +1781,19 @@ class _Parser:
         real = ty.with_element_type(ty.element_type[len("complex<"):-1])
         return _OpParts(name, uses, [real, real], [ty], attrs)
 
-    def _p_keyword_attr(self, attr: str, keyword: str, enum_type: type) -> Callable[[str, int], _OpParts]:
-        def parse(name: str, pos: int) -> _OpParts:
-            cur = self.cur
-            uses, trailing = self._parse_uses()
-            if not trailing:
-                raise cur.expected(f"',' and '{keyword} = ...'")
-            cur.expect_keyword(keyword)
-            cur.expect("=")
-            attrs: dict[str, Any] = {attr: self._enum_word(enum_type)}
-            attrs.update(self._opt_attr_dict())
-            cur.expect(":")
-            ins, outs = self._same_type_signature(name, len(uses))
-            return _OpParts(name, uses, ins, outs, attrs)
-        return parse
+    def _p_keyword_enum(self, name: str, pos: int, *, attribute: str, keyword: str, enum: type) -> _OpParts:
+        """``%a, %b, keyword = VALUE : types``: an enum value after a keyword, into ``attribute``."""
+        cur = self.cur
+        uses, trailing = self._parse_uses()
+        if not trailing:
+            raise cur.expected(f"',' and '{keyword} = ...'")
+        cur.expect_keyword(keyword)
+        cur.expect("=")
+        attrs: dict[str, Any] = {attribute: self._enum_word(enum)}
+        attrs.update(self._opt_attr_dict())
+        cur.expect(":")
+        ins, outs = self._same_type_signature(name, len(uses))
+        return _OpParts(name, uses, ins, outs, attrs)
 
     def _p_reduce_precision(self, name: str, pos: int) -> _OpParts:
         cur = self.cur
@@ -1919,6 +1877,54 @@ class _Parser:
         if kind != "fn" or len(results) != 2:
             raise cur.error("chlo.top_k: expected 'operand-type -> (values-type, indices-type)'", pos)
         return _OpParts(name, [operand], types, results, attrs)
+
+
+# -- the custom forms, by op ----------------------------------------------------------------
+
+#: The readers of custom forms, by the name an op definition gives them (:attr:`.ops.Form.reader`).
+READERS: Mapping[str, Callable[..., _OpParts]] = MappingProxyType({
+    "constant": _Parser._p_constant,
+    "iota": _Parser._p_iota,
+    "compare": _Parser._p_compare,
+    "select": _Parser._p_select,
+    "dims": _Parser._p_dims,
+    "concatenate": _Parser._p_concatenate,
+    "dynamic_slice": _Parser._p_dynamic_slice,
+    "pad": _Parser._p_pad,
+    "slice": _Parser._p_slice,
+    "dot_general": _Parser._p_dot_general,
+    "dot": _Parser._p_dot,
+    "convolution": _Parser._p_convolution,
+    "reduce": _Parser._p_reduce,
+    "while": _Parser._p_while,
+    "return": _Parser._p_return,
+    "call": _Parser._p_call,
+    "optimization_barrier": _Parser._p_optimization_barrier,
+    "tuple": _Parser._p_tuple,
+    "get_tuple_element": _Parser._p_get_tuple_element,
+    "complex": _Parser._p_complex,
+    "keyword_enum": _Parser._p_keyword_enum,
+    "reduce_precision": _Parser._p_reduce_precision,
+    "fft": _Parser._p_fft,
+    "custom_call": _Parser._p_custom_call,
+    "composite": _Parser._p_composite,
+    "get_dimension_size": _Parser._p_get_dimension_size,
+    "top_k": _Parser._p_top_k,
+    "manual_computation": _Parser._p_manual_computation,
+})
+
+
+def _reader(form: Form) -> Callable[[_Parser, str, int], _OpParts]:
+    """The reader a form names, given the keyword, attribute and enum the form sets."""
+    params = {key: value for key, value in (("keyword", form.keyword), ("attribute", form.attribute),
+                                            ("enum", form.enum)) if value is not None}
+    reader = READERS[form.reader]
+    return functools.partial(reader, **params) if params else reader
+
+
+#: ``reader(parser, op_name, position)`` of each op that has a custom form, from its definition.
+_PRETTY: Mapping[str, Callable[[_Parser, str, int], _OpParts]] = MappingProxyType({
+    d.name: _reader(d.form) for d in OPS.values() if d.form is not None})
 
 
 # -- dense literals ---------------------------------------------------------------------------
@@ -2088,146 +2094,3 @@ def _dense_from_bytes(data: bytes, ty: TensorType) -> np.ndarray:
     if len(data) != n * item:
         raise ValueError(f"{len(data)} bytes of data, expected {n * item}")
     return np.frombuffer(data, dtype=dtype).astype(ty.dtype).reshape(ty.shape)
-
-
-# -- spec defaults ----------------------------------------------------------------------------
-
-
-class _MissingAttribute(Exception):
-    pass
-
-
-def _require(attrs: dict, *names: str) -> None:
-    for name in names:
-        if name not in attrs:
-            raise _MissingAttribute(name)
-
-
-def _rank(value: Value) -> int:
-    return value.type.rank if isinstance(value.type, TensorType) else 0
-
-
-def _fill_compare(attrs, operands, results):
-    _require(attrs, "comparison_direction")
-    if "compare_type" not in attrs or attrs["compare_type"] == ComparisonType.NOTYPE:
-        ty = operands[0].type if operands else None
-        if isinstance(ty, TensorType):
-            if ty.is_float or ty.is_complex:
-                attrs["compare_type"] = ComparisonType.FLOAT
-            elif ty.is_signed:
-                attrs["compare_type"] = ComparisonType.SIGNED
-            else:
-                attrs["compare_type"] = ComparisonType.UNSIGNED
-
-
-def _fill_dot(attrs, operands, results):
-    attrs.setdefault("precision_config", (Precision.DEFAULT, Precision.DEFAULT))
-
-
-def _fill_dot_general(attrs, operands, results):
-    _require(attrs, "dot_dimension_numbers")
-    _fill_dot(attrs, operands, results)
-
-
-def _fill_convolution(attrs, operands, results):
-    _require(attrs, "dimension_numbers")
-    n = len(attrs["dimension_numbers"].input_spatial_dimensions)
-    attrs.setdefault("window_strides", (1,) * n)
-    attrs.setdefault("padding", _readonly(np.zeros((n, 2), dtype=np.int64)))
-    attrs.setdefault("lhs_dilation", (1,) * n)
-    attrs.setdefault("rhs_dilation", (1,) * n)
-    attrs.setdefault("window_reversal", (False,) * n)
-    attrs.setdefault("feature_group_count", 1)
-    attrs.setdefault("batch_group_count", 1)
-    attrs.setdefault("precision_config", (Precision.DEFAULT, Precision.DEFAULT))
-    if isinstance(attrs["padding"], np.ndarray):
-        attrs["padding"] = _readonly(np.asarray(attrs["padding"], dtype=np.int64).reshape(n, 2))
-    attrs["window_reversal"] = tuple(bool(v) for v in attrs["window_reversal"])
-
-
-def _fill_window(attrs, operands, results, *, require_dims: bool = True):
-    rank = _rank(operands[0]) if operands else 0
-    if require_dims:
-        _require(attrs, "window_dimensions")
-    else:
-        attrs.setdefault("window_dimensions", (1,) * rank)
-    attrs.setdefault("window_strides", (1,) * rank)
-    attrs.setdefault("padding", _readonly(np.zeros((rank, 2), dtype=np.int64)))
-    if isinstance(attrs["padding"], np.ndarray):
-        attrs["padding"] = _readonly(np.asarray(attrs["padding"], dtype=np.int64).reshape(rank, 2))
-
-
-def _fill_reduce_window(attrs, operands, results):
-    _fill_window(attrs, operands, results)
-    rank = _rank(operands[0]) if operands else 0
-    attrs.setdefault("base_dilations", (1,) * rank)
-    attrs.setdefault("window_dilations", (1,) * rank)
-
-
-def _fill_select_and_scatter(attrs, operands, results):
-    _fill_window(attrs, operands, results, require_dims=False)
-
-
-def _fill_slice(attrs, operands, results):
-    _require(attrs, "start_indices", "limit_indices")
-    attrs.setdefault("strides", (1,) * len(attrs["start_indices"]))
-
-
-def _fill_sort(attrs, operands, results):
-    rank = _rank(operands[0]) if operands else 0
-    dim = int(attrs.get("dimension", -1))
-    attrs["dimension"] = dim + rank if dim < 0 else dim
-    attrs["is_stable"] = bool(attrs.get("is_stable", False))
-
-
-def _fill_gather(attrs, operands, results):
-    _require(attrs, "dimension_numbers", "slice_sizes")
-    attrs["indices_are_sorted"] = bool(attrs.get("indices_are_sorted", False))
-
-
-def _fill_scatter(attrs, operands, results):
-    _require(attrs, "scatter_dimension_numbers")
-    attrs["indices_are_sorted"] = bool(attrs.get("indices_are_sorted", False))
-    attrs["unique_indices"] = bool(attrs.get("unique_indices", False))
-
-
-def _fill_pad(attrs, operands, results):
-    _require(attrs, "edge_padding_low", "edge_padding_high")
-    attrs.setdefault("interior_padding", (0,) * len(attrs["edge_padding_low"]))
-
-
-def _fill_rng_bit_generator(attrs, operands, results):
-    attrs.setdefault("rng_algorithm", RngAlgorithm.DEFAULT)
-
-
-def _requires(*names: str):
-    def fill(attrs, operands, results):
-        _require(attrs, *names)
-    return fill
-
-
-_DEFAULTS: dict[str, Callable[[dict, list, list], None]] = {
-    "stablehlo.compare": _fill_compare,
-    "stablehlo.dot": _fill_dot,
-    "stablehlo.dot_general": _fill_dot_general,
-    "stablehlo.convolution": _fill_convolution,
-    "stablehlo.reduce_window": _fill_reduce_window,
-    "stablehlo.select_and_scatter": _fill_select_and_scatter,
-    "stablehlo.slice": _fill_slice,
-    "stablehlo.sort": _fill_sort,
-    "stablehlo.gather": _fill_gather,
-    "stablehlo.scatter": _fill_scatter,
-    "stablehlo.pad": _fill_pad,
-    "stablehlo.rng_bit_generator": _fill_rng_bit_generator,
-    "stablehlo.constant": _requires("value"),
-    "stablehlo.iota": _requires("iota_dimension"),
-    "stablehlo.broadcast_in_dim": _requires("broadcast_dimensions"),
-    "stablehlo.transpose": _requires("permutation"),
-    "stablehlo.reverse": _requires("dimensions"),
-    "stablehlo.reduce": _requires("dimensions"),
-    "stablehlo.concatenate": _requires("dimension"),
-    "stablehlo.dynamic_slice": _requires("slice_sizes"),
-    "stablehlo.get_tuple_element": _requires("index"),
-    "chlo.top_k": _requires("k"),
-    "func.call": _requires("callee"),
-}
