@@ -5,10 +5,11 @@ attributes (which ones the text must give, the defaults of the others), the read
 assembly form, the rule that verifies it, how many regions it carries and which element types
 it takes. The other tables of op knowledge are derived from this one or checked against it:
 
-* the parser reads an op's custom form with the reader :attr:`OpDef.form` names and fills in
-  the attributes with :meth:`OpDef.complete_attributes` (``parser``);
-* the verifier runs the rule :attr:`OpDef.verifier` names, checks :attr:`OpDef.regions` and
-  :attr:`OpDef.element_classes` (``verify``);
+* the parser reads an op's custom form with the reader :attr:`OpDef.form` names (one of
+  :data:`.parser.forms.READERS`) and completes its attributes with
+  :meth:`OpDef.complete_attributes`;
+* the verifier runs the rule :attr:`OpDef.verifier` names (one of :data:`.verify.VERIFIERS`)
+  and checks :attr:`OpDef.regions` and :attr:`OpDef.element_classes`;
 * a backend's rule table may name only ops defined here (``tests/backends/stablehlo/test_ops.py``
   checks the reference interpreter's, numba_cpu's and the toy plugin's).
 
@@ -113,8 +114,8 @@ class Attribute:
 
 @dataclass(frozen=True, slots=True)
 class Form:
-    """An op's custom (pretty) assembly form: the parser's reader for it, by name (the readers
-    are listed in the parser's op-form module), and what a shared reader needs to know."""
+    """An op's custom (pretty) assembly form: the parser's reader for it, by name (a key of
+    :data:`.parser.forms.READERS`), and what a shared reader needs to know."""
 
     reader: str
     #: The word the text uses (``dims`` in ``stablehlo.transpose %x, dims = [1, 0]``).
@@ -131,7 +132,7 @@ class OpDef:
 
     #: With its dialect: ``"stablehlo.add"``, ``"chlo.top_k"``, ``"func.call"``.
     name: str
-    #: The rule the verifier runs (a key of the verifier's rule table); None: the backends
+    #: The rule the verifier runs (a key of :data:`.verify.VERIFIERS`); None: the backends
     #: judge the op alone.
     verifier: str | None = None
     attributes: tuple[Attribute, ...] = ()

@@ -25,7 +25,7 @@ from pjrt_hub.backends.stablehlo.ops import (
 )
 
 verifier = importlib.import_module("pjrt_hub.backends.stablehlo.verify")
-parser = importlib.import_module("pjrt_hub.backends.stablehlo.parser")
+forms = importlib.import_module("pjrt_hub.backends.stablehlo.parser.forms")
 
 
 def _reference_names() -> set[str]:
@@ -114,7 +114,7 @@ def test_every_rule_and_reader_a_definition_names_exists_and_each_is_used():
     verifiers = {d.verifier for d in OPS.values() if d.verifier is not None}
     readers = {d.form.reader for d in OPS.values() if d.form is not None}
     assert verifiers == set(verifier.VERIFIERS)
-    assert readers == set(parser.READERS)
+    assert readers == set(forms.READERS)
 
 
 def test_op_attributes_describe_the_definitions():
