@@ -104,7 +104,7 @@ def _verify_block(block: Block, defined: set[int], module: Module, fn: Function,
             _check_element_class(op)
         except _Invalid as exc:
             raise CompileError(f"{op.describe()} in @{fn.name}: {exc}") from None
-        except (TypeError, IndexError, AttributeError, ValueError) as exc:
+        except (TypeError, IndexError, AttributeError, ValueError, ArithmeticError) as exc:
             raise CompileError(f"{op.describe()} in @{fn.name}: malformed op ({exc})") from None
         for r in op.results:
             defined.add(r.id)
@@ -508,6 +508,9 @@ def _check_convolution(op: Op, module: Module) -> None:
         _fail(f"kernel output features {k_out} must be divisible by the group counts")
     if x.shape[dn.input_batch_dimension] % bgc:
         _fail(f"input batch {x.shape[dn.input_batch_dimension]} must be divisible by batch_group_count {bgc}")
+    for name in ("window_strides", "lhs_dilation", "rhs_dilation"):
+        if min(list(a[name]) + [1]) <= 0:
+            _fail(f"{name} must be positive, got {list(a[name])}")
     pad = a["padding"]
     expected = [0] * (n + 2)
     expected[dn.output_batch_dimension] = x.shape[dn.input_batch_dimension] // bgc
