@@ -298,9 +298,9 @@ def format_report(report: dict[str, Any]) -> str:
 
 
 def _child_registry(library: Sequence[str]) -> Any:
-    from pjrt_hub._registry import PluginRegistry, RegistrySettings
+    from pjrt_hub._registry import PluginRegistry
 
-    return PluginRegistry(RegistrySettings.from_environment(paths=tuple(library)))
+    return PluginRegistry.from_environment(paths=tuple(library))
 
 
 def _measure_main(argv: Sequence[str]) -> int:

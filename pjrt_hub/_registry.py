@@ -18,7 +18,7 @@ import re
 import threading
 import traceback
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import pluggy
@@ -44,9 +44,9 @@ from pjrt_hub.extensions import (
     version_from_struct_size,
 )
 
-from ._discovery import Candidate, discover
+from ._discovery import ENV_LIBRARY_PATHS, Candidate, discover
 from ._facade import Gated, gate
-from ._policy import Policy, Verdict, judge
+from ._policy import Policy, Verdict, judge, strict_from_environment
 from ._reports import (
     DeclarationModel,
     NegotiationModel,
@@ -121,9 +121,19 @@ def default_plugin_name(environ: Mapping[str, str] | None = None) -> str:
     return env.get(ENV_DEVICE, "").strip().lower() or DEFAULT_PLUGIN
 
 
+_OFF = {"0", "false", "no", "off"}
+
+
 @dataclass(frozen=True)
 class RegistrySettings:
-    """Which plugins to consider, and how."""
+    """Which plugins to consider, and how.
+
+    :meth:`from_environment` is the one reader of the environment variables that shape a
+    registry; every command builds its registry through it (:meth:`PluginRegistry.from_environment`),
+    so a variable means the same to ``pjrt-hub list``, ``pytest --pjrt-plugin``, ``bench`` and the
+    matrix. Settings built by hand read nothing, except the two discovery facts left at None
+    (``library_paths``, ``default_plugin``), which the registry takes from its environment.
+    """
 
     policy: Policy = field(default_factory=Policy)
     extension_requests: tuple[ExtensionRequest, ...] = ()
@@ -131,10 +141,19 @@ class RegistrySettings:
     disabled: frozenset[str] = frozenset()
     #: If set, only these plugins are loaded (``PJRT_HUB_PLUGINS=a,b``): selectors too.
     allowed: frozenset[str] | None = None
+    #: If set, the plugins a command will use (``--pjrt-plugin``): no other one is imported. Unlike
+    #: ``allowed`` this is not the user's allow-list, so the two apply together.
+    requested: frozenset[str] | None = None
     #: Read entry points (``PJRT_HUB_PLUGIN_AUTOLOAD=0`` turns it off).
     autoload: bool = True
     #: Extra C plugin library paths (``pjrt-hub probe PATH``, ``--plugin PATH``).
     paths: tuple[str, ...] = ()
+    #: C plugins named by ``PJRT_NAMES_AND_LIBRARY_PATHS`` (``name:path,...`` as written; "" for
+    #: none). None: the registry reads the variable from its environment.
+    library_paths: str | None = None
+    #: The plugin used when a command names none (``PJRT_DEVICE``, else numba_cpu). None: the
+    #: registry reads ``PJRT_DEVICE`` from its environment.
+    default_plugin: str | None = None
     #: Seconds a C library may take to be probed. A cold first read of a 250 MB plugin takes a few
     #: seconds; one that hangs (libtpu looking for a metadata server) must not hold ``list`` for
     #: minutes. Probes run in parallel, and a result is cached on disk by the loader.
@@ -142,13 +161,51 @@ class RegistrySettings:
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "RegistrySettings":
+        """The settings the environment gives, with ``overrides`` (what a command line says) on top.
+
+        Read here: ``PJRT_HUB_DISABLE_PLUGINS``, ``PJRT_HUB_PLUGINS``, ``PJRT_HUB_PLUGIN_AUTOLOAD``,
+        ``PJRT_HUB_STRICT`` (or ``ENABLE_PJRT_COMPATIBILITY=false``), ``PJRT_NAMES_AND_LIBRARY_PATHS``
+        and ``PJRT_DEVICE``. An override replaces the environment's value, with two exceptions that
+        only ever narrow: a ``policy`` given here still gets the environment's strict mode (a
+        command's own ``--framework-version`` must not switch off ``PJRT_HUB_STRICT=1``), and
+        ``disabled`` adds to the environment's block-list. The variables not read here belong to
+        the parts that use them: ``PJRT_HUB_CACHE`` and ``PJRT_HUB_PROBE_CACHE`` (the caches),
+        ``PJRT_HUB_TRACEBACK`` (the CLI), ``PJRT_HUB_JAX_PLUGINS`` (``import jax``).
+        """
         env = os.environ if environ is None else environ
-        allowed = _names(env.get(ENV_ALLOW)) or None
-        autoload = env.get(ENV_AUTOLOAD, "1").strip().lower() not in {"0", "false", "no", "off"}
-        values: dict[str, Any] = {"disabled": _names(env.get(ENV_DISABLE)), "allowed": allowed,
-                                  "autoload": autoload}
+        strict_source = strict_from_environment(env)
+        policy = overrides.pop("policy", None) or Policy()
+        if strict_source is not None and not policy.strict:
+            policy = replace(policy, strict=True, strict_source=strict_source)
+        disabled = _names(env.get(ENV_DISABLE)) | frozenset(overrides.pop("disabled", ()))
+        values: dict[str, Any] = {
+            "policy": policy, "disabled": disabled, "allowed": _names(env.get(ENV_ALLOW)) or None,
+            "autoload": env.get(ENV_AUTOLOAD, "1").strip().lower() not in _OFF,
+            "library_paths": env.get(ENV_LIBRARY_PATHS) or "", "default_plugin": default_plugin_name(env),
+        }
         values.update(overrides)
         return cls(**values)
+
+    def completed(self, environ: Mapping[str, str]) -> "RegistrySettings":
+        """These settings with the discovery facts they leave open read from ``environ``."""
+        if self.library_paths is not None and self.default_plugin is not None:
+            return self
+        return replace(self, library_paths=environ.get(ENV_LIBRARY_PATHS) or "" if self.library_paths is None
+                       else self.library_paths,
+                       default_plugin=default_plugin_name(environ) if self.default_plugin is None
+                       else self.default_plugin)
+
+    def refusal(self, candidate: Candidate) -> str | None:
+        """Why the block-list, the allow-list or the request keep ``candidate`` out, or None.
+        The registry asks before it imports or probes anything, and so does the matrix plan."""
+        blocking = sorted(item for item in self.disabled if selector_matches(item, candidate))
+        if blocking:
+            return f"blocked by {ENV_DISABLE} or --disable ({', '.join(blocking)})"
+        if self.allowed is not None and not any(selector_matches(i, candidate) for i in self.allowed):
+            return f"not in the allow-list ({ENV_ALLOW} or --only): {', '.join(sorted(self.allowed))}"
+        if self.requested is not None and not any(selector_matches(i, candidate) for i in self.requested):
+            return f"not asked for (only {', '.join(sorted(self.requested))} are used)"
+        return None
 
 
 @dataclass(frozen=True)
@@ -195,8 +252,8 @@ class PluginRegistry:
 
     def __init__(self, settings: RegistrySettings | None = None, *,
                  environ: Mapping[str, str] | None = None) -> None:
-        self.settings = settings or RegistrySettings.from_environment(environ)
-        self._environ = dict(os.environ if environ is None else environ)
+        env = os.environ if environ is None else environ
+        self.settings = (settings or RegistrySettings.from_environment(env)).completed(env)
         self._pm = pluggy.PluginManager(PROJECT)
         self._pm.add_hookspecs(hookspecs)
         self._entries: list[_Entry] = []
@@ -209,6 +266,12 @@ class PluginRegistry:
         self._probes: dict[str, tuple[Any, BaseException | None]] = {}
         #: ``(setting, selector)`` pairs that named at least one candidate.
         self._matched: set[tuple[str, str]] = set()
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "PluginRegistry":
+        """The registry of a command: the environment's settings (:meth:`RegistrySettings.from_environment`)
+        with the command's ``overrides``. Every entry point builds its registry here."""
+        return cls(RegistrySettings.from_environment(environ, **overrides), environ=environ)
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -225,7 +288,9 @@ class PluginRegistry:
         with self._lock:
             if not self._loaded:
                 self._loaded = True
-                candidates = discover(autoload=self.settings.autoload, environ=self._environ,
+                libraries = self.settings.library_paths
+                candidates = discover(autoload=self.settings.autoload,
+                                      environ={ENV_LIBRARY_PATHS: libraries} if libraries else {},
                                       paths=self.settings.paths)
                 self._probe_ahead(candidates)
                 for candidate in candidates:
@@ -263,15 +328,11 @@ class PluginRegistry:
         names a candidate is remembered, so that :meth:`unmatched` can say which named nothing.
         """
         s = self.settings
-        blocking = [item for item in s.disabled if selector_matches(item, candidate)]
-        allowing = [item for item in s.allowed or () if selector_matches(item, candidate)]
-        self._matched.update(("disabled", item) for item in blocking)
-        self._matched.update(("allowed", item) for item in allowing)
-        if blocking:
-            return Outcome.BLOCKED, f"blocked by {ENV_DISABLE} or --disable ({', '.join(sorted(blocking))})"
-        if s.allowed is not None and not allowing:
-            return Outcome.BLOCKED, (f"not in the allow-list ({ENV_ALLOW} or --only): "
-                                     f"{', '.join(sorted(s.allowed))}")
+        self._matched.update(("disabled", item) for item in s.disabled if selector_matches(item, candidate))
+        self._matched.update(("allowed", item) for item in s.allowed or () if selector_matches(item, candidate))
+        reason = s.refusal(candidate)
+        if reason is not None:
+            return Outcome.BLOCKED, reason
         if first is not None:
             return Outcome.DUPLICATE, self._duplicate_reason(candidate, first)
         return None
@@ -633,7 +694,7 @@ class PluginRegistry:
 
     def api(self, name: str | None = None) -> Gated:
         """The plugin's API object, seen through the version gate."""
-        name = name or default_plugin_name(self._environ)
+        name = name or self.settings.default_plugin or DEFAULT_PLUGIN
         self.require([name])
         entry = self._by_name[name.lower()]
         with self._lock:
@@ -686,7 +747,7 @@ class PluginRegistry:
     def create_client(self, name: str | None = None, options: Mapping[str, Any] | None = None, *,
                       allow_hardware: bool = False) -> Gated:
         """Initialize the plugin (once) and create a client, through the version gate."""
-        name = name or default_plugin_name(self._environ)
+        name = name or self.settings.default_plugin or DEFAULT_PLUGIN
         self.require([name])
         entry = self._by_name[name.lower()]
         risk = self.client_creation_risk(name)

@@ -144,38 +144,27 @@ def _add_registry(p: argparse.ArgumentParser) -> None:
 
 
 def _registry(args: argparse.Namespace) -> Any:
-    from pjrt_hub._policy import Policy, strict_from_environment
-    from pjrt_hub._registry import PluginRegistry, RegistrySettings, selector
+    from pjrt_hub._policy import Policy
+    from pjrt_hub._registry import PluginRegistry, selector
     from pjrt_hub.extensions import parse_request
 
-    strict_source = "--strict" if args.strict else strict_from_environment()
-    policy = Policy(
-        framework=args.framework_version or history.NEWEST_KNOWN,
-        window_weeks=args.window_weeks,
-        floor_minor=args.floor_minor,
-        strict=strict_source is not None,
-        strict_source=strict_source or "--strict",
-    )
+    # PJRT_HUB_STRICT and the other variables are read by PluginRegistry.from_environment, as for
+    # every other entry point; the options here only add to them.
+    policy = Policy(framework=args.framework_version or history.NEWEST_KNOWN, window_weeks=args.window_weeks,
+                    floor_minor=args.floor_minor, strict=args.strict)
     try:
         requests = tuple(parse_request(t, required=True) for t in args.require_ext)
         requests += tuple(parse_request(t, required=False) for t in args.want_ext)
     except ValueError as exc:
         raise _Usage(str(exc)) from None
-    settings = RegistrySettings.from_environment(policy=policy, extension_requests=requests,
-                                                 paths=tuple(args.library),
-                                                 probe_timeout=getattr(args, "probe_timeout", _PROBE_TIMEOUT))
-    overrides: dict[str, Any] = {}
-    if args.disable:
-        overrides["disabled"] = settings.disabled | {selector(n) for n in args.disable if n.strip()}
+    overrides: dict[str, Any] = {"disabled": frozenset(selector(n) for n in args.disable if n.strip())}
     if args.only:
         overrides["allowed"] = frozenset(selector(n) for n in args.only if n.strip())
     if args.no_autoload:
         overrides["autoload"] = False
-    if overrides:
-        from dataclasses import replace
-
-        settings = replace(settings, **overrides)
-    registry = PluginRegistry(settings)
+    registry = PluginRegistry.from_environment(
+        policy=policy, extension_requests=requests, paths=tuple(args.library),
+        probe_timeout=getattr(args, "probe_timeout", _PROBE_TIMEOUT), **overrides)
     args.built_registry = registry  # for _late_selection_notes
     return registry
 
@@ -623,8 +612,9 @@ def cmd_matrix_merge(args: argparse.Namespace) -> int:
 
 def _plugin_target(args: argparse.Namespace, value: str | None) -> str | None:
     """A plugin given by path becomes an explicit library candidate; return its name."""
-    if value and ("/" in value or value.endswith((".so", ".dylib", ".json"))):
-        from pjrt_hub._discovery import candidate_for_path
+    from pjrt_hub._discovery import candidate_for_path, is_library_path
+
+    if value and is_library_path(value):
 
         args.library = [*args.library, value]
         return candidate_for_path(value).name

@@ -36,23 +36,22 @@ def served_registry(plugins: Sequence[str], *, via: str, framework: str | None =
                     strict: bool = False) -> tuple[Any, list[str]]:
     """A registry holding each of ``plugins`` and its served form ``NAME@VIA``; returns the
     registry and the served names, in order."""
-    from pjrt_hub import Policy, PluginRegistry, RegistrySettings
+    from pjrt_hub import Policy, PluginRegistry
+    from pjrt_hub._discovery import is_library_path
     from pjrt_hub.backends.c_api.served import LOADER, candidate, publish
-
-    from ._session import _is_path
 
     if via not in VIAS:
         raise ViaError(f"unknown transport {via!r}; choose one of {', '.join(VIAS)}")
     for name in plugins:
-        if _is_path(name):
+        if is_library_path(name):
             raise ViaError(f"{name} is a C plugin; --via serves pjrt-hub's Python plugins as a PJRT_Api (a C "
                            "plugin already is one: run the suite on it directly)")
     policy = Policy(framework=ApiVersion.parse(framework)) if framework else Policy()
     if strict:
         policy = Policy(framework=policy.framework, strict=True)
     served_names = [f"{name}@{via}" for name in plugins]
-    allowed = frozenset(n.lower() for n in [*plugins, *served_names])
-    registry = PluginRegistry(RegistrySettings.from_environment(policy=policy, allowed=allowed))
+    requested = frozenset(n.lower() for n in [*plugins, *served_names])
+    registry = PluginRegistry.from_environment(policy=policy, requested=requested)
     registry.add_loader(LOADER, "served")
     registry.load()
     for name, served_name in zip(plugins, served_names):
