@@ -674,15 +674,24 @@ class PluginRegistry:
 
     # -- using plugins ---------------------------------------------------------------------
 
-    def record(self, name: str) -> PluginRecord:
-        """The load record of a plugin by name; NotFound lists the names there are."""
+    def _entry(self, name: str) -> _Entry:
         self.load()
         key = name.lower()
         entry = self._by_name.get(key) or next((e for e in self._entries if e.record.name.lower() == key), None)
         if entry is None:
             known = ", ".join(sorted(e.record.name for e in self._entries)) or "(none)"
             raise NotFound(f"no plugin named {name!r}; plugins found: {known}")
-        return entry.record
+        return entry
+
+    def record(self, name: str) -> PluginRecord:
+        """The load record of a plugin by name; NotFound lists the names there are."""
+        return self._entry(name).record
+
+    def declaration(self, name: str) -> DeclarationModel | None:
+        """What a Python plugin declared (``pjrt_hub_declare``, called once, when it was loaded),
+        validated; None for a C plugin, or one whose declaration could not be read (its record
+        says why). NotFound lists the names there are."""
+        return self._entry(name).declaration
 
     def require(self, names: Sequence[str]) -> None:
         """Raise for the first named plugin that is not loaded, with the recorded reason."""

@@ -33,6 +33,7 @@ from ._limitations import known_limitations
 
 if TYPE_CHECKING:
     from pjrt_hub import PluginRecord, PluginRegistry
+    from pjrt_hub._reports import DeclarationModel
 
 __all__ = ["PluginUnderTest", "describe"]
 
@@ -84,7 +85,8 @@ class PluginUnderTest:
         self.kind = self.record.kind
         self.framework: ApiVersion = registry.policy.framework
         self.timeout_scale = timeout_scale
-        self.declaration = self._declaration()
+        #: What the plugin declared, as the registry read it (None for a C plugin).
+        self.declaration: "DeclarationModel | None" = registry.declaration(name)
         self._lock = threading.Lock()
         self._slots: dict[str, _Slot] = {}
         self._memo: dict[str, Any] = {}
@@ -92,19 +94,6 @@ class PluginUnderTest:
         self.step = ""
 
     # -- what the registry knows ---------------------------------------------------------------
-
-    def _declaration(self) -> Any:
-        """The validated declaration of a registered Python plugin (None otherwise)."""
-        from pjrt_hub._reports import declaration_from_plugin
-
-        obj = self.registry.plugin_manager.get_plugin(self.name)
-        hook = getattr(obj, "pjrt_hub_declare", None)
-        if hook is None:
-            return None
-        try:
-            return declaration_from_plugin(hook())
-        except Exception:  # the registry accepted it once; a flaky declare is reported by version/loaded
-            return None
 
     @property
     def loaded(self) -> bool:

@@ -97,13 +97,7 @@ def _transport_limitations(registry: Any, name: str) -> list[dict[str, Any]]:
 
 
 def _declared_limitations(registry: Any, name: str) -> list[dict[str, Any]]:
-    from pjrt_hub._reports import declaration_from_plugin
-
-    hook = getattr(registry.plugin_manager.get_plugin(name), "pjrt_hub_declare", None)
-    if hook is None:
-        return []
-    try:
-        declaration = declaration_from_plugin(hook())
-    except Exception:  # noqa: BLE001 - the registry judged the declaration already
+    declaration = registry.declaration(name)
+    if declaration is None:
         return []
     return [{"description": x.description, "cases": list(x.cases)} for x in declaration.limitations]

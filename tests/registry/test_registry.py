@@ -403,3 +403,28 @@ def test_c_plugins_without_a_loader_are_found_not_probed(tmp_path):
     reg.load()
     assert reg.record("x").outcome is Outcome.FOUND
     assert "not probed" in reg.record("x").reason
+
+
+def test_a_plugins_declaration_is_read_once_and_given_by_the_registry():
+    from pjrt_hub.abi import Limitation, hookimpl
+    from pjrt_hub.testing import PluginUnderTest
+    from pjrt_hub.testing.toy import ToyPlugin
+
+    class Counting(ToyPlugin):
+        calls = 0
+
+        @hookimpl
+        def pjrt_hub_declare(self):
+            type(self).calls += 1
+            return super().pjrt_hub_declare()
+
+    reg = registry(autoload=False)
+    reg.register(Counting(limitations=[Limitation("no process index", ("client/process_index",))]), "counted")
+    declaration = reg.declaration("counted")
+    assert declaration.version == ApiVersion(0, 105) and declaration.limitations[0].description == "no process index"
+    ctx = PluginUnderTest(reg, "counted")
+    assert ctx.declaration is declaration and ctx.limitations[0].cases == ("client/process_index",)
+    assert Counting.calls == 1, "the declaration hook was called again after the registry read it"
+    assert reg.declaration("COUNTED") is declaration
+    with pytest.raises(NotFound, match="no plugin named 'nobody'"):
+        reg.declaration("nobody")
