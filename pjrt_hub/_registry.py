@@ -35,6 +35,7 @@ from pjrt_hub.abi import (
     VersionError,
     hookspecs,
 )
+from pjrt_hub.abi.probe import ProbeReport
 from pjrt_hub.extensions import (
     ExtensionRequest,
     ExtensionWarning,
@@ -233,7 +234,10 @@ class _Entry:
     api: Any = None
     #: ``api`` behind the version gate, built once (the gate caches a proxy class per plugin class).
     gated: Gated | None = None
-    details: dict[str, Any] = field(default_factory=dict)
+    #: What the loader read of a C library.
+    probe: ProbeReport | None = None
+    #: Whether ``PJRT_Plugin_Initialize`` ran (once, before the first client).
+    initialized: bool = False
 
 
 def _describe(exc: BaseException) -> str:
@@ -263,7 +267,7 @@ class PluginRegistry:
         self._loaders: pluggy.PluginManager | None = None
         self._loader_problems: list[str] = []
         #: Probe answers gathered ahead, in parallel, by library path (see _probe_ahead).
-        self._probes: dict[str, tuple[Any, BaseException | None]] = {}
+        self._probes: dict[str, tuple[ProbeReport | Mapping[str, Any] | None, BaseException | None]] = {}
         #: ``(setting, selector)`` pairs that named at least one candidate.
         self._matched: set[tuple[str, str]] = set()
 
@@ -499,7 +503,8 @@ class PluginRegistry:
         """Register a loader of C libraries by hand (before :meth:`load`)."""
         self.loader_manager().register(obj, name=f"loader:{name}")
 
-    def _probe(self, path: str, loaders: pluggy.PluginManager | None = None) -> tuple[Any, BaseException | None]:
+    def _probe(self, path: str, loaders: pluggy.PluginManager | None = None
+               ) -> tuple[ProbeReport | Mapping[str, Any] | None, BaseException | None]:
         """Ask the loaders to probe a library: ``(answer, None)``, or ``(None, what it raised)``.
         Worker threads get ``loaders`` handed to them: the registry's lock is held by load()."""
         pm = loaders if loaders is not None else self.loader_manager()
@@ -552,41 +557,46 @@ class PluginRegistry:
         path = entry.record.library_path
         assert path is not None
         ahead = self._probes.get(path)
-        probe, raised = ahead if ahead is not None else self._probe(path)
+        answer, raised = ahead if ahead is not None else self._probe(path)
         if raised is not None:
             self._set(entry, Outcome.FAILED, "the library loader raised while probing it", raised)
             return
-        if probe is None:
+        if answer is None:
             loaders = [n.removeprefix("loader:") for n, _ in self.loader_manager().list_name_plugin()]
             problems = "; ".join(self._loader_problems) or (
                 f"no installed loader reads it ({', '.join(loaders)}): is it a PJRT plugin's shared library?"
                 if loaders else f"no loader is installed ({LOADER_GROUP})")
             self._set(entry, Outcome.FOUND, f"C plugin found but not probed: {problems}")
             return
-        details = dict(probe)
-        entry.details["probe"] = details
-        outcome, message = details.get("outcome"), details.get("message") or ""
-        if outcome != "ok":
-            self._set(entry, Outcome.FAILED, f"probing {path} failed ({outcome}): {message}".rstrip(": "),
-                      details=details)
+        try:
+            probe = ProbeReport.from_loader(answer, path=path, name=entry.record.name)
+        except (ValidationError, TypeError) as exc:
+            self._set(entry, Outcome.FAILED, f"the library loader's answer is malformed: {_validation_summary(exc)}",
+                      exc)
+            return
+        entry.probe = probe
+        details = _probe_details(probe)
+        if probe.outcome != "ok":
+            self._set(entry, Outcome.FAILED, f"probing {path} failed ({probe.outcome}): {probe.reason or ''}"
+                      .rstrip(": "), details=details)
             return
         try:
-            version = ApiVersion.parse(str(details.get("api_version")))
+            version = ApiVersion.parse(str(probe.api_version))
         except ValueError as exc:
             self._set(entry, Outcome.FAILED, f"the library reports a malformed API version: {exc}",
                       details=details)
             return
         offered = {}
-        for node in details.get("extensions") or ():
-            spec = extension_spec(node.get("type", -1)) if isinstance(node, dict) else None
+        for node in probe.extensions:
+            spec = extension_spec(node.type)
             if spec is not None:
-                offered[spec.name] = version_from_struct_size(spec, int(node.get("struct_size") or 0))
+                offered[spec.name] = version_from_struct_size(spec, node.struct_size or 0)
         entry.version = version
         self._set(entry, Outcome.FAILED, api_version=str(version), extensions=offered,
-                  platform_name=details.get("platform_name"), details=details)
+                  platform_name=probe.platform_name, details=details)
         if not self._judge(entry, version, "c", None, (), offered):
             return
-        how = ("probe read from the cache (the library is unchanged)" if details.get("probe_cache") == "hit"
+        how = ("probe read from the cache (the library is unchanged)" if probe.probe_cache == "hit"
                else "probed in a subprocess")
         self._set(entry, Outcome.LOADED, f"{how}; " + entry.record.verdict.reasons[0],
                   verdict=entry.record.verdict, negotiation=entry.record.negotiation,
@@ -687,6 +697,11 @@ class PluginRegistry:
         """The load record of a plugin by name; NotFound lists the names there are."""
         return self._entry(name).record
 
+    def probe_report(self, name: str) -> ProbeReport | None:
+        """What the loader read of a C plugin's library (None for a Python plugin, or a library
+        no loader answered for). NotFound lists the names there are."""
+        return self._entry(name).probe
+
     def declaration(self, name: str) -> DeclarationModel | None:
         """What a Python plugin declared (``pjrt_hub_declare``, called once, when it was loaded),
         validated; None for a C plugin, or one whose declaration could not be read (its record
@@ -750,8 +765,7 @@ class PluginRegistry:
         entry = self._by_name[self.record(name).name.lower()]
         if entry.declaration is not None and entry.declaration.needs_hardware:
             return "it declares that creating a client needs hardware or a network that may be absent"
-        probe = entry.details.get("probe") or {}
-        return probe.get("client_creation_risk") or None
+        return entry.probe.client_creation_risk if entry.probe is not None else None
 
     def create_client(self, name: str | None = None, options: Mapping[str, Any] | None = None, *,
                       allow_hardware: bool = False) -> Gated:
@@ -769,9 +783,9 @@ class PluginRegistry:
             options = {**entry.candidate.create_options, **dict(options or {})}
         api = self.api(name)
         with self._lock:
-            if not entry.details.get("initialized"):
+            if not entry.initialized:
                 api.plugin_initialize()
-                entry.details["initialized"] = True
+                entry.initialized = True
         return api.client_create(dict(options or {}))
 
 
@@ -783,6 +797,12 @@ def _validation_summary(exc: BaseException) -> str:
             parts.append(f"{where}: {err.get('msg')} (got {err.get('input')!r})")
         return "; ".join(parts)
     return str(exc)
+
+
+def _probe_details(probe: ProbeReport) -> dict[str, Any]:
+    """A probe report as the record's JSON ``details`` (``list --json``): every field, and
+    ``message``, the hook's older name of ``reason``, which readers of that JSON may know."""
+    return {**probe.model_dump(mode="json"), "message": probe.reason or ""}
 
 
 def _negotiation_model(n: Negotiation) -> NegotiationModel:

@@ -34,6 +34,7 @@ from ._limitations import known_limitations
 if TYPE_CHECKING:
     from pjrt_hub import PluginRecord, PluginRegistry
     from pjrt_hub._reports import DeclarationModel
+    from pjrt_hub.abi.probe import ProbeReport
 
 __all__ = ["PluginUnderTest", "describe"]
 
@@ -87,6 +88,8 @@ class PluginUnderTest:
         self.timeout_scale = timeout_scale
         #: What the plugin declared, as the registry read it (None for a C plugin).
         self.declaration: "DeclarationModel | None" = registry.declaration(name)
+        #: What the loader read of a C plugin's library (None for a Python plugin).
+        self.probe: "ProbeReport | None" = registry.probe_report(name)
         self._lock = threading.Lock()
         self._slots: dict[str, _Slot] = {}
         self._memo: dict[str, Any] = {}
@@ -119,7 +122,7 @@ class PluginUnderTest:
         declared = ()
         if self.declaration is not None:
             declared = tuple(Limitation(x.description, tuple(x.cases)) for x in self.declaration.limitations)
-        return declared + known_limitations(self.record)
+        return declared + known_limitations(self.record, self.probe)
 
     def limitation_for(self, item: Case) -> Limitation | None:
         for limitation in self.limitations:

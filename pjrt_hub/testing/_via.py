@@ -13,14 +13,14 @@ never does (it calls some 70 of them); the JAX cases check what a JAX user relie
 PJRT-level case states.
 
 The served plugin is named ``NAME@VIA`` in the report; the original plugin's declared
-limitations apply to it (they travel in its probe details).
+limitations apply to it (they travel in its probe report).
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from pjrt_hub.abi import ApiVersion
+from pjrt_hub.abi import ApiVersion, Limitation
 
 __all__ = ["VIAS", "served_registry"]
 
@@ -82,7 +82,7 @@ def _serve(registry: Any, record: Any, via: str) -> Any:
     return serve(make_api, name=record.name, version=record.api_version, extensions=dict(record.extensions))
 
 
-def _transport_limitations(registry: Any, name: str) -> list[dict[str, Any]]:
+def _transport_limitations(registry: Any, name: str) -> list[Limitation]:
     """What a served Python plugin lacks only as a C plugin: upstream's test demands the
     ``xla_version`` attribute of C plugins, which only a plugin built from XLA can report."""
     api = registry.api(name)
@@ -92,12 +92,12 @@ def _transport_limitations(registry: Any, name: str) -> list[dict[str, Any]]:
         return []
     if "xla_version" in attributes:
         return []
-    return [{"description": f"{name} is not built from XLA and reports no xla_version attribute, which "
-                            "upstream's conformance test demands of C plugins", "cases": ["plugin/attributes"]}]
+    return [Limitation(f"{name} is not built from XLA and reports no xla_version attribute, which upstream's "
+                       "conformance test demands of C plugins", ("plugin/attributes",))]
 
 
-def _declared_limitations(registry: Any, name: str) -> list[dict[str, Any]]:
+def _declared_limitations(registry: Any, name: str) -> list[Limitation]:
     declaration = registry.declaration(name)
     if declaration is None:
         return []
-    return [{"description": x.description, "cases": list(x.cases)} for x in declaration.limitations]
+    return [Limitation(x.description, tuple(x.cases)) for x in declaration.limitations]
