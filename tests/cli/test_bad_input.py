@@ -23,7 +23,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-CORPUS = Path(__file__).resolve().parents[2] / "pjrt_hub" / "data" / "corpus" / "public"
+from ..corpus import CORPUS as CORPORA
+
+CORPUS = CORPORA / "public"
 
 ADD = """func.func public @main(%arg0: tensor<4xf32>, %arg1: tensor<4xf32>) -> tensor<4xf32> {
   %0 = stablehlo.add %arg0, %arg1 : tensor<4xf32>
