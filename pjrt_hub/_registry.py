@@ -189,12 +189,12 @@ class RegistrySettings:
 
     def completed(self, environ: Mapping[str, str]) -> "RegistrySettings":
         """These settings with the discovery facts they leave open read from ``environ``."""
-        if self.library_paths is not None and self.default_plugin is not None:
-            return self
-        return replace(self, library_paths=environ.get(ENV_LIBRARY_PATHS) or "" if self.library_paths is None
-                       else self.library_paths,
-                       default_plugin=default_plugin_name(environ) if self.default_plugin is None
-                       else self.default_plugin)
+        updates: dict[str, str] = {}
+        if self.library_paths is None:
+            updates["library_paths"] = environ.get(ENV_LIBRARY_PATHS) or ""
+        if self.default_plugin is None:
+            updates["default_plugin"] = default_plugin_name(environ)
+        return replace(self, **updates) if updates else self
 
     def refusal(self, candidate: Candidate) -> str | None:
         """Why the block-list, the allow-list or the request keep ``candidate`` out, or None.
