@@ -64,6 +64,7 @@ from .errors import (
     Unknown,
     UnsupportedOpError,
     VersionError,
+    VersionGateRefusal,
     error_for_code,
 )
 from .hookspecs import PROJECT, hookimpl
@@ -92,7 +93,7 @@ __all__ = [
     "ParseError", "PermissionDenied", "PjrtError", "PjrtHubError", "PjrtObject",
     "PluginDeclaration", "PluginLoadError", "PluginValidationError", "Program",
     "ResourceExhausted", "ToHost", "TopologyDescription", "Unauthenticated", "Unavailable",
-    "Unimplemented", "Unknown", "UnsupportedOpError", "VersionError", "api", "api_methods",
+    "Unimplemented", "Unknown", "UnsupportedOpError", "VersionError", "VersionGateRefusal", "api", "api_methods",
     "decode_compile_options", "encode_compile_options", "error_for_code", "from_numpy_dtype",
     "history", "hookimpl", "mlir_element_type", "to_numpy_dtype",
 ]

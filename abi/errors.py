@@ -42,6 +42,7 @@ __all__ = [
     "Unknown",
     "UnsupportedOpError",
     "VersionError",
+    "VersionGateRefusal",
     "error_for_code",
 ]
 
@@ -106,33 +107,119 @@ class PjrtError(PjrtHubError):
         return f"{name}: {self.message}" if self.plugin is None else f"{name}: {self.message} [plugin {self.plugin}]"
 
 
-def _code_class(name: str, code: ErrorCode, doc: str) -> type[PjrtError]:
-    cls = type(name, (PjrtError,), {"code": code, "__doc__": doc, "__module__": "pjrt_hub"})
-    return cls
+# One class per PJRT_Error_Code, declared for type checkers and readers; each says it lives in
+# ``pjrt_hub`` (the public namespace re-exports it), as PjrtHubError does.
+class Cancelled(PjrtError):
+    """The operation was cancelled."""
+
+    __module__ = "pjrt_hub"
+    code = ErrorCode.CANCELLED
 
 
-Cancelled = _code_class("Cancelled", ErrorCode.CANCELLED, "The operation was cancelled.")
-Unknown = _code_class("Unknown", ErrorCode.UNKNOWN, "An error the plugin gave no code for.")
-InvalidArgument = _code_class("InvalidArgument", ErrorCode.INVALID_ARGUMENT, "The caller passed a bad argument.")
-DeadlineExceeded = _code_class("DeadlineExceeded", ErrorCode.DEADLINE_EXCEEDED, "A deadline passed.")
-NotFound = _code_class("NotFound", ErrorCode.NOT_FOUND, "Something looked up does not exist.")
-AlreadyExists = _code_class("AlreadyExists", ErrorCode.ALREADY_EXISTS, "Something created already exists.")
-PermissionDenied = _code_class("PermissionDenied", ErrorCode.PERMISSION_DENIED, "The caller may not do this.")
-ResourceExhausted = _code_class("ResourceExhausted", ErrorCode.RESOURCE_EXHAUSTED, "Out of memory or another resource.")
-FailedPrecondition = _code_class(
-    "FailedPrecondition", ErrorCode.FAILED_PRECONDITION,
-    "The system is not in a state where this works (e.g. a deleted or donated buffer).",
-)
-Aborted = _code_class("Aborted", ErrorCode.ABORTED, "The operation was aborted.")
-OutOfRange = _code_class("OutOfRange", ErrorCode.OUT_OF_RANGE, "An index or offset is out of range.")
-Unimplemented = _code_class(
-    "Unimplemented", ErrorCode.UNIMPLEMENTED,
-    "The plugin does not implement this call, or its API version predates it.",
-)
-Internal = _code_class("Internal", ErrorCode.INTERNAL, "A bug or broken invariant inside a plugin.")
-Unavailable = _code_class("Unavailable", ErrorCode.UNAVAILABLE, "A device or service is not reachable.")
-DataLoss = _code_class("DataLoss", ErrorCode.DATA_LOSS, "Data was lost or corrupted.")
-Unauthenticated = _code_class("Unauthenticated", ErrorCode.UNAUTHENTICATED, "Credentials are missing.")
+class Unknown(PjrtError):
+    """An error the plugin gave no code for."""
+
+    __module__ = "pjrt_hub"
+    code = ErrorCode.UNKNOWN
+
+
+class InvalidArgument(PjrtError):
+    """The caller passed a bad argument."""
+
+    __module__ = "pjrt_hub"
+    code = ErrorCode.INVALID_ARGUMENT
+
+
+class DeadlineExceeded(PjrtError):
+    """A deadline passed."""
+
+    __module__ = "pjrt_hub"
+    code = ErrorCode.DEADLINE_EXCEEDED
+
+
+class NotFound(PjrtError):
+    """Something looked up does not exist."""
+
+    __module__ = "pjrt_hub"
+    code = ErrorCode.NOT_FOUND
+
+
+class AlreadyExists(PjrtError):
+    """Something created already exists."""
+
+    __module__ = "pjrt_hub"
+    code = ErrorCode.ALREADY_EXISTS
+
+
+class PermissionDenied(PjrtError):
+    """The caller may not do this."""
+
+    __module__ = "pjrt_hub"
+    code = ErrorCode.PERMISSION_DENIED
+
+
+class ResourceExhausted(PjrtError):
+    """Out of memory or another resource."""
+
+    __module__ = "pjrt_hub"
+    code = ErrorCode.RESOURCE_EXHAUSTED
+
+
+class FailedPrecondition(PjrtError):
+    """The system is not in a state where this works (e.g. a deleted or donated buffer)."""
+
+    __module__ = "pjrt_hub"
+    code = ErrorCode.FAILED_PRECONDITION
+
+
+class Aborted(PjrtError):
+    """The operation was aborted."""
+
+    __module__ = "pjrt_hub"
+    code = ErrorCode.ABORTED
+
+
+class OutOfRange(PjrtError):
+    """An index or offset is out of range."""
+
+    __module__ = "pjrt_hub"
+    code = ErrorCode.OUT_OF_RANGE
+
+
+class Unimplemented(PjrtError):
+    """The plugin does not implement this call, or its API version predates it."""
+
+    __module__ = "pjrt_hub"
+    code = ErrorCode.UNIMPLEMENTED
+
+
+class Internal(PjrtError):
+    """A bug or broken invariant inside a plugin."""
+
+    __module__ = "pjrt_hub"
+    code = ErrorCode.INTERNAL
+
+
+class Unavailable(PjrtError):
+    """A device or service is not reachable."""
+
+    __module__ = "pjrt_hub"
+    code = ErrorCode.UNAVAILABLE
+
+
+class DataLoss(PjrtError):
+    """Data was lost or corrupted."""
+
+    __module__ = "pjrt_hub"
+    code = ErrorCode.DATA_LOSS
+
+
+class Unauthenticated(PjrtError):
+    """Credentials are missing."""
+
+    __module__ = "pjrt_hub"
+    code = ErrorCode.UNAUTHENTICATED
+
 
 _BY_CODE: dict[ErrorCode, type[PjrtError]] = {
     cls.code: cls
@@ -181,6 +268,22 @@ class ExtensionUnavailableError(PluginLoadError, Unimplemented):
     def __init__(self, plugin: str, message: str) -> None:
         PluginLoadError.__init__(self, plugin, message)
         self.message = message
+
+
+class VersionGateRefusal(Unimplemented):
+    """Version stage: the version gate kept a call from the plugin, because the PJRT API minor that
+    added it is newer than the minor the plugin's calls are limited to (the plugin's, or the
+    framework's when the plugin is newer). The call never reached the plugin: the framework ruled
+    it out, so a caller can tell this apart from a plugin that answers Unimplemented itself."""
+
+    def __init__(self, message: str, *, plugin: str | None = None, method: str | None = None,
+                 since: int | None = None, call_limit: int | None = None) -> None:
+        super().__init__(message, plugin=plugin)
+        #: ``Class.method`` of the binding that was called.
+        self.method = method
+        #: The minor that added it, and the minor calls are limited to.
+        self.since = since
+        self.call_limit = call_limit
 
 
 class CompileError(InvalidArgument):

@@ -33,6 +33,7 @@ import pluggy
 if TYPE_CHECKING:
     from .binding import Api
     from .declaration import PluginDeclaration
+    from .probe import ProbeReport
 
 __all__ = ["PROJECT", "hookimpl"]
 
@@ -80,7 +81,7 @@ def pjrt_hub_get_api() -> "Api":
 
 
 @_spec(firstresult=True)
-def pjrt_hub_probe_library(path: str, timeout: float) -> "Mapping[str, Any] | None":
+def pjrt_hub_probe_library(path: str, timeout: float) -> "ProbeReport | Mapping[str, Any] | None":
     """Read what a PJRT C library declares, without risking the caller's process.
 
     A library may abort, hang or crash when loaded or called, so a loader reads it in a separate
@@ -88,12 +89,15 @@ def pjrt_hub_probe_library(path: str, timeout: float) -> "Mapping[str, Any] | No
 
     :param path: the shared library (``.so``) to read.
     :param timeout: seconds before the reading is abandoned and reported as timed out.
-    :return: a JSON-able mapping with at least ``outcome`` (``"ok"``, or what went wrong:
-        ``"load_failed"``, ``"no_symbol"``, ``"crashed"``, ``"timed_out"``, ...) and
-        ``message``; when ok, ``api_version`` (``"0.81"``), ``extensions`` (a list of
-        ``{"type": int, "name": str, "struct_size": int}``) and, when creating a client is
-        known to be unsafe here, ``client_creation_risk`` (why). Other keys are reported as they
-        are. None if this loader cannot read such a file. Stops at first non-None result.
+    :return: a :class:`~pjrt_hub.abi.probe.ProbeReport` (``from pjrt_hub.abi.probe import
+        ProbeReport``): ``outcome`` (``"ok"``, or what went wrong: ``"load_failed"``,
+        ``"no_symbol"``, ``"crashed"``, ``"timed_out"``, ...) and ``reason``; when ok,
+        ``api_version`` (``"0.81"``), ``extensions`` (type id, name and struct_size of each)
+        and, when creating a client is known to be unsafe here, ``client_creation_risk`` (why).
+        A mapping of the same fields is accepted too (``message`` for ``reason``; ``path`` and
+        ``name`` may be left out); the host validates it into a ProbeReport, and reports keys
+        beyond its fields as they are. None if this loader cannot read such a file. Stops at
+        first non-None result.
 
     .. versionadded:: 0.29
     """

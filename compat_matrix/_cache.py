@@ -37,12 +37,16 @@ CACHED_STATUSES = frozenset({CellStatus.PASSED, CellStatus.REFUSED})
 
 
 def cache_key(plugin: str, identity: str, framework: str, suite: str, environment: Mapping[str, str | None],
-              cases: Sequence[str] = ()) -> str:
+              cases: Sequence[str] = (), *, strict: bool = False) -> str:
     """``plugin``: its registry name (one distribution may hold several plugins, which share the
-    ``identity``); ``cases``: the case patterns a partial run was limited to (none: the whole suite)."""
-    payload = json.dumps({"plugin": plugin.lower(), "identity": identity, "framework": framework, "suite": suite,
-                          "environment": dict(environment), "cases": sorted(cases), "format": CELL_FORMAT},
-                         sort_keys=True)
+    ``identity``); ``cases``: the case patterns a partial run was limited to (none: the whole suite);
+    ``strict``: the cell was judged in strict mode (a key of its own; absent from the key when off,
+    so that the keys of every cell cached before strict mode reached the matrix stay valid)."""
+    facts = {"plugin": plugin.lower(), "identity": identity, "framework": framework, "suite": suite,
+             "environment": dict(environment), "cases": sorted(cases), "format": CELL_FORMAT}
+    if strict:
+        facts["strict"] = True
+    payload = json.dumps(facts, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
 

@@ -25,6 +25,8 @@ __all__ = ["CellSpec", "evaluate_cell", "run_cell"]
 
 #: Seconds a cell may take before it is a red "timed out" cell (a full suite with compiles).
 DEFAULT_CELL_TIMEOUT = 900.0
+#: The environment variables that ask for strict mode (read by pjrt_hub._policy.strict_from_environment).
+STRICT_VARIABLES = ("PJRT_HUB_STRICT", "ENABLE_PJRT_COMPATIBILITY")
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,8 @@ class CellSpec:
     env: dict[str, str] = field(default_factory=dict)
     cases: tuple[str, ...] = ()
     timeout_scale: float = 1.0
+    #: Strict version matching (the plan's; the cell's own environment does not decide it).
+    strict: bool = False
 
 
 def _briefs(cases: list, outcome: str) -> list[CaseBrief]:
@@ -48,14 +52,14 @@ def _briefs(cases: list, outcome: str) -> list[CaseBrief]:
 
 
 def evaluate_cell(plugin: str, framework: str, environment: str, *, cases: Sequence[str] = (),
-                  timeout_scale: float = 1.0) -> CellResult:
+                  timeout_scale: float = 1.0, strict: bool = False) -> CellResult:
     """Judge and test one plugin in this process (the child's work)."""
     from pjrt_hub.testing._run import run_conformance
     from pjrt_hub.testing._session import make_registry
 
     started = time.monotonic()
     base = {"plugin": plugin, "environment": environment, "framework_version": framework}
-    registry, (name,) = make_registry([plugin], framework=framework)
+    registry, (name,) = make_registry([plugin], framework=framework, strict=strict)
     try:
         record = registry.record(name)
     except Exception as exc:  # NotFound: the plugin is not in this environment
@@ -74,7 +78,7 @@ def evaluate_cell(plugin: str, framework: str, environment: str, *, cases: Seque
     if record.outcome.value != "loaded":
         return CellResult(**base, status=CellStatus.ERROR, **judged,
                           error=f"{record.outcome.value}: {record.reason}", duration_s=round(time.monotonic() - started, 3))
-    report = run_conformance([plugin], framework=framework, cases=cases, timeout_scale=timeout_scale)
+    report = run_conformance([plugin], framework=framework, cases=cases, timeout_scale=timeout_scale, strict=strict)
     (result,) = report.plugins
     return CellResult(**base, **judged, status=CellStatus.PASSED if result.ok else CellStatus.FAILED,
                       counts=result.counts, failures=_briefs(result.cases, "failed"),
@@ -94,6 +98,10 @@ def run_cell(spec: CellSpec, *, timeout: float = DEFAULT_CELL_TIMEOUT) -> CellRe
     base = {"plugin": spec.plugin, "environment": spec.environment, "framework_version": spec.framework,
             "key": spec.key}
     env = dict(os.environ, **spec.env)
+    # Strict mode is the plan's (spec.strict), as in CI where the cell runs elsewhere than the plan
+    # was made: the variables here must not make a cell strict that its cache key says is not.
+    for name in STRICT_VARIABLES:
+        env.pop(name, None)
     if spec.python_path:
         env["PYTHONPATH"] = os.pathsep.join([*spec.python_path, *filter(None, [env.get("PYTHONPATH")])])
     started = time.monotonic()
@@ -104,6 +112,8 @@ def run_cell(spec: CellSpec, *, timeout: float = DEFAULT_CELL_TIMEOUT) -> CellRe
                    "--timeout-scale", str(spec.timeout_scale)]
         for pattern in spec.cases:
             command += ["--case", pattern]
+        if spec.strict:
+            command.append("--strict")
         # Its own session, so that a time-out ends the cell's process group (a plugin's helper
         # processes too), all of which this call started.
         proc = subprocess.Popen(command, env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

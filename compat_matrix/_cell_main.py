@@ -22,9 +22,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--case", action="append", default=[])
     parser.add_argument("--timeout-scale", type=float, default=1.0)
+    parser.add_argument("--strict", action="store_true")
     args = parser.parse_args(argv)
     result = evaluate_cell(args.plugin, args.framework_version, args.environment, cases=args.case,
-                           timeout_scale=args.timeout_scale)
+                           timeout_scale=args.timeout_scale, strict=args.strict)
     Path(args.out).write_text(result.model_dump_json())
     # A plugin may leave non-daemon threads or a hung call behind: the result is written, so leave
     # at once rather than wait for them.

@@ -103,7 +103,7 @@ def run_job_here(plan: MatrixPlan, cell: PlanCell, *, cache: CellCache, jobs: in
         cache.root.parent, environment=cell.environment, frameworks=cell.frameworks, plugins=cell.plugins,
         fixtures=[fixtures[n] for n in cell.fixtures], include_installed=installed, libraries=cell.libraries,
         c_plugins=list(wheels.values()), jobs=jobs, cell_timeout=plan.cell_timeout, cache=cache, refresh=refresh,
-        cases=plan.cases, progress=progress)
+        cases=plan.cases, progress=progress, strict=plan.strict)
     report = run.report
     note = report.environments[0].note if report.environments else None
     return CellReport(plan_id=plan.plan_id, cell_id=cell.id, environment=environment_info(cell.environment, note=note),

@@ -159,6 +159,8 @@ class MatrixPlan(BaseModel):
     frameworks: list[str]
     cases: list[str] = Field(default_factory=list, description="case patterns the suite is limited to")
     cell_timeout: float
+    strict: bool = Field(False, description="strict version matching for every cell (PJRT_HUB_STRICT=1 or "
+                         "ENABLE_PJRT_COMPATIBILITY=false where the plan was made)")
     cells: list[PlanCell]
     not_planned: list[EnvironmentInfo] = Field(default_factory=list,
                                                description="environments left out, with why")

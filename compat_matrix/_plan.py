@@ -24,7 +24,7 @@ import re
 import shlex
 import shutil
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from pjrt_hub.abi import ApiVersion
 
@@ -93,6 +93,42 @@ def _env_var_plugins() -> list[str]:
     return [c.name for c in discover(autoload=False)]
 
 
+def _known_candidates(fixture_plugins: Sequence[FixturePlugin], libraries: Sequence[str]) -> dict[str, Any]:
+    """Every plugin a plan may name, as the registry would see it (distribution, library), so that
+    a block-list entry ``name@dist`` means in the plan what it means to ``pjrt-hub list``."""
+    from pjrt_hub._discovery import Candidate, discover
+
+    known: dict[str, Candidate] = {}
+    for candidate in discover(paths=libraries):
+        known.setdefault(candidate.name.lower(), candidate)
+    for plugin in REAL_C_PLUGINS:
+        known.setdefault(plugin.name.lower(), Candidate(plugin.name, "c", "the matrix's real C plugins",
+                                                        distribution=plugin.requirement.partition("==")[0]))
+    for fixture in fixture_plugins:
+        known[fixture.name.lower()] = Candidate(fixture.name, "python", "a matrix fixture",
+                                                distribution=fixture.distribution)
+    return known
+
+
+def _kept_out(rows: Sequence[str], settings: Any, known: dict[str, Any], explicit: set[str]) -> dict[str, str]:
+    """The rows the environment's settings keep out of the plan, with why: the block-list and the
+    allow-list (as the registry applies them), and, with autoload off, every plugin found through
+    entry points (fixtures and installed plugins alike: a cell would not find them either)."""
+    from pjrt_hub._discovery import Candidate
+    from pjrt_hub._registry import ENV_AUTOLOAD
+
+    out = {}
+    for name in rows:
+        if not settings.autoload and name not in explicit:
+            out[name] = (f"autoload is off ({ENV_AUTOLOAD}=0): only PJRT_NAMES_AND_LIBRARY_PATHS, --library "
+                         "and --c-plugins plugins are planned")
+            continue
+        reason = settings.refusal(known.get(name.lower()) or Candidate(name, "python", "the matrix"))
+        if reason is not None:
+            out[name] = reason
+    return out
+
+
 def _command(cell_id: str) -> str:
     return f"pjrt-hub matrix cell {shlex.quote(cell_id)} --plan {PLAN_FILE} --output {RESULTS_DIR}"
 
@@ -130,6 +166,7 @@ def make_plan(*, frameworks: Sequence[ApiVersion | str] = (), plugins: Sequence[
     tox environments whose Python is not installed here (a local run), with a note."""
     from pjrt_hub import __version__
     from pjrt_hub._discovery import candidate_for_path
+    from pjrt_hub._registry import RegistrySettings
     from pjrt_hub.testing import suite_version
 
     from ._run import plugins_here
@@ -138,8 +175,13 @@ def make_plan(*, frameworks: Sequence[ApiVersion | str] = (), plugins: Sequence[
         raise PlanError(f"unknown split {split!r}: choose one of {', '.join(SPLITS)}")
     versions = sorted({str(ApiVersion.parse(str(v))) for v in (frameworks or DEFAULT_FRAMEWORKS)},
                       key=ApiVersion.parse)
+    # The environment's registry settings apply to the plan as to every command: its rows leave
+    # out what PJRT_HUB_DISABLE_PLUGINS, PJRT_HUB_PLUGINS and PJRT_HUB_PLUGIN_AUTOLOAD keep out, and
+    # PJRT_HUB_STRICT travels in the plan to every cell, wherever the cell runs.
+    settings = RegistrySettings.from_environment()
     fixture_names = [f.name for f in fixture_plugins] if fixtures else []
     library_names = {candidate_for_path(path).name: path for path in libraries}
+    explicit = set(library_names)
     # (environment, tox env, python, plugins, wheel requirements by plugin)
     planned: list[tuple[str, str | None, str, list[str], dict[str, str]]] = []
     not_planned: list[EnvironmentInfo] = []
@@ -148,6 +190,7 @@ def make_plan(*, frameworks: Sequence[ApiVersion | str] = (), plugins: Sequence[
             raise PlanError("--env names tox environments; it does not go with --no-tox")
         names, wheels, notes = plugins_here(libraries=libraries, c_plugins=REAL_C_PLUGINS if c_plugins else ())
         requirement = {p.name: p.requirement for p in REAL_C_PLUGINS}
+        explicit |= set(_env_var_plugins()) | {n for n in names if n in requirement and requirement[n] in wheels}
         python = ".".join(platform.python_version_tuple()[:2])
         rows = fixture_names + [n for n in names if n.lower() not in {f.lower() for f in fixture_names}]
         planned.append((here, None, python, rows, {n: requirement[n] for n in names if n in requirement
@@ -158,6 +201,7 @@ def make_plan(*, frameworks: Sequence[ApiVersion | str] = (), plugins: Sequence[
             raise PlanError("--c-plugins takes the real C plugins from the wheel cache with --no-tox; "
                             "the tox environment matrix-py311-cplugins installs them")
         builtins, from_env = _builtin_plugins(), _env_var_plugins()
+        explicit |= set(from_env)
         for env in (MatrixEnvironment.from_name(n) for n in environments) if environments else DEFAULT_ENVIRONMENTS:
             if available_only and not _has_interpreter(env.python):
                 not_planned.append(EnvironmentInfo(
@@ -168,9 +212,16 @@ def make_plan(*, frameworks: Sequence[ApiVersion | str] = (), plugins: Sequence[
                 + [p.name for p in env.c_plugins] + from_env + list(library_names)
             unique = list(dict.fromkeys(rows))
             planned.append((env.name, env.name, env.python, unique, {}))
+    candidates = _known_candidates(fixture_plugins, libraries)
+    kept_out = {n.lower(): why for _, _, _, rows, _ in planned
+                for n, why in _kept_out(rows, settings, candidates, explicit).items()}
+    planned = [(e, t, py, [p for p in rows if p.lower() not in kept_out], w) for e, t, py, rows, w in planned]
     if plugins:
         known = {p.lower(): p for _, _, _, rows, _ in planned for p in rows}
         unknown = [p for p in plugins if p.lower() not in known]
+        refused = [p for p in unknown if p.lower() in kept_out]
+        if refused:
+            raise PlanError(f"plugin {refused[0]!r} is left out of the matrix: {kept_out[refused[0].lower()]}")
         if unknown:
             listing = ", ".join(sorted(set(known.values()), key=str.lower)) or "none"
             raise PluginNotFound(f"no plugin named {unknown[0]!r} in the matrix (its plugins: {listing})")
@@ -185,9 +236,12 @@ def make_plan(*, frameworks: Sequence[ApiVersion | str] = (), plugins: Sequence[
         cells += _jobs(environment, tox_env, python, rows, set(fixture_names), library_names, wheels, versions,
                        split)
     if not cells:
-        raise PlanError("the selection has no plugin to run")
+        why = sorted(set(kept_out.values()))
+        raise PlanError("the selection has no plugin to run" + (
+            f"; {len(kept_out)} left out by the environment: {'; '.join(why)}" if kept_out else ""))
     body = dict(pjrt_hub_version=__version__, suite_version=suite_version(), frameworks=versions,
-                cases=list(cases), cell_timeout=cell_timeout, cells=cells, not_planned=not_planned)
+                cases=list(cases), cell_timeout=cell_timeout, cells=cells, not_planned=not_planned,
+                strict=settings.policy.strict)
     draft = MatrixPlan(plan_id="", **body)
     digest = hashlib.sha256(draft.model_dump_json(exclude={"plan_id"}).encode()).hexdigest()[:16]
     return draft.model_copy(update={"plan_id": digest})

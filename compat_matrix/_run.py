@@ -212,15 +212,20 @@ def run_environment(output: Path, *, environment: str = "local", frameworks: Seq
                     c_plugins: Sequence[RealCPlugin] = (), jobs: int | None = None,
                     cell_timeout: float = DEFAULT_CELL_TIMEOUT, cache: CellCache | None = None,
                     refresh: bool = False, cases: Sequence[str] = (), timeout_scale: float = 1.0,
-                    progress: ProgressCallback | None = None) -> MatrixRun:
+                    progress: ProgressCallback | None = None, strict: bool | None = None) -> MatrixRun:
     """Every cell of this environment: plugins x framework versions, from the cache where it holds.
 
     ``c_plugins`` (e.g. :data:`REAL_C_PLUGINS`) are real C plugins taken from the wheel cache
     (downloaded on first use) when this environment has not installed them. ``plugins`` limits the
     rows to these names (or library paths); one that this environment does not have is a row of
-    error cells, so that a plan's plugin never silently disappears."""
+    error cells, so that a plan's plugin never silently disappears. ``strict``: judge every cell in
+    strict mode (None: as the environment says, PJRT_HUB_STRICT)."""
     from pjrt_hub import __version__
+    from pjrt_hub._registry import RegistrySettings
     from pjrt_hub.testing import suite_version
+
+    if strict is None:
+        strict = RegistrySettings.from_environment().policy.strict
 
     output = Path(output).resolve()
     versions = [str(ApiVersion.parse(v)) for v in (frameworks or DEFAULT_FRAMEWORKS)]
@@ -248,7 +253,7 @@ def run_environment(output: Path, *, environment: str = "local", frameworks: Seq
         hits = 0
         for target in targets:
             for version in versions:
-                key = cache_key(target.info.name, target.info.identity, version, suite, facts, cases)
+                key = cache_key(target.info.name, target.info.identity, version, suite, facts, cases, strict=strict)
                 hit = None if refresh else cache.get(key)
                 if hit is not None:
                     hits += 1
@@ -256,7 +261,7 @@ def run_environment(output: Path, *, environment: str = "local", frameworks: Seq
                         "cached": True, "environment": environment, "plugin": target.info.name})
                     continue
                 pending.append(CellSpec(target.argument, version, environment, key, target.python_path,
-                                        dict(target.env), tuple(cases), timeout_scale))
+                                        dict(target.env), tuple(cases), timeout_scale, strict))
         names = {t.argument: t.info.name for t in targets}
         total, done = len(pending), 0
         running: dict[int, str] = {}

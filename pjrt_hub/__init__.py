@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from ._policy import Policy, Verdict, judge, strict_from_environment
     from ._registry import PluginRegistry, RegistrySettings, default_plugin_name
     from ._reports import CheckReport, ListReport, Outcome, PluginRecord
+    from .abi.errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, FailedPrecondition,
+                             Internal, InvalidArgument, NotFound, OutOfRange, PermissionDenied, PjrtHubError,
+                             ResourceExhausted, Unauthenticated, Unavailable, Unimplemented, Unknown)
 
 _EXPORTS = {
     "Candidate": "._discovery",
@@ -32,6 +35,25 @@ _EXPORTS = {
     "ListReport": "._reports",
     "Outcome": "._reports",
     "PluginRecord": "._reports",
+    # The error classes that say they live here (``__module__ = "pjrt_hub"``), so that a pickled
+    # error finds its class again.
+    "Aborted": ".abi.errors",
+    "AlreadyExists": ".abi.errors",
+    "Cancelled": ".abi.errors",
+    "DataLoss": ".abi.errors",
+    "DeadlineExceeded": ".abi.errors",
+    "FailedPrecondition": ".abi.errors",
+    "Internal": ".abi.errors",
+    "InvalidArgument": ".abi.errors",
+    "NotFound": ".abi.errors",
+    "OutOfRange": ".abi.errors",
+    "PermissionDenied": ".abi.errors",
+    "PjrtHubError": ".abi.errors",
+    "ResourceExhausted": ".abi.errors",
+    "Unauthenticated": ".abi.errors",
+    "Unavailable": ".abi.errors",
+    "Unimplemented": ".abi.errors",
+    "Unknown": ".abi.errors",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])

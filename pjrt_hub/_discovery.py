@@ -31,6 +31,7 @@ __all__ = [
     "PYTHON_GROUP",
     "candidate_for_path",
     "discover",
+    "is_library_path",
 ]
 
 PYTHON_GROUP = "pjrt_hub.plugins"
@@ -74,6 +75,13 @@ def _dist_facts(dist: md.Distribution | None) -> dict[str, Any]:
         "distribution_version": meta["Version"] if meta is not None else None,
         "requires": tuple(requires if requires is not None else dist.requires or ()),
     }
+
+
+def is_library_path(value: str) -> bool:
+    """Whether a plugin argument (``--plugin``, ``--pjrt-plugin``, ``probe``) names a library or a
+    JAX plugin config by path rather than a plugin by name: it holds a path separator, or ends
+    like a shared library or a config. A registry name never does (``toy@c_api`` has no slash)."""
+    return "/" in value or os.sep in value or value.endswith((*_SHARED_SUFFIXES, ".json"))
 
 
 def _is_shared_library(name: str) -> bool:

@@ -2,10 +2,11 @@
 
 A plugin at an older minor than the framework has no idea of the calls added since; a plugin at a
 newer minor may offer calls the framework must not use. :func:`gate` wraps a plugin's binding
-object so that a call newer than ``call_limit`` raises Unimplemented naming the method, the minor
-that added it and the plugin's minor, instead of reaching the plugin (where it would be an
-AttributeError for a Python plugin or a read past the function table for a C one). Objects the
-plugin returns are wrapped the same way, and wrapped objects passed back in are unwrapped.
+object so that a call newer than ``call_limit`` raises :class:`~pjrt_hub.abi.VersionGateRefusal`
+(an Unimplemented, recognised by its type) naming the method, the minor that added it and the
+plugin's minor, instead of reaching the plugin (where it would be an AttributeError for a Python
+plugin or a read past the function table for a C one). Objects the plugin returns are wrapped the
+same way, and wrapped objects passed back in are unwrapped.
 
 The gate sits on the hot path (a tiny execute costs a few microseconds), so it is decided once
 per plugin class, not per call: for each class of plugin object a proxy class is built with one
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from pjrt_hub.abi import ApiMethod, ApiVersion, ExecuteResult, PjrtObject, Unimplemented, api_methods
+from pjrt_hub.abi import ApiMethod, ApiVersion, ExecuteResult, PjrtObject, VersionGateRefusal, api_methods
 
 __all__ = ["Gated", "gate", "unwrap"]
 
@@ -54,10 +55,10 @@ class _Gate:
                 f"but plugin {self.plugin} implements {self.plugin_version}; calls are limited "
                 f"to 0.{self.call_limit} ({newer_than} version)."
             )
-            plugin = self.plugin
+            plugin, method, since, limit = self.plugin, f"{cls.__name__}.{name}", info.since, self.call_limit
 
             def refused(self: Gated, *args: Any, **kwargs: Any) -> Any:
-                raise Unimplemented(message, plugin=plugin)
+                raise VersionGateRefusal(message, plugin=plugin, method=method, since=since, call_limit=limit)
 
             refused.__name__ = name
             return refused
@@ -181,5 +182,5 @@ def unwrap(value: Any) -> Any:
 
 
 def gate(obj: PjrtObject, *, plugin: str, plugin_version: ApiVersion, call_limit: int) -> Gated:
-    """Wrap ``obj`` so that calls newer than ``call_limit`` raise Unimplemented."""
+    """Wrap ``obj`` so that calls newer than ``call_limit`` raise VersionGateRefusal (an Unimplemented)."""
     return _proxy(obj, _Gate(plugin, plugin_version, call_limit))

@@ -18,7 +18,7 @@ import re
 import threading
 import traceback
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import pluggy
@@ -35,6 +35,7 @@ from pjrt_hub.abi import (
     VersionError,
     hookspecs,
 )
+from pjrt_hub.abi.probe import ProbeReport
 from pjrt_hub.extensions import (
     ExtensionRequest,
     ExtensionWarning,
@@ -44,9 +45,9 @@ from pjrt_hub.extensions import (
     version_from_struct_size,
 )
 
-from ._discovery import Candidate, discover
+from ._discovery import ENV_LIBRARY_PATHS, Candidate, discover
 from ._facade import Gated, gate
-from ._policy import Policy, Verdict, judge
+from ._policy import Policy, Verdict, judge, strict_from_environment
 from ._reports import (
     DeclarationModel,
     NegotiationModel,
@@ -121,9 +122,19 @@ def default_plugin_name(environ: Mapping[str, str] | None = None) -> str:
     return env.get(ENV_DEVICE, "").strip().lower() or DEFAULT_PLUGIN
 
 
+_OFF = {"0", "false", "no", "off"}
+
+
 @dataclass(frozen=True)
 class RegistrySettings:
-    """Which plugins to consider, and how."""
+    """Which plugins to consider, and how.
+
+    :meth:`from_environment` is the one reader of the environment variables that shape a
+    registry; every command builds its registry through it (:meth:`PluginRegistry.from_environment`),
+    so a variable means the same to ``pjrt-hub list``, ``pytest --pjrt-plugin``, ``bench`` and the
+    matrix. Settings built by hand read nothing, except the two discovery facts left at None
+    (``library_paths``, ``default_plugin``), which the registry takes from its environment.
+    """
 
     policy: Policy = field(default_factory=Policy)
     extension_requests: tuple[ExtensionRequest, ...] = ()
@@ -131,10 +142,19 @@ class RegistrySettings:
     disabled: frozenset[str] = frozenset()
     #: If set, only these plugins are loaded (``PJRT_HUB_PLUGINS=a,b``): selectors too.
     allowed: frozenset[str] | None = None
+    #: If set, the plugins a command will use (``--pjrt-plugin``): no other one is imported. Unlike
+    #: ``allowed`` this is not the user's allow-list, so the two apply together.
+    requested: frozenset[str] | None = None
     #: Read entry points (``PJRT_HUB_PLUGIN_AUTOLOAD=0`` turns it off).
     autoload: bool = True
     #: Extra C plugin library paths (``pjrt-hub probe PATH``, ``--plugin PATH``).
     paths: tuple[str, ...] = ()
+    #: C plugins named by ``PJRT_NAMES_AND_LIBRARY_PATHS`` (``name:path,...`` as written; "" for
+    #: none). None: the registry reads the variable from its environment.
+    library_paths: str | None = None
+    #: The plugin used when a command names none (``PJRT_DEVICE``, else numba_cpu). None: the
+    #: registry reads ``PJRT_DEVICE`` from its environment.
+    default_plugin: str | None = None
     #: Seconds a C library may take to be probed. A cold first read of a 250 MB plugin takes a few
     #: seconds; one that hangs (libtpu looking for a metadata server) must not hold ``list`` for
     #: minutes. Probes run in parallel, and a result is cached on disk by the loader.
@@ -142,13 +162,51 @@ class RegistrySettings:
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "RegistrySettings":
+        """The settings the environment gives, with ``overrides`` (what a command line says) on top.
+
+        Read here: ``PJRT_HUB_DISABLE_PLUGINS``, ``PJRT_HUB_PLUGINS``, ``PJRT_HUB_PLUGIN_AUTOLOAD``,
+        ``PJRT_HUB_STRICT`` (or ``ENABLE_PJRT_COMPATIBILITY=false``), ``PJRT_NAMES_AND_LIBRARY_PATHS``
+        and ``PJRT_DEVICE``. An override replaces the environment's value, with two exceptions that
+        only ever narrow: a ``policy`` given here still gets the environment's strict mode (a
+        command's own ``--framework-version`` must not switch off ``PJRT_HUB_STRICT=1``), and
+        ``disabled`` adds to the environment's block-list. The variables not read here belong to
+        the parts that use them: ``PJRT_HUB_CACHE`` and ``PJRT_HUB_PROBE_CACHE`` (the caches),
+        ``PJRT_HUB_TRACEBACK`` (the CLI), ``PJRT_HUB_JAX_PLUGINS`` (``import jax``).
+        """
         env = os.environ if environ is None else environ
-        allowed = _names(env.get(ENV_ALLOW)) or None
-        autoload = env.get(ENV_AUTOLOAD, "1").strip().lower() not in {"0", "false", "no", "off"}
-        values: dict[str, Any] = {"disabled": _names(env.get(ENV_DISABLE)), "allowed": allowed,
-                                  "autoload": autoload}
+        strict_source = strict_from_environment(env)
+        policy = overrides.pop("policy", None) or Policy()
+        if strict_source is not None and not policy.strict:
+            policy = replace(policy, strict=True, strict_source=strict_source)
+        disabled = _names(env.get(ENV_DISABLE)) | frozenset(overrides.pop("disabled", ()))
+        values: dict[str, Any] = {
+            "policy": policy, "disabled": disabled, "allowed": _names(env.get(ENV_ALLOW)) or None,
+            "autoload": env.get(ENV_AUTOLOAD, "1").strip().lower() not in _OFF,
+            "library_paths": env.get(ENV_LIBRARY_PATHS) or "", "default_plugin": default_plugin_name(env),
+        }
         values.update(overrides)
         return cls(**values)
+
+    def completed(self, environ: Mapping[str, str]) -> "RegistrySettings":
+        """These settings with the discovery facts they leave open read from ``environ``."""
+        updates: dict[str, str] = {}
+        if self.library_paths is None:
+            updates["library_paths"] = environ.get(ENV_LIBRARY_PATHS) or ""
+        if self.default_plugin is None:
+            updates["default_plugin"] = default_plugin_name(environ)
+        return replace(self, **updates) if updates else self
+
+    def refusal(self, candidate: Candidate) -> str | None:
+        """Why the block-list, the allow-list or the request keep ``candidate`` out, or None.
+        The registry asks before it imports or probes anything, and so does the matrix plan."""
+        blocking = sorted(item for item in self.disabled if selector_matches(item, candidate))
+        if blocking:
+            return f"blocked by {ENV_DISABLE} or --disable ({', '.join(blocking)})"
+        if self.allowed is not None and not any(selector_matches(i, candidate) for i in self.allowed):
+            return f"not in the allow-list ({ENV_ALLOW} or --only): {', '.join(sorted(self.allowed))}"
+        if self.requested is not None and not any(selector_matches(i, candidate) for i in self.requested):
+            return f"not asked for (only {', '.join(sorted(self.requested))} are used)"
+        return None
 
 
 @dataclass(frozen=True)
@@ -176,7 +234,10 @@ class _Entry:
     api: Any = None
     #: ``api`` behind the version gate, built once (the gate caches a proxy class per plugin class).
     gated: Gated | None = None
-    details: dict[str, Any] = field(default_factory=dict)
+    #: What the loader read of a C library.
+    probe: ProbeReport | None = None
+    #: Whether ``PJRT_Plugin_Initialize`` ran (once, before the first client).
+    initialized: bool = False
 
 
 def _describe(exc: BaseException) -> str:
@@ -195,8 +256,8 @@ class PluginRegistry:
 
     def __init__(self, settings: RegistrySettings | None = None, *,
                  environ: Mapping[str, str] | None = None) -> None:
-        self.settings = settings or RegistrySettings.from_environment(environ)
-        self._environ = dict(os.environ if environ is None else environ)
+        env = os.environ if environ is None else environ
+        self.settings = (settings or RegistrySettings.from_environment(env)).completed(env)
         self._pm = pluggy.PluginManager(PROJECT)
         self._pm.add_hookspecs(hookspecs)
         self._entries: list[_Entry] = []
@@ -206,9 +267,15 @@ class PluginRegistry:
         self._loaders: pluggy.PluginManager | None = None
         self._loader_problems: list[str] = []
         #: Probe answers gathered ahead, in parallel, by library path (see _probe_ahead).
-        self._probes: dict[str, tuple[Any, BaseException | None]] = {}
+        self._probes: dict[str, tuple[ProbeReport | Mapping[str, Any] | None, BaseException | None]] = {}
         #: ``(setting, selector)`` pairs that named at least one candidate.
         self._matched: set[tuple[str, str]] = set()
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "PluginRegistry":
+        """The registry of a command: the environment's settings (:meth:`RegistrySettings.from_environment`)
+        with the command's ``overrides``. Every entry point builds its registry here."""
+        return cls(RegistrySettings.from_environment(environ, **overrides), environ=environ)
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -225,7 +292,9 @@ class PluginRegistry:
         with self._lock:
             if not self._loaded:
                 self._loaded = True
-                candidates = discover(autoload=self.settings.autoload, environ=self._environ,
+                libraries = self.settings.library_paths
+                candidates = discover(autoload=self.settings.autoload,
+                                      environ={ENV_LIBRARY_PATHS: libraries} if libraries else {},
                                       paths=self.settings.paths)
                 self._probe_ahead(candidates)
                 for candidate in candidates:
@@ -263,15 +332,11 @@ class PluginRegistry:
         names a candidate is remembered, so that :meth:`unmatched` can say which named nothing.
         """
         s = self.settings
-        blocking = [item for item in s.disabled if selector_matches(item, candidate)]
-        allowing = [item for item in s.allowed or () if selector_matches(item, candidate)]
-        self._matched.update(("disabled", item) for item in blocking)
-        self._matched.update(("allowed", item) for item in allowing)
-        if blocking:
-            return Outcome.BLOCKED, f"blocked by {ENV_DISABLE} or --disable ({', '.join(sorted(blocking))})"
-        if s.allowed is not None and not allowing:
-            return Outcome.BLOCKED, (f"not in the allow-list ({ENV_ALLOW} or --only): "
-                                     f"{', '.join(sorted(s.allowed))}")
+        self._matched.update(("disabled", item) for item in s.disabled if selector_matches(item, candidate))
+        self._matched.update(("allowed", item) for item in s.allowed or () if selector_matches(item, candidate))
+        reason = s.refusal(candidate)
+        if reason is not None:
+            return Outcome.BLOCKED, reason
         if first is not None:
             return Outcome.DUPLICATE, self._duplicate_reason(candidate, first)
         return None
@@ -438,7 +503,8 @@ class PluginRegistry:
         """Register a loader of C libraries by hand (before :meth:`load`)."""
         self.loader_manager().register(obj, name=f"loader:{name}")
 
-    def _probe(self, path: str, loaders: pluggy.PluginManager | None = None) -> tuple[Any, BaseException | None]:
+    def _probe(self, path: str, loaders: pluggy.PluginManager | None = None
+               ) -> tuple[ProbeReport | Mapping[str, Any] | None, BaseException | None]:
         """Ask the loaders to probe a library: ``(answer, None)``, or ``(None, what it raised)``.
         Worker threads get ``loaders`` handed to them: the registry's lock is held by load()."""
         pm = loaders if loaders is not None else self.loader_manager()
@@ -491,41 +557,46 @@ class PluginRegistry:
         path = entry.record.library_path
         assert path is not None
         ahead = self._probes.get(path)
-        probe, raised = ahead if ahead is not None else self._probe(path)
+        answer, raised = ahead if ahead is not None else self._probe(path)
         if raised is not None:
             self._set(entry, Outcome.FAILED, "the library loader raised while probing it", raised)
             return
-        if probe is None:
+        if answer is None:
             loaders = [n.removeprefix("loader:") for n, _ in self.loader_manager().list_name_plugin()]
             problems = "; ".join(self._loader_problems) or (
                 f"no installed loader reads it ({', '.join(loaders)}): is it a PJRT plugin's shared library?"
                 if loaders else f"no loader is installed ({LOADER_GROUP})")
             self._set(entry, Outcome.FOUND, f"C plugin found but not probed: {problems}")
             return
-        details = dict(probe)
-        entry.details["probe"] = details
-        outcome, message = details.get("outcome"), details.get("message") or ""
-        if outcome != "ok":
-            self._set(entry, Outcome.FAILED, f"probing {path} failed ({outcome}): {message}".rstrip(": "),
-                      details=details)
+        try:
+            probe = ProbeReport.from_loader(answer, path=path, name=entry.record.name)
+        except (ValidationError, TypeError) as exc:
+            self._set(entry, Outcome.FAILED, f"the library loader's answer is malformed: {_validation_summary(exc)}",
+                      exc)
+            return
+        entry.probe = probe
+        details = _probe_details(probe)
+        if probe.outcome != "ok":
+            self._set(entry, Outcome.FAILED, f"probing {path} failed ({probe.outcome}): {probe.reason or ''}"
+                      .rstrip(": "), details=details)
             return
         try:
-            version = ApiVersion.parse(str(details.get("api_version")))
+            version = ApiVersion.parse(str(probe.api_version))
         except ValueError as exc:
             self._set(entry, Outcome.FAILED, f"the library reports a malformed API version: {exc}",
                       details=details)
             return
         offered = {}
-        for node in details.get("extensions") or ():
-            spec = extension_spec(node.get("type", -1)) if isinstance(node, dict) else None
+        for node in probe.extensions:
+            spec = extension_spec(node.type)
             if spec is not None:
-                offered[spec.name] = version_from_struct_size(spec, int(node.get("struct_size") or 0))
+                offered[spec.name] = version_from_struct_size(spec, node.struct_size or 0)
         entry.version = version
         self._set(entry, Outcome.FAILED, api_version=str(version), extensions=offered,
-                  platform_name=details.get("platform_name"), details=details)
+                  platform_name=probe.platform_name, details=details)
         if not self._judge(entry, version, "c", None, (), offered):
             return
-        how = ("probe read from the cache (the library is unchanged)" if details.get("probe_cache") == "hit"
+        how = ("probe read from the cache (the library is unchanged)" if probe.probe_cache == "hit"
                else "probed in a subprocess")
         self._set(entry, Outcome.LOADED, f"{how}; " + entry.record.verdict.reasons[0],
                   verdict=entry.record.verdict, negotiation=entry.record.negotiation,
@@ -613,15 +684,29 @@ class PluginRegistry:
 
     # -- using plugins ---------------------------------------------------------------------
 
-    def record(self, name: str) -> PluginRecord:
-        """The load record of a plugin by name; NotFound lists the names there are."""
+    def _entry(self, name: str) -> _Entry:
         self.load()
         key = name.lower()
         entry = self._by_name.get(key) or next((e for e in self._entries if e.record.name.lower() == key), None)
         if entry is None:
             known = ", ".join(sorted(e.record.name for e in self._entries)) or "(none)"
             raise NotFound(f"no plugin named {name!r}; plugins found: {known}")
-        return entry.record
+        return entry
+
+    def record(self, name: str) -> PluginRecord:
+        """The load record of a plugin by name; NotFound lists the names there are."""
+        return self._entry(name).record
+
+    def probe_report(self, name: str) -> ProbeReport | None:
+        """What the loader read of a C plugin's library (None for a Python plugin, or a library
+        no loader answered for). NotFound lists the names there are."""
+        return self._entry(name).probe
+
+    def declaration(self, name: str) -> DeclarationModel | None:
+        """What a Python plugin declared (``pjrt_hub_declare``, called once, when it was loaded),
+        validated; None for a C plugin, or one whose declaration could not be read (its record
+        says why). NotFound lists the names there are."""
+        return self._entry(name).declaration
 
     def require(self, names: Sequence[str]) -> None:
         """Raise for the first named plugin that is not loaded, with the recorded reason."""
@@ -633,7 +718,7 @@ class PluginRegistry:
 
     def api(self, name: str | None = None) -> Gated:
         """The plugin's API object, seen through the version gate."""
-        name = name or default_plugin_name(self._environ)
+        name = name or self.settings.default_plugin or DEFAULT_PLUGIN
         self.require([name])
         entry = self._by_name[name.lower()]
         with self._lock:
@@ -680,13 +765,12 @@ class PluginRegistry:
         entry = self._by_name[self.record(name).name.lower()]
         if entry.declaration is not None and entry.declaration.needs_hardware:
             return "it declares that creating a client needs hardware or a network that may be absent"
-        probe = entry.details.get("probe") or {}
-        return probe.get("client_creation_risk") or None
+        return entry.probe.client_creation_risk if entry.probe is not None else None
 
     def create_client(self, name: str | None = None, options: Mapping[str, Any] | None = None, *,
                       allow_hardware: bool = False) -> Gated:
         """Initialize the plugin (once) and create a client, through the version gate."""
-        name = name or default_plugin_name(self._environ)
+        name = name or self.settings.default_plugin or DEFAULT_PLUGIN
         self.require([name])
         entry = self._by_name[name.lower()]
         risk = self.client_creation_risk(name)
@@ -699,9 +783,9 @@ class PluginRegistry:
             options = {**entry.candidate.create_options, **dict(options or {})}
         api = self.api(name)
         with self._lock:
-            if not entry.details.get("initialized"):
+            if not entry.initialized:
                 api.plugin_initialize()
-                entry.details["initialized"] = True
+                entry.initialized = True
         return api.client_create(dict(options or {}))
 
 
@@ -713,6 +797,12 @@ def _validation_summary(exc: BaseException) -> str:
             parts.append(f"{where}: {err.get('msg')} (got {err.get('input')!r})")
         return "; ".join(parts)
     return str(exc)
+
+
+def _probe_details(probe: ProbeReport) -> dict[str, Any]:
+    """A probe report as the record's JSON ``details`` (``list --json``): every field, and
+    ``message``, the hook's older name of ``reason``, which readers of that JSON may know."""
+    return {**probe.model_dump(mode="json"), "message": probe.reason or ""}
 
 
 def _negotiation_model(n: Negotiation) -> NegotiationModel:

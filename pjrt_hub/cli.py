@@ -144,38 +144,27 @@ def _add_registry(p: argparse.ArgumentParser) -> None:
 
 
 def _registry(args: argparse.Namespace) -> Any:
-    from pjrt_hub._policy import Policy, strict_from_environment
-    from pjrt_hub._registry import PluginRegistry, RegistrySettings, selector
+    from pjrt_hub._policy import Policy
+    from pjrt_hub._registry import PluginRegistry, selector
     from pjrt_hub.extensions import parse_request
 
-    strict_source = "--strict" if args.strict else strict_from_environment()
-    policy = Policy(
-        framework=args.framework_version or history.NEWEST_KNOWN,
-        window_weeks=args.window_weeks,
-        floor_minor=args.floor_minor,
-        strict=strict_source is not None,
-        strict_source=strict_source or "--strict",
-    )
+    # PJRT_HUB_STRICT and the other variables are read by PluginRegistry.from_environment, as for
+    # every other entry point; the options here only add to them.
+    policy = Policy(framework=args.framework_version or history.NEWEST_KNOWN, window_weeks=args.window_weeks,
+                    floor_minor=args.floor_minor, strict=args.strict)
     try:
         requests = tuple(parse_request(t, required=True) for t in args.require_ext)
         requests += tuple(parse_request(t, required=False) for t in args.want_ext)
     except ValueError as exc:
         raise _Usage(str(exc)) from None
-    settings = RegistrySettings.from_environment(policy=policy, extension_requests=requests,
-                                                 paths=tuple(args.library),
-                                                 probe_timeout=getattr(args, "probe_timeout", _PROBE_TIMEOUT))
-    overrides: dict[str, Any] = {}
-    if args.disable:
-        overrides["disabled"] = settings.disabled | {selector(n) for n in args.disable if n.strip()}
+    overrides: dict[str, Any] = {"disabled": frozenset(selector(n) for n in args.disable if n.strip())}
     if args.only:
         overrides["allowed"] = frozenset(selector(n) for n in args.only if n.strip())
     if args.no_autoload:
         overrides["autoload"] = False
-    if overrides:
-        from dataclasses import replace
-
-        settings = replace(settings, **overrides)
-    registry = PluginRegistry(settings)
+    registry = PluginRegistry.from_environment(
+        policy=policy, extension_requests=requests, paths=tuple(args.library),
+        probe_timeout=getattr(args, "probe_timeout", _PROBE_TIMEOUT), **overrides)
     args.built_registry = registry  # for _late_selection_notes
     return registry
 
@@ -623,8 +612,9 @@ def cmd_matrix_merge(args: argparse.Namespace) -> int:
 
 def _plugin_target(args: argparse.Namespace, value: str | None) -> str | None:
     """A plugin given by path becomes an explicit library candidate; return its name."""
-    if value and ("/" in value or value.endswith((".so", ".dylib", ".json"))):
-        from pjrt_hub._discovery import candidate_for_path
+    from pjrt_hub._discovery import candidate_for_path, is_library_path
+
+    if value and is_library_path(value):
 
         args.library = [*args.library, value]
         return candidate_for_path(value).name
@@ -803,31 +793,28 @@ def cmd_run(args: argparse.Namespace) -> int:
 # -- probe -------------------------------------------------------------------------------------
 
 
-def _render_probe(r: Any) -> str:
-    p = r.probe
-    lines = [f"{r.name}: {shown_path(p.get('path') or r.path)}"]
-    outcome = p.get("outcome")
-    if outcome != "ok":
-        lines.append(f"  outcome: {outcome} (stage {p.get('stage')}): {p.get('reason') or p.get('message') or ''}")
-        if p.get("stderr_tail"):
-            lines.append("  stderr: " + p["stderr_tail"].strip().replace("\n", "\n          "))
+def _render_probe(r: Any, p: Any) -> str:
+    """``probe``'s text: the command's report ``r`` and the loader's ProbeReport ``p``."""
+    lines = [f"{r.name}: {shown_path(p.path or r.path)}"]
+    if p.outcome != "ok":
+        lines.append(f"  outcome: {p.outcome} (stage {p.stage}): {p.reason or ''}")
+        if p.stderr_tail:
+            lines.append("  stderr: " + p.stderr_tail.strip().replace("\n", "\n          "))
         return "\n".join(lines)
-    lines.append(f"  loads: yes ({p.get('machine') or '?'}), GetPjrtApi exported")
-    if p.get("probe_cache") == "hit":
+    lines.append(f"  loads: yes ({p.machine or '?'}), GetPjrtApi exported")
+    if p.probe_cache == "hit":
         lines.append("  (from the probe cache: the library is unchanged since it was probed)")
-    lines.append(f"  PJRT API {p.get('api_version')}; PJRT_Api struct_size {p.get('api_struct_size')}, "
-                 f"{p.get('num_slots')} slots (history expects {p.get('expected_slots')})")
-    functions, nulls = p.get("functions") or [], p.get("null_functions") or []
-    lines.append(f"  functions: {len(functions)} present, {len(nulls)} null" +
-                 (": " + ", ".join(nulls) if nulls else ""))
-    exts = p.get("extensions") or []
-    lines.append(f"  extensions ({p.get('extension_layout')}): " +
-                 (", ".join(f"{e['name']} (type {e['type']}, {e.get('struct_size')} B)" for e in exts) or "none"))
-    for key, value in sorted((p.get("attributes") or {}).items()):
+    lines.append(f"  PJRT API {p.api_version}; PJRT_Api struct_size {p.api_struct_size}, "
+                 f"{p.num_slots} slots (history expects {p.expected_slots})")
+    lines.append(f"  functions: {len(p.functions)} present, {len(p.null_functions)} null" +
+                 (": " + ", ".join(p.null_functions) if p.null_functions else ""))
+    lines.append(f"  extensions ({p.extension_layout}): " +
+                 (", ".join(f"{e.name} (type {e.type}, {e.struct_size} B)" for e in p.extensions) or "none"))
+    for key, value in sorted((p.attributes or {}).items()):
         lines.append(f"  attribute {key} = {value}")
-    if p.get("attributes_error"):
-        lines.append(f"  attributes: {p['attributes_error']}")
-    for w in p.get("warnings") or []:
+    if p.attributes_error:
+        lines.append(f"  attributes: {p.attributes_error}")
+    for w in p.warnings:
         lines.append(f"  warning: {w}")
     if r.verdict:
         lines.append(f"  verdict vs framework {r.framework_version}: "
@@ -857,13 +844,13 @@ def cmd_probe(args: argparse.Namespace) -> int:
         print(f"pjrt-hub probe: {record.name} is a Python plugin; probe reads PJRT C libraries "
               f"(use pjrt-hub list or check)", file=sys.stderr)
         return ExitCode.USAGE
-    probe = record.details or {}
+    probe = registry.probe_report(record.name)
     report = ProbeCommandReport(
         name=record.name, path=record.library_path or args.target, framework_version=str(registry.policy.framework),
-        outcome=record.outcome, reason=record.reason, probe=probe, verdict=record.verdict,
-        client_creation_risk=probe.get("client_creation_risk"),
+        outcome=record.outcome, reason=record.reason, probe=record.details, verdict=record.verdict,
+        client_creation_risk=probe.client_creation_risk if probe is not None else None,
     )
-    if not probe:
+    if probe is None:
         # Nothing was probed: the file is missing, is not a file, or is not a library any
         # loader reads. Say that, rather than an empty probe.
         if args.json:
@@ -872,8 +859,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
             reason = (report.reason or "").removeprefix("C plugin found but not probed: ")
             print(f"{report.name}: {shown_path(report.path)}\n  not probed: {reason}")
         return ExitCode.BAD_INPUT
-    _emit(args, report, _render_probe)
-    return ExitCode.OK if probe.get("outcome") == "ok" else ExitCode.PLUGIN_ERROR
+    _emit(args, report, lambda r: _render_probe(r, probe))
+    return ExitCode.OK if probe.ok else ExitCode.PLUGIN_ERROR
 
 
 # -- bench -------------------------------------------------------------------------------------

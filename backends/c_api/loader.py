@@ -8,18 +8,17 @@ with :func:`.api.load_api`.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pjrt_hub.abi import Api, hookimpl
+from pjrt_hub.abi.probe import ProbeReport
 
 __all__ = ["pjrt_hub_load_library", "pjrt_hub_probe_library"]
 
 
 @hookimpl
-def pjrt_hub_probe_library(path: str, timeout: float) -> dict[str, Any] | None:
-    """The probe report as JSON data, with ``message``, ``client_creation_risk`` and
-    ``probe_cache`` (``hit``, ``stored``, ``not stored`` or ``off``); None for a file that is not
-    an ELF shared object (another loader may know it).
+def pjrt_hub_probe_library(path: str, timeout: float) -> ProbeReport | None:
+    """The probe report, with ``client_creation_risk`` and ``probe_cache`` (``hit``, ``stored``,
+    ``not stored`` or ``off``); None for a file that is not an ELF shared object (another loader
+    may know it).
 
     A report cached for this very file (:mod:`.probe_cache`) is used without starting a child.
     """
@@ -54,7 +53,10 @@ def pjrt_hub_probe_library(path: str, timeout: float) -> dict[str, Any] | None:
         except NotElfError:
             return None
         except OSError as exc:
-            return {"outcome": "load_failed", "message": f"cannot read {path}: {exc}", "path": path}
+            from .library import default_plugin_name
+
+            return ProbeReport(path=path, name=default_plugin_name(path), outcome="load_failed",
+                               reason=f"cannot read {path}: {exc}")
         report = probe(path, timeout=timeout)
         status = "off"
         if cache is not None and identity is not None:
@@ -64,11 +66,8 @@ def pjrt_hub_probe_library(path: str, timeout: float) -> dict[str, Any] | None:
             except OSError:
                 unchanged = False
             status = "stored" if unchanged and cache.put(identity, report) else "not stored"
-    data = report.model_dump(mode="json")
-    data["message"] = report.reason or ""
-    data["client_creation_risk"] = client_creation_risk(report) if report.ok else None
-    data["probe_cache"] = status
-    return data
+    return report.model_copy(update={"client_creation_risk": client_creation_risk(report) if report.ok else None,
+                                     "probe_cache": status})
 
 
 @hookimpl

@@ -11,9 +11,11 @@ library that could crash), the load wraps it in a :class:`~.api.CApi`.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Sequence
 
-from pjrt_hub.abi import Api, hookimpl, history
+from pjrt_hub.abi import Api, Limitation, hookimpl, history
+from pjrt_hub.abi.probe import ExtensionReport, ProbeReport
 
 from .server import ServedApi
 
@@ -22,18 +24,30 @@ __all__ = ["LOADER", "SCHEME", "ServedLoader", "candidate", "publish", "served_p
 #: The prefix of the pseudo library path of a served struct.
 SCHEME = "pjrt-hub-served:"
 
-_PUBLISHED: dict[str, tuple[ServedApi, dict[str, Any]]] = {}
+@dataclass(frozen=True)
+class _Published:
+    """A served struct and what its probe report says of it beyond the struct itself."""
+
+    served: ServedApi
+    via: str | None
+    served_plugin: str | None
+    declared_limitations: tuple[Limitation, ...]
+    jax_backend: str | None
+
+
+_PUBLISHED: dict[str, _Published] = {}
 
 
 def served_path(name: str) -> str:
     return SCHEME + name
 
 
-def publish(name: str, served: ServedApi, **details: Any) -> str:
-    """Make ``served`` loadable by the registry as the C plugin ``name``; returns its path.
-    ``details`` join the probe report (``declared_limitations``: the limitations the served
-    Python plugin declares, which the conformance suite then applies to it)."""
-    _PUBLISHED[name] = (served, dict(details))
+def publish(name: str, served: ServedApi, *, via: str | None = None, served_plugin: str | None = None,
+            declared_limitations: Sequence[Limitation] = (), jax_backend: str | None = None) -> str:
+    """Make ``served`` loadable by the registry as the C plugin ``name``; returns its path. The
+    rest joins its probe report (``declared_limitations``: the limitations the served Python
+    plugin declares, which the conformance suite then applies to it)."""
+    _PUBLISHED[name] = _Published(served, via, served_plugin, tuple(declared_limitations), jax_backend)
     return served_path(name)
 
 
@@ -44,7 +58,7 @@ def candidate(name: str, source: str) -> Any:
     return Candidate(name, "c", source, library_path=served_path(name))
 
 
-def _lookup(path: str) -> tuple[ServedApi, dict[str, Any]] | None:
+def _lookup(path: str) -> _Published | None:
     if not path.startswith(SCHEME):
         return None
     return _PUBLISHED.get(path[len(SCHEME):])
@@ -54,30 +68,29 @@ class ServedLoader:
     """The registry's loader for ``pjrt-hub-served:`` paths (runs before the ELF loader)."""
 
     @hookimpl(tryfirst=True)
-    def pjrt_hub_probe_library(self, path: str, timeout: float) -> dict[str, Any] | None:
+    def pjrt_hub_probe_library(self, path: str, timeout: float) -> ProbeReport | None:
         found = _lookup(path)
         if found is None:
             if path.startswith(SCHEME):
-                return {"outcome": "load_failed", "path": path,
-                        "message": f"no PJRT_Api is served under {path[len(SCHEME):]!r} in this process"}
+                return ProbeReport(path=path, name=path[len(SCHEME):], outcome="load_failed",
+                                   reason=f"no PJRT_Api is served under {path[len(SCHEME):]!r} in this process")
             return None
-        served, details = found
+        served = found.served
         from .library import PluginLibrary
 
         lib = PluginLibrary.from_address(served.address, served.name, path)
         functions = [n for i, n in enumerate(lib.slot_names[:lib.num_slots]) if lib.slot_pointer(i)]
         nulls = [n for i, n in enumerate(lib.slot_names[:lib.num_slots]) if not lib.slot_pointer(i)]
         nodes, stopped = lib.extensions()
-        return {
-            "outcome": "ok", "path": path, "name": served.name, "message": "",
-            "stage": "done", "api_version": str(lib.version), "api_major": lib.version.major,
-            "api_minor": lib.version.minor, "api_struct_size": lib.struct_size,
-            "version_struct_size": lib.version_struct_size, "num_slots": lib.num_slots,
-            "expected_slots": history.slot_count(lib.version.minor), "functions": functions,
-            "null_functions": nulls, "extension_layout": "struct_size_type_next",
-            "extensions": [n.as_dict() for n in nodes], "extension_walk_stopped": stopped,
-            "platform_name": served.platform_name, "client_creation_risk": None, **details,
-        }
+        return ProbeReport(
+            outcome="ok", path=path, name=served.name, stage="done", api_version=str(lib.version),
+            api_major=lib.version.major, api_minor=lib.version.minor, api_struct_size=lib.struct_size,
+            version_struct_size=lib.version_struct_size, num_slots=lib.num_slots,
+            expected_slots=history.slot_count(lib.version.minor), functions=functions, null_functions=nulls,
+            extension_layout="struct_size_type_next", extensions=[ExtensionReport(**n.as_dict()) for n in nodes],
+            extension_walk_stopped=stopped, platform_name=served.platform_name, via=found.via,
+            served_plugin=found.served_plugin, declared_limitations=list(found.declared_limitations),
+            jax_backend=found.jax_backend)
 
     @hookimpl(tryfirst=True)
     def pjrt_hub_load_library(self, path: str, name: str) -> Api | None:
@@ -87,7 +100,7 @@ class ServedLoader:
         from .api import CApi
         from .library import PluginLibrary
 
-        return CApi(PluginLibrary.from_address(found[0].address, name, path))
+        return CApi(PluginLibrary.from_address(found.served.address, name, path))
 
 
 #: The loader instance to add to a registry (``registry.add_loader(LOADER, "served")``).

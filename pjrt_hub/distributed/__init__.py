@@ -44,9 +44,9 @@ class Job:
     def create_client(self, plugin: str = "numba_cpu", registry: Any = None, **options: Any) -> Any:
         """A client of ``plugin`` for this process: its local devices, knowing the whole job."""
         if registry is None:
-            from pjrt_hub._registry import PluginRegistry, RegistrySettings
+            from pjrt_hub._registry import PluginRegistry
 
-            registry = PluginRegistry(RegistrySettings.from_environment())
+            registry = PluginRegistry.from_environment()
         api = registry.api(plugin)
         create = {"node_id": self.rank, "num_nodes": self.world_size,
                   "cpu_device_count": self.devices_per_process, "collective_timeout": float(self.timeout),

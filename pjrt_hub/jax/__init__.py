@@ -112,7 +112,7 @@ def _serve(plugin: str, name: str, platform_name: str, registry: "PluginRegistry
     from ._programs import read_program
     from ._spmd import compile_for_jax
 
-    registry = registry or PluginRegistry()
+    registry = registry or PluginRegistry.from_environment()
     registry.require([plugin])
     record = registry.record(plugin)
 

@@ -33,6 +33,8 @@ from ._limitations import known_limitations
 
 if TYPE_CHECKING:
     from pjrt_hub import PluginRecord, PluginRegistry
+    from pjrt_hub._reports import DeclarationModel
+    from pjrt_hub.abi.probe import ProbeReport
 
 __all__ = ["PluginUnderTest", "describe"]
 
@@ -84,7 +86,10 @@ class PluginUnderTest:
         self.kind = self.record.kind
         self.framework: ApiVersion = registry.policy.framework
         self.timeout_scale = timeout_scale
-        self.declaration = self._declaration()
+        #: What the plugin declared, as the registry read it (None for a C plugin).
+        self.declaration: "DeclarationModel | None" = registry.declaration(name)
+        #: What the loader read of a C plugin's library (None for a Python plugin).
+        self.probe: "ProbeReport | None" = registry.probe_report(name)
         self._lock = threading.Lock()
         self._slots: dict[str, _Slot] = {}
         self._memo: dict[str, Any] = {}
@@ -92,19 +97,6 @@ class PluginUnderTest:
         self.step = ""
 
     # -- what the registry knows ---------------------------------------------------------------
-
-    def _declaration(self) -> Any:
-        """The validated declaration of a registered Python plugin (None otherwise)."""
-        from pjrt_hub._reports import declaration_from_plugin
-
-        obj = self.registry.plugin_manager.get_plugin(self.name)
-        hook = getattr(obj, "pjrt_hub_declare", None)
-        if hook is None:
-            return None
-        try:
-            return declaration_from_plugin(hook())
-        except Exception:  # the registry accepted it once; a flaky declare is reported by version/loaded
-            return None
 
     @property
     def loaded(self) -> bool:
@@ -130,7 +122,7 @@ class PluginUnderTest:
         declared = ()
         if self.declaration is not None:
             declared = tuple(Limitation(x.description, tuple(x.cases)) for x in self.declaration.limitations)
-        return declared + known_limitations(self.record)
+        return declared + known_limitations(self.record, self.probe)
 
     def limitation_for(self, item: Case) -> Limitation | None:
         for limitation in self.limitations:

@@ -23,6 +23,7 @@ from pjrt_hub.abi import Limitation
 
 if TYPE_CHECKING:
     from pjrt_hub import PluginRecord
+    from pjrt_hub.abi.probe import ProbeReport
 
 __all__ = ["C_PLUGIN_LIMITATIONS", "KnownLimitations", "XLA_CPU_PLUGINS", "known_limitations"]
 
@@ -99,14 +100,13 @@ C_PLUGIN_LIMITATIONS: tuple[KnownLimitations, ...] = (
 )
 
 
-def known_limitations(record: "PluginRecord",
+def known_limitations(record: "PluginRecord", probe: "ProbeReport | None" = None,
                       table: tuple[KnownLimitations, ...] = C_PLUGIN_LIMITATIONS) -> tuple[Limitation, ...]:
     """The table's limitations for a C plugin (none for Python plugins: they declare their own),
-    and those a served Python plugin declared, which travel in its probe details (:mod:`._via`)."""
+    and those a served Python plugin declared, which travel in its ``probe`` report (:mod:`._via`)."""
     if record.kind != "c":
         return ()
-    found: list[Limitation] = [Limitation(x["description"], tuple(x["cases"]))
-                               for x in (record.details or {}).get("declared_limitations") or ()]
+    found: list[Limitation] = list(probe.declared_limitations) if probe is not None else []
     for entry in table:
         if entry.applies(record):
             found.extend(entry.limitations)

@@ -4,7 +4,8 @@ The suite's own programs are StableHLO text in the form JAX prints (``jax.jit(f)
 .as_text()``), kept to ops every StableHLO consumer knows (add, multiply, constant), so that a
 failure points at the runtime rather than at a compiler's op coverage. The corpus
 (``pjrt_hub/data/corpus/public``) brings real JAX programs with inputs, expected outputs and
-per-output tolerances (``manifest.json``).
+per-output tolerances (``manifest.json``); :class:`Tolerance` is the manifests' comparison rule,
+the one every check against expected outputs uses (the suite's cases, ``bench``, pjrt-hub's tests).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -23,6 +24,7 @@ __all__ = [
     "CorpusProgram",
     "FRAMEWORK_OPTION_OVERRIDES",
     "INVALID_PROGRAM",
+    "Tolerance",
     "add_one",
     "corpus_fingerprint",
     "donating_add_one",
@@ -30,6 +32,7 @@ __all__ = [
     "failing_program",
     "framework_options",
     "load_corpus",
+    "perf_mismatch",
     "same_name_programs",
     "slow_program",
     "slow_program_result",
@@ -101,6 +104,71 @@ def donating_add_one(n: int = 4) -> str:
         f"  }}\n"))
 
 
+class Tolerance(NamedTuple):
+    """How close an output must come to its expected value: the rule the corpus manifests state.
+
+    An element passes when ``|actual - expected| <= atol + rtol * |expected|`` (``numpy.isclose``,
+    ``equal_nan=False``; equal infinities pass). A NaN never passes: the expected outputs (XLA:CPU's)
+    hold none, so a NaN is a wrong answer, not a match. Integer and bool outputs, and any output
+    with ``rtol = atol = 0``, must be equal. Dtype and shape must be the expected ones.
+    """
+
+    rtol: float = 0.0
+    atol: float = 0.0
+
+    @classmethod
+    def of(cls, spec: Mapping[str, Any]) -> "Tolerance":
+        """The tolerance of a manifest's output entry: its ``rtol`` and ``atol`` (public and perf
+        corpora), or none at all (the collectives corpus's ``{"kind": "exact"}``)."""
+        return cls(float(spec.get("rtol", 0.0)), float(spec.get("atol", 0.0)))
+
+    @property
+    def exact(self) -> bool:
+        return self.rtol == 0 and self.atol == 0
+
+    def mismatch(self, actual: Any, expected: Any) -> str | None:
+        """Why ``actual`` is not ``expected`` under this tolerance, in words, or None if it is."""
+        actual, expected = np.asarray(actual), np.asarray(expected)
+        if actual.dtype != expected.dtype:
+            return f"is {actual.dtype}, expected {expected.dtype}"
+        if actual.shape != expected.shape:
+            return f"has shape {list(actual.shape)}, expected {list(expected.shape)}"
+        exact = self.exact or expected.dtype.kind in "biu"
+        if exact:
+            bad = np.asarray(actual != expected)
+        else:
+            wide = np.complex128 if expected.dtype.kind == "c" else np.float64
+            a, e = actual.astype(wide), expected.astype(wide)
+            bad = ~np.isclose(a, e, rtol=self.rtol, atol=self.atol, equal_nan=False)
+        if not bad.any():
+            return None
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        text = (f"{int(bad.sum())} of {bad.size} elements differ "
+                + ("(an exact match is required)" if exact else f"beyond rtol={self.rtol:g} atol={self.atol:g}")
+                + f"; first at {list(where)}: got {actual[where]!r}, expected {expected[where]!r}")
+        if not exact:
+            error = np.abs(a - e)
+            finite = error[np.isfinite(error)]
+            if finite.size:
+                text += f"; max abs error {finite.max():.3g}"
+        return text
+
+
+def perf_mismatch(output: Any, spec: Mapping[str, Any]) -> str | None:
+    """The perf corpus's check of one output, which it keeps no full copy of: the probe values at
+    ``probe_flat_indices`` under the output's :class:`Tolerance`, and the sum within
+    ``1e-4 * abs_sum`` (both in float64). Why it fails, or None."""
+    flat = np.asarray(output).astype(np.float64).reshape(-1)
+    probes = flat[np.asarray(spec["probe_flat_indices"], dtype=np.intp)]
+    problem = Tolerance.of(spec).mismatch(probes, np.asarray(spec["probe_values"], dtype=np.float64))
+    if problem is not None:
+        return f"probe values: {problem}"
+    total = float(flat.sum())
+    if not abs(total - spec["sum"]) <= 1e-4 * spec["abs_sum"]:
+        return f"sum {total!r}, expected {spec['sum']!r} within {1e-4 * spec['abs_sum']:.3g}"
+    return None
+
+
 @dataclass(frozen=True)
 class CorpusProgram:
     """One program of the public corpus, with what the manifest says about it."""
@@ -109,8 +177,8 @@ class CorpusProgram:
     description: str
     file: str
     data: str
-    #: (rtol, atol) of each output, in order.
-    tolerances: tuple[tuple[float, float], ...]
+    #: The tolerance of each output, in order.
+    tolerances: tuple[Tolerance, ...]
     output_names: tuple[str, ...]
     input_names: tuple[str, ...]
 
@@ -123,25 +191,12 @@ class CorpusProgram:
                 return [npz[n] for n in self.input_names], [npz[n] for n in self.output_names]
 
     def output_mismatch(self, index: int, got: np.ndarray, expected: np.ndarray) -> str | None:
-        """Why output ``index`` is not the expected one within the manifest's tolerances (None
-        when it is): the one tolerance rule of the suite and of ``bench``."""
-        name = self.output_names[index]
-        rtol, atol = self.tolerances[index]
-        if got.dtype != expected.dtype:
-            return f"{self.name} output {index} ({name}) is {got.dtype}, expected {expected.dtype}"
-        if got.shape != expected.shape:
-            return f"{self.name} output {index} ({name}) has shape {list(got.shape)}, expected {list(expected.shape)}"
-        if rtol == 0 and atol == 0 or expected.dtype.kind in "biu":
-            bad = got != expected
-        else:
-            bad = ~np.isclose(got.astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol, equal_nan=False)
-        if not bad.any():
+        """Why output ``index`` is not the expected one under its :class:`Tolerance` (None when
+        it is), naming the program and the output: what the suite and ``bench`` report."""
+        problem = self.tolerances[index].mismatch(got, expected)
+        if problem is None:
             return None
-        where = tuple(int(i) for i in np.argwhere(bad)[0])
-        error = np.abs(got.astype(np.float64) - expected.astype(np.float64))
-        return (f"{self.name} output {index} ({name}): {int(bad.sum())} of {bad.size} elements differ beyond "
-                f"rtol={rtol:g} atol={atol:g}; first at {list(where)}: got {got[where]!r}, expected "
-                f"{expected[where]!r}; max abs error {np.nanmax(error):.3g}")
+        return f"{self.name} output {index} ({self.output_names[index]}): {problem}"
 
 
 def _manifest_text() -> str:
@@ -164,8 +219,8 @@ def load_corpus() -> tuple[CorpusProgram, ...]:
         programs.append(CorpusProgram(
             name=entry["name"], description=entry.get("description", ""), file=entry["file"],
             data=entry["data"],
-            tolerances=tuple((float(o.get("rtol", entry.get("rtol", 0.0))),
-                              float(o.get("atol", entry.get("atol", 0.0)))) for o in outputs),
+            tolerances=tuple(Tolerance.of({**{k: entry[k] for k in ("rtol", "atol") if k in entry}, **o})
+                             for o in outputs),
             output_names=tuple(o["name"] for o in outputs),
             input_names=tuple(i["name"] for i in entry["inputs"]),
         ))

@@ -14,16 +14,12 @@ import os
 import threading
 import traceback
 
-from pjrt_hub.abi import PjrtError, Unimplemented
+from pjrt_hub.abi import PjrtError, VersionGateRefusal
 
 from ._case import Case, CaseFailure, CaseSkipped
 from ._context import PluginUnderTest, _plugin_frame, _Slot, describe
 
 __all__ = ["run_case"]
-
-#: The version gate's refusal says this (pjrt_hub._facade): a skip, not a plugin failure.
-_GATE_MARK = "calls are limited to"
-
 
 def run_case(item: Case, ctx: PluginUnderTest) -> None:
     """Run ``item`` on ``ctx``: return if it passed, raise CaseFailure or CaseSkipped otherwise."""
@@ -43,7 +39,7 @@ def run_case(item: Case, ctx: PluginUnderTest) -> None:
         return
     if isinstance(exc, (CaseFailure, CaseSkipped)):
         raise exc
-    if isinstance(exc, Unimplemented) and _GATE_MARK in exc.message:
+    if isinstance(exc, VersionGateRefusal):  # the framework ruled the call out, not the plugin
         raise CaseSkipped(f"the version gate refused a call: {exc.message}") from exc
     if isinstance(exc, PjrtError):
         raise CaseFailure(f"the plugin raised {describe(exc)}{_plugin_frame(exc)}") from exc

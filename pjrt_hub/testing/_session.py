@@ -10,7 +10,6 @@ the run; ``--pjrt-in-process`` runs them here (for a debugger).
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -31,26 +30,22 @@ __all__ = ["ConformanceItem", "ConformanceSession", "make_registry"]
 SUITE_NODE = "pjrt-conformance"
 
 
-def _is_path(value: str) -> bool:
-    return os.sep in value or value.endswith((".so", ".dylib", ".dll", ".json"))
-
-
 def make_registry(plugins: list[str], *, framework: str | None = None, strict: bool = False) -> tuple[Any, list[str]]:
     """A registry for the named plugins (library paths are added as C plugins); returns the
-    registry and the registry names of the plugins, in order."""
-    from pjrt_hub import Policy, PluginRegistry, RegistrySettings
-    from pjrt_hub._discovery import candidate_for_path
+    registry and the registry names of the plugins, in order. The environment applies as to
+    every command (``PJRT_HUB_STRICT``, the block- and allow-lists, ...)."""
+    from pjrt_hub import Policy, PluginRegistry
+    from pjrt_hub._discovery import candidate_for_path, is_library_path
 
     policy = Policy(framework=ApiVersion.parse(framework)) if framework else Policy()
     if strict:
         policy = Policy(framework=policy.framework, strict=True)
-    paths = tuple(p for p in plugins if _is_path(p))
-    names = [candidate_for_path(p).name if _is_path(p) else p for p in plugins]
+    paths = tuple(p for p in plugins if is_library_path(p))
+    names = [candidate_for_path(p).name if is_library_path(p) else p for p in plugins]
     # Only the plugins asked for are imported: another installed plugin that hangs or crashes
     # while it is declared must not take this run with it.
-    settings = RegistrySettings.from_environment(policy=policy, paths=paths,
-                                                 allowed=frozenset(n.lower() for n in names))
-    registry = PluginRegistry(settings)
+    registry = PluginRegistry.from_environment(policy=policy, paths=paths,
+                                               requested=frozenset(n.lower() for n in names))
     registry.load()
     return registry, names
 

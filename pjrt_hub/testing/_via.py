@@ -13,14 +13,14 @@ never does (it calls some 70 of them); the JAX cases check what a JAX user relie
 PJRT-level case states.
 
 The served plugin is named ``NAME@VIA`` in the report; the original plugin's declared
-limitations apply to it (they travel in its probe details).
+limitations apply to it (they travel in its probe report).
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from pjrt_hub.abi import ApiVersion
+from pjrt_hub.abi import ApiVersion, Limitation
 
 __all__ = ["VIAS", "served_registry"]
 
@@ -36,23 +36,22 @@ def served_registry(plugins: Sequence[str], *, via: str, framework: str | None =
                     strict: bool = False) -> tuple[Any, list[str]]:
     """A registry holding each of ``plugins`` and its served form ``NAME@VIA``; returns the
     registry and the served names, in order."""
-    from pjrt_hub import Policy, PluginRegistry, RegistrySettings
+    from pjrt_hub import Policy, PluginRegistry
+    from pjrt_hub._discovery import is_library_path
     from pjrt_hub.backends.c_api.served import LOADER, candidate, publish
-
-    from ._session import _is_path
 
     if via not in VIAS:
         raise ViaError(f"unknown transport {via!r}; choose one of {', '.join(VIAS)}")
     for name in plugins:
-        if _is_path(name):
+        if is_library_path(name):
             raise ViaError(f"{name} is a C plugin; --via serves pjrt-hub's Python plugins as a PJRT_Api (a C "
                            "plugin already is one: run the suite on it directly)")
     policy = Policy(framework=ApiVersion.parse(framework)) if framework else Policy()
     if strict:
         policy = Policy(framework=policy.framework, strict=True)
     served_names = [f"{name}@{via}" for name in plugins]
-    allowed = frozenset(n.lower() for n in [*plugins, *served_names])
-    registry = PluginRegistry(RegistrySettings.from_environment(policy=policy, allowed=allowed))
+    requested = frozenset(n.lower() for n in [*plugins, *served_names])
+    registry = PluginRegistry.from_environment(policy=policy, requested=requested)
     registry.add_loader(LOADER, "served")
     registry.load()
     for name, served_name in zip(plugins, served_names):
@@ -83,7 +82,7 @@ def _serve(registry: Any, record: Any, via: str) -> Any:
     return serve(make_api, name=record.name, version=record.api_version, extensions=dict(record.extensions))
 
 
-def _transport_limitations(registry: Any, name: str) -> list[dict[str, Any]]:
+def _transport_limitations(registry: Any, name: str) -> list[Limitation]:
     """What a served Python plugin lacks only as a C plugin: upstream's test demands the
     ``xla_version`` attribute of C plugins, which only a plugin built from XLA can report."""
     api = registry.api(name)
@@ -93,18 +92,12 @@ def _transport_limitations(registry: Any, name: str) -> list[dict[str, Any]]:
         return []
     if "xla_version" in attributes:
         return []
-    return [{"description": f"{name} is not built from XLA and reports no xla_version attribute, which "
-                            "upstream's conformance test demands of C plugins", "cases": ["plugin/attributes"]}]
+    return [Limitation(f"{name} is not built from XLA and reports no xla_version attribute, which upstream's "
+                       "conformance test demands of C plugins", ("plugin/attributes",))]
 
 
-def _declared_limitations(registry: Any, name: str) -> list[dict[str, Any]]:
-    from pjrt_hub._reports import declaration_from_plugin
-
-    hook = getattr(registry.plugin_manager.get_plugin(name), "pjrt_hub_declare", None)
-    if hook is None:
+def _declared_limitations(registry: Any, name: str) -> list[Limitation]:
+    declaration = registry.declaration(name)
+    if declaration is None:
         return []
-    try:
-        declaration = declaration_from_plugin(hook())
-    except Exception:  # noqa: BLE001 - the registry judged the declaration already
-        return []
-    return [{"description": x.description, "cases": list(x.cases)} for x in declaration.limitations]
+    return [Limitation(x.description, tuple(x.cases)) for x in declaration.limitations]

@@ -25,7 +25,9 @@ import pytest
 
 from pjrt_hub.backends.stablehlo.parser import MAX_NESTING
 
-CORPUS = Path(__file__).resolve().parents[2] / "pjrt_hub" / "data" / "corpus" / "public"
+from ..corpus import CORPUS as CORPORA
+
+CORPUS = CORPORA / "public"
 
 ADD = """func.func public @main(%arg0: tensor<4xf32>, %arg1: tensor<4xf32>) -> tensor<4xf32> {
   %0 = stablehlo.add %arg0, %arg1 : tensor<4xf32>

@@ -19,10 +19,11 @@ import pytest
 from pjrt_hub.cli import ExitCode, main
 from pjrt_hub.extensions import ExtensionWarning
 
+from ..corpus import CORPUS as CORPORA
 from ..real_plugins import DEFAULT_PLUGIN, real_plugin
 
 ROOT = Path(__file__).resolve().parents[2]
-CORPUS = ROOT / "pjrt_hub" / "data" / "corpus" / "public"
+CORPUS = CORPORA / "public"
 
 
 def tour_lines() -> list[str]:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pjrt_hub.cli import ExitCode, main
 
-CORPUS = Path(__file__).resolve().parents[2] / "pjrt_hub" / "data" / "corpus" / "public"
+from ..corpus import CORPUS as CORPORA, assert_output, public_programs
+
+CORPUS = CORPORA / "public"
 
 ADD = """module @jit_add {
   func.func public @main(%arg0: tensor<4xf32>, %arg1: tensor<4xi32>) -> (tensor<4xf32>, tensor<4xi32>) {
@@ -67,8 +68,9 @@ def test_a_corpus_program_with_its_expected_outputs_in_the_same_file(tmp_path, c
     code, _, err = run(capsys, CORPUS / "layernorm.mlir", "--plugin", "reference",
                        "--inputs", CORPUS / "layernorm.npz", "--out", out)
     assert code == 0, err
+    (entry,) = [p for p in public_programs() if p["name"] == "layernorm"]
     with np.load(out) as got, np.load(CORPUS / "layernorm.npz") as want:
-        np.testing.assert_allclose(got["out0"], want["out0"], rtol=1e-4, atol=1e-5)
+        assert_output(got["out0"], want["out0"], entry["outputs"][0], "layernorm out0")
 
 
 @pytest.mark.parametrize("arrays, message", [

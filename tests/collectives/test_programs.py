@@ -3,18 +3,15 @@ checked against numpy models of the StableHLO spec (and, for the corpus, XLA:CPU
 
 from __future__ import annotations
 
-import json
-from importlib import resources
-
 import numpy as np
 import pytest
 
 from pjrt_hub._multi import run_on_devices
 
+from ..corpus import CORPUS, assert_output, collective_arrays, collective_programs
 from .programs import BF16, all_reduce, groups_attr, module, region
 
-CORPUS = resources.files("pjrt_hub.data.corpus.collectives")
-MANIFEST = json.loads(CORPUS.joinpath("manifest.json").read_text())["programs"]
+MANIFEST = collective_programs()
 REPLICA_PROGRAMS = sorted(n for n, m in MANIFEST.items() if m["kind"] == "replica")
 
 
@@ -35,20 +32,14 @@ def _check(got, expected, rtol=0.0, atol=0.0):
 @pytest.mark.parametrize("name", REPLICA_PROGRAMS)
 def test_corpus_replicated_programs_match_xla(client, name):
     entry = MANIFEST[name]
-    text = CORPUS.joinpath(f"{name}.mlir").read_text()
-    with CORPUS.joinpath(f"{name}.npz").open("rb") as f, np.load(f) as z:
-        data = {k: z[k] for k in z.files}
+    text = (CORPUS / "collectives" / f"{name}.mlir").read_text()
+    data = collective_arrays(name)
     n = entry["mhlo.num_replicas"]
     inputs = [[data[f"r{r}_in{i}"] for i in range(len(entry["inputs_per_device"]))] for r in range(n)]
     got = run_on_devices(client, text, inputs, timeout=60).outputs
     for r in range(n):
         for j, tol in enumerate(entry["tolerance"]):
-            expected = data[f"r{r}_out{j}"]
-            assert got[r][j].dtype == expected.dtype and got[r][j].shape == expected.shape
-            if tol["kind"] == "exact":
-                np.testing.assert_array_equal(got[r][j], expected)
-            else:
-                np.testing.assert_allclose(got[r][j], expected, rtol=tol["rtol"], atol=tol["atol"])
+            assert_output(got[r][j], data[f"r{r}_out{j}"], tol, f"{name} replica {r} output {j}")
 
 
 @pytest.mark.parametrize("elem,dtype,op,fold,groups,tol", [

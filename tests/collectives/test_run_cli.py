@@ -3,9 +3,6 @@ numba_cpu and reference, a GSPMD-form shard_map program, bf16 as uint16 bits, an
 
 from __future__ import annotations
 
-import json
-from importlib import resources
-
 import numpy as np
 import pytest
 
@@ -13,8 +10,9 @@ import ml_dtypes
 
 from pjrt_hub.cli import main
 
-CORPUS = resources.files("pjrt_hub.data.corpus.collectives")
-MANIFEST = json.loads(CORPUS.joinpath("manifest.json").read_text())["programs"]
+from ..corpus import CORPUS, assert_output, collective_arrays, collective_programs
+
+MANIFEST = collective_programs()
 
 GSPMD = """module @jit_f attributes {mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 1 : i32} {
   func.func public @main(%arg0: tensor<4x2xbf16> {mhlo.sharding = "{devices=[2,1]<=[2]}"}) -> (tensor<4x2xbf16> {mhlo.sharding = "{devices=[2,1]<=[2]}"}, tensor<2xbf16> {mhlo.sharding = "{replicated}"}) {
@@ -60,20 +58,15 @@ def _run(tmp_path, program: str, arrays: dict, plugin: str, capsys) -> tuple[int
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_every_corpus_program_runs_and_matches(tmp_path, backend, capsys, name):
     entry = MANIFEST[name]
-    with CORPUS.joinpath(f"{name}.npz").open("rb") as f, np.load(f) as z:
-        data = {k: z[k] for k in z.files}
-    code, got, err = _run(tmp_path, CORPUS.joinpath(f"{name}.mlir").read_text(), data, backend, capsys)
+    data = collective_arrays(name)
+    code, got, err = _run(tmp_path, (CORPUS / "collectives" / f"{name}.mlir").read_text(), data, backend, capsys)
     assert code == 0, err
     expected = {k: v for k, v in data.items() if "_out" in k} if entry["kind"] == "replica" else \
         {k: v for k, v in data.items() if k.startswith("out")}
     assert sorted(got) == sorted(expected)
     for key, want in expected.items():
         j = int(key.rsplit("out", 1)[1])
-        tol = entry["tolerance"][j]
-        if tol["kind"] == "exact":
-            np.testing.assert_array_equal(got[key], want, err_msg=key)
-        else:
-            np.testing.assert_allclose(got[key], want, rtol=tol["rtol"], atol=tol["atol"], err_msg=key)
+        assert_output(got[key], want, entry["tolerance"][j], f"{name} {key}")
 
 
 def test_gspmd_shard_map_with_bf16_bits(tmp_path, backend, capsys):
@@ -89,9 +82,8 @@ def test_gspmd_shard_map_with_bf16_bits(tmp_path, backend, capsys):
 
 
 def test_bad_inputs_and_programs_that_need_propagation(tmp_path, capsys):
-    text = CORPUS.joinpath("psum_f32.mlir").read_text()
-    with CORPUS.joinpath("psum_f32.npz").open("rb") as f, np.load(f) as z:
-        data = {k: z[k] for k in z.files if "_in" in k}
+    text = (CORPUS / "collectives" / "psum_f32.mlir").read_text()
+    data = {k: v for k, v in collective_arrays("psum_f32").items() if "_in" in k}
     missing = {k: v for k, v in data.items() if k != "r3_in0"}
     code, _, err = _run(tmp_path, text, missing, "reference", capsys)
     assert code == 3 and "no inputs for process 3" in err

@@ -403,3 +403,60 @@ def test_c_plugins_without_a_loader_are_found_not_probed(tmp_path):
     reg.load()
     assert reg.record("x").outcome is Outcome.FOUND
     assert "not probed" in reg.record("x").reason
+
+
+def test_a_plugins_declaration_is_read_once_and_given_by_the_registry():
+    from pjrt_hub.abi import Limitation, hookimpl
+    from pjrt_hub.testing import PluginUnderTest
+    from pjrt_hub.testing.toy import ToyPlugin
+
+    class Counting(ToyPlugin):
+        calls = 0
+
+        @hookimpl
+        def pjrt_hub_declare(self):
+            type(self).calls += 1
+            return super().pjrt_hub_declare()
+
+    reg = registry(autoload=False)
+    reg.register(Counting(limitations=[Limitation("no process index", ("client/process_index",))]), "counted")
+    declaration = reg.declaration("counted")
+    assert declaration.version == ApiVersion(0, 105) and declaration.limitations[0].description == "no process index"
+    ctx = PluginUnderTest(reg, "counted")
+    assert ctx.declaration is declaration and ctx.limitations[0].cases == ("client/process_index",)
+    assert Counting.calls == 1, "the declaration hook was called again after the registry read it"
+    assert reg.declaration("COUNTED") is declaration
+    with pytest.raises(NotFound, match="no plugin named 'nobody'"):
+        reg.declaration("nobody")
+
+
+def test_a_loaders_answer_becomes_a_probe_report_and_garbage_a_failure(tmp_path):
+    from pjrt_hub.abi.probe import ProbeReport
+
+    names = ["mapped", "typed", "garbled", "nonsense"]
+    for n in names:
+        (tmp_path / f"{n}.so").write_bytes(FAKE_SO)
+    loader = FakeLoader({
+        # The mapping form: no path or name, the reason under its older name.
+        "mapped": {"outcome": "ok", "message": "", "api_version": "0.81",
+                   "extensions": [{"type": 4, "name": "Layouts", "struct_size": 72}], "vendor_note": "kept"},
+        "typed": ProbeReport(path="/elsewhere/libtyped.so", name="typed", outcome="crashed", reason="SIGSEGV in init"),
+        "garbled": {"outcome": "ok", "api_version": "0.81", "extensions": "all of them"},
+        "nonsense": ["not", "a", "report"],
+    })
+    env = {"PJRT_NAMES_AND_LIBRARY_PATHS": ",".join(f"{n}:{tmp_path / n}.so" for n in names)}
+    reg = PluginRegistry(RegistrySettings(autoload=False, policy=Policy(framework=ApiVersion(0, 105))), environ=env)
+    reg.add_loader(loader, "fake")
+    reg.load()
+    mapped = reg.probe_report("mapped")
+    assert isinstance(mapped, ProbeReport) and mapped.path == str(tmp_path / "mapped.so") and mapped.name == "mapped"
+    assert mapped.extensions[0].struct_size == 72 and mapped.reason == "" and mapped.vendor_note == "kept"
+    assert reg.record("mapped").outcome is Outcome.LOADED and reg.record("mapped").extensions == {"Layouts": 2}
+    assert reg.record("mapped").details["vendor_note"] == "kept"  # other keys are reported as they are
+    assert reg.probe_report("typed").reason == "SIGSEGV in init"
+    assert reg.record("typed").reason.endswith("failed (crashed): SIGSEGV in init")
+    for name in ("garbled", "nonsense"):
+        record = reg.record(name)
+        assert record.outcome is Outcome.FAILED and "loader's answer is malformed" in record.reason, record
+        assert "\n" not in record.reason and reg.probe_report(name) is None
+    assert "extensions" in reg.record("garbled").reason

@@ -1,7 +1,11 @@
+import inspect
+import pickle
+
 import pytest
 
 from pjrt_hub import gate
-from pjrt_hub.abi import ApiVersion, Buffer, Client, ExecuteResult, LoadedExecutable, Unimplemented
+from pjrt_hub.abi import (ApiVersion, Buffer, Client, ErrorCode, ExecuteResult, LoadedExecutable, Unimplemented,
+                          VersionGateRefusal)
 
 
 class _Buffer(Buffer):
@@ -93,3 +97,55 @@ def test_execute_hands_the_plugin_the_argument_structure_it_was_given():
     assert lists[1] == (lists[0][0],) and type(lists[1]) is tuple
     assert tuples == ((lists[0][0],),)
     assert text == ["ab"]  # not split into characters: the plugin reports what it was given
+
+
+def test_the_gate_refuses_with_its_own_error_type_and_says_what_it_refused():
+    client = gate(_Client(), plugin="old", plugin_version=ApiVersion(0, 32), call_limit=32)
+    with pytest.raises(VersionGateRefusal) as info:
+        client.create_view_of_device_buffer(object())
+    refusal = info.value
+    assert isinstance(refusal, Unimplemented) and refusal.code is ErrorCode.UNIMPLEMENTED
+    assert (refusal.plugin, refusal.method, refusal.since, refusal.call_limit) == \
+        ("old", "_Client.create_view_of_device_buffer", 33, 32)
+    assert pickle.loads(pickle.dumps(refusal)).__dict__ == refusal.__dict__
+    # A plugin's own Unimplemented is not the gate's, whatever it says.
+    with pytest.raises(Unimplemented) as info:
+        gate(_Client(), plugin="p", plugin_version=ApiVersion(0, 105), call_limit=105).devices()
+    assert not isinstance(info.value, VersionGateRefusal)
+
+
+def test_the_suite_skips_what_the_gate_refused_and_fails_what_the_plugin_refused():
+    from pjrt_hub import PluginRegistry, Policy, RegistrySettings
+    from pjrt_hub.testing import Case, CaseFailure, CaseSkipped, PluginUnderTest, run_case
+    from pjrt_hub.testing.toy import ToyPlugin
+
+    # A plugin and a framework at 0.81: Device.get_attributes (0.92) is beyond the gate.
+    registry = PluginRegistry(RegistrySettings(policy=Policy(framework=ApiVersion(0, 81)), autoload=False), environ={})
+    registry.register(ToyPlugin(api_version="0.81"), "toy")
+    ctx = PluginUnderTest(registry, "toy")
+
+    def gated(ctx):
+        ctx.devices[0].get_attributes()
+
+    def mimic(ctx):
+        raise Unimplemented("Device.get_attributes: calls are limited to 0.81 here", plugin="toy")
+
+    with pytest.raises(CaseSkipped, match="the version gate refused a call: .*get_attributes"):
+        run_case(Case("device", "gated", "a call the gate refuses", gated), ctx)
+    with pytest.raises(CaseFailure, match="the plugin raised UNIMPLEMENTED: .*calls are limited to"):
+        run_case(Case("device", "mimic", "the plugin's own Unimplemented, in the gate's words", mimic), ctx)
+
+
+@pytest.mark.parametrize("code", [c for c in ErrorCode if c is not ErrorCode.OK], ids=lambda c: c.name)
+def test_each_code_has_a_declared_class_in_the_public_namespace(code):
+    import pjrt_hub
+    from pjrt_hub.abi import error_for_code, errors
+
+    cls = type(error_for_code(code, "m"))
+    assert cls.code is code and cls.__module__ == "pjrt_hub" and cls.__doc__
+    assert getattr(pjrt_hub, cls.__name__) is cls is getattr(errors, cls.__name__)
+    # Declared in the module's source (so type checkers see it), not made by a call.
+    assert f"\nclass {cls.__name__}(PjrtError):\n" in inspect.getsource(errors)
+    error = cls("went wrong", plugin="p")
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is cls and str(again) == str(error) and again.plugin == "p"

@@ -1,13 +1,13 @@
 """abi: the C plugin's ``PJRT_Api`` table is the one its version promises (upstream's
 ``PjrtCAbiTestBase.FieldOffsetsAndSizes``, seen from outside the library).
 
-The facts come from the probe (the registry record's details) or from the bridge's loaded library;
+The facts come from the probe (the loader's ProbeReport) or from the bridge's loaded library;
 the expectations from :mod:`pjrt_hub.abi.history` and :mod:`pjrt_hub.extensions`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from pjrt_hub.abi import history
 from pjrt_hub.extensions import extension_spec
@@ -21,39 +21,48 @@ API_HEADER_SIZE = 40
 API_VERSION_STRUCT_SIZE = 24
 
 
-def facts(ctx: PluginUnderTest) -> dict[str, Any]:
-    """What is known of the plugin's table: probe details first, else the bridge's library."""
-    details = dict(ctx.record.details or {})
-    found: dict[str, Any] = {}
-    for key, names in (("struct_size", ("api_struct_size", "struct_size")),
-                       ("version_struct_size", ("api_version_struct_size", "version_struct_size")),
-                       ("extensions", ("extensions",)), ("null_functions", ("null_functions",))):
-        for name in names:
-            if details.get(name) is not None:
-                found[key] = details[name]
-                break
-    if "struct_size" not in found and ctx.loaded:
+@dataclass
+class TableFacts:
+    """What is known of a plugin's ``PJRT_Api`` table; None where it was not read."""
+
+    struct_size: int | None = None
+    version_struct_size: int | None = None
+    #: ``(name, struct_size)`` of each extension node, in chain order.
+    extensions: list[tuple[str, int | None]] | None = None
+    null_functions: list[str] | None = None
+
+
+def facts(ctx: PluginUnderTest) -> TableFacts:
+    """What is known of the plugin's table: the probe report first, else the bridge's library."""
+    found = TableFacts()
+    probe = ctx.probe
+    if probe is not None:
+        found.struct_size = probe.api_struct_size
+        found.version_struct_size = probe.version_struct_size
+        if probe.extensions or probe.extension_layout is not None:
+            found.extensions = [(node.name, node.struct_size) for node in probe.extensions]
+        if probe.api_struct_size is not None:  # the slots were read with the header that sizes them
+            found.null_functions = list(probe.null_functions)
+    if found.struct_size is None and ctx.loaded:
         try:
             api = ctx.api
         except CaseFailure:  # no bridge to load it: the probe data is all there is
             api = None
         library = getattr(getattr(api, "unwrapped", None), "library", None)
-        for key in ("struct_size", "version_struct_size"):
-            if getattr(library, key, None) is not None:
-                found[key] = getattr(library, key)
-        if library is not None and hasattr(library, "extensions"):
+        if library is not None:
+            found.struct_size = library.struct_size
+            found.version_struct_size = library.version_struct_size
             nodes, _ = library.extensions()
-            found["extensions"] = [n.as_dict() for n in nodes]
+            found.extensions = [(node.name, node.struct_size) for node in nodes]
     return found
 
 
 @case("abi", kind="c")
 def api_struct_size(ctx: PluginUnderTest) -> None:
     """PJRT_Api.struct_size holds the header and exactly the function slots the history gives the minor."""
-    known = facts(ctx)
-    if "struct_size" not in known:
+    size = facts(ctx).struct_size
+    if size is None:
         skip(f"no probe data for {ctx.name}: the PJRT_Api table was not read")
-    size = int(known["struct_size"])
     slots, rest = divmod(size - API_HEADER_SIZE, 8)
     check(size >= API_HEADER_SIZE and rest == 0,
           f"PJRT_Api.struct_size {size} is not {API_HEADER_SIZE} header bytes plus 8-byte function pointers")
@@ -69,10 +78,9 @@ def api_struct_size(ctx: PluginUnderTest) -> None:
 @case("abi", kind="c")
 def api_version_struct_size(ctx: PluginUnderTest) -> None:
     """PJRT_Api_Version.struct_size is PJRT_Api_Version_STRUCT_SIZE (24)."""
-    known = facts(ctx)
-    if "version_struct_size" not in known:
+    size = facts(ctx).version_struct_size
+    if size is None:
         skip(f"no probe data for {ctx.name}: PJRT_Api_Version was not read")
-    size = int(known["version_struct_size"])
     check(size == API_VERSION_STRUCT_SIZE,
           f"PJRT_Api_Version.struct_size is {size}, expected {API_VERSION_STRUCT_SIZE}")
 
@@ -80,12 +88,11 @@ def api_version_struct_size(ctx: PluginUnderTest) -> None:
 @case("abi", kind="c", min_api_minor=45)
 def extension_struct_sizes(ctx: PluginUnderTest) -> None:
     """Every extension node is at least as large as version 1 of its extension (since 0.45 nodes carry struct_size)."""
-    known = facts(ctx)
-    if "extensions" not in known:
+    nodes = facts(ctx).extensions
+    if nodes is None:
         skip(f"no probe data for {ctx.name}: the extension chain was not read")
-    for node in known["extensions"]:
-        name, size = node.get("name"), node.get("struct_size")
-        spec = extension_spec(name) if isinstance(name, str) else None
+    for name, size in nodes:
+        spec = extension_spec(name)
         if spec is None or not spec.struct_sizes:
             continue
         smallest = min(spec.struct_sizes.values())
@@ -96,10 +103,9 @@ def extension_struct_sizes(ctx: PluginUnderTest) -> None:
 @case("abi", kind="c")
 def no_null_functions(ctx: PluginUnderTest) -> None:
     """Every slot of the table the plugin's minor promises holds a function (a NULL one crashes the caller)."""
-    known = facts(ctx)
-    if "null_functions" not in known:
+    null = facts(ctx).null_functions
+    if null is None:
         skip(f"no probe data for {ctx.name}: the function table was not read")
-    null = list(known["null_functions"])
     check(not null, f"plugin {ctx.name} leaves {len(null)} slots of its PJRT_Api NULL: {', '.join(null)}")
 
 

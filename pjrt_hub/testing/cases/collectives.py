@@ -20,6 +20,7 @@ from pjrt_hub.abi import CompileOptions
 
 from .._case import Case, add_case, check, fail
 from .._context import PluginUnderTest
+from .._programs import Tolerance
 from .client import device_id
 
 CORPUS_PACKAGE = "pjrt_hub.data.corpus.collectives"
@@ -34,7 +35,7 @@ class MultiProgram:
     replicas: int
     inputs: list[list[np.ndarray]]
     expected: list[list[np.ndarray]]
-    #: (rtol, atol) per output; (0, 0) is exact.
+    #: (rtol, atol) per output (a :class:`Tolerance` or its pair); (0, 0) is exact.
     tolerances: tuple[tuple[float, float], ...]
 
 
@@ -104,7 +105,7 @@ def corpus_programs(max_replicas: int = 1 << 30) -> list[MultiProgram]:
         with root.joinpath(f"{name}.npz").open("rb") as f, np.load(f) as z:
             inputs = [[z[f"r{r}_in{i}"] for i in range(len(entry["inputs_per_device"]))] for r in range(n)]
             expected = [[z[f"r{r}_out{j}"] for j in range(len(entry["outputs_per_device"]))] for r in range(n)]
-        tolerances = tuple((float(t.get("rtol", 0)), float(t.get("atol", 0))) for t in entry["tolerance"])
+        tolerances = tuple(Tolerance.of(t) for t in entry["tolerance"])
         out.append(MultiProgram(name, root.joinpath(f"{name}.mlir").read_text(), n, inputs, expected, tolerances))
     return out
 
@@ -118,9 +119,7 @@ def compare(program: MultiProgram, got: list[list[np.ndarray]], report: Callable
             if value.shape != want.shape or value.dtype != want.dtype:
                 report(f"{program.name}: replica {r} output {j} is {value.dtype}{list(value.shape)}, expected "
                        f"{want.dtype}{list(want.shape)}")
-            rtol, atol = program.tolerances[j]
-            ok = np.array_equal(value, want) if rtol == atol == 0 else np.allclose(value, want, rtol=rtol, atol=atol)
-            if not ok:
+            elif Tolerance(*program.tolerances[j]).mismatch(value, want) is not None:
                 report(f"{program.name}: replica {r} output {j} is {value.tolist()}, expected {want.tolist()}")
 
 

@@ -17,7 +17,7 @@ from .._context import PluginUnderTest
 
 
 def _jax(ctx: PluginUnderTest) -> tuple[Any, str]:
-    backend = (ctx.record.details or {}).get("jax_backend")
+    backend = ctx.probe.jax_backend if ctx.probe is not None else None
     if not backend:
         skip("a check of a plugin served to JAX (pjrt-hub conformance --via jax)")
     import jax

@@ -3,26 +3,21 @@ against the manifest's expected outputs and tolerances."""
 
 from __future__ import annotations
 
-import json
-from importlib import resources
-
-import numpy as np
 import pytest
 
 from pjrt_hub.abi import Program
 
+from ...corpus import assert_output, program_text, public_arrays, public_programs
+
 pytestmark = pytest.mark.real_plugin
 
-_CORPUS = resources.files("pjrt_hub.data.corpus.public")
-_PROGRAMS = json.loads((_CORPUS / "manifest.json").read_text())["programs"]
+_PROGRAMS = public_programs()
 
 
 @pytest.mark.parametrize("entry", _PROGRAMS, ids=[p["name"] for p in _PROGRAMS])
 def test_corpus_program(client, entry):
-    exe = client.compile(Program((_CORPUS / entry["file"]).read_text()))
-    with np.load(_CORPUS / entry["data"]) as data:
-        inputs = [data[spec["name"]] for spec in entry["inputs"]]
-        expected = [data[spec["name"]] for spec in entry["outputs"]]
+    exe = client.compile(Program(program_text("public", entry)))
+    inputs, expected = public_arrays(entry)
     buffers = []
     for array in inputs:
         transfer = client.buffer_from_host_buffer(array)
@@ -35,10 +30,4 @@ def test_corpus_program(client, entry):
     for spec, buffer, want in zip(entry["outputs"], outputs, expected):
         fetched = buffer.to_host_buffer()
         fetched.event.await_()
-        got = fetched.array
-        assert (got.dtype, got.shape) == (want.dtype, want.shape), spec["name"]
-        if want.dtype.kind in "fc":
-            np.testing.assert_allclose(got, want, rtol=spec["rtol"], atol=spec["atol"], equal_nan=False,
-                                       err_msg=spec["name"])
-        else:
-            np.testing.assert_array_equal(got, want, err_msg=spec["name"])
+        assert_output(fetched.array, want, spec, f"{entry['name']}: {spec['name']}")

@@ -42,11 +42,12 @@ def test_our_struct_sizes_are_never_below_what_the_plugin_checks(xla_cpu_path):
 
 @pytest.mark.real_plugin
 def test_loader_hooks_probe_and_load(xla_cpu_path, tmp_path: Path):
-    data = pjrt_hub_probe_library(path=xla_cpu_path, timeout=60)
-    assert data["outcome"] == "ok" and data["message"] == "" and data["api_version"] == "0.81"
-    assert data["extensions"][0] == {"type": 9, "name": "PhaseCompile", "struct_size": 64}
-    assert data["client_creation_risk"] is None
-    json.dumps(data)  # the registry stores it as JSON
+    report = pjrt_hub_probe_library(path=xla_cpu_path, timeout=60)
+    assert isinstance(report, ProbeReport)  # the hook's answer is the model, not a mapping
+    assert report.outcome == "ok" and report.reason is None and report.api_version == "0.81"
+    assert report.extensions[0].model_dump() == {"type": 9, "name": "PhaseCompile", "struct_size": 64}
+    assert report.client_creation_risk is None and report.probe_cache in ("hit", "stored", "not stored", "off")
+    assert ProbeReport.model_validate_json(report.model_dump_json()) == report  # it leaves processes as JSON
     api = pjrt_hub_load_library(path=xla_cpu_path, name="xla_cpu")
     assert isinstance(api, CApi) and str(api.api_version()) == "0.81"
     text = tmp_path / "README.so"

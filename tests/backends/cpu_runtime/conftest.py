@@ -6,7 +6,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 import pytest
-from cpu_runtime_minihlo import MiniCompiler
+from .cpu_runtime_minihlo import MiniCompiler
 
 from pjrt_hub.abi import HostBufferSemantics, Program
 from pjrt_hub.backends.cpu_runtime import CpuApi, CpuBuffer, CpuClient, CpuLoadedExecutable

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from cpu_runtime_minihlo import add_module, gate, module
+from .cpu_runtime_minihlo import add_module, gate, module
 
 from pjrt_hub.abi import (
     DeadlineExceeded,

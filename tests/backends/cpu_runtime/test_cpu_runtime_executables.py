@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cpu_runtime_minihlo import MiniCompiler, add_module, module
+from .cpu_runtime_minihlo import MiniCompiler, add_module, module
 
 from pjrt_hub.abi import (
     BufferType,

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 import ml_dtypes
 import numpy as np
 import pytest
-from cpu_runtime_minihlo import MiniCompiler, module
+from .cpu_runtime_minihlo import MiniCompiler, module
 
 from pjrt_hub.abi import BufferType, CompileOptions, HostBufferSemantics, InvalidArgument, Program
 from pjrt_hub.backends.cpu_runtime import CpuApi

@@ -7,20 +7,16 @@ executed on the inline path and on the device workers, and compared with the cor
 
 from __future__ import annotations
 
-import json
-from importlib import resources
-
-import numpy as np
 import pytest
 
 from pjrt_hub.abi import Program
 from pjrt_hub.backends.cpu_runtime import CpuApi, InlinePolicy
 
+from ...corpus import assert_output, program_text, public_arrays, public_programs
+
 reference = pytest.importorskip("pjrt_hub.backends.reference.compiler")
 
-CORPUS = resources.files("pjrt_hub") / "data" / "corpus" / "public"
-MANIFEST = json.loads((CORPUS / "manifest.json").read_text())
-PROGRAMS = {entry["name"]: entry for entry in MANIFEST["programs"]}
+PROGRAMS = {entry["name"]: entry for entry in public_programs()}
 
 
 @pytest.fixture(scope="module", params=["inline", "workers"])
@@ -34,20 +30,14 @@ def reference_client(request):
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_corpus_program_runs_on_the_runtime(reference_client, name):
     entry = PROGRAMS[name]
-    data = np.load(str(CORPUS / entry["data"]))
-    executable = reference_client.compile(Program((CORPUS / entry["file"]).read_text()))
+    inputs, expected = public_arrays(entry)
+    executable = reference_client.compile(Program(program_text("public", entry)))
     device = reference_client.devices()[1]
-    arguments = [reference_client.buffer_from_host_buffer(data[spec["name"]], device=device).buffer
-                 for spec in entry["inputs"]]
+    arguments = [reference_client.buffer_from_host_buffer(array, device=device).buffer for array in inputs]
     outputs = executable.execute([arguments], execute_device=device).outputs[0]
     assert len(outputs) == len(entry["outputs"])
-    for buffer, spec in zip(outputs, entry["outputs"]):
+    for buffer, spec, want in zip(outputs, entry["outputs"], expected):
         host = buffer.to_host_buffer()
         host.event.await_(timeout=60)
         assert buffer.device() is device
-        expected = data[spec["name"]]
-        if expected.dtype.kind in "biu":
-            np.testing.assert_array_equal(host.array, expected, err_msg=f"{name}: {spec['name']}")
-        else:
-            np.testing.assert_allclose(host.array, expected, rtol=spec["rtol"], atol=spec["atol"],
-                                       err_msg=f"{name}: {spec['name']}")
+        assert_output(host.array, want, spec, f"{name}: {spec['name']}")

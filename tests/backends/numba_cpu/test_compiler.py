@@ -198,19 +198,15 @@ def parallel_compiler(numba_cache_dir):
 @pytest.mark.parametrize("name", ["softmax", "layernorm", "reductions", "attention"])
 def test_parallel_kernels_match_the_corpus(parallel_compiler, name):
     """The corpus is small, so its loops run serially; force the prange kernels on."""
-    import json
-    from importlib import resources
+    from ...corpus import assert_output, program_text, public_arrays, public_programs
 
-    from numba_helpers import assert_matches
-
-    corpus = resources.files("pjrt_hub") / "data" / "corpus" / "public"
-    entry = next(p for p in json.loads((corpus / "manifest.json").read_text())["programs"] if p["name"] == name)
-    program = parallel_compiler.compile((corpus / entry["file"]).read_text())
+    entry = next(p for p in public_programs() if p["name"] == name)
+    program = parallel_compiler.compile(program_text("public", entry))
     assert "prange" in program.source
-    with np.load(corpus / entry["data"]) as data:
-        outputs = program.run([data[f"in{i}"] for i in range(len(entry["inputs"]))])
-        for i, spec in enumerate(entry["outputs"]):
-            assert_matches(outputs[i], data[f"out{i}"], rtol=spec["rtol"], atol=spec["atol"], what=f"{name} {i}")
+    inputs, expected = public_arrays(entry)
+    outputs = program.run(inputs)
+    for i, spec in enumerate(entry["outputs"]):
+        assert_output(outputs[i], expected[i], spec, f"{name} {i}")
 
 
 

@@ -11,7 +11,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from numba_helpers import assert_matches
+from .numba_helpers import assert_matches
 from pjrt_hub.backends.reference import Interpreter
 from pjrt_hub.backends.stablehlo import parse_module, verify
 

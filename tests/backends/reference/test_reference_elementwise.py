@@ -7,7 +7,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ref_run import ev, type_of
+from .ref_run import ev, type_of
 
 I32_MIN, I32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
 bf16 = ml_dtypes.bfloat16

@@ -8,7 +8,7 @@ from pjrt_hub.abi import ExecutionError, InvalidArgument
 from pjrt_hub.backends.reference import Interpreter, interpreter
 from pjrt_hub.backends.stablehlo import parse_module, verify
 
-from ref_run import run
+from .ref_run import run
 
 ARGMAX = """
 func.func @main(%x: tensor<3x5xf32>) -> (tensor<3xf32>, tensor<3xi32>) {

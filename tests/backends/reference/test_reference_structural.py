@@ -8,7 +8,7 @@ import pytest
 
 from pjrt_hub.backends.reference.rng import philox4x32, threefry2x32
 
-from ref_run import ev, run, ttype, type_of
+from .ref_run import ev, run, ttype, type_of
 
 
 def test_broadcast_in_dim_with_permuted_dimensions_transposes():

@@ -5,15 +5,15 @@ import pytest
 from pjrt_hub.backends.stablehlo import parse_module, verify
 from pjrt_hub.backends.stablehlo.printer import format_module
 
-from shlo_corpus import CORPUS, perf_programs, public_programs
+from ...corpus import perf_programs, program_text, public_programs
 
 PROGRAMS = [("public", p) for p in public_programs()] + [("perf", p) for p in perf_programs()]
 
 
 @pytest.mark.parametrize("kind, program", PROGRAMS, ids=[p["name"] for _, p in PROGRAMS])
 def test_pretty_and_generic_forms_give_the_same_ir(kind, program):
-    pretty = parse_module((CORPUS / kind / program["file"]).read_text())
-    generic = parse_module((CORPUS / kind / program["generic_file"]).read_text())
+    pretty = parse_module(program_text(kind, program))
+    generic = parse_module(program_text(kind, program, "generic_file"))
     verify(pretty)
     verify(generic)
     canonical = format_module(pretty)
@@ -24,7 +24,7 @@ def test_pretty_and_generic_forms_give_the_same_ir(kind, program):
 
 @pytest.mark.parametrize("kind, program", PROGRAMS, ids=[p["name"] for _, p in PROGRAMS])
 def test_main_signature_matches_the_manifest(kind, program):
-    module = parse_module((CORPUS / kind / program["file"]).read_text())
+    module = parse_module(program_text(kind, program))
     main = module.main
     assert [list(t.shape) for t in main.arg_types] == [i["shape"] for i in program["inputs"]]
     assert [str(t.dtype) for t in main.arg_types] == [i["dtype"] for i in program["inputs"]]
@@ -37,7 +37,7 @@ def test_main_signature_matches_the_manifest(kind, program):
 
 @pytest.mark.parametrize("program", public_programs(), ids=lambda p: p["name"])
 def test_op_census_matches_the_manifest(program):
-    module = parse_module((CORPUS / "public" / program["file"]).read_text())
+    module = parse_module(program_text("public", program))
     counts: dict[str, int] = {}
     for op in module.walk():
         counts[op.name] = counts.get(op.name, 0) + 1
