@@ -14,7 +14,7 @@ import pytest
 
 from pjrt_hub.backends.reference import elementwise as ew
 
-from ref_run import run
+from .ref_run import run
 
 
 def _bits(x: np.ndarray) -> np.ndarray:
