@@ -22,6 +22,7 @@ from pjrt_hub.abi import CompileError, UnsupportedOpError
 from pjrt_hub.backends.stablehlo import Op, Value
 
 from .codegen import RULES, Arr, Lowering, Row, Rule, ld_text, st_text, supported_ops
+from .lanes import lane_reduction
 from .source import ElementKind, Expr, element_kind
 
 __all__ = ["elementwise", "index_map", "kernel", "emit_reduce_member"]
@@ -93,15 +94,9 @@ _float_divide = _float_or_int(lambda a, b: f"({a} / {b})", "idiv")
 
 @elementwise("stablehlo.divide", cost=4)
 def _divide(ctx, op, args):
-    kind = _k(ctx, op.result)
-    a, b = args
-    # A divisor computed outside the loop the dividend varies in (a row sum, a constant):
-    # multiply by its reciprocal, computed once, as XLA does; a vector divide costs several
-    # multiplies. The result may differ from the division by one ulp.
-    if kind.cls == "f" and not kind.narrow and b.scope is not a.scope and (
-            b.scope is None or (a.scope is not None and b.scope.depth < a.scope.depth)):
-        inv = ctx.temp(f"({_c(ctx, 1, kind)} / {b.text})", [b], prefix="inv")
-        return f"({a.text} * {inv.text})"
+    # Always a division, correctly rounded as the spec and XLA:CPU have it: multiplying by a
+    # loop-invariant divisor's reciprocal was off by one ulp for some quotients, and depended
+    # on how the divide was fused, which the eager tier (.eager) could not reproduce.
     return _float_divide(ctx, op, args)
 elementwise("stablehlo.maximum")(_float_or_int(lambda a, b: f"fmaximum({a}, {b})", "imax", "({a} | {b})"))
 elementwise("stablehlo.minimum")(_float_or_int(lambda a, b: f"fminimum({a}, {b})", "imin", "({a} & {b})"))
@@ -662,10 +657,13 @@ def _simple_reducer(block, n: int) -> str | None:
 
 def _combine_text(kind_name: str, ek: ElementKind, acc: str, x: str) -> str:
     if ek.cls == "f":
-        fn = {"add": "radd", "mul": "rmul", "max": "rmax", "min": "rmin"}.get(kind_name)
+        # Float sums and products outside lane reductions are sequential (see .lanes): a plain
+        # step, which LLVM may not reorder. max/min are exact in any order.
+        fn = {"add": "({acc} + {x})", "mul": "({acc} * {x})", "max": "rmax({acc}, {x})",
+              "min": "rmin({acc}, {x})"}.get(kind_name)
         if fn is None:
             raise CompileError(f"bitwise reduction over {ek.element}")
-        return ek.rounded(f"{fn}({acc}, {x})")
+        return ek.rounded(fn.format(acc=acc, x=x))
     if ek.cls == "b":
         return {"add": f"({acc} | {x})", "or": f"({acc} | {x})", "max": f"({acc} | {x})",
                 "mul": f"({acc} & {x})", "and": f"({acc} & {x})", "min": f"({acc} & {x})",
@@ -707,6 +705,17 @@ def emit_reduce_member(ctx: Lowering, op: Op, outer_idx: tuple[Expr, ...]) -> No
     combine = reducer(ctx, op)
     init = [ctx.read(v, ()) for v in inits]
     suffix = not kept or not red or min(red) > max(kept)
+    plan = lane_reduction(op)
+    if plan is not None:
+        # Reduced dims are the operand's last ones (so a suffix here too): by lanes.
+        with ctx.loops([shape[d] for d in kept]) as kidx:
+            ctx.emit_lanes_reset(op, plan)
+            ctx.lane_rows([shape[d] for d in red], outer_idx + kidx, [(op, plan)], lambda full: None)
+            res_idx = outer_idx + kidx
+            e = ctx.emit_lanes_total(op, plan, init[0])
+            ctx.memo[(op.result.id, tuple(x.text for x in res_idx))] = e
+            ctx._store(op.result, res_idx, e)
+        return
     if suffix:
         with ctx.loops([shape[d] for d in kept]) as kidx:
             accs = [ctx.fresh("acc") for _ in range(n)]
