@@ -699,7 +699,6 @@ class Lowering:
                 plan = lane_reduction(op) if inner else None
                 if plan is not None:
                     lanes.append((op, plan, self.read(op.operands[1], ())))
-                    self.emit_lanes_reset(op, plan)
                     continue
                 n = len(op.results)
                 names = [self.fresh("acc") for _ in range(n)]
@@ -719,14 +718,14 @@ class Lowering:
                     new = combine([Expr(a, self.scope) for a in names], xs)
                     self.scope.emit(f"{', '.join(names)} = {', '.join(new)}")
 
+            lane_results: list[Expr] = []
             if lanes:
-                self.lane_rows(inner, outer_idx, [(op, plan) for op, plan, _ in lanes], body)
+                lane_results = self.lane_rows(inner, outer_idx, lanes, body)
             else:
                 with self.loops(inner) as idx:
                     body(outer_idx + idx)
             key = tuple(i.text for i in outer_idx)
-            for op, plan, init in lanes:
-                e = self.emit_lanes_total(op, plan, init)
+            for (op, _, _), e in zip(lanes, lane_results):
                 self.memo[(op.result.id, key)] = e
                 self._store(op.result, outer_idx, e)
             for op, names, _ in accs:
@@ -783,28 +782,26 @@ class Lowering:
             return f"_probeL{id(op)}", f"_probeS{id(op)}"
         return bufs
 
-    def emit_lanes_reset(self, op: Op, plan) -> None:
-        self.scope.emit(f"lanes_reset({self.lane_buffers(op)[0]}, '{plan.op}', {plan.k})")
-
-    def emit_lanes_total(self, op: Op, plan, init: Expr) -> Expr:
-        """``init (op) folded lanes`` as a scalar of the current scope."""
-        acc = self.fresh("acc")
-        sym = "+" if plan.op == "add" else "*"
-        self.scope.emit(f"{acc} = ({init.text} {sym} lanes_total({self.lane_buffers(op)[0]}, '{plan.op}', {plan.k}))")
-        return Expr(acc, self.scope)
-
-    def lane_rows(self, inner: Sequence[int], outer_idx: tuple[Expr, ...], items, body) -> None:
-        """Loops over ``inner`` (the reduced dims, after ``outer_idx``), calling ``body(idx)``
-        for each element and feeding each lane reduction of ``items`` (``(op, plan)``) its
-        operand, one innermost row (or block of a long row) at a time: straight from the
-        operand's array when it is in memory, else through the scratch row."""
+    def lane_rows(self, inner: Sequence[int], outer_idx: tuple[Expr, ...], items, body) -> list[Expr]:
+        """Lane reductions over ``inner`` (the reduced dims, after ``outer_idx``): emits loops
+        over ``inner`` calling ``body(idx)`` (if not None) at each element, feeds each lane
+        reduction of ``items`` (``(op, plan, init)``) its operand one innermost row (or block
+        of a long row) at a time, straight from the operand's array when it is in memory, else
+        through the scratch row, and returns each reduction's result (``init (op) lanes``)."""
         from .lanes import BLOCK
 
         width = inner[-1]
+        direct = [isinstance(self.env.get(op.operands[0]), (Arr, Row)) for op, _, _ in items]
+        blocked = not all(direct) and width > BLOCK
+        # One row, one call: the lanes stay in registers.
+        in_registers = len(inner) == 1 and not blocked
+        sym = {"add": "+", "mul": "*"}
+        results: list[Expr] = []
+        if not in_registers:
+            for op, plan, _ in items:
+                self.scope.emit(f"lanes_reset({self.lane_buffers(op)[0]}, '{plan.op}', {plan.k})")
         with self.loops(inner[:-1]) as mid:
             prefix = outer_idx + mid
-            direct = [isinstance(self.env.get(op.operands[0]), (Arr, Row)) for op, _ in items]
-            blocked = not all(direct) and width > BLOCK
             opened: list[tuple[Scope, Scope]] = []
 
             def open_(header: str) -> Scope:
@@ -818,37 +815,45 @@ class Lowering:
                 open_(f"for {wb} in range({-(-width // BLOCK)}):")
                 self.scope.emit(f"{lo} = {wb} * {BLOCK}")
                 self.scope.emit(f"{cnt} = min({BLOCK}, {width} - {lo})")
-                var = self.fresh("i")
-                child = open_(f"for {var} in range({lo}, {lo} + {cnt}):")
-                offset = f"({var} - {lo})"
+                span = f"{lo}, {lo} + {cnt}"
             else:
-                lo, cnt = "0", str(width)
+                lo, cnt, span = "0", str(width), str(width)
+            if body is not None or not all(direct):
                 var = self.fresh("i")
-                child = open_(f"for {var} in range({width}):")
-                offset = var
-            full = prefix + (Expr(var, child, var),)
-            body(full)
-            for (op, plan), is_direct in zip(items, direct):
-                v = op.operands[0]
-                if is_direct:
-                    if self._watch is not None and v in self._watch:
-                        self._watch_log.append((v, full))
-                    continue
-                x = self.read(v, full)
-                self.scope.emit(st_text(self.lane_buffers(op)[1], [offset], x.text))
-            parent, child = opened.pop()
-            parent.close(child)
-            self.scope = parent
-            for (op, plan), is_direct in zip(items, direct):
+                child = open_(f"for {var} in range({span}):")
+                full = prefix + (Expr(var, child, var),)
+                if body is not None:
+                    body(full)
+                for (op, plan, _), is_direct in zip(items, direct):
+                    # A row in memory is read after this loop has written all of it, within
+                    # the current row by construction: no fusion check to log.
+                    if not is_direct:
+                        x = self.read(op.operands[0], full)
+                        offset = f"({var} - {lo})" if blocked else var
+                        self.scope.emit(st_text(self.lane_buffers(op)[1], [offset], x.text))
+                parent, child = opened.pop()
+                parent.close(child)
+                self.scope = parent
+            for (op, plan, init), is_direct in zip(items, direct):
                 lanes, scratch = self.lane_buffers(op)
-                if is_direct:
-                    src, start = self._flat_row(op.operands[0], prefix, lo)
+                src, start = self._flat_row(op.operands[0], prefix, lo) if is_direct else (scratch, "0")
+                if in_registers:
+                    acc = self.fresh("acc")
+                    self.scope.emit(f"{acc} = ({init.text} {sym[plan.op]} "
+                                    f"lanes_row({src}, {start}, {cnt}, '{plan.op}', {plan.k}))")
+                    results.append(Expr(acc, self.scope))
                 else:
-                    src, start = scratch, "0"
-                self.scope.emit(f"lanes_add({lanes}, {src}, {start}, {cnt}, '{plan.op}', {plan.k})")
+                    self.scope.emit(f"lanes_add({lanes}, {src}, {start}, {cnt}, '{plan.op}', {plan.k})")
             for parent, child in reversed(opened):
                 parent.close(child)
                 self.scope = parent
+        if not in_registers:
+            for op, plan, init in items:
+                acc = self.fresh("acc")
+                self.scope.emit(f"{acc} = ({init.text} {sym[plan.op]} "
+                                f"lanes_total({self.lane_buffers(op)[0]}, '{plan.op}', {plan.k}))")
+                results.append(Expr(acc, self.scope))
+        return results
 
     def _flat_row(self, v: Value, prefix: tuple[Expr, ...], lo: str) -> tuple[str, str]:
         """The array holding ``v`` and the flat offset of element ``prefix + (lo,)`` in it."""

@@ -15,7 +15,7 @@ from numba import types
 from numba.core import cgutils
 from numba.core.extending import intrinsic
 
-__all__ = ["lanes_reset", "lanes_add", "lanes_total"]
+__all__ = ["lanes_reset", "lanes_add", "lanes_total", "lanes_row"]
 
 
 def _literals(op, k) -> bool:
@@ -107,13 +107,60 @@ def lanes_total(typingctx, lanes, op, k):
         fty = context.get_value_type(sig.args[0].dtype)
         v = builder.load(_vector_ptr(builder, arr.data, ir.VectorType(fty, width)),
                          align=sig.args[0].dtype.bitwidth // 8)
-        i32 = ir.IntType(32)
-        half = width
-        while half > 1:
-            half //= 2
-            lo = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(i32, half), list(range(half))))
-            hi = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(i32, half), list(range(half, 2 * half))))
-            v = _step(builder, name, lo, hi)
-        return builder.extract_element(v, ir.Constant(i32, 0))
+        return _fold(builder, name, v, width)
 
     return lanes.dtype(lanes, op, k), codegen
+
+
+def _fold(builder, name: str, v, width: int):
+    i32 = ir.IntType(32)
+    half = width
+    while half > 1:
+        half //= 2
+        lo = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(i32, half), list(range(half))))
+        hi = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(i32, half), list(range(half, 2 * half))))
+        v = _step(builder, name, lo, hi)
+    return builder.extract_element(v, ir.Constant(i32, 0))
+
+
+@intrinsic
+def lanes_row(typingctx, src, start, count, op, k):
+    """One row reduced by lanes in registers: the ``k`` lanes of ``count`` elements of ``src``
+    (flat, from ``start``), folded; the same value as reset, add and total on a lanes buffer."""
+    if not (_float_array(src) and _literals(op, k) and isinstance(start, types.Integer)
+            and isinstance(count, types.Integer)):
+        return None
+    name, width = op.literal_value, k.literal_value
+
+    def codegen(context, builder, sig, args):
+        src_ty = sig.args[0]
+        sarr = context.make_array(src_ty)(context, builder, args[0])
+        align = src_ty.dtype.bitwidth // 8
+        fty = context.get_value_type(src_ty.dtype)
+        vty = ir.VectorType(fty, width)
+        intp = context.get_value_type(types.intp)
+        first = context.cast(builder, args[1], sig.args[1], types.intp)
+        n = context.cast(builder, args[2], sig.args[2], types.intp)
+        base = builder.gep(sarr.data, [first])
+        kc = ir.Constant(intp, width)
+        blocks = builder.sdiv(n, kc)
+        ident = ir.Constant(vty, [ir.Constant(fty, -0.0 if name == "add" else 1.0)] * width)
+        acc = cgutils.alloca_once(builder, vty)
+        builder.store(ident, acc)
+        with cgutils.for_range(builder, blocks) as loop:
+            p = _vector_ptr(builder, builder.gep(base, [builder.mul(loop.index, kc)]), vty)
+            builder.store(_step(builder, name, builder.load(acc), builder.load(p, align=align)), acc)
+        # The tail, padded with the identity to a whole block.
+        done = builder.mul(blocks, kc)
+        rest = builder.sub(n, done)
+        with builder.if_then(builder.icmp_signed(">", rest, ir.Constant(intp, 0))):
+            pad = cgutils.alloca_once(builder, vty)
+            builder.store(ident, pad)
+            padp = builder.bitcast(pad, fty.as_pointer())
+            tail = builder.gep(base, [done])
+            with cgutils.for_range(builder, rest) as loop:
+                builder.store(builder.load(builder.gep(tail, [loop.index])), builder.gep(padp, [loop.index]))
+            builder.store(_step(builder, name, builder.load(acc), builder.load(pad)), acc)
+        return _fold(builder, name, builder.load(acc), width)
+
+    return src.dtype(src, start, count, op, k), codegen

@@ -709,10 +709,8 @@ def emit_reduce_member(ctx: Lowering, op: Op, outer_idx: tuple[Expr, ...]) -> No
     if plan is not None:
         # Reduced dims are the operand's last ones (so a suffix here too): by lanes.
         with ctx.loops([shape[d] for d in kept]) as kidx:
-            ctx.emit_lanes_reset(op, plan)
-            ctx.lane_rows([shape[d] for d in red], outer_idx + kidx, [(op, plan)], lambda full: None)
+            (e,) = ctx.lane_rows([shape[d] for d in red], outer_idx + kidx, [(op, plan, init[0])], None)
             res_idx = outer_idx + kidx
-            e = ctx.emit_lanes_total(op, plan, init[0])
             ctx.memo[(op.result.id, tuple(x.text for x in res_idx))] = e
             ctx._store(op.result, res_idx, e)
         return
