@@ -237,6 +237,11 @@ class BenchRow(BaseModel):
     outputs_match: bool | None = Field(None, description="manifest probes and sum agree")
     runs: int | None = None
     xla_cpu_baseline_ms: float | None = Field(None, description="XLA:CPU through JAX, from the manifest")
+    first_result_ms_cold: float | None = Field(
+        None, description="compile + first execute + outputs to host, empty cache (plugin started)")
+    first_result_ms_warm: float | None = Field(
+        None, description="the same in a fresh process whose cache holds the program")
+    xla_cpu_compile_ms: float | None = Field(None, description="XLA:CPU's compile time, from the manifest")
     error: str | None = None
 
 

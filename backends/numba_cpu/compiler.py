@@ -323,14 +323,17 @@ class NumbaCompiler:
                 self.stats.memory_hits += 1
                 return prog
             if tiered and not _numba_loaded():
-                # Loading even a cached program would import numba first: the eager tier answers.
+                # Loading even a cached program would import numba first: the eager tier
+                # answers, unless it would take longer than that (a large cached program).
                 prog = self._tiered_program(text, lopts, text_key)
-                if prog is not None:
+                if prog is not None and not (self.cached(text_key) and prog.slower_than_loading):
                     self._programs[text_key] = prog
-                    return prog
+                    return prog.begin()
             prog = self._from_index(text_key)
             if prog is None and tiered:
                 prog = self._tiered_program(text, lopts, text_key)
+                if prog is not None:
+                    prog.begin()
             if prog is None:
                 source = self._generate(text, lopts)
                 prog = self._load(source, text_key)
@@ -373,6 +376,10 @@ class NumbaCompiler:
             if prog is None:
                 prog = self._load(self._generate(text, lopts), text_key)
             return prog.fingerprint
+
+    def cached(self, text_key: str) -> bool:
+        """Whether the disk cache has an entry for this text (not checked for soundness)."""
+        return (self.cache_dir / "index" / text_key).is_file()
 
     def load_cached(self, text_key: str) -> NumbaProgram | None:
         """The compiled program of a text the disk cache holds, loaded into this process.

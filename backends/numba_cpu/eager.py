@@ -46,7 +46,7 @@ from . import rules as _rules_module  # noqa: F401  (registers the op rules)
 from .eager_math import NAMESPACE
 from .source import ElementKind, Expr, element_kind
 
-__all__ = ["EagerProgram", "EagerUnsupported", "NeedsCompiled"]
+__all__ = ["EagerProgram", "EagerUnsupported", "NeedsCompiled", "Overtaken", "estimate_cost"]
 
 
 class EagerUnsupported(Exception):
@@ -55,6 +55,10 @@ class EagerUnsupported(Exception):
 
 class NeedsCompiled(Exception):
     """This execution's inputs need the compiled program (the eager tier cannot reproduce it)."""
+
+
+class Overtaken(Exception):
+    """The compiled program became ready during an eager run, which stops to let it run."""
 
 
 #: Longest sequential loop (steps of a reduction, window, scatter rank...) run from Python
@@ -274,6 +278,85 @@ def _region_function(block: Block) -> Callable[..., list]:
     return t.function(params, results)
 
 
+# -- how long the eager tier takes ---------------------------------------------------------------------
+
+#: Elementwise ops whose twin goes through Python's math module element by element.
+_PER_ELEMENT = frozenset({
+    "stablehlo.sine", "stablehlo.cosine", "stablehlo.tan", "stablehlo.cbrt", "stablehlo.atan2", "chlo.erf",
+    "chlo.erfc", "chlo.erf_inv", "chlo.tan", "chlo.sinh", "chlo.cosh", "chlo.asin", "chlo.acos", "chlo.atan",
+    "chlo.asinh", "chlo.acosh", "chlo.atanh", "chlo.lgamma",
+})
+#: float32 formulas transcribed from .vecmath: tens of numpy passes each.
+_VECMATH = frozenset({
+    "stablehlo.exponential", "stablehlo.exponential_minus_one", "stablehlo.log", "stablehlo.log_plus_one",
+    "stablehlo.tanh", "stablehlo.logistic",
+})
+
+
+def estimate_cost(fn: Function) -> float:
+    """A rough count of the element operations the eager tier performs for one run of ``fn``
+    (a numpy pass over n elements is n; a transcendental formula some tens of passes; a value
+    through Python's math module some hundreds), to tell programs it answers in milliseconds
+    from those a background compile will overtake."""
+    from pjrt_hub.backends.stablehlo.loops import _definitions, trip_count
+
+    defs = _definitions(fn.walk())
+
+    def size(v: Value) -> int:
+        return math.prod(v.type.shape) if isinstance(v.type, TensorType) else 1
+
+    def block(b: Block) -> float:
+        return sum(one(op) for op in b.ops[:-1])
+
+    def one(op: Op) -> float:
+        n = sum(size(r) for r in op.results)
+        name = op.name
+        if name == "stablehlo.while":
+            trips = trip_count(op, defs)
+            return (16 if trips is None else max(trips, 1)) * (block(op.regions[0]) + block(op.regions[1]) + 10)
+        if name in ("stablehlo.case", "stablehlo.if"):
+            return max((block(r) for r in op.regions), default=0.0) + 10
+        if op.regions and name in ("stablehlo.reduce", "stablehlo.reduce_window", "stablehlo.scatter",
+                                   "stablehlo.select_and_scatter", "stablehlo.sort"):
+            inner = 4.0 + len(op.regions[0].ops)
+        else:
+            inner = 1.0
+        if name in _PER_ELEMENT or any(getattr(r.type, "element_type", "") == "f64" for r in op.results) and (
+                name in _VECMATH or name == "stablehlo.power"):
+            return 150.0 * n
+        if name in _VECMATH:
+            return 30.0 * n
+        if name == "stablehlo.power":
+            return 60.0 * n
+        if name in ("stablehlo.dot_general", "stablehlo.dot"):
+            lhs = op.operands[0].type.shape
+            if name == "stablehlo.dot":
+                k = lhs[-1] if lhs else 1
+            else:
+                k = math.prod(lhs[d] for d in op.attr("dot_dimension_numbers").lhs_contracting_dimensions)
+            blas = getattr(op.results[0].type, "element_type", "") in ("f32", "f64")
+            # BLAS runs at tens of flops per numpy element op; the loops of other types are
+            # one numpy pass per contraction step.
+            return n * k * (0.05 if blas else 3.0) + size(op.operands[0]) + size(op.operands[1])
+        if name == "stablehlo.convolution":
+            dn = op.attr("dimension_numbers")
+            kshape = op.operands[1].type.shape
+            window = math.prod(kshape[d] for d in dn.kernel_spatial_dimensions) * kshape[dn.kernel_input_feature_dimension]
+            return 6.0 * n * window
+        if name in ("stablehlo.reduce", "stablehlo.scatter"):
+            return inner * sum(size(v) for v in op.operands)
+        if name in ("stablehlo.reduce_window", "stablehlo.select_and_scatter"):
+            window = math.prod(op.attr("window_dimensions") or (1,))
+            return inner * window * max(n, size(op.operands[0]))
+        if name == "stablehlo.sort":
+            shape = op.operands[0].type.shape
+            dim = int(op.attr("dimension")) % max(1, len(shape))
+            return inner * size(op.operands[0]) * (shape[dim] if shape else 1)
+        return inner * n
+
+    return block(fn.body)
+
+
 # -- the program -------------------------------------------------------------------------------------
 
 
@@ -304,7 +387,10 @@ class _Plan:
     def run(self, env: Env, args: Sequence[np.ndarray]) -> list[np.ndarray]:
         for a, x in zip(self.block.args, args):
             env[a] = x
+        overtaken = env.get(_OVERTAKEN)
         for step in self.steps:
+            if overtaken is not None and overtaken():
+                raise Overtaken()
             step(env)
         return [env[v] for v in self.results]
 
@@ -318,15 +404,18 @@ class EagerProgram:
             _kind(a)
         self._in_kinds = [element_kind(a.type) for a in fn.args]
         self._out_kinds = [_kind(v) for v in fn.body.terminator.operands]
-        self._constants: set[int] = set()
         self._body = _Plan(self, fn.body)
+        #: Element operations of one run (see :func:`estimate_cost`).
+        self.cost = estimate_cost(fn)
 
     # -- running --
 
-    def run(self, args: Sequence[np.ndarray], cancel: np.ndarray | None = None) -> list[np.ndarray]:
-        """The outputs, as the compiled entry returns them (16-bit floats in their numpy dtype
-        given by ``dtypes`` of the caller; here as their storage bits' numpy type)."""
-        env: Env = {_CANCEL: cancel}
+    def run(self, args: Sequence[np.ndarray], cancel: np.ndarray | None = None,
+            overtaken: Callable[[], bool] | None = None) -> list[np.ndarray]:
+        """The outputs, as the compiled entry returns them (16-bit floats as their uint16
+        bits). ``overtaken()``, asked between steps, stops the run with :class:`Overtaken`
+        when it turns true (the compiled program is ready and will answer instead)."""
+        env: Env = {_CANCEL: cancel, _OVERTAKEN: overtaken}
         inputs = []
         for a, x, kind in zip(self.fn.args, args, self._in_kinds):
             x = np.asarray(x)
@@ -376,8 +465,9 @@ class EagerProgram:
         return _Plan(self, block)
 
 
-#: The environment key of the runtime's cancel flag.
+#: The environment keys of the runtime's cancel flag and of the overtaken() check.
 _CANCEL = object()
+_OVERTAKEN = object()
 
 _KERNELS: dict[str, Callable[[EagerProgram, Op], Callable[[Env], None]]] = {}
 

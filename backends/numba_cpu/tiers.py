@@ -37,19 +37,55 @@ import subprocess
 import sys
 import threading
 import warnings
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from pjrt_hub.abi import CompileError, InvalidArgument
 from pjrt_hub.backends.cpu_runtime.compiler import TensorSpec
 
-from .eager import EagerProgram, NeedsCompiled
+from .eager import EagerProgram, NeedsCompiled, Overtaken
 
 if TYPE_CHECKING:
     from .compiler import NumbaCompiler, NumbaProgram
 
-__all__ = ["TieredProgram", "shutdown"]
+__all__ = ["EAGER_BUDGET", "TieredProgram", "shutdown"]
+
+#: Element operations (see :func:`.eager.estimate_cost`) above which a program is compiled at
+#: once rather than on its second run: some 50-100 ms of numpy on a laptop-class core.
+EAGER_BUDGET = 3e7
+#: Above this (about a second of numpy), a program whose compiled code is in the disk cache is
+#: loaded at once even though that imports numba: the eager run would take longer.
+LOAD_RATHER_THAN_EAGER = 4e8
+
+
+class _EagerRuns:
+    """How many eager runs are in progress in this process. The first load of compiled code
+    imports numba, half a second of work that holds the GIL in long stretches: an eager run
+    sharing it with that waits up to a switch interval for every numpy call, so the worker
+    waits for a moment without eager runs before that import."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.idle = threading.Condition()
+
+    def __enter__(self) -> None:
+        with self.idle:
+            self.count += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self.idle:
+            self.count -= 1
+            if self.count == 0:
+                self.idle.notify_all()
+
+    def wait_idle(self, stop: Callable[[], bool]) -> None:
+        with self.idle:
+            while self.count and not stop():
+                self.idle.wait(0.1)
+
+
+_EAGER_RUNS = _EagerRuns()
 
 
 def _dtype_from_name(name: str) -> np.dtype:
@@ -71,6 +107,8 @@ class _Job:
         self.program: NumbaProgram | None = None
         self.error: Exception | None = None
         self.started = False
+        #: Load as soon as compiled, even during eager runs (the eager run is the slower).
+        self.eager_slower = False
 
 
 class TieredProgram:
@@ -100,8 +138,21 @@ class TieredProgram:
         self._narrow_out = tuple(i for i, s in enumerate(self.outputs) if s.dtype.itemsize == 2 and s.dtype.kind in "fV")
         #: Executions answered by each tier (for tests and ``bench``).
         self.runs = {"eager": 0, "compiled": 0}
-        if self._compile_after == 0:
+        #: A program the eager tier runs slowly (large arrays, many transcendentals) is compiled
+        #: at once, and its eager runs give way to the compiled code as soon as it is loaded.
+        self.large = eager.cost > EAGER_BUDGET
+        #: Importing numba and loading the compiled code would answer sooner than the eager tier.
+        self.slower_than_loading = eager.cost > LOAD_RATHER_THAN_EAGER
+        self._job.eager_slower = self.slower_than_loading
+
+    def begin(self) -> "TieredProgram":
+        """Start the background compile now if this program's runs will not wait for it: a
+        large program not in the disk cache starts compiling at once (in the child process,
+        which takes nothing from this one); a large cached one once its first eager run is over
+        (loading imports numba, which would slow that run down)."""
+        if self._compile_after == 0 or (self.large and not self._job.compiler.cached(self._job.text_key)):
             self._start()
+        return self
 
     # -- tiers --
 
@@ -135,6 +186,10 @@ class TieredProgram:
         assert compiled is not None
         return compiled
 
+    def _overtaken(self) -> bool:
+        job = self._job
+        return job.done.is_set() and job.program is not None
+
     # -- running --
 
     def run(self, args: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None = None, *,
@@ -149,12 +204,15 @@ class TieredProgram:
             # Run again: worth compiling (in the background; this run stays eager).
             self._start()
         try:
-            results = self._eager.run(args, cancel)
-        except NeedsCompiled:
-            # This input needs the compiled code (see .eager): wait for it, this once.
+            with _EAGER_RUNS:
+                results = self._eager.run(args, cancel, self._overtaken if self.large else None)
+        except (NeedsCompiled, Overtaken):
+            # This input needs the compiled code (see .eager), or it is ready: wait for it.
             self.runs["compiled"] += 1
             return self.wait_compiled().run(args, out, cancel=cancel)
         self.runs["eager"] += 1
+        if self.large and not self._job.started:
+            self._start()
         for i in self._narrow_out:
             results[i] = results[i].view(self.outputs[i].dtype)
         if out is None:
@@ -238,16 +296,24 @@ class _Background:
             finally:
                 job.done.set()
 
-    def _compile(self, job: _Job) -> "NumbaProgram":
-        compiler = job.compiler
-        program = compiler.load_cached(job.text_key)
-        if program is not None:
-            return program
-        if not self._compile_in_child(job):
-            compiler.compile_to_cache(job.text, job.lopts, job.text_key)
+    def _load(self, job: _Job) -> "NumbaProgram | None":
+        from .compiler import _numba_loaded
+
+        if not _numba_loaded() and not job.eager_slower:
+            _EAGER_RUNS.wait_idle(lambda: self._stopping)
         if self._stopping:
             raise CompileError("numba_cpu: the process is exiting")
-        program = compiler.load_cached(job.text_key)
+        return job.compiler.load_cached(job.text_key)
+
+    def _compile(self, job: _Job) -> "NumbaProgram":
+        compiler = job.compiler
+        if compiler.cached(job.text_key):
+            program = self._load(job)
+            if program is not None:
+                return program
+        if not self._compile_in_child(job):
+            compiler.compile_to_cache(job.text, job.lopts, job.text_key)
+        program = self._load(job)
         if program is None:
             raise CompileError(f"numba_cpu: the compiled code of {job.name} is not in the cache after compiling it")
         return program
