@@ -238,6 +238,13 @@ def _elementwise(op: Op) -> Callable[[Env], None]:
     kind = t.kind(op.result)
     shape = tuple(op.result.type.shape)
     operands, res = op.operands, op.result
+    # One element of zeros through the formula now: a helper that does not take these types
+    # (numba would refuse to compile it) declines the program here rather than at run time.
+    try:
+        with np.errstate(all="ignore"):
+            fn(*[np.zeros((), _compute_dtype(_kind(o))) for o in operands])
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise EagerUnsupported(f"{op.name}: {exc}") from None
 
     def step(env: Env) -> None:
         (value,) = fn(*[env[o] for o in operands])
@@ -425,6 +432,9 @@ class EagerProgram:
             inputs.append(x)
         with np.errstate(all="ignore"):
             outs = self._body.run(env, inputs)
+            return self._results(args, outs)
+
+    def _results(self, args: Sequence[np.ndarray], outs: Sequence[np.ndarray]) -> list[np.ndarray]:
         results = []
         seen = {id(a) for a in args}
         for v, x, kind in zip(self.fn.body.terminator.operands, outs, self._out_kinds):

@@ -12,9 +12,9 @@ twin with its compiled helper on special values and on random bit patterns.
 Three things need care beyond transcribing the formulas:
 
 * numpy's float64 ``exp``, ``sin``, ``pow``... are SIMD implementations on AVX-512 machines, not
-  the C library the compiled code calls, so the libm-backed helpers go element by element
-  through Python's :mod:`math` (which calls the same libm) and map its exceptions to the IEEE
-  result (overflow to infinity, domain errors to NaN).
+  the C library the compiled code calls, and Python's :mod:`math` computes some functions
+  itself (lgamma, erf), so the libm-backed helpers call the C library's functions through
+  ctypes, element by element.
 * XLA's integer semantics (division by zero, shifts past the width, saturating float to int
   conversion) are spelled out with ``np.where``; numpy's own differ.
 * NaN payloads are not reproduced: where either tier produces a NaN, the other produces a NaN at
@@ -26,6 +26,9 @@ so a helper added to the kernels without a twin costs speed, never correctness.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import math
 from typing import Any, Callable
 
@@ -82,29 +85,50 @@ def _same(x, dtype) -> np.ndarray:
 
 
 # -- intrinsics ---------------------------------------------------------------------------------
+# Each twin accepts the operand types its intrinsic's typer accepts and raises TypeError for
+# the others, so that the eager tier declines what numba would refuse to compile.
+
+
+def _same_type(a, b, kinds: str = "biuf") -> None:
+    da, db = np.asarray(a).dtype, np.asarray(b).dtype
+    if da != db or da.kind not in kinds:
+        raise TypeError(f"operands of {da} and {db}")
+
+
+def _kind_of(a, kinds: str) -> np.ndarray:
+    a = np.asarray(a)
+    if a.dtype.kind not in kinds:
+        raise TypeError(f"operand of {a.dtype}")
+    return a
 
 
 def iadd(a, b):
+    _same_type(a, b)
     return np.add(a, b)
 
 
 def isub(a, b):
+    _same_type(a, b)
     return np.subtract(a, b)
 
 
 def imul(a, b):
+    _same_type(a, b)
     return np.multiply(a, b)
 
 
 def iand(a, b):
+    _same_type(a, b, "biu")
     return np.bitwise_and(a, b)
 
 
 def ior(a, b):
+    _same_type(a, b, "biu")
     return np.bitwise_or(a, b)
 
 
 def ixor(a, b):
+    _same_type(a, b, "biu")
     return np.bitwise_xor(a, b)
 
 
@@ -127,6 +151,7 @@ def _div_parts(x, y):
 
 def idiv(x, y):
     """XLA: x / 0 is -1 (all bits set), MIN / -1 is MIN; otherwise truncating division."""
+    _same_type(x, y, "iu")
     x, y, zero, overflow, safe = _div_parts(x, y)
     dt = x.dtype
     q = np.floor_divide(x, safe)
@@ -141,6 +166,7 @@ def idiv(x, y):
 
 def irem(x, y):
     """XLA: x % 0 is x, MIN % -1 is 0; otherwise the sign of the dividend (C's %)."""
+    _same_type(x, y, "iu")
     x, y, zero, overflow, safe = _div_parts(x, y)
     r = np.fmod(x, safe)
     r = np.where(overflow, np.zeros((), x.dtype), r)
@@ -148,6 +174,7 @@ def irem(x, y):
 
 
 def _shift(x, s, kind: str):
+    _same_type(x, s, "iu")
     x, s = np.broadcast_arrays(_a(x), _a(s))
     dt = x.dtype
     width = dt.itemsize * 8
@@ -191,6 +218,7 @@ _ICMP = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal,
 
 
 def icmp(a, b, direction):
+    _same_type(a, b)
     return _ICMP[direction](a, b)
 
 
@@ -227,6 +255,7 @@ def f2i(x, to):
 
 def fmaximum(a, b):
     """IEEE 754-2019 maximum: NaN if either is NaN, and +0 > -0."""
+    _same_type(a, b, "f")
     a, b = np.broadcast_arrays(_a(a), _a(b))
     r = np.maximum(a, b)
     zeros = (a == 0) & (b == 0)
@@ -234,6 +263,7 @@ def fmaximum(a, b):
 
 
 def fminimum(a, b):
+    _same_type(a, b, "f")
     a, b = np.broadcast_arrays(_a(a), _a(b))
     r = np.minimum(a, b)
     zeros = (a == 0) & (b == 0)
@@ -267,12 +297,12 @@ def rmul(a, b):
 
 
 def ctpop(x):
-    x = _a(x)
+    x = _kind_of(x, "iu")
     return np.bitwise_count(_unsigned(x)).astype(x.dtype)
 
 
 def ctlz(x):
-    x = _a(x)
+    x = _kind_of(x, "iu")
     width = x.dtype.itemsize * 8
     u = _unsigned(x).astype(np.uint64)
     length = np.zeros(u.shape, np.int64)
@@ -286,6 +316,8 @@ def ctlz(x):
 
 
 def fcmp_total(a, b, direction):
+    _same_type(a, b, "f")
+
     def key(v):
         v = _a(v)
         bits = v.view(_SIGNED[v.dtype.itemsize])
@@ -296,18 +328,30 @@ def fcmp_total(a, b, direction):
     return _ICMP[direction](key(a), key(b))
 
 
-fabs = np.abs
-fsqrt = np.sqrt
-ffloor = np.floor
-fceil = np.ceil
-ftrunc = np.trunc
-fround_even = np.rint
-fcopysign = np.copysign
+def _float1(fn):
+    def twin(x):
+        return fn(_kind_of(x, "f"))
+
+    twin.__name__ = fn.__name__
+    return twin
+
+
+fabs = _float1(np.abs)
+fsqrt = _float1(np.sqrt)
+ffloor = _float1(np.floor)
+fceil = _float1(np.ceil)
+ftrunc = _float1(np.trunc)
+fround_even = _float1(np.rint)
+
+
+def fcopysign(a, b):
+    _same_type(a, b, "f")
+    return np.copysign(a, b)
 
 
 def fround_afz(x):
     """Round half away from zero (C ``round``): x - trunc(x) is exact."""
-    x = _a(x)
+    x = _kind_of(x, "f")
     t = np.trunc(x)
     d = x - t
     return np.where(np.abs(d) >= x.dtype.type(0.5), t + np.copysign(x.dtype.type(1), x), t)
@@ -373,19 +417,23 @@ def fsign(x, one):
 
 
 def isign(x, zero, one):
+    _same_type(x, zero, "iu")
     neg = np.subtract(zero, one)
     return np.where(x < zero, neg, np.where(x > zero, one, zero))
 
 
 def iabs(x, zero):
+    _same_type(x, zero, "iu")
     return np.where(x < zero, np.subtract(zero, x), x)
 
 
 def imax(a, b):
+    _same_type(a, b, "biu")
     return np.where(a >= b, a, b)
 
 
 def imin(a, b):
+    _same_type(a, b, "biu")
     return np.where(a <= b, a, b)
 
 
@@ -411,7 +459,7 @@ def frem(x, y):
 
 
 def isfinite_f(x):
-    return np.abs(x) < np.inf
+    return fabs(x) < np.inf
 
 
 def clamp_index(i, hi):
@@ -422,53 +470,70 @@ def clamp_index(i, hi):
 # -- libm, element by element ----------------------------------------------------------------
 
 
-def _libm1(fn: Callable[[float], float], overflow: Callable[[float], float] | None = None):
-    """``fn`` (a :mod:`math` function, i.e. the C library's) on each element, in float64;
-    overflow maps to ``overflow(x)`` and domain errors to NaN, as the C function returns them."""
+@functools.lru_cache(maxsize=1)
+def _libm() -> ctypes.CDLL:
+    """The C library's libm, which the compiled code calls (numba lowers ``math.exp``,
+    ``math.lgamma``... to calls of the same symbols). Python's math module is not always it:
+    CPython computes lgamma and erf itself."""
+    return ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
 
-    def one(x: float) -> float:
-        try:
-            return fn(x)
-        except OverflowError:
-            return overflow(x) if overflow is not None else math.inf
-        except ValueError:
-            return math.nan
 
-    ufunc = np.frompyfunc(one, 1, 1)
+@functools.lru_cache(maxsize=None)
+def _libm_function(name: str, arity: int):
+    fn = getattr(_libm(), name)
+    fn.restype = ctypes.c_double
+    fn.argtypes = [ctypes.c_double] * arity
+    return fn
+
+
+def _libm1(name: str):
+    """libm's ``name`` on each element, in float64."""
 
     def apply(x):
+        fn = _libm_function(name, 1)
         d = _a(x).astype(np.float64)
         if d.ndim == 0:
-            return np.float64(one(float(d)))
-        return ufunc(d).astype(np.float64)
+            return np.float64(fn(float(d)))
+        return np.frompyfunc(fn, 1, 1)(d).astype(np.float64)
 
+    apply.__name__ = name
     return apply
 
 
-def _sign_inf(x: float) -> float:
-    return math.copysign(math.inf, x)
+def _libm2(name: str):
+    def apply(x, y):
+        fn = _libm_function(name, 2)
+        x, y = np.broadcast_arrays(_a(x).astype(np.float64), _a(y).astype(np.float64))
+        if x.ndim == 0:
+            return np.float64(fn(float(x), float(y)))
+        return np.frompyfunc(fn, 2, 1)(x, y).astype(np.float64)
+
+    apply.__name__ = name
+    return apply
 
 
-_exp = _libm1(math.exp)
-_expm1 = _libm1(math.expm1)
-_tanh = _libm1(math.tanh)
-_sin = _libm1(math.sin)
-_cos = _libm1(math.cos)
-_tan = _libm1(math.tan)
-_sinh = _libm1(math.sinh, _sign_inf)
-_cosh = _libm1(math.cosh)
-_asin = _libm1(math.asin)
-_acos = _libm1(math.acos)
-_atan = _libm1(math.atan)
-_asinh = _libm1(math.asinh)
-_acosh = _libm1(math.acosh)
-_atanh = _libm1(math.atanh)
-_lgamma = _libm1(math.lgamma)
-_log = _libm1(math.log)
-_log1p = _libm1(math.log1p)
-_erf = _libm1(math.erf)
-_erfc = _libm1(math.erfc)
-_cbrt = _libm1(math.cbrt)
+_exp = _libm1("exp")
+_expm1 = _libm1("expm1")
+_tanh = _libm1("tanh")
+_sin = _libm1("sin")
+_cos = _libm1("cos")
+_tan = _libm1("tan")
+_sinh = _libm1("sinh")
+_cosh = _libm1("cosh")
+_asin = _libm1("asin")
+_acos = _libm1("acos")
+_atan = _libm1("atan")
+_asinh = _libm1("asinh")
+_acosh = _libm1("acosh")
+_atanh = _libm1("atanh")
+_lgamma = _libm1("lgamma")
+_log = _libm1("log")
+_log1p = _libm1("log1p")
+_erf = _libm1("erf")
+_erfc = _libm1("erfc")
+_cbrt = _libm1("cbrt")
+_atan2 = _libm2("atan2")
+_pow = _libm2("pow")
 
 
 def exp_f64(x):
@@ -561,37 +626,12 @@ def lgamma_f(x):
     return np.where(pole, np.inf, _lgamma(np.where(pole, 1.0, d)))
 
 
-def _atan2_one(y: float, x: float) -> float:
-    return math.atan2(y, x)
-
-
-_atan2_u = np.frompyfunc(_atan2_one, 2, 1)
-
-
 def atan2_f(y, x):
-    y, x = np.broadcast_arrays(_a(y).astype(np.float64), _a(x).astype(np.float64))
-    if y.ndim == 0:
-        return np.float64(math.atan2(float(y), float(x)))
-    return _atan2_u(y, x).astype(np.float64)
-
-
-def _pow_one(x: float, y: float) -> float:
-    try:
-        return math.pow(x, y)
-    except (OverflowError, ValueError):
-        # C pow's result for these (inf, NaN, +-0 ** negative) is exact, so numpy's agrees.
-        with np.errstate(all="ignore"):
-            return float(np.power(np.float64(x), np.float64(y)))
-
-
-_pow_u = np.frompyfunc(_pow_one, 2, 1)
+    return _atan2(y, x)
 
 
 def fpow64(x, y):
-    x, y = np.broadcast_arrays(_a(x).astype(np.float64), _a(y).astype(np.float64))
-    if x.ndim == 0:
-        return np.float64(_pow_one(float(x), float(y)))
-    return _pow_u(x, y).astype(np.float64)
+    return _pow(x, y)
 
 
 def erf_f(x):
@@ -619,13 +659,14 @@ def _erf_inv_one(d: float) -> float:
     if d == 0.0:
         return d
     a = 0.147
-    ln = math.log1p(-d * d)
+    log1p, erf, exp = _libm_function("log1p", 1), _libm_function("erf", 1), _libm_function("exp", 1)
+    ln = log1p(-d * d)
     t = 2.0 / (math.pi * a) + 0.5 * ln
     y = math.sqrt(math.sqrt(t * t - ln / a) - t)
     y = y if d > 0.0 else -y
     for _ in range(4):
-        err = math.erf(y) - d
-        y = y - err / (_TWO_OVER_SQRT_PI * math.exp(-y * y))
+        err = erf(y) - d
+        y = y - err / (_TWO_OVER_SQRT_PI * exp(-y * y))
     return y
 
 
@@ -845,3 +886,5 @@ NAMESPACE: dict[str, Any] = {
     if callable(obj) and not name.startswith("_") and name not in ("Any", "Callable")
 }
 NAMESPACE.update({"np": np, "math": math, "types": TYPES, "_where": _where, "min": _min, "max": _max})
+for _private in ("ctypes",):
+    NAMESPACE.pop(_private, None)
