@@ -416,7 +416,9 @@ class NumbaCompiler:
         except CompileError as exc:
             # The module is what this backend generated, so a failure to load it is numba's
             # cache of it (truncated, or from another machine); compile it again.
-            self._corrupt(path, f"numba could not load it ({str(exc)[:200]})", also=(entry,), keep=True)
+            cause = exc.__cause__ or exc
+            self._corrupt(path, f"numba could not load it: {type(cause).__name__}: {str(cause)[:200]}",
+                          also=(entry,), keep=True)
             return None
         self.stats.index_hits += 1
         return prog
@@ -453,12 +455,13 @@ class NumbaCompiler:
             self.stats.misses += 1
         try:
             prog = self._import(source, fingerprint, path)
-        except CompileError:
+        except CompileError as exc:
             if not same:
                 raise
             # A module identical to the generated one that does not load: numba's cache of it
             # is broken. Once more, from scratch.
-            self._corrupt(path, "numba could not load it", keep=True)
+            cause = exc.__cause__ or exc
+            self._corrupt(path, f"numba could not load it: {type(cause).__name__}: {str(cause)[:200]}", keep=True)
             prog = self._import(source, fingerprint, path)
         if text_key is not None:
             _atomic_write(self.cache_dir / "index" / text_key, fingerprint)

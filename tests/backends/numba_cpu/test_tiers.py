@@ -313,7 +313,7 @@ def _programs(draw):
     return text, args
 
 
-@hypothesis.settings(max_examples=int(os.environ.get("PJRT_HUB_TIER_EXAMPLES", "6")), deadline=None,
+@hypothesis.settings(max_examples=int(os.environ.get("PJRT_HUB_TIER_EXAMPLES", "10")), deadline=None,
                      derandomize=True, suppress_health_check=list(hypothesis.HealthCheck))
 @hypothesis.given(_programs())
 def test_generated_programs_same_bits_on_both_tiers(compiler, program):
