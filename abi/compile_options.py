@@ -22,7 +22,7 @@ from typing import Iterator
 from .binding import CompileOptions
 from .errors import InvalidArgument
 
-__all__ = ["decode_compile_options", "encode_compile_options"]
+__all__ = ["decode_compile_options", "encode_compile_options", "encode_device_assignment"]
 
 #: Upstream's message when the bytes are not a CompileOptionsProto (pjrt_c_api_test.cc).
 DESERIALIZE_ERROR = "PJRT_Client_Compile: failed to deserialize CompileOptionsProto"
@@ -59,13 +59,7 @@ def encode_compile_options(options: CompileOptions) -> bytes:
     """Serialize the fields of :class:`CompileOptions` as a ``CompileOptionsProto``."""
     build = _int_field(4, options.num_replicas) + _int_field(5, options.num_partitions)
     if options.device_assignment is not None:
-        rows = options.device_assignment
-        replicas, partitions = len(rows), len(rows[0]) if rows else 0
-        assignment = _int_field(1, replicas) + _int_field(2, partitions)
-        for partition in range(partitions):
-            ids = b"".join(_varint(rows[r][partition]) for r in range(replicas))
-            assignment += _len_field(3, _len_field(1, ids))
-        build += _len_field(9, assignment)
+        build += _len_field(9, encode_device_assignment(options.device_assignment))
     out = _len_field(3, build)
     for name, value in options.env_option_overrides.items():
         if isinstance(value, bool):
@@ -79,6 +73,17 @@ def encode_compile_options(options: CompileOptions) -> bytes:
         entry = _len_field(1, name.encode()) + _len_field(2, override)
         out += _len_field(7, entry)
     return out
+
+
+def encode_device_assignment(rows: "tuple[tuple[int, ...], ...]") -> bytes:
+    """A ``DeviceAssignmentProto`` for ``rows[replica][partition]`` = device id (what
+    ``PJRT_LoadedExecutable_GetDeviceAssignment`` hands out)."""
+    replicas, partitions = len(rows), len(rows[0]) if rows else 0
+    assignment = _int_field(1, replicas) + _int_field(2, partitions)
+    for partition in range(partitions):
+        ids = b"".join(_varint(rows[r][partition]) for r in range(replicas))
+        assignment += _len_field(3, _len_field(1, ids))
+    return assignment
 
 
 def _fields(data: bytes) -> Iterator[tuple[int, int, int | bytes]]:

@@ -86,6 +86,21 @@ class PjrtError(PjrtHubError):
         #: The plugin the error came from, when known.
         self.plugin = plugin
 
+    def for_raise(self) -> "PjrtError":
+        """A twin of this stored error, to raise once.
+
+        An error kept on an event or a buffer is raised to every caller that asks; raising the
+        stored object itself would hang each caller's frames on its traceback, and with them
+        whatever those frames hold (argument buffers, outputs) for as long as the error is
+        kept. The twin has the same class, message, attributes and cause.
+        """
+        twin = type(self).__new__(type(self))
+        twin.args = self.args
+        twin.__dict__.update(self.__dict__)
+        twin.__cause__ = self.__cause__
+        twin.__suppress_context__ = self.__suppress_context__
+        return twin
+
     def __str__(self) -> str:
         name = self.code.name
         return f"{name}: {self.message}" if self.plugin is None else f"{name}: {self.message} [plugin {self.plugin}]"

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import enum
 from functools import lru_cache
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from .errors import InvalidArgument
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy is imported by the functions that need it, not here: every plugin imports this module to
+# declare itself, and reading a declaration (``pjrt-hub list``) must not pay for numpy.
 
 __all__ = [
     "BufferType",
@@ -116,6 +121,7 @@ class ExtensionType(enum.IntEnum):
 @lru_cache(maxsize=None)
 def _table() -> dict[BufferType, np.dtype]:
     import ml_dtypes
+    import numpy as np
 
     table = {
         BufferType.PRED: np.dtype(np.bool_),
@@ -174,6 +180,8 @@ def to_numpy_dtype(kind: BufferType | int) -> np.dtype:
 
 def from_numpy_dtype(dtype: np.dtype | type | str) -> BufferType:
     """The PJRT element type of a numpy dtype; InvalidArgument for one PJRT has no type for."""
+    import numpy as np
+
     dt = np.dtype(dtype)
     try:
         return _reverse()[dt]
@@ -191,6 +199,9 @@ _MLIR_NAMES = {
     BufferType.BF16: "bf16", BufferType.C64: "complex<f32>", BufferType.C128: "complex<f64>",
     BufferType.F8E5M2: "f8E5M2", BufferType.F8E4M3FN: "f8E4M3FN", BufferType.F8E4M3: "f8E4M3",
     BufferType.F8E3M4: "f8E3M4", BufferType.S4: "i4", BufferType.U4: "ui4",
+    BufferType.F8E4M3FNUZ: "f8E4M3FNUZ", BufferType.F8E5M2FNUZ: "f8E5M2FNUZ",
+    BufferType.F8E4M3B11FNUZ: "f8E4M3B11FNUZ", BufferType.F8E8M0FNU: "f8E8M0FNU",
+    BufferType.F4E2M1FN: "f4E2M1FN", BufferType.S2: "i2", BufferType.U2: "ui2",
 }
 
 

@@ -12,11 +12,15 @@ from __future__ import annotations
 import importlib.metadata as md
 import platform
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pjrt_hub.abi import ApiVersion, history
 
-__all__ = ["DEFAULT_FRAMEWORKS", "FIXTURE_PLUGINS", "FixturePlugin", "KNOWN_C_DISTRIBUTIONS", "REAL_C_PLUGINS",
-           "RealCPlugin", "environment_facts"]
+if TYPE_CHECKING:
+    from ._models import EnvironmentInfo
+
+__all__ = ["DEFAULT_ENVIRONMENTS", "DEFAULT_FRAMEWORKS", "FIXTURE_PLUGINS", "FixturePlugin", "KNOWN_C_DISTRIBUTIONS",
+           "MatrixEnvironment", "REAL_C_PLUGINS", "RealCPlugin", "environment_facts", "environment_info"]
 
 #: 0.81, 0.106 and 0.115 are the real CPU plugins' versions; 0.95 sits between; the newest is ours.
 DEFAULT_FRAMEWORKS: tuple[ApiVersion, ...] = tuple(sorted({
@@ -78,6 +82,48 @@ REAL_C_PLUGINS: tuple[RealCPlugin, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class MatrixEnvironment:
+    """A tox environment of the matrix (tox.ini installs it) and the plugins it covers.
+
+    A plan can only name plugins it knows before the environment exists: the fixture plugins, the
+    plugins pjrt-hub ships, and the C plugin distributions the environment installs."""
+
+    name: str
+    python: str
+    description: str
+    fixtures: bool = True
+    #: pjrt-hub's own plugins (numba_cpu, reference).
+    builtins: bool = True
+    c_plugins: tuple[RealCPlugin, ...] = ()
+
+    @classmethod
+    def from_name(cls, name: str) -> "MatrixEnvironment":
+        """An environment of tox.ini that is not a default one: its Python from the name's ``pyXY``
+        factor (else this Python), with the fixtures and the built-in plugins."""
+        for env in DEFAULT_ENVIRONMENTS:
+            if env.name == name:
+                return env
+        python = ".".join(platform.python_version_tuple()[:2])
+        for factor in name.split("-"):
+            if factor.startswith("py3") and factor[2:].isdigit():
+                python = f"3.{factor[3:]}"
+        return cls(name, python, f"the tox environment {name}")
+
+
+#: The tox environments ``pjrt-hub matrix`` runs by default (tox.ini defines them): the supported
+#: Pythons with the newest numba, the oldest numba and numpy pyproject.toml declares, and the real
+#: C plugins (whose rows need nothing of numba).
+DEFAULT_ENVIRONMENTS: tuple[MatrixEnvironment, ...] = (
+    MatrixEnvironment("matrix-py311-numbalatest", "3.11", "Python 3.11 with the newest numba and numpy"),
+    MatrixEnvironment("matrix-py311-numbamin", "3.11", "Python 3.11 with the oldest numba and numpy supported"),
+    MatrixEnvironment("matrix-py312-numbalatest", "3.12", "Python 3.12 with the newest numba and numpy"),
+    MatrixEnvironment("matrix-py313-numbalatest", "3.13", "Python 3.13 with the newest numba and numpy"),
+    MatrixEnvironment("matrix-py311-cplugins", "3.11", "the real PJRT CPU plugins, installed from their wheels",
+                      fixtures=False, builtins=False, c_plugins=REAL_C_PLUGINS),
+)
+
+
 def _version(dist: str) -> str | None:
     try:
         return md.version(dist)
@@ -86,5 +132,20 @@ def _version(dist: str) -> str | None:
 
 
 def environment_facts() -> dict[str, str | None]:
-    """What distinguishes this environment: the Python and the numba it runs."""
-    return {"python": platform.python_version(), "numba": _version("numba")}
+    """What distinguishes this environment for a cell's result: the Python, numba and numpy."""
+    return {"python": platform.python_version(), "numba": _version("numba"), "numpy": _version("numpy")}
+
+
+#: Distributions whose versions a cell result records besides Python, numba and numpy.
+_RECORDED = ("llvmlite", "scipy", "ml_dtypes", "pydantic", "pluggy", "packaging", "pytest")
+
+
+def environment_info(name: str, status: str = "ran", note: str | None = None) -> "EnvironmentInfo":
+    """This environment, described: the versions of everything the cells depend on, and the host."""
+    from ._models import EnvironmentInfo
+
+    facts = environment_facts()
+    packages = {dist: version for dist in _RECORDED if (version := _version(dist))}
+    host = f"{platform.system()} {platform.release()} {platform.machine()}, {platform.python_implementation()}"
+    return EnvironmentInfo(name=name, python=facts["python"], numba=facts["numba"], numpy=facts["numpy"],
+                           pjrt_hub=_version("pjrt-hub"), platform=host, packages=packages, status=status, note=note)

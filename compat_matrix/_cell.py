@@ -43,8 +43,8 @@ class CellSpec:
 
 
 def _briefs(cases: list, outcome: str) -> list[CaseBrief]:
-    return [CaseBrief(id=c.id, message=f"limitation: {c.limitation} ({c.message})" if c.limitation else c.message)
-            for c in cases if c.outcome.value == outcome]
+    return [CaseBrief(id=c.id, message=f"limitation: {c.limitation} ({c.message})" if c.limitation else c.message,
+                      limitation=c.limitation) for c in cases if c.outcome.value == outcome]
 
 
 def evaluate_cell(plugin: str, framework: str, environment: str, *, cases: Sequence[str] = (),
@@ -124,6 +124,8 @@ def run_cell(spec: CellSpec, *, timeout: float = DEFAULT_CELL_TIMEOUT) -> CellRe
             return result.model_copy(update={"key": spec.key, "duration_s": elapsed})
         code = proc.returncode
         how = _signal_name(code) if code < 0 else f"exit status {code}"
-        tail = " | ".join(line for line in (stderr or "").strip().splitlines()[-6:])
+        # The end of its stderr, without a traceback's ^^^ markers, which say nothing on one line.
+        lines = [line for line in (stderr or "").strip().splitlines() if line.strip(" ^~")]
+        tail = " | ".join(line.strip() for line in lines[-6:])
         return CellResult(**base, status=CellStatus.ERROR, duration_s=elapsed,
                           error=f"the cell's process crashed ({how}) before it reported" + (f": {tail}" if tail else ""))

@@ -1,10 +1,9 @@
-"""Running the matrix: the cells of one environment, the environments through tox, the merge.
+"""Running the cells of one environment: plugins x framework versions, each cell in its own process.
 
 Inside one environment the framework versions are acted by the version policy and every cell runs
-in its own process (:mod:`._cell`), several at a time. Environments that need their own
-installation (a Python, a numba, a plugin distribution) are tox environments, run in parallel by
-``tox -p``; each writes a partial report, and :func:`merge` joins them. An environment tox cannot
-make (no such interpreter) becomes a note in the report, not a failed run.
+in its own process (:mod:`._cell`), several at a time, each reused from the cache where it holds.
+A job of a plan (:mod:`._jobs`) is one call of :func:`run_environment`; environments that need
+their own installation are tox environments, which :mod:`._jobs` drives.
 """
 
 from __future__ import annotations
@@ -12,16 +11,14 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import importlib.metadata as md
-import importlib.util
 import os
 import platform
-import shutil
-import subprocess
-import sys
+import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from pjrt_hub.abi import ApiVersion
 
@@ -29,13 +26,10 @@ from ._axes import DEFAULT_FRAMEWORKS, FIXTURE_PLUGINS, KNOWN_C_DISTRIBUTIONS, F
 from ._cache import CellCache, cache_key
 from ._cell import DEFAULT_CELL_TIMEOUT, CellSpec, run_cell
 from ._fixtures import fixture_identity, install_fixtures
-from ._models import CellResult, EnvironmentInfo, MatrixReport, PluginInfo
+from ._models import CellResult, CellStatus, EnvironmentInfo, MatrixReport, PluginInfo
 
-__all__ = ["DEFAULT_TOX_ENVS", "MatrixRun", "merge", "run_environment", "run_tox"]
+__all__ = ["MatrixRun", "ProgressCallback", "merge", "plugins_here", "run_environment"]
 
-#: The tox environments ``pjrt-hub matrix`` runs by default (tox.ini defines them).
-DEFAULT_TOX_ENVS = ("matrix-py311-numbalatest", "matrix-py311-numbamin", "matrix-py312-numbalatest",
-                    "matrix-py313-numbalatest", "matrix-py311-cplugins")
 ENV_LIBRARY_PATHS = "PJRT_NAMES_AND_LIBRARY_PATHS"
 
 
@@ -181,7 +175,35 @@ def _fixture_targets(fixtures: Sequence[FixturePlugin], site: Path, environment:
             for f in fixtures]
 
 
+def plugins_here(*, include_installed: bool = True, libraries: Sequence[str] = (),
+                 c_plugins: Sequence[RealCPlugin] = ()) -> tuple[list[str], list[str], list[str]]:
+    """The plugins a run in this environment would find, by name, without importing or fetching
+    any: the installed ones (with ``include_installed``), ``libraries``, and the ``c_plugins`` that
+    have a wheel for this machine. Returns the names, the wheel plugins' requirements, and a note
+    for each plugin that cannot be had here."""
+    from pjrt_hub._discovery import candidate_for_path
+
+    names: list[str] = []
+    if include_installed:
+        installed, _ = _installed_targets("plan", libraries)
+        names += [t.info.name for t in installed]
+    else:
+        names += [candidate_for_path(path).name for path in libraries]
+    wheels, notes = [], []
+    taken = {n.lower() for n in names}
+    for plugin in c_plugins:
+        if platform.machine() not in plugin.machines:
+            notes.append(f"{plugin.requirement} has no wheel for {platform.machine()}")
+        elif plugin.name.lower() not in taken:
+            names.append(plugin.name)
+            wheels.append(plugin.requirement)
+    return names, wheels, notes
+
+
 # -- one environment ---------------------------------------------------------------------------
+
+#: ``progress(done, total, current)``: called as cells finish; ``current`` names a cell still running.
+ProgressCallback = Callable[[int, int, str], None]
 
 
 def run_environment(output: Path, *, environment: str = "local", frameworks: Sequence[ApiVersion | str] = (),
@@ -189,57 +211,93 @@ def run_environment(output: Path, *, environment: str = "local", frameworks: Seq
                     include_installed: bool = True, libraries: Sequence[str] = (),
                     c_plugins: Sequence[RealCPlugin] = (), jobs: int | None = None,
                     cell_timeout: float = DEFAULT_CELL_TIMEOUT, cache: CellCache | None = None,
-                    refresh: bool = False, cases: Sequence[str] = (), timeout_scale: float = 1.0) -> MatrixRun:
+                    refresh: bool = False, cases: Sequence[str] = (), timeout_scale: float = 1.0,
+                    progress: ProgressCallback | None = None) -> MatrixRun:
     """Every cell of this environment: plugins x framework versions, from the cache where it holds.
 
     ``c_plugins`` (e.g. :data:`REAL_C_PLUGINS`) are real C plugins taken from the wheel cache
-    (downloaded on first use) when this environment has not installed them."""
+    (downloaded on first use) when this environment has not installed them. ``plugins`` limits the
+    rows to these names (or library paths); one that this environment does not have is a row of
+    error cells, so that a plan's plugin never silently disappears."""
     from pjrt_hub import __version__
     from pjrt_hub.testing import suite_version
 
-    output = Path(output)
+    output = Path(output).resolve()
     versions = [str(ApiVersion.parse(v)) for v in (frameworks or DEFAULT_FRAMEWORKS)]
     facts = environment_facts()
-    targets = _fixture_targets(FIXTURE_PLUGINS if fixtures is None else fixtures, output / "fixture-site", environment)
-    cached, notes = _wheel_cache_libraries(c_plugins) if c_plugins else ([], [])
-    if include_installed or cached:
-        installed, _ = _installed_targets(environment, libraries if include_installed else (), cached,
-                                          autoload=include_installed)
-        fixture_names = {t.info.name.lower() for t in targets}
-        targets += [t for t in installed if t.info.name.lower() not in fixture_names]
-    if plugins:
-        wanted = {p.lower() for p in plugins}
-        targets = [t for t in targets if t.info.name.lower() in wanted or t.argument in plugins]
-    suite = suite_version()
-    cache = cache or CellCache.default(output)
-    pending: list[CellSpec] = []
-    results: dict[tuple[str, str], CellResult] = {}
-    cached = 0
-    for target in targets:
-        for version in versions:
-            key = cache_key(target.info.identity, version, suite, facts, cases)
-            hit = None if refresh else cache.get(key)
-            if hit is not None:
-                cached += 1
-                results[(target.info.name, version)] = hit.model_copy(update={
-                    "cached": True, "environment": environment, "plugin": target.info.name})
-                continue
-            pending.append(CellSpec(target.argument, version, environment, key, target.python_path,
-                                    dict(target.env), tuple(cases), timeout_scale))
-    names = {t.argument: t.info.name for t in targets}
-    workers = max(1, jobs or os.cpu_count() or 1)
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        for spec, result in zip(pending, pool.map(lambda s: run_cell(s, timeout=cell_timeout), pending)):
-            result = result.model_copy(update={"plugin": names[spec.plugin], "environment": environment})
-            cache.put(result)
-            results[(names[spec.plugin], spec.framework)] = result
+    with tempfile.TemporaryDirectory(prefix="pjrt-matrix-fixtures-") as site:
+        # Each run installs its fixtures in a directory of its own: environments running at once
+        # (tox run-parallel) must not rewrite each other's fixture plugins.
+        targets = _fixture_targets(FIXTURE_PLUGINS if fixtures is None else fixtures, Path(site), environment)
+        cached_libraries, notes = _wheel_cache_libraries(c_plugins) if c_plugins else ([], [])
+        if include_installed or cached_libraries:
+            installed, _ = _installed_targets(environment, libraries if include_installed else (),
+                                              cached_libraries, autoload=include_installed)
+            fixture_names = {t.info.name.lower() for t in targets}
+            targets += [t for t in installed if t.info.name.lower() not in fixture_names]
+        absent: list[str] = []
+        if plugins:
+            wanted = {p.lower() for p in plugins}
+            found = {t.info.name.lower() for t in targets} | {t.argument for t in targets}
+            absent = [p for p in plugins if p.lower() not in found and p not in found]
+            targets = [t for t in targets if t.info.name.lower() in wanted or t.argument in plugins]
+        suite = suite_version()
+        cache = cache or CellCache.default(output)
+        pending: list[CellSpec] = []
+        results: dict[tuple[str, str], CellResult] = {}
+        hits = 0
+        for target in targets:
+            for version in versions:
+                key = cache_key(target.info.name, target.info.identity, version, suite, facts, cases)
+                hit = None if refresh else cache.get(key)
+                if hit is not None:
+                    hits += 1
+                    results[(target.info.name, version)] = hit.model_copy(update={
+                        "cached": True, "environment": environment, "plugin": target.info.name})
+                    continue
+                pending.append(CellSpec(target.argument, version, environment, key, target.python_path,
+                                        dict(target.env), tuple(cases), timeout_scale))
+        names = {t.argument: t.info.name for t in targets}
+        total, done = len(pending), 0
+        running: dict[int, str] = {}
+        lock = threading.Lock()
+
+        def run_one(spec: CellSpec) -> CellResult:
+            nonlocal done
+            label = f"{names[spec.plugin]} at {spec.framework}"
+            with lock:
+                running[id(spec)] = label
+                if progress:
+                    progress(done, total, label)
+            try:
+                return run_cell(spec, timeout=cell_timeout)
+            finally:
+                with lock:
+                    done += 1
+                    running.pop(id(spec), None)
+                    if progress:
+                        progress(done, total, next(iter(running.values()), ""))
+
+        workers = max(1, jobs or os.cpu_count() or 1)
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for spec, result in zip(pending, pool.map(run_one, pending)):
+                result = result.model_copy(update={"plugin": names[spec.plugin], "environment": environment})
+                cache.put(result)
+                results[(names[spec.plugin], spec.framework)] = result
     cells = [results[(t.info.name, v)] for t in targets for v in versions]
+    infos = [_with_api_version(t.info, cells) for t in targets]
+    why = "; ".join(notes)
+    for name in absent:
+        error = f"no plugin named {name!r} in environment {environment}" + (f" ({why})" if why else "")
+        cells += [CellResult(plugin=name, environment=environment, framework_version=v, status=CellStatus.ERROR,
+                             error=error) for v in versions]
+        infos.append(PluginInfo(name=name, kind="unknown", environment=environment, identity="not found"))
     report = MatrixReport(
         generated_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), suite_version=suite,
         pjrt_hub_version=__version__, framework_versions=versions,
-        environments=[EnvironmentInfo(name=environment, status="ran", note="; ".join(notes) or None, **facts)],
-        plugins=[_with_api_version(t.info, cells) for t in targets], cells=cells)
-    return MatrixRun(report, cells_run=len(pending), cells_cached=cached)
+        environments=[EnvironmentInfo(name=environment, status="ran", note=why or None, **facts)],
+        plugins=infos, cells=cells)
+    return MatrixRun(report, cells_run=len(pending), cells_cached=hits)
 
 
 def _with_api_version(info: PluginInfo, cells: list[CellResult]) -> PluginInfo:
@@ -270,61 +328,3 @@ def merge(partials: Sequence[MatrixReport], missing: Sequence[EnvironmentInfo] =
         pjrt_hub_version=__version__, framework_versions=versions,
         environments=environments + list(missing),
         plugins=[pl for p in partials for pl in p.plugins], cells=[c for p in partials for c in p.cells])
-
-
-def _tox_command() -> list[str] | None:
-    tox = shutil.which("tox")
-    if tox:
-        return [tox]
-    if importlib.util.find_spec("tox") is not None:
-        return [sys.executable, "-m", "tox"]
-    return None
-
-
-def _installed_interpreters() -> list[str]:
-    """Pythons that pyenv installed: tox finds them through its shims only for the active
-    versions, so they are handed to it (``--discover``)."""
-    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    found = []
-    for path in sorted(root.glob("*/bin/python3.*")):
-        if path.name.replace("python3.", "").isdigit() and os.access(path, os.X_OK):
-            found.append(str(path))
-    return found
-
-
-def run_tox(output: Path, envs: Sequence[str] = DEFAULT_TOX_ENVS, *, project: Path | None = None,
-            parallel: str = "auto", extra: Sequence[str] = (), timeout: float | None = None
-            ) -> tuple[list[MatrixReport], list[EnvironmentInfo]]:
-    """Run the matrix tox environments in parallel; return their partial reports and the
-    environments that produced none (with why)."""
-    output = Path(output).resolve()
-    partials_dir = output / "partials"
-    partials_dir.mkdir(parents=True, exist_ok=True)
-    for old in partials_dir.glob("*.json"):
-        old.unlink()
-    tox = _tox_command()
-    if tox is None:
-        return [], [EnvironmentInfo(name=e, status="failed", note="tox is not installed") for e in envs]
-    env = dict(os.environ, PJRT_HUB_MATRIX_OUT=str(output))
-    command = [*tox, "run-parallel", "-p", parallel, "--parallel-no-spinner", "-e", ",".join(envs)]
-    interpreters = _installed_interpreters()
-    if interpreters:
-        command += ["--discover", *interpreters]
-    if extra:
-        command += ["--", *extra]
-    done = subprocess.run(command, cwd=project or Path.cwd(), env=env, capture_output=True, text=True,
-                          timeout=timeout)
-    partials, missing = [], []
-    log = (done.stdout or "") + (done.stderr or "")
-    tail = " | ".join(line.strip() for line in log.strip().splitlines()[-3:]) or "no output"
-    for name in envs:
-        path = partials_dir / f"{name}.json"
-        if path.exists():
-            partials.append(MatrixReport.model_validate_json(path.read_text()))
-            continue
-        skipped = any(name in line and "skip" in line.lower() for line in log.splitlines())
-        missing.append(EnvironmentInfo(name=name, status="missing" if skipped else "failed",
-                                       note="tox skipped it: its interpreter was not found (with pyenv, set PYENV_VERSION to "
-                                       "list the installed versions)" if skipped
-                                       else f"tox gave no result (exit {done.returncode}): {tail}"))
-    return partials, missing

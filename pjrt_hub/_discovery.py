@@ -67,10 +67,12 @@ class Candidate:
 def _dist_facts(dist: md.Distribution | None) -> dict[str, Any]:
     if dist is None:
         return {}
+    meta = dist.metadata  # parsed once: .version and .requires would each parse it again
+    requires = meta.get_all("Requires-Dist") if meta is not None else None
     return {
-        "distribution": dist.metadata["Name"],
-        "distribution_version": dist.version,
-        "requires": tuple(dist.requires or ()),
+        "distribution": meta["Name"] if meta is not None else None,
+        "distribution_version": meta["Version"] if meta is not None else None,
+        "requires": tuple(requires if requires is not None else dist.requires or ()),
     }
 
 
@@ -128,20 +130,31 @@ def _library_for_module(module: str, dist: md.Distribution | None) -> Path | Non
     return None
 
 
-def _iter_entry_points(group: str) -> Iterator[tuple[md.EntryPoint, md.Distribution | None]]:
-    for ep in md.entry_points(group=group):
+def _iter_entry_points(group: str, everything: md.EntryPoints | None = None
+                       ) -> Iterator[tuple[md.EntryPoint, md.Distribution | None]]:
+    """The entry points of ``group``; from ``everything`` (every group, read once by discover:
+    each lookup by group reads every distribution's entry_points.txt again)."""
+    selected = md.entry_points(group=group) if everything is None else everything.select(group=group)
+    for ep in selected:
         yield ep, getattr(ep, "dist", None)
 
 
-def _python_candidates() -> Iterator[Candidate]:
-    for ep, dist in _iter_entry_points(PYTHON_GROUP):
+def _python_candidates(everything: md.EntryPoints | None = None) -> Iterator[Candidate]:
+    for ep, dist in _iter_entry_points(PYTHON_GROUP, everything):
         yield Candidate(ep.name, "python", f"entry point {PYTHON_GROUP}", ep, **_dist_facts(dist))
 
 
-def _c_entry_point_candidates() -> Iterator[Candidate]:
+#: pjrt-hub's own ``jax_plugins`` entry point serves its Python plugins to JAX (``pjrt_hub.jax``);
+#: it ships no C library and is not a plugin of its own.
+_OWN_MODULE_PREFIX = "pjrt_hub."
+
+
+def _c_entry_point_candidates(everything: md.EntryPoints | None = None) -> Iterator[Candidate]:
     for group in C_GROUPS:
-        for ep, dist in _iter_entry_points(group):
+        for ep, dist in _iter_entry_points(group, everything):
             module = ep.value.split(":")[0].strip()
+            if module.startswith(_OWN_MODULE_PREFIX):
+                continue
             library = _library_for_module(module, dist)
             problem = None if library else (
                 f"no shared library found for module {module!r} of entry point {ep.name!r} "
@@ -270,8 +283,9 @@ def discover(*, autoload: bool = True, environ: dict[str, str] | None = None,
     env = os.environ if environ is None else environ
     found: list[Candidate] = []
     if autoload:
-        found.extend(_python_candidates())
-        c_eps = list(_c_entry_point_candidates())
+        everything = md.entry_points()
+        found.extend(_python_candidates(everything))
+        c_eps = list(_c_entry_point_candidates(everything))
         found.extend(c_eps)
         modules = {c.entry_point.value.split(":")[0].strip() for c in c_eps if c.entry_point}
         found.extend(_namespace_candidates(modules))

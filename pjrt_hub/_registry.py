@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import os
+import re
 import threading
 import traceback
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import pluggy
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
 from pydantic import ValidationError
 
 from pjrt_hub.abi import (
@@ -57,7 +56,8 @@ from ._reports import (
     declaration_from_plugin,
 )
 
-__all__ = ["PluginRegistry", "RegistrySettings", "default_plugin_name"]
+__all__ = ["PluginRegistry", "RegistrySettings", "SelectionNote", "default_plugin_name", "selector",
+           "selector_matches"]
 
 ENV_DISABLE = "PJRT_HUB_DISABLE_PLUGINS"
 ENV_ALLOW = "PJRT_HUB_PLUGINS"
@@ -71,9 +71,48 @@ FRAMEWORK_DISTRIBUTIONS = ("pjrt-hub", "jax", "jaxlib", "torch-xla")
 
 _HOOK_NAMES = frozenset(n for n in dir(hookspecs) if n.startswith("pjrt_hub_"))
 
+# packaging's requirement parser (and the platform tags it drags in) is imported only for a
+# requirement on a framework distribution: every other Requires-Dist line is skipped by its name.
+_REQUIREMENT_NAME = re.compile(r"\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)")
+_EXTRA_MARKER = re.compile(r"\bextra\s*==")
+
+
+def canonicalize_name(name: str) -> str:
+    """A distribution name as PEP 503 compares them (``Some_Dist`` and ``some-dist`` are one)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def selector(text: str) -> str:
+    """A plugin selector as the settings hold it: ``name`` (lower case), or ``name@where`` with
+    ``where`` kept as written (a distribution name, or a library path, which may be case-sensitive)."""
+    name, at, where = text.strip().partition("@")
+    return f"{name.strip().lower()}@{where.strip()}" if at else name.strip().lower()
+
 
 def _names(text: str | None) -> frozenset[str]:
-    return frozenset(p.strip().lower() for p in (text or "").split(",") if p.strip())
+    return frozenset(selector(p) for p in (text or "").split(",") if p.strip())
+
+
+def selector_matches(item: str, candidate: Candidate) -> bool:
+    """Whether a selector names this candidate: ``name`` every plugin of that name; ``name@where``
+    only the one from distribution ``where`` or with its library at path ``where``, which is how
+    one of two plugins sharing a name is blocked. A plugin whose own name holds an ``@`` (a
+    served one, ``toy@c_api``) is named by its whole name."""
+    if item == candidate.name.lower():
+        return True
+    name, at, where = item.partition("@")
+    if name != candidate.name.lower():
+        return False
+    if not at:
+        return True
+    if candidate.distribution and canonicalize_name(where) == canonicalize_name(candidate.distribution):
+        return True
+    if candidate.library_path:
+        try:
+            return os.path.realpath(where) == os.path.realpath(candidate.library_path)
+        except (OSError, ValueError):
+            return False
+    return False
 
 
 def default_plugin_name(environ: Mapping[str, str] | None = None) -> str:
@@ -88,16 +127,18 @@ class RegistrySettings:
 
     policy: Policy = field(default_factory=Policy)
     extension_requests: tuple[ExtensionRequest, ...] = ()
-    #: Names never loaded (``PJRT_HUB_DISABLE_PLUGINS=a,b``).
+    #: Plugins never loaded (``PJRT_HUB_DISABLE_PLUGINS=a,b``): selectors, see :func:`selector_matches`.
     disabled: frozenset[str] = frozenset()
-    #: If set, only these names are loaded (``PJRT_HUB_PLUGINS=a,b``).
+    #: If set, only these plugins are loaded (``PJRT_HUB_PLUGINS=a,b``): selectors too.
     allowed: frozenset[str] | None = None
     #: Read entry points (``PJRT_HUB_PLUGIN_AUTOLOAD=0`` turns it off).
     autoload: bool = True
     #: Extra C plugin library paths (``pjrt-hub probe PATH``, ``--plugin PATH``).
     paths: tuple[str, ...] = ()
-    #: Seconds a C library may take to be probed (a cold first load of a 250 MB plugin is slow).
-    probe_timeout: float = 120.0
+    #: Seconds a C library may take to be probed. A cold first read of a 250 MB plugin takes a few
+    #: seconds; one that hangs (libtpu looking for a metadata server) must not hold ``list`` for
+    #: minutes. Probes run in parallel, and a result is cached on disk by the loader.
+    probe_timeout: float = 30.0
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "RegistrySettings":
@@ -110,12 +151,24 @@ class RegistrySettings:
         return cls(**values)
 
 
+@dataclass(frozen=True)
+class SelectionNote:
+    """An allow-list or block-list entry that named no plugin found, and what that meant.
+
+    ``setting`` is ``"allowed"`` (the user asked for a plugin that is not there: commands exit 5)
+    or ``"disabled"`` (nothing was blocked under it: harmless, but often a misspelt name)."""
+
+    setting: Literal["allowed", "disabled"]
+    selector: str
+    message: str
+
+
 @dataclass
 class _Entry:
     """A loaded plugin as the registry holds it."""
 
     record: PluginRecord
-    candidate: Candidate | None
+    candidate: Candidate
     obj: Any = None
     declaration: DeclarationModel | None = None
     version: ApiVersion | None = None
@@ -152,6 +205,10 @@ class PluginRegistry:
         self._lock = threading.RLock()
         self._loaders: pluggy.PluginManager | None = None
         self._loader_problems: list[str] = []
+        #: Probe answers gathered ahead, in parallel, by library path (see _probe_ahead).
+        self._probes: dict[str, tuple[Any, BaseException | None]] = {}
+        #: ``(setting, selector)`` pairs that named at least one candidate.
+        self._matched: set[tuple[str, str]] = set()
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -168,10 +225,17 @@ class PluginRegistry:
         with self._lock:
             if not self._loaded:
                 self._loaded = True
-                for candidate in discover(autoload=self.settings.autoload, environ=self._environ,
-                                          paths=self.settings.paths):
+                candidates = discover(autoload=self.settings.autoload, environ=self._environ,
+                                      paths=self.settings.paths)
+                self._probe_ahead(candidates)
+                for candidate in candidates:
                     self._add(candidate)
             return self.records
+
+    @property
+    def is_loaded(self) -> bool:
+        """Whether discovery has run (:meth:`load`)."""
+        return self._loaded
 
     @property
     def records(self) -> list[PluginRecord]:
@@ -183,6 +247,93 @@ class PluginRegistry:
             self.load()
             return self._add(Candidate(name, "python", "registered by hand"), obj=obj)
 
+    def add_candidate(self, candidate: Candidate) -> PluginRecord:
+        """Judge and hold a candidate found elsewhere than by discovery (a ``PJRT_Api`` served in
+        this process, for one): the same checks, the same kinds of outcome."""
+        with self._lock:
+            self.load()
+            return self._add(candidate)
+
+    # -- selection: block-list, allow-list, duplicates -----------------------------------------
+
+    def _selection_refusal(self, candidate: Candidate, first: Candidate | None) -> tuple[Outcome, str] | None:
+        """Why the settings or an earlier plugin of the same name keep this one out, or None.
+
+        ``first`` is the candidate that already holds the name, if any. Every selector that
+        names a candidate is remembered, so that :meth:`unmatched` can say which named nothing.
+        """
+        s = self.settings
+        blocking = [item for item in s.disabled if selector_matches(item, candidate)]
+        allowing = [item for item in s.allowed or () if selector_matches(item, candidate)]
+        self._matched.update(("disabled", item) for item in blocking)
+        self._matched.update(("allowed", item) for item in allowing)
+        if blocking:
+            return Outcome.BLOCKED, f"blocked by {ENV_DISABLE} or --disable ({', '.join(sorted(blocking))})"
+        if s.allowed is not None and not allowing:
+            return Outcome.BLOCKED, (f"not in the allow-list ({ENV_ALLOW} or --only): "
+                                     f"{', '.join(sorted(s.allowed))}")
+        if first is not None:
+            return Outcome.DUPLICATE, self._duplicate_reason(candidate, first)
+        return None
+
+    @staticmethod
+    def _origin(candidate: Candidate) -> str:
+        c = candidate
+        where = f"distribution {c.distribution} {c.distribution_version}" if c.distribution else c.source
+        detail = c.entry_point_text or c.library_path
+        return f"{where} ({detail})" if detail else where
+
+    def _duplicate_reason(self, candidate: Candidate, first: Candidate) -> str:
+        """The duplicate's reason, with advice that works: a selector naming only the first."""
+        name = candidate.name
+        text = (f"the name {name!r} is already taken by {self._origin(first)}; this one "
+                f"({self._origin(candidate)}) is ignored.")
+        qualifier = None
+        if first.distribution and (candidate.distribution is None or
+                                   canonicalize_name(first.distribution) != canonicalize_name(candidate.distribution)):
+            qualifier = first.distribution
+        elif first.library_path and first.library_path != candidate.library_path:
+            qualifier = first.library_path
+        if qualifier is None:
+            if first.distribution:
+                return (f"{text} Both come from distribution {first.distribution}: uninstall it, or ask its "
+                        "maintainers to give its plugins different names.")
+            return f"{text} Register one of them under another name."
+        block = f"{name.lower()}@{qualifier}"
+        advice = f" To use this one instead, block the other with {ENV_DISABLE}={block} (or --disable {block})"
+        if first.distribution:
+            advice += f", or uninstall {first.distribution}"
+        elif first.source.startswith("environment"):
+            advice += f", or remove it from {first.source.split()[-1]}"
+        return text + advice + "."
+
+    def unmatched(self) -> list[SelectionNote]:
+        """The block-list and allow-list entries that named no plugin found, and what that meant."""
+        self.load()
+        s = self.settings
+        names = ", ".join(sorted({e.record.name for e in self._entries})) or "none"
+        autoload = "" if s.autoload else (
+            f"; autoload is off (--no-autoload or {ENV_AUTOLOAD}=0), so installed plugins were not looked for")
+        notes = []
+
+        def nothing(item: str) -> str:
+            name, at, where = item.partition("@")
+            if at:
+                return f"no plugin {name!r} from distribution or library {where!r} was found"
+            return "no plugin of that name was found"
+
+        for item in sorted(s.allowed or ()):
+            if ("allowed", item) not in self._matched:
+                notes.append(SelectionNote("allowed", item, (
+                    f"{ENV_ALLOW} or --only names {item}, but {nothing(item)} (plugins found: {names}"
+                    f"{autoload})")))
+        for item in sorted(s.disabled):
+            if ("disabled", item) not in self._matched:
+                notes.append(SelectionNote("disabled", item, (
+                    f"{ENV_DISABLE} or --disable names {item}, but {nothing(item)}, so it blocked nothing "
+                    f"(plugins found: {names})")))
+        return notes
+
     def _add(self, candidate: Candidate, obj: Any = None) -> PluginRecord:
         record = PluginRecord(
             name=candidate.name, kind=candidate.kind, source=candidate.source,
@@ -193,20 +344,10 @@ class PluginRegistry:
         entry = _Entry(record, candidate, obj)
         self._entries.append(entry)
         key = candidate.name.lower()
-        s = self.settings
-        if key in s.disabled:
-            self._set(entry, Outcome.BLOCKED, f"blocked by {ENV_DISABLE} (or --disable)")
-            return entry.record
-        if s.allowed is not None and key not in s.allowed:
-            self._set(entry, Outcome.BLOCKED,
-                      f"not in the allow-list {ENV_ALLOW}={','.join(sorted(s.allowed))}")
-            return entry.record
         first = self._by_name.get(key)
-        if first is not None:
-            self._set(entry, Outcome.DUPLICATE, (
-                f"the name {candidate.name!r} is already taken by {self._origin(first)}; this one "
-                f"({self._origin(entry)}) is ignored. Uninstall one of them or block one with "
-                f"{ENV_DISABLE}."))
+        refusal = self._selection_refusal(candidate, None if first is None else first.candidate)
+        if refusal is not None:
+            self._set(entry, refusal[0], refusal[1])
             return entry.record
         self._by_name[key] = entry
         if candidate.problem:
@@ -216,13 +357,6 @@ class PluginRegistry:
         else:
             self._load_c(entry)
         return entry.record
-
-    @staticmethod
-    def _origin(entry: _Entry) -> str:
-        r = entry.record
-        where = f"distribution {r.distribution} {r.distribution_version}" if r.distribution else r.source
-        detail = r.entry_point or r.library_path
-        return f"{where} ({detail})" if detail else where
 
     def _set(self, entry: _Entry, outcome: Outcome, reason: str | None = None,
              error: BaseException | None = None, **fields: Any) -> None:
@@ -304,17 +438,65 @@ class PluginRegistry:
         """Register a loader of C libraries by hand (before :meth:`load`)."""
         self.loader_manager().register(obj, name=f"loader:{name}")
 
+    def _probe(self, path: str, loaders: pluggy.PluginManager | None = None) -> tuple[Any, BaseException | None]:
+        """Ask the loaders to probe a library: ``(answer, None)``, or ``(None, what it raised)``.
+        Worker threads get ``loaders`` handed to them: the registry's lock is held by load()."""
+        pm = loaders if loaders is not None else self.loader_manager()
+        try:
+            return pm.hook.pjrt_hub_probe_library(path=path, timeout=self.settings.probe_timeout), None
+        except Exception as exc:  # a loader's bug must not take the registry down either
+            return None, exc
+
+    def _probe_ahead(self, candidates: Sequence[Candidate]) -> None:
+        """Probe, in parallel, every C library that the selection will let through.
+
+        A probe is a child process (or a cache read), so threads overlap them well; each answer
+        is then used in discovery order by :meth:`_load_c`, and the report is the same as if
+        they had run one by one.
+        """
+        holders: dict[str, Candidate] = {}
+        paths: list[str] = []
+        for candidate in candidates:
+            key = candidate.name.lower()
+            if self._selection_refusal(candidate, holders.get(key)) is not None:
+                continue
+            holders[key] = candidate
+            if candidate.kind == "c" and not candidate.problem and candidate.library_path:
+                paths.append(candidate.library_path)
+        paths = list(dict.fromkeys(paths))
+        if len(paths) < 2:
+            return  # nothing to overlap; _load_c probes it
+        loaders = self.loader_manager()
+        pending = iter(paths)
+        taking = threading.Lock()
+
+        def work() -> None:
+            # A few threads take paths in turn (concurrent.futures would cost list 4 ms to import);
+            # _probe never raises.
+            while True:
+                with taking:
+                    path = next(pending, None)
+                if path is None:
+                    return
+                self._probes[path] = self._probe(path, loaders)
+
+        workers = [threading.Thread(target=work, name=f"pjrt-hub-probe-{i}", daemon=True)
+                   for i in range(min(len(paths), max(2, os.cpu_count() or 2), 8))]
+        for thread in workers:
+            thread.start()
+        for thread in workers:
+            thread.join()
+
     def _load_c(self, entry: _Entry) -> None:
         path = entry.record.library_path
         assert path is not None
-        pm = self.loader_manager()
-        try:
-            probe = pm.hook.pjrt_hub_probe_library(path=path, timeout=self.settings.probe_timeout)
-        except Exception as exc:  # a loader's bug must not take the registry down either
-            self._set(entry, Outcome.FAILED, "the library loader raised while probing it", exc)
+        ahead = self._probes.get(path)
+        probe, raised = ahead if ahead is not None else self._probe(path)
+        if raised is not None:
+            self._set(entry, Outcome.FAILED, "the library loader raised while probing it", raised)
             return
         if probe is None:
-            loaders = [n.removeprefix("loader:") for n, _ in pm.list_name_plugin()]
+            loaders = [n.removeprefix("loader:") for n, _ in self.loader_manager().list_name_plugin()]
             problems = "; ".join(self._loader_problems) or (
                 f"no installed loader reads it ({', '.join(loaders)}): is it a PJRT plugin's shared library?"
                 if loaders else f"no loader is installed ({LOADER_GROUP})")
@@ -343,7 +525,9 @@ class PluginRegistry:
                   platform_name=details.get("platform_name"), details=details)
         if not self._judge(entry, version, "c", None, (), offered):
             return
-        self._set(entry, Outcome.LOADED, "probed in a subprocess; " + entry.record.verdict.reasons[0],
+        how = ("probe read from the cache (the library is unchanged)" if details.get("probe_cache") == "hit"
+               else "probed in a subprocess")
+        self._set(entry, Outcome.LOADED, f"{how}; " + entry.record.verdict.reasons[0],
                   verdict=entry.record.verdict, negotiation=entry.record.negotiation,
                   warnings=entry.record.warnings)
 
@@ -396,6 +580,15 @@ class PluginRegistry:
         """Pins on framework distributions (declared, or the plugin distribution's Requires-Dist)."""
         problems = []
         for text in dict.fromkeys(requirements):
+            named = _REQUIREMENT_NAME.match(text)
+            if named is None or canonicalize_name(named.group(1)) not in FRAMEWORK_DISTRIBUTIONS:
+                continue
+            if _EXTRA_MARKER.search(text.partition(";")[2]):
+                # A requirement of an optional extra (pjrt-hub's own `jax` extra, say) pins nothing
+                # for the plugin itself; skipping it here keeps packaging's parser out of `list`.
+                continue
+            from packaging.requirements import InvalidRequirement, Requirement
+
             try:
                 req = Requirement(text)
             except InvalidRequirement:

@@ -11,7 +11,6 @@ import dataclasses
 import enum
 from typing import Any, Literal, Mapping
 
-from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator
 
 from pjrt_hub.abi import ApiVersion, PluginDeclaration
@@ -37,6 +36,13 @@ __all__ = [
 SCHEMA_VERSION = 1
 
 
+class _Model(BaseModel):
+    """The base of every model here. A model's validator is built the first time it is used, not
+    at import: ``pjrt-hub list`` imports this module and uses half of its models."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
 class Outcome(str, enum.Enum):
     """What became of a plugin candidate."""
 
@@ -60,14 +66,14 @@ def _api_version(value: Any, what: str) -> str:
     return value.strip()
 
 
-class LimitationModel(BaseModel):
+class LimitationModel(_Model):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     description: StrictStr
     cases: tuple[StrictStr, ...] = ()
 
 
-class DeclarationModel(BaseModel):
+class DeclarationModel(_Model):
     """A plugin's declaration, validated. See :class:`pjrt_hub.abi.PluginDeclaration`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -104,6 +110,10 @@ class DeclarationModel(BaseModel):
     @field_validator("framework_requires")
     @classmethod
     def _check_requires(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            return value
+        from packaging.requirements import InvalidRequirement, Requirement  # only when there are some
+
         for text in value:
             try:
                 Requirement(text)
@@ -135,7 +145,7 @@ def declaration_from_plugin(value: Any) -> DeclarationModel:
     return DeclarationModel.model_validate(data)
 
 
-class VerdictModel(BaseModel):
+class VerdictModel(_Model):
     accepted: bool
     rule: str
     reasons: list[str]
@@ -143,13 +153,13 @@ class VerdictModel(BaseModel):
     call_limit: str | None = Field(None, description="API version every call is kept to")
 
 
-class NegotiationModel(BaseModel):
+class NegotiationModel(_Model):
     agreed: dict[str, int]
     degraded: list[str] = Field(default_factory=list)
     refusals: list[str] = Field(default_factory=list)
 
 
-class PluginRecord(BaseModel):
+class PluginRecord(_Model):
     """One plugin candidate and what became of it."""
 
     name: str
@@ -171,13 +181,17 @@ class PluginRecord(BaseModel):
     details: dict[str, Any] = Field(default_factory=dict, description="kind-specific facts (probe results)")
 
 
-class ListReport(BaseModel):
+class ListReport(_Model):
     """``pjrt-hub list --json``."""
 
     schema_version: int = SCHEMA_VERSION
     framework_version: str
     pjrt_hub_version: str
     plugins: list[PluginRecord]
+    autoload: bool = Field(True, description="whether entry points were read (--no-autoload, "
+                           "PJRT_HUB_PLUGIN_AUTOLOAD=0 turn it off)")
+    notes: list[str] = Field(default_factory=list, description="allow-list and block-list entries "
+                             "that matched no plugin, in words")
 
 
 class CheckReport(ListReport):
@@ -193,13 +207,13 @@ class CheckReport(ListReport):
     problems: list[str] = Field(default_factory=list)
 
 
-class ArrayInfo(BaseModel):
+class ArrayInfo(_Model):
     name: str
     shape: list[int]
     dtype: str
 
 
-class RunReport(BaseModel):
+class RunReport(_Model):
     """``pjrt-hub run --json``."""
 
     schema_version: int = SCHEMA_VERSION
@@ -212,7 +226,7 @@ class RunReport(BaseModel):
     execute_ms: float = Field(description="execute, await and copy the results to host")
 
 
-class ProbeCommandReport(BaseModel):
+class ProbeCommandReport(_Model):
     """``pjrt-hub probe --json``: the probe of one PJRT C library and the verdict on it."""
 
     schema_version: int = SCHEMA_VERSION
@@ -226,7 +240,7 @@ class ProbeCommandReport(BaseModel):
     client_creation_risk: str | None = None
 
 
-class BenchRow(BaseModel):
+class BenchRow(_Model):
     model_config = ConfigDict(extra="allow")
 
     name: str
@@ -234,7 +248,7 @@ class BenchRow(BaseModel):
     execute_ms_median: float | None = None
     compile_ms_cold: float | None = None
     compile_ms_warm: float | None = Field(None, description="fresh process, cache warm, plugin started")
-    outputs_match: bool | None = Field(None, description="manifest probes and sum agree")
+    outputs_match: bool | None = Field(None, description="the manifest's probes and sum (perf) or expected outputs (corpus) agree")
     runs: int | None = None
     xla_cpu_baseline_ms: float | None = Field(None, description="XLA:CPU through JAX, from the manifest")
     first_result_ms_cold: float | None = Field(
@@ -245,10 +259,32 @@ class BenchRow(BaseModel):
     error: str | None = None
 
 
-class BenchReport(BaseModel):
+class BenchWorst(_Model):
+    name: str
+    ratio: float
+
+
+class BenchComparison(_Model):
+    """The first plugin's execute time over another's (or the fastest of several, ``of``)."""
+
+    geomean: float = Field(description="geometric mean over the programs of the time ratio")
+    worst: BenchWorst = Field(description="the program with the largest ratio")
+    programs: int = Field(description="programs both ran with matching outputs")
+    of: list[str] | None = None
+
+
+class BenchSummary(_Model):
+    subject: str | None
+    vs: dict[str, BenchComparison]
+    vs_fastest: BenchComparison | None = Field(None, description="against the faster real XLA plugin, per program")
+
+
+class BenchReport(_Model):
     """``pjrt-hub bench --json``; rows also carry ``speedup_vs_<plugin>`` ratios."""
 
     programs: list[BenchRow]
     tiny_execute_us: float | None = Field(None, description="the first plugin's tiny-add execute, in us")
     tiny_execute_us_by_plugin: dict[str, float]
     plugins: list[str]
+    suite: str = Field("perf", description="perf: the four large programs; corpus: the public corpus")
+    summary: BenchSummary | None = None

@@ -38,8 +38,8 @@ import numpy as np
 from pjrt_hub.abi import CompileOptions, DeadlineExceeded, ExecuteOptions, PjrtHubError, Program
 
 __all__ = ["BadInput", "LeftRunning", "OutputRefused", "RunClock", "RunResult", "check_inputs",
-           "check_output_path", "exit_when_done", "load_inputs", "main_signature", "read_npz",
-           "read_program", "run_program", "within", "write_npz_atomically"]
+           "check_output_path", "exit_when_done", "host_array", "load_inputs", "main_signature", "npz_array",
+           "read_npz", "read_program", "run_program", "within", "write_npz_atomically"]
 
 _T = TypeVar("_T")
 
@@ -309,15 +309,76 @@ def _spell(shape: tuple[int, ...], dtype: np.dtype) -> str:
     return f"{dtype}[{','.join(map(str, shape))}]"
 
 
-def check_inputs(signature: Sequence[tuple[tuple[int, ...], np.dtype]], arrays: Sequence[np.ndarray]) -> None:
-    """Raise BadInput naming the first argument whose count, shape or dtype is wrong."""
+def check_inputs(signature: Sequence[tuple[tuple[int, ...], np.dtype]],
+                 arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The arrays as ``@main``'s arguments (see :func:`as_argument`); BadInput names the first
+    argument whose count, shape or dtype is wrong."""
     if len(arrays) != len(signature):
         raise BadInput(f"@main takes {len(signature)} arguments but {len(arrays)} inputs were given "
                        f"(in0..in{len(arrays) - 1})")
+    converted = []
     for i, ((shape, dtype), array) in enumerate(zip(signature, arrays)):
-        if array.shape != shape or array.dtype != dtype:
+        argument = as_argument(array, dtype)
+        if argument is None or argument.shape != shape:
             raise BadInput(f"input in{i}: @main expects {_spell(shape, dtype)}, got "
-                           f"{_spell(array.shape, array.dtype)}")
+                           f"{_spell(np.shape(array), np.asarray(array).dtype)}"
+                           + _bits_hint(dtype))
+        converted.append(argument)
+    return converted
+
+
+# -- arrays in and out ---------------------------------------------------------------------------
+#
+# An .npz cannot name the ml_dtypes element types (bfloat16, the 8-bit floats, int4...): np.savez
+# writes them as raw void (``V2``), and numpy cannot even spell them. So `run` takes such an
+# argument either as the ml_dtypes array itself or as unsigned integers of the same width holding
+# its bits (uint16 for bfloat16, uint8 for the 8-bit floats and for int4/uint4, which ml_dtypes
+# stores one per byte), and `run --out` writes such a result as those unsigned bits: an output
+# file can be fed back as an input file, and ``out.view(ml_dtypes.bfloat16)`` reads it.
+
+
+def _is_ml_dtype(dtype: np.dtype) -> bool:
+    """bfloat16, the 8-bit floats, int4... : numpy dtypes that ml_dtypes adds."""
+    return dtype.type.__module__.startswith("ml_dtypes")
+
+
+def _bits_hint(dtype: np.dtype) -> str:
+    if not _is_ml_dtype(dtype):
+        return ""
+    return f" (an .npz carries {dtype} as its bits: give uint{dtype.itemsize * 8})"
+
+
+def host_array(array: Any) -> np.ndarray:
+    """``array`` as a C-contiguous, aligned, native-byte-order ndarray of the same shape.
+
+    Unlike ``np.ascontiguousarray`` it keeps 0-d arrays 0-d (a numpy scalar ``np.float32(2)``
+    is a ``f32[]`` argument, not ``f32[1]``), and copies only when it must (negative strides,
+    views with gaps, big-endian data, unaligned memory)."""
+    a = np.asarray(array)
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    if not (a.flags.c_contiguous and a.flags.aligned):
+        a = np.array(a, order="C", copy=True)
+    return a
+
+
+def as_argument(array: Any, dtype: np.dtype) -> np.ndarray | None:
+    """``array`` made ready to be an argument of element type ``dtype`` (see :func:`host_array`),
+    or None if its dtype does not fit. Byte order does not matter; an ml_dtypes type also
+    accepts unsigned integers (or raw void, as np.savez writes it) of its width as its bits."""
+    a = host_array(array)
+    if a.dtype == dtype:
+        return a
+    if _is_ml_dtype(dtype) and a.dtype.kind in "uV" and a.dtype.itemsize == dtype.itemsize:
+        return a.view(dtype)
+    return None
+
+
+def npz_array(array: np.ndarray) -> np.ndarray:
+    """A result as ``run --out`` writes it: ml_dtypes types as their unsigned bits."""
+    if _is_ml_dtype(array.dtype):
+        return host_array(array).view(f"u{array.dtype.itemsize}")
+    return array
 
 
 @dataclass(frozen=True)
@@ -398,8 +459,7 @@ def run_program(client: Any, text: str, arrays: Sequence[np.ndarray], *,
         device = client.addressable_devices()[0]
         buffers = []
         for array in arrays:
-            # np.require keeps a 0-d array 0-d (np.ascontiguousarray makes it 1-d).
-            transfer = client.buffer_from_host_buffer(np.require(array, requirements="C"), device=device)
+            transfer = client.buffer_from_host_buffer(host_array(array), device=device)
             buffers.append(transfer.buffer)
             wait(transfer.done_with_host_buffer, "an input transfer")
         t2 = time.perf_counter()

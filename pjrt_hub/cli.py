@@ -10,8 +10,13 @@ status means something:
 2     usage error (bad command line)
 3     bad input: a malformed program, inputs of the wrong number, shape or dtype
 4     a plugin failed while working (compile, execute, crash, time-out)
-5     a plugin asked for by name does not exist
+5     a plugin asked for by name does not exist (``--plugin``, or ``--only`` /
+      ``PJRT_HUB_PLUGINS``, which name the plugins the user wants: a name there that matches
+      nothing is a request that cannot be met, not a filter that happens to be empty)
 ====  =======================================================================================
+
+A block-list entry (``--disable``, ``PJRT_HUB_DISABLE_PLUGINS``) that matches nothing is said on
+stderr but keeps the exit status: blocking a plugin that is not installed leaves nothing to do.
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ import argparse
 import enum
 import json
 import os
-import shutil
 import subprocess
 import sys
 import warnings
@@ -29,6 +33,7 @@ from typing import Any, Callable, Sequence, TextIO
 from pydantic import BaseModel
 
 from pjrt_hub._discovery import shown_path
+from pjrt_hub._progress import Progress
 from pjrt_hub.abi import ApiVersion, history
 
 __all__ = ["ExitCode", "main"]
@@ -68,39 +73,8 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
         pass  # a closed or broken stderr must not turn a warning into an error
 
 
-class _Progress:
-    """One line on stderr that rewrites itself while long work runs, then disappears.
-
-    Only on a terminal: in ``--json`` mode, in a pipe, a file or CI log it stays silent, so the
-    output is exactly the report.
-    """
-
-    def __init__(self, enabled: bool, stream: TextIO | None = None) -> None:
-        self.stream = stream if stream is not None else sys.stderr
-        self.enabled = enabled and _isatty(self.stream)
-        self._shown = False
-
-    def update(self, done: int, total: int, what: str) -> None:
-        if not self.enabled:
-            return
-        width = shutil.get_terminal_size((80, 24)).columns
-        text = f"[{done}/{total}] {_one_line(what)}" if total else _one_line(what)
-        self.stream.write("\r" + text[:max(width - 1, 10)] + "\x1b[K")
-        self.stream.flush()
-        self._shown = True
-
-    def clear(self) -> None:
-        if self._shown:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-            self._shown = False
-
-
-def _isatty(stream: Any) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError, OSError):
-        return False
+#: Seconds a C library may take to be probed (``probe --timeout``; the registry's default).
+_PROBE_TIMEOUT = 30.0
 
 
 # -- shared options ----------------------------------------------------------------------------
@@ -152,10 +126,13 @@ def _add_registry(p: argparse.ArgumentParser) -> None:
     g.add_argument("--strict", action="store_true",
                    help="require the exact framework version (also PJRT_HUB_STRICT=1 or "
                         "ENABLE_PJRT_COMPATIBILITY=false)")
-    g.add_argument("--disable", action="append", default=[], metavar="NAME",
-                   help="never load this plugin (repeatable; also PJRT_HUB_DISABLE_PLUGINS=a,b)")
-    g.add_argument("--only", action="append", default=[], metavar="NAME",
-                   help="load only these plugins (repeatable; also PJRT_HUB_PLUGINS=a,b)")
+    g.add_argument("--disable", action="append", default=[], metavar="NAME[@DIST|@PATH]",
+                   help="never load this plugin; NAME@DIST or NAME@PATH blocks only the one from that "
+                        "distribution or library, when two share a name (repeatable; also "
+                        "PJRT_HUB_DISABLE_PLUGINS=a,b)")
+    g.add_argument("--only", action="append", default=[], metavar="NAME[@DIST|@PATH]",
+                   help="load only these plugins; exit 5 if one is not found (repeatable; also "
+                        "PJRT_HUB_PLUGINS=a,b)")
     g.add_argument("--no-autoload", action="store_true",
                    help="do not read entry points (also PJRT_HUB_PLUGIN_AUTOLOAD=0)")
     g.add_argument("--require-ext", action="append", default=[], metavar="NAME[>=V]",
@@ -168,7 +145,7 @@ def _add_registry(p: argparse.ArgumentParser) -> None:
 
 def _registry(args: argparse.Namespace) -> Any:
     from pjrt_hub._policy import Policy, strict_from_environment
-    from pjrt_hub._registry import PluginRegistry, RegistrySettings
+    from pjrt_hub._registry import PluginRegistry, RegistrySettings, selector
     from pjrt_hub.extensions import parse_request
 
     strict_source = "--strict" if args.strict else strict_from_environment()
@@ -186,19 +163,42 @@ def _registry(args: argparse.Namespace) -> Any:
         raise _Usage(str(exc)) from None
     settings = RegistrySettings.from_environment(policy=policy, extension_requests=requests,
                                                  paths=tuple(args.library),
-                                                 probe_timeout=getattr(args, "probe_timeout", 120.0))
+                                                 probe_timeout=getattr(args, "probe_timeout", _PROBE_TIMEOUT))
     overrides: dict[str, Any] = {}
     if args.disable:
-        overrides["disabled"] = settings.disabled | {n.lower() for n in args.disable}
+        overrides["disabled"] = settings.disabled | {selector(n) for n in args.disable if n.strip()}
     if args.only:
-        overrides["allowed"] = frozenset(n.lower() for n in args.only)
+        overrides["allowed"] = frozenset(selector(n) for n in args.only if n.strip())
     if args.no_autoload:
         overrides["autoload"] = False
     if overrides:
         from dataclasses import replace
 
         settings = replace(settings, **overrides)
-    return PluginRegistry(settings)
+    registry = PluginRegistry(settings)
+    args.built_registry = registry  # for _late_selection_notes
+    return registry
+
+
+def _late_selection_notes(args: argparse.Namespace) -> None:
+    """After a command other than list and check: say what the selection options did when they
+    matched nothing, if the command loaded its registry (a note never changes its exit status)."""
+    registry = getattr(args, "built_registry", None)
+    if registry is not None and registry.is_loaded and not getattr(args, "notes_said", False):
+        _selection_notes(registry, args)
+
+
+def _selection_notes(registry: Any, args: argparse.Namespace, *,
+                     print_missing: bool = True) -> tuple[list[str], list[str]]:
+    """What the allow-list and block-list did when an entry matched nothing, each said once on
+    stderr: ``(notes, missing)``, ``missing`` the notes on allow-list entries, which name plugins
+    the user asked for (exit 5; ``check`` lists them with its problems instead of on stderr)."""
+    unmatched = registry.unmatched()
+    args.notes_said = True
+    for note in unmatched:
+        if print_missing or note.setting != "allowed":
+            print(f"pjrt-hub {args.command}: {note.message}", file=sys.stderr)
+    return [n.message for n in unmatched], [n.message for n in unmatched if n.setting == "allowed"]
 
 
 def _emit(args: argparse.Namespace, report: BaseModel, render: Callable[[Any], str]) -> None:
@@ -222,7 +222,11 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
-def _render_plugins(plugins: Sequence[Any], framework: str) -> str:
+def _render_plugins(plugins: Sequence[Any], framework: str, autoload: bool = True) -> str:
+    if not plugins and not autoload:
+        return (f"No plugins found (framework PJRT API {framework}): autoload is off (--no-autoload or "
+                "PJRT_HUB_PLUGIN_AUTOLOAD=0), so installed plugins, the built-in ones included, were not "
+                "looked for; only PJRT_NAMES_AND_LIBRARY_PATHS and --library were read.")
     if not plugins:
         return (f"No plugins found (framework PJRT API {framework}). Install a package with a "
                 "'pjrt_hub.plugins' entry point, or set PJRT_NAMES_AND_LIBRARY_PATHS=name:path.")
@@ -255,10 +259,12 @@ def cmd_list(args: argparse.Namespace) -> int:
         return ExitCode.OK
     registry = _registry(args)
     records = registry.load()
+    notes, missing = _selection_notes(registry, args)
     report = ListReport(framework_version=str(registry.policy.framework),
-                        pjrt_hub_version=_hub_version(), plugins=records)
-    _emit(args, report, lambda r: _render_plugins(r.plugins, r.framework_version))
-    return ExitCode.OK
+                        pjrt_hub_version=_hub_version(), plugins=records,
+                        autoload=registry.settings.autoload, notes=notes)
+    _emit(args, report, lambda r: _render_plugins(r.plugins, r.framework_version, r.autoload))
+    return ExitCode.NOT_FOUND if missing else ExitCode.OK
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -269,8 +275,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         return ExitCode.OK
     registry = _registry(args)
     records = registry.load()
+    notes, missing = _selection_notes(registry, args, print_missing=False)
     by_name = {r.name.lower(): r for r in records}
-    problems, missing = [], []
+    problems = list(missing)
     for name in args.plugin:
         if name.lower() not in by_name:
             missing.append(name)
@@ -289,7 +296,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         strict=policy.strict, requested=list(args.plugin),
         required_extensions=[str(r) for r in registry.settings.extension_requests if r.required],
         optional_extensions=[str(r) for r in registry.settings.extension_requests if not r.required],
-        ok=not problems, problems=problems,
+        ok=not problems, problems=problems, autoload=registry.settings.autoload, notes=notes,
     )
 
     def render(r: CheckReport) -> str:
@@ -297,7 +304,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                 f"{r.floor_minor}, strict {'on' if r.strict else 'off'}")
         verdict = "OK: every plugin asked for is loaded." if r.ok else \
             "NOT OK:\n" + "\n".join(f"  - {p}" for p in r.problems)
-        return "\n".join([head, _render_plugins(r.plugins, r.framework_version), "", verdict])
+        return "\n".join([head, _render_plugins(r.plugins, r.framework_version, r.autoload), "", verdict])
 
     _emit(args, report, render)
     if missing:
@@ -378,6 +385,12 @@ def cmd_conformance(args: argparse.Namespace) -> int:
             raise _Usage(f"--junit {junit}: cannot create directory {junit.parent}: {exc.strerror or exc}") from None
     plugins = args.plugin or [default_plugin_name()]
     framework = str(args.framework_version) if args.framework_version else None
+    if args.via == "jax":
+        try:
+            import jax  # noqa: F401
+        except ImportError:
+            print("pjrt-hub conformance --via jax needs JAX: pip install 'pjrt-hub[jax]'", file=sys.stderr)
+            return ExitCode.USAGE
     registry, names = make_registry(plugins, framework=framework, strict=args.strict)
     known = {r.name.lower() for r in registry.records}
     missing = [p for p, n in zip(plugins, names) if n.lower() not in known]
@@ -385,12 +398,12 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         found = ", ".join(sorted(r.name for r in registry.records)) or "none"
         print(f"pjrt-hub conformance: no plugin named {', '.join(missing)} (found: {found})", file=sys.stderr)
         return ExitCode.NOT_FOUND
-    progress = _Progress(not args.json and not args.pytest_output)
+    progress = Progress.for_command("", json_output=args.json or args.pytest_output)
     try:
         report = run_conformance(plugins, framework=framework, strict=args.strict, cases=args.case,
                                  timeout_scale=args.timeout_scale, junit=args.junit,
                                  show_output=args.pytest_output and not args.json,
-                                 progress=progress.update if progress.enabled else None)
+                                 progress=progress.update if progress.enabled else None, via=args.via)
     except ConformanceRunError as exc:
         print(f"pjrt-hub conformance: {exc}", file=sys.stderr)
         return ExitCode.USAGE
@@ -409,11 +422,12 @@ def _render_matrix_summary(report: Any, paths: dict[str, str] | None = None) -> 
     tally = Counter(c.status.value for c in report.cells)
     lines = [f"PJRT compatibility matrix: {len(report.plugins)} plugins x {len(report.framework_versions)} "
              f"framework versions ({', '.join(report.framework_versions)}) in {len(report.environments)} environments",
-             "cells: " + ", ".join(f"{tally.get(k, 0)} {k}" for k in ("passed", "failed", "refused", "error"))]
+             "cells: " + ", ".join(f"{tally.get(k, 0)} {k}" for k in ("passed", "failed", "refused", "error"))
+             + (f", {tally['missing']} missing" if tally.get("missing") else "")]
     for e in report.environments:
         lines.append(f"environment {e.name}: {e.status}" + (f" ({e.note})" if e.note else ""))
     for c in report.cells:
-        if c.status.value in ("failed", "error"):
+        if c.status.value in ("failed", "error", "missing"):
             why = c.error or "; ".join(f.id for f in c.failures)
             lines.append(f"RED {c.plugin} at {c.framework_version} ({c.environment}): {c.status.value}: "
                          f"{' '.join(why.split())[:300]}")
@@ -422,49 +436,188 @@ def _render_matrix_summary(report: Any, paths: dict[str, str] | None = None) -> 
     return "\n".join(lines)
 
 
+def _matrix_exit(report: Any) -> int:
+    """0 only for a matrix that ran something and has no red cell."""
+    return ExitCode.FAILURE if (report.red or not report.cells) else ExitCode.OK
+
+
+def _matrix_progress(args: argparse.Namespace, what: str) -> Any:
+    from pjrt_hub._progress import Progress
+
+    return Progress.for_command(what, json_output=args.json)
+
+
+def _plan_from_args(args: argparse.Namespace, *, here: str | None, split: str, available_only: bool) -> Any:
+    from pjrt_hub.compat_matrix import make_plan
+
+    return make_plan(frameworks=args.framework_version, plugins=args.plugin, libraries=args.library,
+                     fixtures=not args.no_fixtures, c_plugins=args.c_plugins, cases=args.case,
+                     environments=args.env, here=here, split=split, cell_timeout=args.cell_timeout,
+                     available_only=available_only)
+
+
+def _write_text(path: Any, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    import os
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _matrix_errors(run: Callable[[], int]) -> int:
+    """The matrix's bad input as one line and its exit code: an unknown plugin 5, an unusable
+    plan or result 3, a selection that cannot be planned 2."""
+    from pjrt_hub.compat_matrix import MergeError, PlanError, PluginNotFound
+
+    try:
+        return run()
+    except PluginNotFound as exc:
+        print(f"pjrt-hub matrix: {exc}", file=sys.stderr)
+        return ExitCode.NOT_FOUND
+    except MergeError as exc:
+        print(f"pjrt-hub matrix: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    except PlanError as exc:
+        print(f"pjrt-hub matrix: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+
+
 def cmd_matrix(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from pjrt_hub.compat_matrix import MatrixReport
 
-    from pjrt_hub.compat_matrix import (FIXTURE_PLUGINS, REAL_C_PLUGINS, CellCache, MatrixReport, merge,
-                                        run_environment, run_tox, write_outputs)
-
-    if args.schema:
+    if getattr(args, "schema", False):
         print(json.dumps(MatrixReport.model_json_schema(), indent=2))
         return ExitCode.OK
-    output = Path(args.output)
-    cache = CellCache(Path(args.cache)) if args.cache else None
-    options = dict(frameworks=args.framework_version, plugins=args.plugin,
-                   fixtures=() if args.no_fixtures else FIXTURE_PLUGINS, libraries=args.library,
-                   c_plugins=REAL_C_PLUGINS if args.c_plugins else (), jobs=args.jobs,
-                   cell_timeout=args.cell_timeout, cache=cache, refresh=args.refresh, cases=args.case)
-    if args.no_tox or args.partial:
-        run = run_environment(output, environment=args.env_name, **options)
-        report = run.report
-        if args.partial:
-            partial = Path(args.partial)
-            partial.parent.mkdir(parents=True, exist_ok=True)
-            partial.write_text(report.model_dump_json(indent=2))
-            paths = {"partial": str(partial)}
-        else:
-            paths = write_outputs(report, output)
-        note = f"{run.cells_run} cells run, {run.cells_cached} from the cache"
-    else:
-        envs = args.env or None
-        partials, missing = run_tox(output, *([envs] if envs else []), extra=args.tox_arg)
-        if not partials:
-            print("no tox environment produced results: " + "; ".join(f"{m.name}: {m.note}" for m in missing),
-                  file=sys.stderr)
-            return ExitCode.FAILURE
-        report = merge(partials, missing)
-        paths = write_outputs(report, output)
-        note = f"{len(partials)} environments ran, {len(missing)} gave no result"
+    return _matrix_errors(lambda: _matrix_local(args))
+
+
+def _matrix_local(args: argparse.Namespace) -> int:
+    """``pjrt-hub matrix``: plan, every job here (tox environments in parallel), merge."""
+    from pathlib import Path
+
+    from pjrt_hub.compat_matrix import default_cache_dir, merge_results, run_plan, tox_command, write_outputs
+
+    if not args.no_tox and tox_command() is None:
+        print("pjrt-hub matrix: tox is not installed: pip install 'pjrt-hub[test]' (or -e '.[test]' in a "
+              "clone), or run this environment only with --no-tox", file=sys.stderr)
+        return ExitCode.FAILURE
+    output = Path(args.output).resolve()
+    plan = _plan_from_args(args, here=args.env_name if args.no_tox else None, split="environment",
+                           available_only=True)
+    plan_path = output / "plan.json"
+    _write_text(plan_path, plan.model_dump_json(indent=2))
+    cache_dir = Path(args.cache).resolve() if args.cache else default_cache_dir(output)
+    with _matrix_progress(args, "cells") as progress:
+        results = run_plan(plan, plan_path, output / "cells", cache_dir=cache_dir, jobs=args.jobs,
+                           refresh=args.refresh, progress=progress.update)
+    report = merge_results(plan, [(output / "cells" / f"{r.cell_id}.json", r) for r in results])
+    paths = write_outputs(report, output)
     if args.json:
         print(report.model_dump_json(indent=2))
     else:
         print(_render_matrix_summary(report, paths))
-        print(note)
-    red = [c for c in report.cells if c.status.value in ("failed", "error")]
-    return ExitCode.FAILURE if red else ExitCode.OK
+        ran = sum(1 for c in report.cells if not c.cached and c.status.value != "missing")
+        jobs = len(plan.cells)
+        cached = sum(c.cached for c in report.cells)
+        print(f"{jobs} job{'s' if jobs != 1 else ''}, {ran} cells run, {cached} from the cache, "
+              f"in {sum(j.duration_s or 0 for j in report.jobs):.0f} s of job time")
+    return _matrix_exit(report)
+
+
+def cmd_matrix_plan(args: argparse.Namespace) -> int:
+    def run() -> int:
+        from pathlib import Path
+
+        from pjrt_hub.compat_matrix import render_plan
+
+        plan = _plan_from_args(args, here=args.env_name if args.no_tox else None, split=args.split,
+                               available_only=False)
+        if args.output:
+            _write_text(Path(args.output), plan.model_dump_json(indent=2))
+        print(render_plan(plan, args.format))
+        return ExitCode.OK
+
+    return _matrix_errors(run)
+
+
+def cmd_matrix_cell(args: argparse.Namespace) -> int:
+    def run() -> int:
+        from pathlib import Path
+
+        from pjrt_hub.compat_matrix import (CellCache, default_cache_dir, job_is_red, load_plan, run_job_here,
+                                            run_job_tox, write_result)
+
+        plan = load_plan(args.plan)
+        known = {c.id: c for c in plan.cells}
+        ids = list(args.id)
+        if not ids:
+            if not args.tox_env:
+                raise _Usage("name a job of the plan (its ids: " + ", ".join(known) + ")")
+            ids = [c.id for c in plan.cells if c.tox_env == args.tox_env]
+        for cell_id in ids:
+            if cell_id not in known:
+                print(f"pjrt-hub matrix cell: the plan {args.plan} has no job {cell_id!r} (its jobs: "
+                      f"{', '.join(known)})", file=sys.stderr)
+                return ExitCode.USAGE
+            if args.tox_env and known[cell_id].tox_env != args.tox_env:
+                print(f"pjrt-hub matrix cell: job {cell_id!r} is planned for {known[cell_id].tox_env or 'no tox'} "
+                      f"environment, not {args.tox_env}", file=sys.stderr)
+                return ExitCode.USAGE
+        output = Path(args.output)
+        cache = CellCache(Path(args.cache) if args.cache else default_cache_dir(output))
+        reports = []
+        for cell_id in ids:
+            cell = known[cell_id]
+            if cell.tox_env is None or args.no_tox:
+                with _matrix_progress(args, cell_id) as progress:
+                    report = run_job_here(plan, cell, cache=cache, jobs=args.jobs, refresh=args.refresh,
+                                          progress=progress.update)
+                write_result(report, output)
+            else:
+                extra = (["--cache", str(Path(args.cache).resolve())] if args.cache else []) + \
+                    (["--refresh"] if args.refresh else [])
+                report = run_job_tox(plan, Path(args.plan), cell, output, extra=extra)
+                if not (output / f"{cell_id}.json").exists() or report.error:
+                    write_result(report, output)
+            reports.append(report)
+            if args.json:
+                print(report.model_dump_json(indent=2))
+            else:
+                from collections import Counter
+
+                tally = Counter(c.status.value for c in report.cells)
+                print(f"job {cell_id} ({cell.environment}): "
+                      + (f"error: {report.error}" if report.error else
+                         ", ".join(f"{n} {k}" for k, n in tally.items()) or "no cells")
+                      + f" in {report.duration_s:.1f} s; wrote {output / (cell_id + '.json')}")
+        return ExitCode.FAILURE if any(job_is_red(r) for r in reports) else ExitCode.OK
+
+    return _matrix_errors(run)
+
+
+def cmd_matrix_merge(args: argparse.Namespace) -> int:
+    def run() -> int:
+        from pathlib import Path
+
+        from pjrt_hub.compat_matrix import load_plan, load_results, merge_results, write_outputs
+
+        plan = load_plan(args.plan)
+        report = merge_results(plan, load_results(args.results))
+        paths = write_outputs(report, Path(args.output))
+        if args.json:
+            print(report.model_dump_json(indent=2))
+        else:
+            print(_render_matrix_summary(report, paths))
+            for job in report.jobs:
+                took = f"{job.duration_s:.1f} s" if job.duration_s is not None else "-"
+                print(f"job {job.id}: {job.status}, {took}" + (f" ({job.error})" if job.error else ""))
+        return _matrix_exit(report)
+
+    return _matrix_errors(run)
+
+
 # -- run ---------------------------------------------------------------------------------------
 
 
@@ -561,7 +714,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from pjrt_hub._registry import default_plugin_name
     from pjrt_hub._reports import ArrayInfo, RunReport
     from pjrt_hub._run import (BadInput, OutputRefused, RunClock, check_inputs, check_output_path, load_inputs,
-                               main_signature, read_program, run_program, within, write_npz_atomically)
+                               main_signature, npz_array, read_program, run_program, within, write_npz_atomically)
     from pjrt_hub.abi import CompileError, DeadlineExceeded, NotFound, PjrtError, PluginLoadError
 
     if args.schema:
@@ -588,7 +741,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         arrays = load_inputs(args.inputs)
         signature = main_signature(text)
         if signature is not None:
-            check_inputs(signature, arrays)
+            arrays = check_inputs(signature, arrays)
+
         def work() -> Any:
             client = registry.create_client(name, allow_hardware=args.allow_hardware)
             return run_program(client, text, arrays, clock=clock)
@@ -621,7 +775,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     written = None
     if args.out:
         try:
-            written = str(write_npz_atomically(args.out, {f"out{i}": a for i, a in enumerate(result.outputs)}))
+            written = str(write_npz_atomically(args.out, {f"out{i}": npz_array(a) for i, a in enumerate(result.outputs)}))
         except OSError as exc:
             print(f"pjrt-hub run: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
             return ExitCode.FAILURE
@@ -637,7 +791,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         lines = [f"{r.program} on {r.plugin}: compiled in {r.compile_ms:.1f} ms, ran in {r.execute_ms:.2f} ms"]
         lines += [f"  {o.name}: {o.dtype}[{','.join(map(str, o.shape))}]" for o in r.outputs]
         if r.out:
-            lines.append(f"wrote {r.out}")
+            as_bits = [f"{o.name} as uint{a.dtype.itemsize * 8}" for o, a in zip(r.outputs, result.outputs)
+                       if npz_array(a).dtype != a.dtype]
+            lines.append(f"wrote {r.out}" + (f" ({', '.join(as_bits)} bits)" if as_bits else ""))
         return "\n".join(lines)
 
     _emit(args, report, render)
@@ -657,6 +813,8 @@ def _render_probe(r: Any) -> str:
             lines.append("  stderr: " + p["stderr_tail"].strip().replace("\n", "\n          "))
         return "\n".join(lines)
     lines.append(f"  loads: yes ({p.get('machine') or '?'}), GetPjrtApi exported")
+    if p.get("probe_cache") == "hit":
+        lines.append("  (from the probe cache: the library is unchanged since it was probed)")
     lines.append(f"  PJRT API {p.get('api_version')}; PJRT_Api struct_size {p.get('api_struct_size')}, "
                  f"{p.get('num_slots')} slots (history expects {p.get('expected_slots')})")
     functions, nulls = p.get("functions") or [], p.get("null_functions") or []
@@ -722,7 +880,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from pjrt_hub._bench import bench, format_report, perf_programs
+    from pjrt_hub._bench import bench, bench_programs, format_report
     from pjrt_hub._reports import BenchReport, Outcome
     from pjrt_hub.abi import NotFound, PjrtHubError, PluginLoadError, VersionError
 
@@ -731,10 +889,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return ExitCode.OK
     if args.collectives:
         return _bench_collectives(args)
-    known = [e["name"] for e in perf_programs()]
+    suite = "corpus" if args.corpus else "perf"
+    known = [p.name for p in bench_programs(suite)]
     unknown = [p for p in args.program if p not in known]
     if unknown:
-        raise _Usage(f"unknown perf program(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        raise _Usage(f"unknown {suite} program(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    if args.via == "jax":
+        if args.corpus:
+            raise _Usage("--via jax times the perf programs as JAX code; it does not take --corpus")
+        return _bench_via_jax(args)
     for path in args.library:
         _plugin_target(args, path)
     registry = _registry(args)
@@ -753,11 +916,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     except (VersionError, PluginLoadError) as exc:  # refused or failed to load: not benched
         print(f"pjrt-hub bench: {_one_line(exc)}", file=sys.stderr)
         return ExitCode.FAILURE
-    progress = _Progress(not args.json)
+    progress = Progress.for_command("", json_output=args.json)
     try:
+        c_plugins = {r.name for r in records if r.kind == "c"}
         report = bench(registry, plugins, args.program or None, warm=not args.no_warm,
                        library=tuple(args.library), runs=args.runs or None,
-                       progress=progress.update if progress.enabled else None)
+                       progress=progress.update if progress.enabled else None, suite=suite,
+                       fastest_of=[p for p in plugins if p in c_plugins])
     except PjrtHubError as exc:
         print(f"pjrt-hub bench: {_one_line(exc)}", file=sys.stderr)
         return ExitCode.PLUGIN_ERROR
@@ -811,7 +976,72 @@ def _bench_collectives(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def _bench_via_jax(args: argparse.Namespace) -> int:
+    """``bench --via jax``: JAX driving the plugin next to JAX on XLA:CPU (:mod:`pjrt_hub.jax._bench`)."""
+    try:
+        import jax  # noqa: F401
+    except ImportError:
+        print("pjrt-hub bench --via jax needs JAX: pip install 'pjrt-hub[jax]'", file=sys.stderr)
+        return ExitCode.USAGE
+    from pjrt_hub.abi import NotFound, PjrtHubError
+    from pjrt_hub.jax._bench import bench_via_jax, failures, format_jax_report
+
+    plugins = list(args.plugin) or ["numba_cpu"]
+    registry = _registry(args)
+    registry.load()
+    try:
+        registry.require(plugins)
+    except NotFound as exc:
+        print(f"pjrt-hub bench: {_one_line(exc)}", file=sys.stderr)
+        return ExitCode.NOT_FOUND
+    except PjrtHubError as exc:  # refused or failed to load: the registry's own message
+        print(f"pjrt-hub bench: {_one_line(exc)}", file=sys.stderr)
+        return ExitCode.FAILURE
+    report = bench_via_jax(plugins, args.program or None, runs=args.runs or None,
+                           progress=None if args.json else (lambda m: print(m, file=sys.stderr)))
+    print(json.dumps(report, indent=2) if args.json else format_jax_report(report))
+    problems = failures(report)
+    for problem in problems if not args.json else ():
+        print(f"NOT OK: {problem}", file=sys.stderr)
+    return ExitCode.FAILURE if problems else ExitCode.OK
+
+
 # -- entry point -------------------------------------------------------------------------------
+
+
+def _add_matrix_selection(p: argparse.ArgumentParser) -> None:
+    """What a matrix covers: the same options for ``matrix`` and ``matrix plan``."""
+    p.add_argument("--framework-version", type=_api_version, action="append", default=[], metavar="MAJOR.MINOR",
+                   help="a framework version column (repeatable; default 0.81, 0.95, 0.106, 0.115 and "
+                        f"{history.NEWEST_KNOWN})")
+    p.add_argument("--plugin", action="append", default=[], metavar="NAME",
+                   help="only this plugin (repeatable; default: every plugin of each environment)")
+    p.add_argument("--library", action="append", default=[], metavar="PATH",
+                   help="also a PJRT C plugin library (repeatable)")
+    p.add_argument("--no-fixtures", action="store_true", help="leave out the toy fixture plugins")
+    p.add_argument("--c-plugins", action="store_true",
+                   help="with --no-tox: also the real CPU plugins xla-cpu-pjrt (0.81), fastatomstruct-xla-cpu "
+                        "(0.106) and lammps-jax-pjrt-cpu (0.115) from the wheel cache ($PJRT_HUB_CACHE/wheels, else "
+                        "~/.cache/pjrt-hub/wheels; downloaded on first use, about 63 MB each) where this "
+                        "environment has not installed them (the tox environment matrix-py311-cplugins "
+                        "installs them)")
+    p.add_argument("--case", action="append", default=[], metavar="PATTERN",
+                   help="only conformance cases matching this pattern (repeatable)")
+    p.add_argument("--no-tox", action="store_true",
+                   help="this environment only, run here without tox (it is every plugin found here)")
+    p.add_argument("--env", action="append", default=[], metavar="TOXENV",
+                   help="tox environments (repeatable; default: the matrix-* environments of tox.ini)")
+    p.add_argument("--env-name", default="local", metavar="NAME",
+                   help="with --no-tox: the name of this environment in the report (default local)")
+    p.add_argument("--cell-timeout", type=float, default=900.0, metavar="S",
+                   help="seconds before a cell is a red time-out (default 900)")
+
+
+def _add_matrix_running(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--jobs", type=int, default=None, metavar="N", help="cells at a time (default: the cores)")
+    p.add_argument("--cache", default=None, metavar="DIR",
+                   help="the cell cache (default: $PJRT_HUB_CACHE/matrix, else cache/ under the output)")
+    p.add_argument("--refresh", action="store_true", help="run every cell again, ignoring the cache")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -819,7 +1049,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pjrt-hub",
         description="Load, check and test PJRT device plugins.",
         epilog="Exit status: 0 fine, 1 something asked for is not, 2 usage, 3 bad input, "
-               "4 plugin error, 5 no such plugin.",
+               "4 plugin error, 5 no such plugin (--plugin, --only).",
     )
     parser.add_argument("--version", action="version", version=f"pjrt-hub {_hub_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -858,68 +1088,88 @@ def build_parser() -> argparse.ArgumentParser:
                         "checkout) and print the mutation score per group; non-zero exit if one survives")
     p.add_argument("--mutant", action="append", default=[], metavar="PATTERN",
                    help="with --mutation-report: only the mutants whose name matches (repeatable)")
+    p.add_argument("--via", choices=("c_api", "jax"), default=None,
+                   help="serve each (Python) plugin as a PJRT_Api struct and run the suite on the struct "
+                        "through the C bridge: c_api; with the struct registered with JAX and the jax cases "
+                        "(JAX driving the plugin) added: jax (needs pip install 'pjrt-hub[jax]')")
     _add_output(p)
     p.set_defaults(func=cmd_conformance)
 
     p = sub.add_parser("matrix", help="the compatibility matrix: plugins x framework versions x environments; "
-                                      "non-zero exit if a cell is red")
+                                      "non-zero exit if a cell is red (plan, cell, merge: the same in CI)")
+    _add_matrix_selection(p)
     p.add_argument("--output", default="matrix", metavar="DIR",
-                   help="where matrix.json, matrix.md, matrix.html and the cache go (default ./matrix)")
-    p.add_argument("--framework-version", type=_api_version, action="append", default=[], metavar="MAJOR.MINOR",
-                   help="a framework version column (repeatable; default 0.81, 0.95, 0.106, 0.115 and "
-                        f"{history.NEWEST_KNOWN})")
-    p.add_argument("--plugin", action="append", default=[], metavar="NAME",
-                   help="only this plugin (repeatable; default: every plugin found and the fixture plugins)")
-    p.add_argument("--library", action="append", default=[], metavar="PATH",
-                   help="also a PJRT C plugin library (repeatable)")
-    p.add_argument("--no-fixtures", action="store_true", help="leave out the toy fixture plugins")
-    p.add_argument("--c-plugins", action="store_true",
-                   help="also the real CPU plugins xla-cpu-pjrt (0.81), fastatomstruct-xla-cpu (0.106) and "
-                        "lammps-jax-pjrt-cpu (0.115) from the wheel cache ($PJRT_HUB_CACHE/wheels, else "
-                        "~/.cache/pjrt-hub/wheels; downloaded on first use, about 63 MB each), where this "
-                        "environment has not installed them (with --no-tox; the tox environment "
-                        "matrix-py311-cplugins installs them)")
-    p.add_argument("--case", action="append", default=[], metavar="PATTERN",
-                   help="only conformance cases matching this pattern (repeatable)")
-    p.add_argument("--no-tox", action="store_true",
-                   help="run this environment only, here, without tox")
-    p.add_argument("--env", action="append", default=[], metavar="TOXENV",
-                   help="tox environments to run (repeatable; default: the matrix-* environments of tox.ini)")
-    p.add_argument("--tox-arg", action="append", default=[], metavar="ARG", help="passed to tox after --")
-    p.add_argument("--env-name", default="local", metavar="NAME",
-                   help="the name of this environment in the report (tox passes its env name)")
-    p.add_argument("--partial", default=None, metavar="FILE",
-                   help="write this environment's partial report to FILE and render nothing (for tox)")
-    p.add_argument("--jobs", type=int, default=None, metavar="N", help="cells at a time (default: the cores)")
-    p.add_argument("--cell-timeout", type=float, default=900.0, metavar="S",
-                   help="seconds before a cell is a red time-out (default 900)")
-    p.add_argument("--cache", default=None, metavar="DIR",
-                   help="the cell cache (default: $PJRT_HUB_CACHE/matrix, else DIR/cache under --output)")
-    p.add_argument("--refresh", action="store_true", help="run every cell again, ignoring the cache")
+                   help="where plan.json, the jobs' results (cells/), matrix.json, matrix.md, matrix.html and "
+                        "the cache go (default ./matrix)")
+    _add_matrix_running(p)
     _add_output(p)
     p.set_defaults(func=cmd_matrix)
+    msub = p.add_subparsers(dest="matrix_command", metavar="STEP")
+
+    q = msub.add_parser("plan", help="print the matrix's jobs as CI matrix data (GitHub, GitLab, JSON)")
+    _add_matrix_selection(q)
+    q.add_argument("--format", choices=("github", "gitlab", "json"), default="json",
+                   help="github: {\"include\": [...]} for fromJSON; gitlab: a child pipeline; json: the plan "
+                        "(default)")
+    q.add_argument("--split", choices=("plugin", "environment"), default="plugin",
+                   help="one job per plugin of each environment (the fixture plugins share one; default), or "
+                        "one per environment")
+    q.add_argument("--output", default=None, metavar="FILE", help="also write the plan (JSON) to FILE, for "
+                                                                  "the cell and merge steps")
+    q.set_defaults(func=cmd_matrix_plan, json=False)
+
+    q = msub.add_parser("cell", help="run jobs of a plan and write DIR/<id>.json each; in its tox environment "
+                                     "unless --no-tox")
+    q.add_argument("id", nargs="*", metavar="ID", help="a job of the plan (repeatable; with --tox-env and no "
+                                                        "ID: every job of that environment)")
+    q.add_argument("--plan", required=True, metavar="FILE", help="the plan (pjrt-hub matrix plan --output)")
+    q.add_argument("--output", required=True, metavar="DIR", help="where the result <id>.json goes")
+    q.add_argument("--no-tox", action="store_true", help="run here, in this environment (tox.ini does this "
+                                                          "inside the job's environment)")
+    q.add_argument("--tox-env", default=None, metavar="NAME",
+                   help="the tox environment this runs in (tox.ini passes it): jobs must be planned for it")
+    _add_matrix_running(q)
+    q.add_argument("--json", action="store_true", help="print the results as JSON")
+    q.set_defaults(func=cmd_matrix_cell)
+
+    q = msub.add_parser("merge", help="build matrix.json, matrix.md and matrix.html from a plan and its jobs' "
+                                      "results; a job without a result is red")
+    q.add_argument("results", nargs="*", metavar="RESULT", help="result files, or folders of them")
+    q.add_argument("--plan", required=True, metavar="FILE", help="the plan the results were run from")
+    q.add_argument("--output", default="matrix", metavar="DIR", help="where the report goes (default ./matrix)")
+    q.add_argument("--json", action="store_true", help="print the report as JSON")
+    q.set_defaults(func=cmd_matrix_merge)
     p = sub.add_parser("probe", help="read a PJRT C library safely (in a subprocess): version, "
                                      "functions, extensions, attributes")
     p.add_argument("target", nargs="?", metavar="PATH_OR_NAME", help="a .so path, or a C plugin's name")
-    p.add_argument("--timeout", dest="probe_timeout", type=_positive, default=120.0, metavar="SECONDS",
-                   help="give up on a library that takes longer (default 120)")
+    p.add_argument("--timeout", dest="probe_timeout", type=_positive, default=_PROBE_TIMEOUT, metavar="SECONDS",
+                   help=f"give up on a library that takes longer (default {_PROBE_TIMEOUT:g})")
     _add_registry(p)
     _add_output(p)
     p.set_defaults(func=cmd_probe)
 
-    p = sub.add_parser("bench", help="time the perf corpus on several plugins in one run")
+    p = sub.add_parser("bench", help="time the perf corpus (or --corpus: the public corpus) on several "
+                                     "plugins in one run")
     p.add_argument("--plugin", action="append", default=[], metavar="NAME",
                    help="plugins to time, the first being the one ratios are about (default: "
                         "numba_cpu, reference and every loaded CPU-safe C plugin)")
     p.add_argument("--program", action="append", default=[], metavar="NAME",
-                   help="perf programs to run (default: all)")
+                   help="programs to run (default: all of the suite)")
+    p.add_argument("--corpus", action="store_true",
+                   help="time every public corpus program instead of the perf programs, with geometric "
+                        "means of the first plugin's times over each other plugin's")
     p.add_argument("--no-warm", action="store_true", help="skip the warm-cache compile (a subprocess each)")
     p.add_argument("--collectives", action="store_true",
                    help="time each collective op at 4 KiB, 4 MiB and 64 MiB of f32 over 2 devices instead")
     p.add_argument("--processes", type=int, default=1, choices=(1, 2),
                    help="with --collectives: also across 2 processes (pjrt-hub launch, MPI)")
     p.add_argument("--runs", type=_non_negative, default=None, metavar="N",
-                   help="timed runs per program (default: 30, softmax 60; tiny add 3000)")
+                   help="timed runs per program (default: 30, softmax 60, more for short programs, "
+                        "up to 0.25 s each; tiny add 3000)")
+    p.add_argument("--via", choices=("jax",), default=None,
+                   help="through JAX: jit dispatch, first-call latency and the perf programs as JAX code on "
+                        "the plugin (default numba_cpu) next to XLA:CPU and the plugin driven directly "
+                        "(needs pip install 'pjrt-hub[jax]')")
     _add_registry(p)
     _add_output(p)
     p.set_defaults(func=cmd_bench)
@@ -964,7 +1214,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
         try:
-            return int(args.func(args))
+            code = int(args.func(args))
+            _late_selection_notes(args)
+            return code
         except _Usage as exc:
             # As argparse's own usage errors (_ArgumentParser.error): one line, then SystemExit(2).
             print(f"{command}: error: {_one_line(exc)} (see {command} --help)", file=sys.stderr)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import textwrap
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 
@@ -15,6 +16,19 @@ _REGISTRY_ENV = (
     "PJRT_HUB_DISABLE_PLUGINS", "PJRT_HUB_PLUGINS", "PJRT_HUB_PLUGIN_AUTOLOAD", "PJRT_DEVICE",
     "PJRT_HUB_STRICT", "ENABLE_PJRT_COMPATIBILITY", "PJRT_NAMES_AND_LIBRARY_PATHS",
 )
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_probe_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Probe reports are cached on disk (``~/.cache/pjrt-hub/probe`` by default); the suite keeps
+    its own cache, inherited by the processes it starts, so it never fills the user's."""
+    before = os.environ.get("PJRT_HUB_PROBE_CACHE")
+    os.environ["PJRT_HUB_PROBE_CACHE"] = str(tmp_path_factory.mktemp("probe-cache"))
+    yield
+    if before is None:
+        os.environ.pop("PJRT_HUB_PROBE_CACHE", None)
+    else:
+        os.environ["PJRT_HUB_PROBE_CACHE"] = before
 
 
 @pytest.fixture(autouse=True)
@@ -111,3 +125,20 @@ def pjrt_hub_get_api():
     return FakeApi()
 {body}
 '''
+
+
+# -- hypothesis profiles ------------------------------------------------------------------------
+# "ci" (the default) is bounded and derandomized, so the suite's time and verdict do not depend on
+# luck; "long" (`pytest --hypothesis-profile=long tests/generated`) explores thousands of examples.
+try:
+    from hypothesis import HealthCheck, settings
+except ImportError:  # the generated tests skip themselves without hypothesis
+    pass
+else:
+    settings.register_profile("ci", max_examples=12, derandomize=True, deadline=None, print_blob=True,
+                              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    settings.register_profile("long", max_examples=1000, deadline=None, print_blob=True,
+                              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    settings.register_profile("explore", max_examples=60, deadline=None, print_blob=True,
+                              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    settings.load_profile("ci")

@@ -12,22 +12,44 @@ history and the Args struct sizes of every minor live in :mod:`pjrt_hub.abi.hist
 
 from __future__ import annotations
 
-from .api import CApi, load_api
-from .buffers import CBuffer
-from .client import CClient, CTopologyDescription
-from .devices import CDevice, CDeviceDescription, CMemory
-from .executables import CExecutable, CExecuteContext, CLoadedExecutable
-from .extensions import (
-    CExtension,
-    CFfiExtension,
-    CLayoutsExtension,
-    CMemoryDescriptionsExtension,
-    parse_xla_layout,
-)
-from .handles import CEvent
-from .library import ExtensionInfo, PluginLibrary, open_library
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .api import CApi, load_api
+    from .buffers import CBuffer
+    from .client import CClient, CTopologyDescription
+    from .devices import CDevice, CDeviceDescription, CMemory
+    from .executables import CExecutable, CExecuteContext, CLoadedExecutable
+    from .extensions import (
+        CExtension,
+        CFfiExtension,
+        CLayoutsExtension,
+        CMemoryDescriptionsExtension,
+        parse_xla_layout,
+    )
+    from .handles import CEvent
+    from .library import ExtensionInfo, PluginLibrary, open_library
+    from .safety import ClientCheck, client_creation_risk, safe_client_check
+
+# ``probe`` is both a subpackage and its main function; importing it here keeps the name bound
+# to the function, as it always was.
 from .probe import ExtensionReport, ProbeReport, probe, resolve_library
-from .safety import ClientCheck, client_creation_risk, safe_client_check
+
+# The other names are imported on first use: the registry imports ``.loader`` (and the probe child
+# ``.probe``) on every ``pjrt-hub list``, and neither needs the rest of the bridge.
+_EXPORTS = {
+    "CApi": ".api", "load_api": ".api",
+    "CBuffer": ".buffers",
+    "CClient": ".client", "CTopologyDescription": ".client",
+    "CDevice": ".devices", "CDeviceDescription": ".devices", "CMemory": ".devices",
+    "CExecutable": ".executables", "CExecuteContext": ".executables", "CLoadedExecutable": ".executables",
+    "CExtension": ".extensions", "CFfiExtension": ".extensions", "CLayoutsExtension": ".extensions",
+    "CMemoryDescriptionsExtension": ".extensions", "parse_xla_layout": ".extensions",
+    "CEvent": ".handles",
+    "ExtensionInfo": ".library", "PluginLibrary": ".library", "open_library": ".library",
+    "ClientCheck": ".safety", "client_creation_risk": ".safety", "safe_client_check": ".safety",
+}
 
 __all__ = [
     "CApi",
@@ -58,3 +80,16 @@ __all__ = [
     "resolve_library",
     "safe_client_check",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(__all__) | set(globals()))

@@ -279,7 +279,7 @@ class CClient(Client):
                                 f"0.{MUTABLE_ZERO_COPY_SINCE}; plugin {lib.name!r} implements {lib.version}",
                                 plugin=lib.name)
         host = np.asarray(array)
-        kind = from_numpy_dtype(host.dtype) if element_type is None else BufferType(element_type)
+        kind = from_numpy_dtype(host.dtype.newbyteorder("=")) if element_type is None else BufferType(element_type)
         if element_type is not None and to_numpy_dtype(kind).itemsize != host.dtype.itemsize:
             raise InvalidArgument(f"buffer_from_host_buffer: element_type {kind.name} does not match the "
                                   f"array's {host.dtype} ({host.dtype.itemsize} bytes per element)")
@@ -287,10 +287,13 @@ class CClient(Client):
             raise Unimplemented(f"buffer_from_host_buffer: {kind.name} is packed below a byte on the device; "
                                 "the C bridge does not pack it", plugin=lib.name)
         zero_copy = semantics in (HostBufferSemantics.IMMUTABLE_ZERO_COPY, HostBufferSemantics.MUTABLE_ZERO_COPY)
-        if not host.flags.c_contiguous:
+        if not (host.flags.c_contiguous and host.flags.aligned and host.dtype.isnative):
+            # A plugin reads dense, aligned, native-order memory: views with strides, unaligned and
+            # big-endian arrays are copied (np.ascontiguousarray would also turn 0-d into 1-d).
             if semantics == HostBufferSemantics.MUTABLE_ZERO_COPY:
-                raise InvalidArgument("buffer_from_host_buffer: kMutableZeroCopy needs a C-contiguous array")
-            host = np.ascontiguousarray(host)
+                raise InvalidArgument("buffer_from_host_buffer: kMutableZeroCopy needs a C-contiguous, aligned "
+                                      f"array in native byte order, got {host.dtype.str}{list(host.shape)}")
+            host = np.array(host, dtype=host.dtype.newbyteorder("="), order="C")
         memory_handle = _memory_handle(memory, "buffer_from_host_buffer", self)
         if device is None and memory is None:
             device = self.addressable_devices()[0]

@@ -36,6 +36,7 @@ __all__ = [
     "CFfiExtension",
     "CLayoutsExtension",
     "CMemoryDescriptionsExtension",
+    "format_xla_layout",
     "parse_xla_layout",
     "wrap_extension",
 ]
@@ -193,6 +194,17 @@ def parse_xla_layout(text: str) -> MemoryLayout:
             tiles.append(tuple(COMBINE_DIMENSION if d == "*" else int(d) for d in dims))
             pos = tile.end()
     return MemoryLayout(order, tuple(tiles))
+
+
+def format_xla_layout(layout: MemoryLayout) -> str:
+    """XLA's textual layout of a :class:`MemoryLayout` (``{1,0}``, ``{1,0:T(8,128)}``): the
+    inverse of :func:`parse_xla_layout`, what ``PJRT_Layouts_MemoryLayout_Serialize`` hands out."""
+    order = ",".join(str(int(d)) for d in layout.minor_to_major)
+    if not layout.tiles:
+        return "{" + order + "}"
+    tiles = "".join("(" + ",".join("*" if d == COMBINE_DIMENSION else str(int(d)) for d in tile) + ")"
+                    for tile in layout.tiles)
+    return "{" + order + ":T" + tiles + "}"
 
 
 def _dims_array(dims: Sequence[int], what: str) -> tuple[ctypes.Array, int]:

@@ -320,6 +320,22 @@ class PluginLibrary:
         address = get_api()
         if not address:
             raise PluginLoadError(self.name, f"GetPjrtApi() of {self.path} returned NULL")
+        self._read_table(address)
+
+    @classmethod
+    def from_address(cls, address: int, name: str, origin: str) -> "PluginLibrary":
+        """A ``PJRT_Api`` already in this process (one served by :mod:`.server`), read like one a
+        library's ``GetPjrtApi`` returned; ``origin`` stands where a library's path would."""
+        lib = cls.__new__(cls)
+        lib.path = origin
+        lib.name = name
+        lib._dll = None
+        if not address:
+            raise PluginLoadError(name, f"{origin}: the PJRT_Api* is NULL")
+        lib._read_table(address)
+        return lib
+
+    def _read_table(self, address: int) -> None:
         self.api_address: int = address
         if not _Maps().readable(address, API_HEADER_SIZE):
             raise PluginValidationError(self.name, f"GetPjrtApi() returned {address:#x}, not readable memory")

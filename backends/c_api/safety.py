@@ -11,14 +11,12 @@ a client in a child process with a timeout before the host does it in its own pr
 
 from __future__ import annotations
 
-import glob
 import json
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from . import _child
 from .probe import ProbeReport, resolve_library
 
 __all__ = ["ClientCheck", "KnownRisk", "KNOWN_RISKS", "client_creation_risk", "safe_client_check"]
@@ -60,6 +58,8 @@ KNOWN_RISKS: tuple[KnownRisk, ...] = (
 
 
 def _default_devices_present(patterns: tuple[str, ...]) -> bool:
+    import glob  # here, not at the top: list and check import this module on every run
+
     return any(glob.glob(pattern) for pattern in patterns)
 
 
@@ -103,6 +103,8 @@ CheckOutcome = Literal["ok", "error", "load_failed", "crashed", "aborted", "time
 class ClientCheck(BaseModel):
     """How creating (and destroying) a client went in a child process."""
 
+    model_config = ConfigDict(defer_build=True)  # built on first use, not by every pjrt-hub list
+
     path: str
     name: str
     outcome: CheckOutcome
@@ -132,6 +134,8 @@ def safe_client_check(path_or_name: str, options: dict[str, Any] | None = None, 
 
     path = resolve_library(path_or_name)
     args = [path, "--options", json.dumps(options or {})]
+    from . import _child
+
     result = _child.run_child("pjrt_hub.backends.c_api._client_check", args, timeout=timeout, env=env)
     data: dict[str, Any] = {"path": path, "name": default_plugin_name(path)}
     data.update({k: v for k, v in result.snapshot.items() if k in ClientCheck.model_fields})

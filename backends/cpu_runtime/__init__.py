@@ -14,14 +14,32 @@ program was compiled by numba or is interpreted by numpy; a plugin brings only i
 
 from __future__ import annotations
 
-from ._api import CLIENT_OPTIONS, DEFAULT_API_VERSION, CpuApi
-from ._buffers import CpuBuffer
-from ._client import CpuClient
-from ._devices import MEMORY_KINDS, CpuDevice, CpuMemory
-from ._events import READY, CpuEvent
-from ._executables import CpuExecutable, CpuLoadedExecutable, InlinePolicy
-from ._topology import DEFAULT_NUM_DEVICES, CpuDeviceDescription, CpuTopologyDescription
-from .compiler import CompiledProgram, ProgramCompiler, TensorSpec
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._api import CLIENT_OPTIONS, DEFAULT_API_VERSION, CpuApi
+    from ._buffers import CpuBuffer
+    from ._client import CpuClient
+    from ._devices import MEMORY_KINDS, CpuDevice, CpuMemory
+    from ._events import READY, CpuEvent
+    from ._executables import CpuExecutable, CpuLoadedExecutable, InlinePolicy
+    from ._topology import DEFAULT_NUM_DEVICES, CpuDeviceDescription, CpuTopologyDescription
+    from .compiler import CompiledProgram, ProgramCompiler, TensorSpec
+
+# Imported on first use: the built-in plugins' declarations live in ``.builtin``, and reading them
+# (``pjrt-hub list``) must not build the runtime.
+_EXPORTS = {
+    "CLIENT_OPTIONS": "._api", "DEFAULT_API_VERSION": "._api", "CpuApi": "._api",
+    "CpuBuffer": "._buffers",
+    "CpuClient": "._client",
+    "MEMORY_KINDS": "._devices", "CpuDevice": "._devices", "CpuMemory": "._devices",
+    "READY": "._events", "CpuEvent": "._events",
+    "CpuExecutable": "._executables", "CpuLoadedExecutable": "._executables", "InlinePolicy": "._executables",
+    "DEFAULT_NUM_DEVICES": "._topology", "CpuDeviceDescription": "._topology",
+    "CpuTopologyDescription": "._topology",
+    "CompiledProgram": ".compiler", "ProgramCompiler": ".compiler", "TensorSpec": ".compiler",
+}
 
 __all__ = [
     "CLIENT_OPTIONS",
@@ -44,3 +62,16 @@ __all__ = [
     "READY",
     "TensorSpec",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(__all__) | set(globals()))

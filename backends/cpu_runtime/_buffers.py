@@ -39,6 +39,7 @@ from pjrt_hub.abi import (
     InvalidArgument,
     Memory,
     PjrtError,
+    ResourceExhausted,
     ToHost,
     from_numpy_dtype,
 )
@@ -180,7 +181,7 @@ class CpuBuffer(Buffer):
             if self._state != LIVE:
                 raise self._unusable(action)
             if self._error is not None:
-                raise self._error
+                raise self._error.for_raise()
             self._uses += 1
             return self._array, self._source, self._index
 
@@ -289,21 +290,25 @@ class CpuBuffer(Buffer):
         layout = self._layout
         if dst is not None:
             _check_destination(dst, layout, self._describe())
-        array = self._array
-        if array is not None:
-            if dst is None:
-                return ToHost(array.copy(), READY)
-            np.copyto(dst, array, casting="no")
-            return ToHost(dst, READY)
+        # The copy holds the storage: an execution on another thread that donates this buffer
+        # then cannot reuse the storage in place while it is being read (a copy half old, half
+        # new); it either comes first (and this call fails with "donated") or copies it.
         array, source, index = self._hold("PJRT_Buffer_ToHostBuffer")
-        if dst is None:
-            dst = np.empty(layout.shape, layout.dtype)
         if array is not None:
             try:
-                np.copyto(dst, array, casting="no")
+                if dst is None:
+                    dst = _host_copy(array, self._describe())
+                else:
+                    np.copyto(dst, array, casting="no")
             finally:
                 self._unhold()
             return ToHost(dst, READY)
+        if dst is None:
+            try:
+                dst = np.empty(layout.shape, layout.dtype)
+            except MemoryError:
+                self._unhold()
+                raise _no_host_memory(layout.nbytes, self._describe()) from None
         event = CpuEvent()
         target = dst
 
@@ -440,6 +445,10 @@ class CpuBuffer(Buffer):
             raise BufferError(f"a CPU buffer has no streams; __dlpack__ got stream={stream!r}")
         if dl_device is not None and tuple(dl_device) != (_DL_CPU, 0):
             raise BufferError(f"the {self._describe()} lives on the CPU (kDLCPU, 0), not on {dl_device}")
+        if self._layout.dtype.type.__module__.startswith("ml_dtypes"):
+            # numpy makes the capsules, and its DLPack knows no bfloat16, 8-bit floats or int4.
+            raise BufferError(f"the {self._describe()} cannot be exported through DLPack: numpy's DLPack "
+                              f"has no {self._layout.dtype} type; copy it with to_host_buffer() instead")
         array = self._ready_array("__dlpack__")
         kwargs: dict[str, Any] = {}
         if max_version is not None:
@@ -477,6 +486,19 @@ class CpuBuffer(Buffer):
         else:
             state = ""
         return f"<CpuBuffer {self._describe()}{state}>"
+
+
+def _no_host_memory(nbytes: int, what: str) -> ResourceExhausted:
+    return ResourceExhausted(f"PJRT_Buffer_ToHostBuffer: cannot allocate {nbytes} bytes of host memory for a "
+                             f"copy of the {what}")
+
+
+def _host_copy(array: np.ndarray, what: str) -> np.ndarray:
+    """``array.copy()``, with host memory exhaustion reported as PJRT's RESOURCE_EXHAUSTED."""
+    try:
+        return array.copy()
+    except MemoryError:
+        raise _no_host_memory(array.nbytes, what) from None
 
 
 def _check_destination(dst: Any, layout: Layout, what: str) -> None:

@@ -41,6 +41,7 @@ from pjrt_hub.abi import (
     Memory,
     PjrtError,
     Program,
+    ResourceExhausted,
     TopologyDescription,
     decode_compile_options,
     to_numpy_dtype,
@@ -237,7 +238,11 @@ class CpuClient(Client):
             return HostTransfer(buffer, done)
         # The copy happens during the call for every other case, so the host array is free at once
         # (IMMUTABLE_UNTIL_TRANSFER_COMPLETES included: its transfer is complete on return).
-        copy = np.array(array, order="C", copy=True)
+        try:
+            copy = np.array(array, order="C", copy=True)
+        except MemoryError:
+            raise ResourceExhausted(f"PJRT_Client_BufferFromHostBuffer: cannot allocate {layout.nbytes} bytes of "
+                                    f"host memory for a {layout.text} buffer") from None
         with self._lock:
             target._alloc(layout.nbytes)
         return HostTransfer(CpuBuffer._make(target, layout, copy, READY, layout.nbytes, True), READY)

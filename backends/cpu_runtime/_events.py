@@ -84,7 +84,7 @@ class CpuEvent(Event):
                 raise DeadlineExceeded(f"PJRT_Event_Await: the event was not ready after {timeout:g} s")
             latch.release()
         if self._error is not None:
-            raise self._error
+            raise self._error.for_raise()
 
     def on_ready(self, callback: OnReady) -> None:
         if not callable(callback):

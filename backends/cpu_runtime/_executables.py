@@ -32,6 +32,7 @@ import itertools
 import json
 import struct
 import sys
+import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -320,7 +321,7 @@ class CpuLoadedExecutable(LoadedExecutable):
     __slots__ = ("_executable", "_client", "_assignment", "_devices", "_deleted", "_name", "_program",
                  "_inputs", "_outputs", "_num_inputs", "_reuse", "_donated", "_inline", "_fast",
                  "_cancellable", "_running", "_collectives", "_flat_ids", "_runs", "_node_of_flat", "_spans",
-                 "__weakref__")
+                 "_fresh", "_all_reusable", "__weakref__")
 
     def __init__(self, executable: CpuExecutable, client: "CpuClient",
                  assignment: tuple[tuple[int, ...], ...], inline: bool) -> None:
@@ -341,6 +342,9 @@ class CpuLoadedExecutable(LoadedExecutable):
         self._donated = tuple(sorted(executable._donated))
         self._inline = inline
         self._fast = inline and not self._donated and len(self._devices) == 1 and len(flat_devices) == 1
+        #: The program's results need no checking (see ``fresh_results`` in .compiler).
+        self._fresh = bool(getattr(self._program, "fresh_results", False))
+        self._all_reusable = (True,) * len(self._outputs)
         #: The program reads a cancel flag in its loops (``run(..., cancel=flag)``).
         self._cancellable = bool(getattr(self._program, "cancellable", False))
         #: Cancel flags of the executions not finished yet -> launches still to finish.
@@ -656,6 +660,8 @@ class CpuLoadedExecutable(LoadedExecutable):
             raise ExecutionError(
                 f"{self._name}: the program returned {len(results)} results but declares {len(outputs)} outputs"
             )
+        if self._fresh:
+            return results, self._all_reusable
         reusable = []
         for index, layout in enumerate(outputs):
             result = results[index]
@@ -668,6 +674,12 @@ class CpuLoadedExecutable(LoadedExecutable):
                     f"program declares {layout.text} ({layout.dtype})"
                 )
             if out is not None and result is out[index]:
+                reusable.append(True)
+                continue
+            if not result.flags.c_contiguous:
+                # Every buffer is dense row-major: what the Layouts extension reports, and what
+                # unsafe_pointer, DLPack and the byte accounting assume.
+                results[index] = result.copy(order="C")
                 reusable.append(True)
                 continue
             if (index and any(result is earlier for earlier in results[:index])) or _aliases_an_input(result, arrays):
@@ -738,6 +750,8 @@ class CpuLoadedExecutable(LoadedExecutable):
 
     def _run_inline(self, launch: _Launch) -> tuple[list[CpuBuffer], CpuEvent]:
         results, reusable, error = self._compute(launch)
+        if error is not None:
+            _forget_frames(error)
         memory = launch.device._memories[0]
         outputs = []
         with self._client._lock:
@@ -806,6 +820,8 @@ class _Execution(Pending):
     def __call__(self) -> None:
         executable, launch = self.executable, self.launch
         results, reusable, error = executable._compute(launch)
+        if error is not None:
+            _forget_frames(error)
         client = executable._client
         with client._lock:
             hooks = executable._give_back(launch)
@@ -831,6 +847,23 @@ class _Execution(Pending):
         for hook in hooks:
             hook()
         self.event.set(error)
+
+
+def _forget_frames(error: BaseException) -> None:
+    """Clear the locals of the frames an execution error was raised through.
+
+    The error outlives the execution (on its event and outputs, and a cancel reason is one
+    object shared by every launch of the call), and its traceback's frames hold the launch and
+    so the argument buffers: without this, a stopped execution kept its inputs allocated until
+    the error itself was dropped. The line numbers stay for anyone who prints the traceback.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if current.__traceback__ is not None:
+            traceback.clear_frames(current.__traceback__)
+        current = current.__cause__ or current.__context__
 
 
 def _seconds(timeout: Any) -> float:

@@ -83,8 +83,9 @@ _HUGEPAGE_MIN_BYTES = 4 << 20
 
 @dataclass(frozen=True)
 class LoweringOptions:
-    #: Elements of work above which a kernel group runs its outer loop in parallel.
-    parallel_threshold: int = 1 << 17
+    #: Elements of work above which a kernel group runs its outer loop in parallel: ~0.2 ms on
+    #: one core, so that waking the pool (tens of microseconds, more on a busy machine) pays.
+    parallel_threshold: int = 1 << 19
     #: Threads to split parallel loops for (chunks per prange).
     num_threads: int = 2
     #: Subtree cost (see ``Rule.cost``) above which a multiply-used value is materialized.
@@ -107,6 +108,11 @@ class GeneratedFunction:
     cancellable: bool = False
     #: Other functions the entry calls (source with ``def``), compiled without ``parallel``.
     helpers: list[str] = field(default_factory=list)
+    #: Deeply nested blocks split out of the entry function (not parallel).
+    blocks: list[str] = field(default_factory=list)
+    #: The function has parallel kernels or large BLAS products: the runtime sets its threads
+    #: before each run (:func:`.threads.apply`).
+    threaded: bool = False
 
 
 def _tuple(parts: Sequence[str]) -> str:
@@ -192,6 +198,75 @@ class _RejectFusion(Exception):
     pass
 
 
+class _NameUse:
+    """Which names each line of a generated function assigns and reads, for splitting blocks
+    out of it. Generated names are unique temporaries, so "assigned outside the block and read
+    in it" means "a parameter", and "assigned in it and read outside" means "a result"."""
+
+    def __init__(self, root: Scope, params: Sequence[str]) -> None:
+        from collections import Counter
+
+        self._cache: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
+        self.total_stored: Counter[str] = Counter(params)
+        self.total_loaded: Counter[str] = Counter()
+        for line in root.lines():
+            stored, loaded = self.line(line)
+            self.total_stored.update(stored)
+            self.total_loaded.update(loaded)
+
+    def line(self, line: str) -> tuple[frozenset[str], frozenset[str]]:
+        hit = self._cache.get(line)
+        if hit is not None:
+            return hit
+        import ast
+
+        text = line.strip()
+        if text.startswith("elif "):
+            text = text[2:]
+        if text.startswith("else"):
+            text = "pass"
+        if text.endswith(":"):
+            text += " pass"
+        stored: set[str] = set()
+        loaded: set[str] = set()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Name):
+                (stored if isinstance(node.ctx, ast.Store) else loaded).add(node.id)
+        result = (frozenset(stored), frozenset(loaded))
+        self._cache[line] = result
+        return result
+
+    def _counts(self, scope: Scope, with_header: bool):
+        from collections import Counter
+
+        stored: Counter[str] = Counter()
+        loaded: Counter[str] = Counter()
+        lines = [scope.header] if with_header else []
+        for line in [*lines, *scope.lines()]:
+            s, lo = self.line(line)
+            stored.update(s)
+            loaded.update(lo)
+        return stored, loaded
+
+    def of(self, scope: Scope, with_header: bool) -> tuple[set[str], set[str]]:
+        stored, loaded = self._counts(scope, with_header)
+        return set(stored), set(loaded)
+
+    def outside(self, scope: Scope, with_header: bool) -> tuple[set[str], set[str]]:
+        stored, loaded = self._counts(scope, with_header)
+        return ({n for n, c in self.total_stored.items() if c > stored.get(n, 0)},
+                {n for n, c in self.total_loaded.items() if c > loaded.get(n, 0)})
+
+
+def round_accumulators(ctx: "Lowering", op: Op, names: Sequence[str]) -> None:
+    """Round reduction accumulators of narrow float type once, after the reduction loop: they
+    accumulate in float32, as XLA:CPU reduces bf16 and f16."""
+    for v, a in zip(op.results, names):
+        kind = ctx.kind(v)
+        if kind.narrow and kind.cls == "f":
+            ctx.scope.emit(f"{a} = {kind.rounded(a)}")
+
+
 class Lowering:
     """Lowers one (call-free) function to the source of a numba function."""
 
@@ -215,6 +290,8 @@ class Lowering:
         #: Lane reductions (see :mod:`.lanes`): op id -> (lanes buffer, scratch row or None),
         #: allocated once per chunk of the group that computes them.
         self._lane_bufs: dict[int, tuple[str, str | None]] = {}
+        #: Set by rules that emit multi-threaded library calls (large dot products).
+        self.threaded = False
 
     # ---- names and globals ----
 
@@ -234,10 +311,16 @@ class Lowering:
         elif kind.cls == "b":
             key = ("b", bool(v))
             text = f"np.bool_({bool(v)})"
+        elif kind.cls == "c":
+            c = complex(v.astype(kind.storage))
+            key = ("c", kind.storage.name, c.real.hex(), c.imag.hex())
+            text = (f"np.{kind.storage.name}(complex(float.fromhex({c.real.hex()!r}), "
+                    f"float.fromhex({c.imag.hex()!r})))")
         else:
             iv = int(v)
-            key = ("i", kind.storage.name, iv)
-            text = f"np.{kind.storage.name}({iv})"
+            name = kind.compute_dtype.name
+            key = ("i", name, iv)
+            text = f"np.{name}({iv})"
         name = self._global_keys.get(key)
         if name is None:
             name = f"K{len(self._global_keys)}"
@@ -246,9 +329,9 @@ class Lowering:
         return Expr(name)
 
     def global_array(self, array: np.ndarray, kind: ElementKind) -> str:
-        data = np.ascontiguousarray(array)
+        data = np.array(array, order="C")
         if kind.narrow:
-            data = data.view(np.uint16)
+            data = data.view(kind.storage)
         else:
             data = data.astype(kind.storage, copy=False)
         key = ("a", data.dtype.str, data.shape, data.tobytes())
@@ -256,8 +339,11 @@ class Lowering:
         if name is None:
             name = f"G{len(self._global_keys)}"
             self._global_keys[key] = name
+            # np.bool_, not the dtype's name "bool": numpy < 2 has no np.bool, and the generated
+            # text must not depend on the numpy that wrote it.
+            dtype_name = "bool_" if data.dtype == np.bool_ else data.dtype.name
             self.globals[name] = (
-                f"np.frombuffer(bytes.fromhex({data.tobytes().hex()!r}), np.{data.dtype.name})"
+                f"np.frombuffer(bytes.fromhex({data.tobytes().hex()!r}), np.{dtype_name})"
                 f".reshape({tuple(data.shape)!r})")
         return name
 
@@ -518,16 +604,49 @@ class Lowering:
             seen.add(name)
             outs.append(name)
         self.scope.emit(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
-        kernels: list[str] = []
-        body = self.scope.render(1, hook=lambda s: self._extract_kernel(s, kernels))
-        entry = "entry"
         if self._cancellable:
             from .cancel import CANCEL_FLAG
 
+            # Before the blocks are split out: a nested while reads the flag from its block's
+            # parameters, like any name the entry defines.
             params.append(CANCEL_FLAG)
+        kernels: list[str] = []
+        blocks: list[str] = []
+        names = _NameUse(self.scope, params)
+        body = self.scope.render(1, hook=lambda s: self._extract_kernel(s, kernels),
+                                 deep=lambda s, form: self._extract_block(s, form, names, kernels, blocks))
+        entry = "entry"
         src = [f"def {entry}({', '.join(params)}):", *body]
         return GeneratedFunction("\n".join(src), entry, self.parallel, tuple(in_kinds), tuple(out_kinds),
-                                 dict(self.globals), kernels, self._cancellable, list(self.helpers))
+                                 dict(self.globals), kernels, self._cancellable, list(self.helpers), blocks,
+                                 threaded=self.threaded or self.parallel)
+
+    def _extract_block(self, scope: Scope, form: str, names: "_NameUse", kernels: list[str],
+                       blocks: list[str]) -> str:
+        """Move a deeply nested loop statement or branch body into a function of its own (see
+        :meth:`Scope.render`): its parameters are the names it reads that code outside it
+        defines, its results the names it assigns that code outside it reads."""
+        inside_stored, inside_loaded = names.of(scope, with_header=form == "statement")
+        outside_stored, outside_loaded = names.outside(scope, with_header=form == "statement")
+        params = sorted(n for n in inside_loaded if n in outside_stored)
+        outs = sorted(n for n in inside_stored if n in outside_loaded)
+        index = len(blocks)
+        blocks.append("")  # the slot is this block's: blocks nested in it are numbered after it
+        name = f"block{index}"
+        hook = lambda s: self._extract_kernel(s, kernels)  # noqa: E731
+        deep = lambda s, f: self._extract_block(s, f, names, kernels, blocks)  # noqa: E731
+        if form == "statement":
+            wrapper = Scope()
+            wrapper.items.append(scope)
+            body = wrapper.render(1, hook, deep, 0, 0)
+        else:
+            body = scope.render(1, hook, deep, 0, 0) or ["    pass"]
+        ret = f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})" if outs else "    return"
+        blocks[index] = "\n".join([f"def {name}({', '.join(params)}):", *body, ret])
+        call = f"{name}({', '.join(params)})"
+        if not outs:
+            return call
+        return f"{', '.join(outs)}{',' if len(outs) == 1 else ''} = {call}"
 
     def _extract_kernel(self, scope: Scope, kernels: list[str]) -> str:
         """Move a parallel loop nest into a function of its own and return the call.
@@ -728,6 +847,8 @@ class Lowering:
             for (op, _, _), e in zip(lanes, lane_results):
                 self.memo[(op.result.id, key)] = e
                 self._store(op.result, outer_idx, e)
+            for op, names, _ in accs:
+                round_accumulators(self, op, names)
             for op, names, _ in accs:
                 for v, a in zip(op.results, names):
                     e = Expr(a, self.scope)

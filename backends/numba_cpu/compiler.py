@@ -28,6 +28,7 @@ import re
 import sys
 import tempfile
 import threading
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -131,8 +132,9 @@ def _dtype_name(dt: np.dtype) -> str:
 
 
 def _is_narrow(dt: np.dtype) -> bool:
-    """float16 and bfloat16 (an ml_dtypes type, kind ``V``)."""
-    return dt.itemsize == 2 and dt.kind in "fV"
+    """float16 and the ml_dtypes types (bfloat16, the 8-bit floats, int4...), which the
+    generated code reads and writes as unsigned bits of their width."""
+    return dt == np.float16 or dt.type.__module__.startswith("ml_dtypes")
 
 
 def _dtype_from_name(name: str) -> np.dtype:
@@ -146,6 +148,14 @@ def _dtype_from_name(name: str) -> np.dtype:
 
 #: The cancel flag of runs the runtime gave none: never set (and writable, as the signature wants).
 _NOT_CANCELLED = np.zeros(1, np.int32)
+
+
+def _set_threads() -> None:
+    import numba
+
+    from .threads import apply
+
+    apply(numba.config.NUMBA_NUM_THREADS)
 
 
 class NumbaProgram:
@@ -166,7 +176,7 @@ class NumbaProgram:
         self.num_partitions = int(meta.get("num_partitions", 1))
         self.uses_collectives = bool(meta.get("uses_collectives", False))
         self._entry = module.entry
-        # 16-bit floats travel as uint16 bit patterns through the numba function.
+        # Narrow types travel as unsigned bit patterns through the numba function.
         self._narrow_in = tuple(i for i, s in enumerate(self.inputs) if _is_narrow(s.dtype))
         self._narrow_out = tuple(i for i, s in enumerate(self.outputs) if _is_narrow(s.dtype))
         self._simple = not self._narrow_in and not self._narrow_out
@@ -174,12 +184,20 @@ class NumbaProgram:
         self.cancellable: bool = bool(meta.get("cancellable", False))
         #: A loop may run long or forever (not a short counted loop): never run inline.
         self.unbounded_loops: bool = bool(meta.get("unbounded_loops", self.cancellable))
+        #: Parallel kernels or large BLAS products: threads are set per run (see .threads).
+        self._threaded = bool(meta.get("threaded", False))
+        #: The generated code returns new arrays of the declared types, never an input, a
+        #: constant or one array twice (``Lowering.lower`` copies those): the runtime need not
+        #: check. Collective helpers run Python code; their results are checked.
+        self.fresh_results: bool = not self.uses_collectives
 
     # -- running --
 
     def run(self, args: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None = None, *,
             cancel: np.ndarray | None = None) -> list[np.ndarray]:
         extra = (_NOT_CANCELLED if cancel is None else cancel,) if self.cancellable else ()
+        if self._threaded:
+            _set_threads()
         if self._simple:
             try:
                 results = self._entry(*args, *extra)
@@ -199,7 +217,7 @@ class NumbaProgram:
     def _run_narrow(self, args, extra=()):
         args = list(self._coerce(args))
         for i in self._narrow_in:
-            args[i] = args[i].view(np.uint16)
+            args[i] = args[i].view(f"u{args[i].dtype.itemsize}")
         results = list(self._entry(*args, *extra))
         for i in self._narrow_out:
             results[i] = results[i].view(self.outputs[i].dtype)
@@ -266,7 +284,10 @@ class NumbaCompiler:
         #: Eager runs of a program before its background compile starts (0: at compile time).
         self.compile_after = max(0, compile_after)
         self._lock = threading.RLock()
-        self._programs: dict[str, NumbaProgram] = {}
+        # Weak: a program lives as long as an executable uses it, and its generated module is
+        # unregistered from sys.modules when it goes (see _import), so compiling many distinct
+        # programs and dropping them does not grow the process. (Tiered programs too.)
+        self._programs: weakref.WeakValueDictionary[str, NumbaProgram | TieredProgram] = weakref.WeakValueDictionary()
         #: Cache files found corrupt and recompiled (each warned about once).
         self._warned: set[str] = set()
 
@@ -335,7 +356,9 @@ class NumbaCompiler:
                 if prog is not None:
                     prog.begin()
             if prog is None:
-                source = self._generate(text, lopts)
+                from pjrt_hub.backends.stablehlo.nesting import run_deep
+
+                source = run_deep(self._generate, text, lopts)
                 prog = self._load(source, text_key)
             self._programs[text_key] = prog
             return prog
@@ -347,12 +370,15 @@ class NumbaCompiler:
         from .module import program_meta
         from .tiers import TieredProgram
 
-        module, fn = _front_end(text)
+        try:
+            module, fn = _front_end(text)
+        except RecursionError:  # nested deeper than this thread's stack: compiled only (run_deep)
+            return None
         if module.num_replicas * module.num_partitions > 1:
             return None
         try:
             eager = EagerProgram(fn)
-        except EagerUnsupported:
+        except (EagerUnsupported, RecursionError):
             return None
         meta = program_meta(module, fn)
         if meta["uses_collectives"]:
@@ -495,7 +521,9 @@ class NumbaCompiler:
         stats = getattr(entry, "stats", None)
         if stats is not None and getattr(stats, "cache_hits", None):
             self.stats.numba_cache_loads += sum(stats.cache_hits.values())
-        return NumbaProgram(module, source, fingerprint, self.cache_dir)
+        prog = NumbaProgram(module, source, fingerprint, self.cache_dir)
+        weakref.finalize(prog, _forget_module, modname, module)
+        return prog
 
     # -- deserialize --
 
@@ -532,6 +560,7 @@ def _numba_loaded() -> bool:
 def _front_end(text: str):
     """Parse, verify and inline: the module and its one call-free function."""
     from pjrt_hub.backends.stablehlo import parse_module
+    from pjrt_hub.backends.stablehlo.nesting import call_depth
 
     from . import collective_rules, kernels, rules  # noqa: F401  (register the op rules)
     from .inline import inline_calls
@@ -540,7 +569,15 @@ def _front_end(text: str):
     verify = _verifier()
     if verify is not None:
         verify(module)
+    call_depth(module)
     return module, inline_calls(module)
+
+
+def _forget_module(name: str, module: ModuleType) -> None:
+    """Unregister a generated module once no program uses it (unless a newer import of the same
+    name took its place)."""
+    if sys.modules.get(name) is module:
+        del sys.modules[name]
 
 
 def _verifier():

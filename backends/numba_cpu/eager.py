@@ -224,6 +224,23 @@ def _as(x, kind: ElementKind, shape) -> np.ndarray:
     return a
 
 
+def _round_narrow(x: np.ndarray, kind: ElementKind) -> np.ndarray:
+    """A 16-bit float's float32 value rounded to its type, as the compiled code rounds a
+    reduction's float32 accumulator once, when it stores the result."""
+    if kind.cls != "f" or not kind.narrow:
+        return x
+    return NAMESPACE["round_bf16" if kind.narrow == "bf16" else "round_f16"](x)
+
+
+def _no_narrow_accumulators(op: Op) -> None:
+    """Decline an op whose compiled code rounds 16-bit float accumulators at places this tier
+    does not follow (windows, scatters: the compiled kernels differ in where they store)."""
+    for r in op.results:
+        kind = _kind(r)
+        if kind.cls == "f" and kind.narrow:
+            raise EagerUnsupported(f"{op.name} with {kind.element} results")
+
+
 def _elementwise(op: Op) -> Callable[[Env], None]:
     from .codegen import RULES
 
@@ -813,7 +830,7 @@ def _reduce(program: EagerProgram, op: Op):
         else:
             out = _sequential(step, [np.broadcast_to(i, kept_shape) for i in init], xs)
         for r, k, o in zip(results, kinds, out):
-            env[r] = _as(o, k, kept_shape)
+            env[r] = _round_narrow(_as(o, k, kept_shape), k)
 
     return run
 
@@ -1182,6 +1199,7 @@ def _scatter_sequential(step, outs: list[np.ndarray], dest: np.ndarray, updates:
 
 @_kernel("stablehlo.scatter")
 def _scatter(program: EagerProgram, op: Op):
+    _no_narrow_accumulators(op)
     n = len(op.results)
     inputs = op.operands[:n]
     indices = op.operands[n]
@@ -1239,6 +1257,7 @@ def _window_padding(op: Op, rank: int) -> list[tuple[int, int]]:
 
 @_kernel("stablehlo.reduce_window")
 def _reduce_window(program: EagerProgram, op: Op):
+    _no_narrow_accumulators(op)
     n = len(op.results)
     inputs, inits = op.operands[:n], op.operands[n:]
     rank = len(inputs[0].type.shape)
@@ -1360,6 +1379,7 @@ def _convolution(program: EagerProgram, op: Op):
 
 @_kernel("stablehlo.select_and_scatter")
 def _select_and_scatter(program: EagerProgram, op: Op):
+    _no_narrow_accumulators(op)
     operand, source, init = op.operands
     rank = len(operand.type.shape)
     wdims = tuple(op.attr("window_dimensions") or (1,) * rank)

@@ -3,7 +3,8 @@
 JAX wraps each nested ``jit`` (``relu``, ``_where``, loop bodies...) in a private function.
 Fusion must see through those calls (ew_chain's final ``select`` sits in ``@_where``), and a call
 inside a ``while`` body must not leave the compiled loop, so the simplest sound plan is to inline
-them all: JAX never emits recursion. The IR is immutable, so inlining builds new ops; a callee
+them all: JAX never emits recursion (the compiler refuses it, see
+:func:`pjrt_hub.backends.stablehlo.nesting.call_depth`, before inlining starts). The IR is immutable, so inlining builds new ops; a callee
 inlined twice gets fresh :class:`Value` objects each time (values are identities, not names).
 """
 
@@ -17,9 +18,6 @@ from pjrt_hub.abi import CompileError
 from pjrt_hub.backends.stablehlo import Block, Function, Module, Op, Value
 
 __all__ = ["inline_calls"]
-
-_MAX_DEPTH = 64
-
 
 class _Inliner:
     def __init__(self, module: Module) -> None:
@@ -62,8 +60,6 @@ class _Inliner:
         callee = self.module.functions.get(name)
         if callee is None:
             raise CompileError(f"{op.describe()}: call to undefined function @{name}")
-        if depth >= _MAX_DEPTH:
-            raise CompileError(f"{op.describe()}: calls nest deeper than {_MAX_DEPTH} (recursion?)")
         inner: dict[Value, Value] = dict(zip(callee.args, operands))
         body = callee.body
         for inner_op in body.ops[:-1]:

@@ -16,6 +16,7 @@ truncates toward zero and saturates, NaN becoming 0.
 
 from __future__ import annotations
 
+from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import types
 from numba.core.extending import intrinsic
@@ -217,6 +218,29 @@ def f2i(typingctx, x, to):
     return target(x, to), codegen
 
 
+#: ``llvm.maximum``/``llvm.minimum`` reach x86 code generation from LLVM 17 on; LLVM 14 (llvmlite
+#: 0.42-0.43, numba 0.59-0.60) aborts the process with "Cannot select" on them.
+_NATIVE_FMAXMIN = llvm.llvm_version_info >= (17,)
+
+
+def _build_fmaxmin(builder: ir.IRBuilder, kind: str, x: ir.Value, y: ir.Value) -> ir.Value:
+    """IEEE 754-2019 maximum (``kind="max"``) or minimum of two floats: NaN if either is NaN, and
+    -0 < +0. Older LLVMs get the same from compares and selects, which vectorise as well: of two
+    equal operands (only +0 and -0 differ in bits) max keeps the common bits and min any set one."""
+    fty = x.type
+    if _NATIVE_FMAXMIN:
+        name = "llvm.maximum" if kind == "max" else "llvm.minimum"
+        fn = builder.module.declare_intrinsic(name, [fty], ir.FunctionType(fty, [fty, fty]))
+        return builder.call(fn, [x, y])
+    ity = ir.IntType({ir.HalfType: 16, ir.FloatType: 32, ir.DoubleType: 64}[type(fty)])
+    xi, yi = builder.bitcast(x, ity), builder.bitcast(y, ity)
+    equal = builder.bitcast(builder.and_(xi, yi) if kind == "max" else builder.or_(xi, yi), fty)
+    wins, loses = (">", "<") if kind == "max" else ("<", ">")
+    ordered = builder.select(builder.fcmp_ordered(wins, x, y), x,
+                             builder.select(builder.fcmp_ordered(loses, x, y), y, equal))
+    return builder.select(builder.fcmp_unordered("uno", x, y), builder.fadd(x, y), ordered)
+
+
 def _float_intrinsic2(name):
     def typer(typingctx, a, b):
         if a != b or not isinstance(a, types.Float):
@@ -232,9 +256,22 @@ def _float_intrinsic2(name):
     return typer
 
 
+def _float_maxmin(kind):
+    def typer(typingctx, a, b):
+        if a != b or not isinstance(a, types.Float):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return _build_fmaxmin(builder, kind, *args)
+
+        return a(a, b), codegen
+
+    return typer
+
+
 #: IEEE 754-2019 maximum/minimum: NaN if either operand is NaN, and -0 < +0.
-fmaximum = intrinsic(_float_intrinsic2("llvm.maximum"))
-fminimum = intrinsic(_float_intrinsic2("llvm.minimum"))
+fmaximum = intrinsic(_float_maxmin("max"))
+fminimum = intrinsic(_float_maxmin("min"))
 
 
 def _reassoc_binop(kind):
@@ -256,9 +293,7 @@ def _reassoc_binop(kind):
                     return builder.fadd(x, y, flags=flags)
                 if kind == "mul":
                     return builder.fmul(x, y, flags=flags)
-                name = "llvm.maximum" if kind == "max" else "llvm.minimum"
-                fn = builder.module.declare_intrinsic(name, [x.type], ir.FunctionType(x.type, [x.type, x.type]))
-                return builder.call(fn, [x, y])
+                return _build_fmaxmin(builder, kind, x, y)
             if kind == "add":
                 return builder.add(x, y)
             if kind == "mul":

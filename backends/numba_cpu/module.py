@@ -35,7 +35,7 @@ _NO_FLOPS = {
 
 def _nb_array(kind: ElementKind, ndim: int) -> str:
     if kind.narrow:
-        scalar = "types.uint16"
+        scalar = f"types.{kind.storage.name}"
     else:
         scalar = kind.nb
     return f"types.Array({scalar}, {ndim}, 'C')"
@@ -107,6 +107,7 @@ def program_meta(module: Module, fn: Function) -> dict:
 def render_module(module: Module, fn: Function, gen: GeneratedFunction) -> str:
     meta = program_meta(module, fn)
     meta["cancellable"] = gen.cancellable
+    meta["threaded"] = gen.threaded
     collectives = meta["uses_collectives"]
     arg_types = [_nb_array(k, len(a.type.shape)) for k, a in zip(gen.input_kinds, fn.args)]
     if gen.cancellable:
@@ -140,6 +141,8 @@ def render_module(module: Module, fn: Function, gen: GeneratedFunction) -> str:
         lines += ["", "", "@njit(cache=True, error_model='numpy', nogil=True)", helper]
     for kernel in gen.kernels:
         lines += ["", "", "@njit(cache=True, error_model='numpy', nogil=True, parallel=True)", kernel]
+    for block in gen.blocks:
+        lines += ["", "", "@njit(cache=True, error_model='numpy', nogil=True)", block]
     lines += [
         "",
         "",

@@ -175,7 +175,8 @@ def _add_member(ctx: Lowering, items: list, group: _Group | None, m: _Member) ->
             return group
     # A reduction over every inner dim of the previous elementwise loop nest: accumulate in it.
     if (m.kind == "reduce" and last.kind == "ew" and last.shape == m.shape and group.outer
-            and natural == group.outer and set(m.op.attr("dimensions")) == set(range(len(natural), len(m.shape)))):
+            and natural == group.outer and m.op.attr("dimensions")
+            and set(m.op.attr("dimensions")) == set(range(len(natural), len(m.shape)))):
         merged = _Member("ew", last.values + m.values, shape=last.shape, reduces=last.reduces + [m.op])
         trial = _Group(group.outer, group.members[:-1])
         earlier = produced - set(last.values)

@@ -21,7 +21,7 @@ import numpy as np
 from pjrt_hub.abi import CompileError, UnsupportedOpError
 from pjrt_hub.backends.stablehlo import Op, Value
 
-from .codegen import RULES, Arr, Lowering, Row, Rule, ld_text, st_text, supported_ops
+from .codegen import RULES, Arr, Lowering, Row, Rule, ld_text, round_accumulators, st_text, supported_ops
 from .lanes import lane_reduction
 from .source import ElementKind, Expr, element_kind
 
@@ -71,25 +71,37 @@ def _c(ctx: Lowering, value, kind: ElementKind) -> str:
 # -- arithmetic -------------------------------------------------------------------------------
 
 
-def _float_or_int(op_text: Callable[[str, str], str], int_fn: str, bool_text: str | None = None):
+def _float_or_int(op_text: Callable[[str, str], str], int_fn: str, bool_text: str | None = None,
+                  complex_text: Callable[[str, str], str] | None = None):
+    """A binary rule: ``op_text`` for floats, ``int_fn`` for integers (wrapped to a sub-byte
+    width), ``bool_text`` for booleans, ``complex_text`` for complex (None: refused)."""
+
     def rule(ctx, op, args):
         kind = _k(ctx, op.result)
         a, b = args[0].text, args[1].text
         if kind.cls == "f":
             return kind.rounded(op_text(a, b))
+        if kind.cls == "c":
+            if complex_text is None:
+                raise _unsupported_variant(op, f"{kind.element} operands")
+            return complex_text(a, b)
         if kind.cls == "b":
             if bool_text is None:
                 raise _unsupported_variant(op, "boolean operands")
             return bool_text.format(a=a, b=b)
-        return f"{int_fn}({a}, {b})"
+        return kind.rounded(f"{int_fn}({a}, {b})")
 
     return rule
 
 
-elementwise("stablehlo.add")(_float_or_int(lambda a, b: f"({a} + {b})", "iadd", "({a} | {b})"))
-elementwise("stablehlo.subtract")(_float_or_int(lambda a, b: f"({a} - {b})", "isub", "({a} ^ {b})"))
-elementwise("stablehlo.multiply")(_float_or_int(lambda a, b: f"({a} * {b})", "imul", "({a} & {b})"))
-_float_divide = _float_or_int(lambda a, b: f"({a} / {b})", "idiv")
+def _plain(symbol: str) -> Callable[[str, str], str]:
+    return lambda a, b: f"({a} {symbol} {b})"
+
+
+elementwise("stablehlo.add")(_float_or_int(_plain("+"), "iadd", "({a} | {b})", _plain("+")))
+elementwise("stablehlo.subtract")(_float_or_int(_plain("-"), "isub", "({a} ^ {b})", _plain("-")))
+elementwise("stablehlo.multiply")(_float_or_int(_plain("*"), "imul", "({a} & {b})", _plain("*")))
+_float_divide = _float_or_int(_plain("/"), "idiv")
 
 
 @elementwise("stablehlo.divide", cost=4)
@@ -97,6 +109,9 @@ def _divide(ctx, op, args):
     # Always a division, correctly rounded as the spec and XLA:CPU have it: multiplying by a
     # loop-invariant divisor's reciprocal was off by one ulp for some quotients, and depended
     # on how the divide was fused, which the eager tier (.eager) could not reproduce.
+    kind = _k(ctx, op.result)
+    if kind.cls == "c":  # numba's own complex division raises ZeroDivisionError
+        return f"{kind.nb.replace('types.', 'np.')}(cdiv({args[0].text}, {args[1].text}))"
     return _float_divide(ctx, op, args)
 elementwise("stablehlo.maximum")(_float_or_int(lambda a, b: f"fmaximum({a}, {b})", "imax", "({a} | {b})"))
 elementwise("stablehlo.minimum")(_float_or_int(lambda a, b: f"fminimum({a}, {b})", "imin", "({a} & {b})"))
@@ -108,9 +123,9 @@ def _remainder(ctx, op, args):
     a, b = args[0].text, args[1].text
     if kind.cls == "f":
         return kind.rounded(f"np.{kind.compute_dtype.name}(frem({a}, {b}))")
-    if kind.cls == "b":
-        raise _unsupported_variant(op, "boolean operands")
-    return f"irem({a}, {b})"
+    if kind.cls in "bc":
+        raise _unsupported_variant(op, f"{kind.element} operands")
+    return kind.rounded(f"irem({a}, {b})")
 
 
 @elementwise("stablehlo.power", cost=20)
@@ -121,9 +136,11 @@ def _power(ctx, op, args):
         if kind.bits == 64:
             return f"fpow64({a}, {b})"
         return kind.rounded(f"pow_f32({a}, {b})")
+    if kind.cls == "c":
+        return f"{kind.nb.replace('types.', 'np.')}(cpow({a}, {b}))"
     if kind.cls == "b":
         raise _unsupported_variant(op, "boolean operands")
-    return f"ipow({a}, {b}, {_c(ctx, 0, kind)}, {_c(ctx, 1, kind)})"
+    return kind.rounded(f"ipow({a}, {b}, {_c(ctx, 0, kind)}, {_c(ctx, 1, kind)})")
 
 
 def _bitwise(int_fn: str, bool_op: str):
@@ -132,8 +149,8 @@ def _bitwise(int_fn: str, bool_op: str):
         a, b = args[0].text, args[1].text
         if kind.cls == "b":
             return f"({a} {bool_op} {b})"
-        if kind.cls == "f":
-            raise _unsupported_variant(op, "float operands")
+        if kind.cls in "fc":
+            raise _unsupported_variant(op, f"{kind.element} operands")
         return f"{int_fn}({a}, {b})"
 
     return rule
@@ -147,9 +164,9 @@ elementwise("stablehlo.xor")(_bitwise("ixor", "^"))
 @elementwise("stablehlo.not")
 def _not(ctx, op, args):
     kind = _k(ctx, op.result)
-    if kind.cls == "f":
-        raise _unsupported_variant(op, "float operand")
-    return f"inot({args[0].text})"
+    if kind.cls in "fc":
+        raise _unsupported_variant(op, f"{kind.element} operand")
+    return kind.rounded(f"inot({args[0].text})")
 
 
 def _shift(fn: str):
@@ -157,7 +174,16 @@ def _shift(fn: str):
         kind = _k(ctx, op.result)
         if kind.cls not in "iu":
             raise _unsupported_variant(op, f"{kind.element} operands")
-        return f"{fn}({args[0].text}, {args[1].text})"
+        a, b = args[0].text, args[1].text
+        if kind.narrow and kind.cls == "i" and fn == "shr_logical":
+            # A logical shift of a sub-byte value shifts its own bits in zeros, not the int8's.
+            a, b = _sub_byte_bits(kind, a), f"i2i({b}, types.uint8)"
+            return kind.rounded(f"i2i({fn}({a}, {b}), types.int8)")
+        if kind.narrow and kind.cls == "u" and fn == "shr_arith":
+            # An arithmetic shift fills with the top bit of the sub-byte pattern.
+            signed = f"wrap_signed(i2i({a}, types.int8), np.int8({8 - kind.bits}))"
+            return kind.rounded(f"i2i({fn}({signed}, i2i({b}, types.int8)), types.uint8)")
+        return kind.rounded(f"{fn}({a}, {b})")
 
     return rule
 
@@ -167,13 +193,31 @@ elementwise("stablehlo.shift_right_logical")(_shift("shr_logical"))
 elementwise("stablehlo.shift_right_arithmetic")(_shift("shr_arith"))
 
 
+def _sub_byte_bits(kind: ElementKind, a: str) -> str:
+    """The bit pattern of a sub-byte integer (computed as a sign-extended int8) as a uint8."""
+    return f"iand(i2i({a}, types.uint8), np.uint8({(1 << kind.bits) - 1}))"
+
+
+def _int_only(op: Op, kind: ElementKind) -> None:
+    if kind.cls not in "iu":
+        raise _unsupported_variant(op, f"{kind.element} operand")
+
+
 @elementwise("stablehlo.popcnt")
 def _popcnt(ctx, op, args):
+    kind = _k(ctx, op.result)
+    _int_only(op, kind)
+    if kind.narrow:
+        return f"i2i(ctpop({_sub_byte_bits(kind, args[0].text)}), {kind.nb})"
     return f"ctpop({args[0].text})"
 
 
 @elementwise("stablehlo.count_leading_zeros")
 def _clz(ctx, op, args):
+    kind = _k(ctx, op.result)
+    _int_only(op, kind)
+    if kind.narrow:
+        return f"i2i(isub(ctlz({_sub_byte_bits(kind, args[0].text)}), np.uint8({8 - kind.bits})), {kind.nb})"
     return f"ctlz({args[0].text})"
 
 
@@ -181,11 +225,11 @@ def _clz(ctx, op, args):
 def _negate(ctx, op, args):
     kind = _k(ctx, op.result)
     a = args[0].text
-    if kind.cls == "f":
+    if kind.cls in "fc":
         return f"(-{a})"
     if kind.cls == "b":
         return a
-    return f"isub({_c(ctx, 0, kind)}, {a})"
+    return kind.rounded(f"isub({_c(ctx, 0, kind)}, {a})")
 
 
 @elementwise("stablehlo.abs")
@@ -194,9 +238,11 @@ def _abs(ctx, op, args):
     a = args[0].text
     if kind.cls == "f":
         return f"fabs({a})"
+    if kind.cls == "c":
+        return f"np.{kind.real.storage.name}(abs({a}))"
     if kind.cls == "u" or kind.cls == "b":
         return a
-    return f"iabs({a}, {_c(ctx, 0, kind)})"
+    return kind.rounded(f"iabs({a}, {_c(ctx, 0, kind)})")
 
 
 def _operand0(op: Op) -> Value:
@@ -209,6 +255,8 @@ def _sign(ctx, op, args):
     a = args[0].text
     if kind.cls == "f":
         return f"fsign({a}, {_c(ctx, 1, kind)})"
+    if kind.cls == "c":
+        return f"csign({a})"
     if kind.cls == "u":
         return f"({_c(ctx, 1, kind)} if {a} != {_c(ctx, 0, kind)} else {_c(ctx, 0, kind)})"
     if kind.cls == "b":
@@ -216,12 +264,15 @@ def _sign(ctx, op, args):
     return f"isign({a}, {_c(ctx, 0, kind)}, {_c(ctx, 1, kind)})"
 
 
-def _float_unary(f32: str, f64: str, *, via64: bool = False):
-    """``f32``/``f64`` are function names; ``via64`` functions return float64 for any input."""
+def _float_unary(f32: str, f64: str, *, via64: bool = False, complex_fn: str | None = None):
+    """``f32``/``f64`` are function names; ``via64`` functions return float64 for any input;
+    ``complex_fn`` computes a complex operand (None: refused)."""
 
     def rule(ctx, op, args):
         kind = _k(ctx, op.result)
         a = args[0].text
+        if kind.cls == "c" and complex_fn is not None:
+            return f"{kind.nb.replace('types.', 'np.')}({complex_fn}({a}))"
         if kind.cls != "f":
             raise _unsupported_variant(op, f"{kind.element} operand")
         if kind.bits == 64:
@@ -233,20 +284,20 @@ def _float_unary(f32: str, f64: str, *, via64: bool = False):
     return rule
 
 
-elementwise("stablehlo.exponential", cost=8)(_float_unary("exp_f32", "exp_f64"))
-elementwise("stablehlo.exponential_minus_one", cost=8)(_float_unary("expm1_f32", "expm1_f64"))
-elementwise("stablehlo.log", cost=8)(_float_unary("log_f32", "log_f64"))
-elementwise("stablehlo.log_plus_one", cost=8)(_float_unary("log1p_f32", "log1p_f64"))
-elementwise("stablehlo.tanh", cost=10)(_float_unary("tanh_f32", "tanh_f64"))
-elementwise("stablehlo.logistic", cost=10)(_float_unary("logistic_f32", "logistic_f64"))
-elementwise("stablehlo.sine", cost=20)(_float_unary("sin_f", "sin_f", via64=True))
-elementwise("stablehlo.cosine", cost=20)(_float_unary("cos_f", "cos_f", via64=True))
-elementwise("stablehlo.tan", cost=20)(_float_unary("tan_f", "tan_f", via64=True))
+elementwise("stablehlo.exponential", cost=8)(_float_unary("exp_f32", "exp_f64", complex_fn="cexp"))
+elementwise("stablehlo.exponential_minus_one", cost=8)(_float_unary("expm1_f32", "expm1_f64", complex_fn="cexpm1"))
+elementwise("stablehlo.log", cost=8)(_float_unary("log_f32", "log_f64", complex_fn="clog"))
+elementwise("stablehlo.log_plus_one", cost=8)(_float_unary("log1p_f32", "log1p_f64", complex_fn="clog1p"))
+elementwise("stablehlo.tanh", cost=10)(_float_unary("tanh_f32", "tanh_f64", complex_fn="ctanh"))
+elementwise("stablehlo.logistic", cost=10)(_float_unary("logistic_f32", "logistic_f64", complex_fn="clogistic"))
+elementwise("stablehlo.sine", cost=20)(_float_unary("sin_f", "sin_f", via64=True, complex_fn="csin"))
+elementwise("stablehlo.cosine", cost=20)(_float_unary("cos_f", "cos_f", via64=True, complex_fn="ccos"))
+elementwise("stablehlo.tan", cost=20)(_float_unary("tan_f", "tan_f", via64=True, complex_fn="ctan"))
 elementwise("stablehlo.cbrt", cost=20)(_float_unary("cbrt_f", "cbrt_f", via64=True))
-elementwise("chlo.erf", cost=20)(_float_unary("erf_f", "erf_f", via64=True))
-elementwise("chlo.erfc", cost=20)(_float_unary("erfc_f", "erfc_f", via64=True))
+elementwise("chlo.erf", cost=20)(_float_unary("erf_f32", "erf_f"))
+elementwise("chlo.erfc", cost=20)(_float_unary("erfc_f32", "erfc_f"))
 elementwise("chlo.erf_inv", cost=40)(_float_unary("erf_inv_f", "erf_inv_f", via64=True))
-elementwise("chlo.tan", cost=20)(_float_unary("tan_f", "tan_f", via64=True))
+elementwise("chlo.tan", cost=20)(_float_unary("tan_f", "tan_f", via64=True, complex_fn="ctan"))
 elementwise("chlo.sinh", cost=20)(_float_unary("sinh_f", "sinh_f", via64=True))
 elementwise("chlo.cosh", cost=20)(_float_unary("cosh_f", "cosh_f", via64=True))
 elementwise("chlo.asin", cost=20)(_float_unary("asin_f", "asin_f", via64=True))
@@ -260,12 +311,14 @@ elementwise("stablehlo.floor")(_float_unary("ffloor", "ffloor"))
 elementwise("stablehlo.ceil")(_float_unary("fceil", "fceil"))
 elementwise("stablehlo.round_nearest_even")(_float_unary("fround_even", "fround_even"))
 elementwise("stablehlo.round_nearest_afz")(_float_unary("fround_afz", "fround_afz"))
-elementwise("stablehlo.sqrt", cost=4)(_float_unary("fsqrt", "fsqrt"))
+elementwise("stablehlo.sqrt", cost=4)(_float_unary("fsqrt", "fsqrt", complex_fn="csqrt"))
 
 
 @elementwise("stablehlo.rsqrt", cost=5)
 def _rsqrt(ctx, op, args):
     kind = _k(ctx, op.result)
+    if kind.cls == "c":
+        return f"{kind.nb.replace('types.', 'np.')}(crsqrt({args[0].text}))"
     if kind.cls != "f":
         raise _unsupported_variant(op, f"{kind.element} operand")
     one = _c(ctx, 1, kind)
@@ -278,9 +331,11 @@ def _square(ctx, op, args):
     a = args[0].text
     if kind.cls == "f":
         return kind.rounded(f"({a} * {a})")
+    if kind.cls == "c":
+        return f"({a} * {a})"
     if kind.cls == "b":
         return a
-    return f"imul({a}, {a})"
+    return kind.rounded(f"imul({a}, {a})")
 
 
 @elementwise("stablehlo.atan2", cost=20)
@@ -290,6 +345,11 @@ def _atan2(ctx, op, args):
         raise _unsupported_variant(op, f"{kind.element} operands")
     text = f"atan2_f({args[0].text}, {args[1].text})"
     return text if kind.bits == 64 else kind.rounded(f"np.float32({text})")
+
+
+def _float_operand(op: Op, kind: ElementKind) -> None:
+    if kind.cls != "f":
+        raise _unsupported_variant(op, f"{kind.element} operand")
 
 
 @elementwise("chlo.is_inf")
@@ -309,6 +369,7 @@ def _is_neg_inf(ctx, op, args):
 
 @elementwise("stablehlo.is_finite")
 def _is_finite(ctx, op, args):
+    _float_operand(op, _k(ctx, op.operands[0]))
     return f"isfinite_f({args[0].text})"
 
 
@@ -321,6 +382,8 @@ def _select(ctx, op, args):
 def _clamp(ctx, op, args):
     kind = _k(ctx, op.result)
     lo, x, hi = (a.text for a in args)
+    if kind.cls == "c":
+        raise _unsupported_variant(op, f"{kind.element} operands")
     if kind.cls == "f":
         return f"fminimum(fmaximum({x}, {lo}), {hi})"
     if kind.cls == "b":
@@ -337,6 +400,10 @@ def _compare(ctx, op, args):
     ctype = str(op.attr("compare_type") or "")
     kind = _k(ctx, op.operands[0])
     a, b = args[0].text, args[1].text
+    if kind.cls == "c":
+        if direction not in ("EQ", "NE"):
+            raise _unsupported_variant(op, f"{direction} on {kind.element} operands")
+        return f"({a} {_CMP_SYMBOL[direction]} {b})"
     if kind.cls == "f":
         if ctype == "TOTALORDER":
             # A narrow float's float32 value has the same sign, NaN-ness and order.
@@ -356,6 +423,19 @@ def convert_text(a: Expr, src: ElementKind, dst: ElementKind) -> str | Expr:
     x = a.text
     if src == dst:
         return a
+    if src.cls == "c":
+        if dst.cls == "c":
+            return f"{dst.nb.replace('types.', 'np.')}({x})"
+        if dst.cls == "b":
+            return f"({x} != 0)"
+        # complex -> real: the real part (XLA's rule), then as from a float.
+        return convert_text(Expr(f"{x}.real"), src.real, dst)
+    if dst.cls == "c":
+        if src.cls == "f":
+            value = f"np.float64({x})" if dst.bits == 128 else f"np.float32({x})"
+        else:
+            value = f"i2f({x}, {'types.float64' if dst.bits == 128 else 'types.float32'})"
+        return f"{dst.nb.replace('types.', 'np.')}({value})"
     if dst.cls == "f":
         if src.cls == "f":
             if dst.narrow:
@@ -365,15 +445,21 @@ def convert_text(a: Expr, src: ElementKind, dst: ElementKind) -> str | Expr:
         return dst.rounded(value)
     target = dst.nb
     if src.cls == "f":
+        if dst.narrow == "int":
+            # Saturate at the sub-byte type's own range (f2i saturates at int8's).
+            lo, hi = (-(1 << (dst.bits - 1)), (1 << (dst.bits - 1)) - 1) if dst.cls == "i" else (0, (1 << dst.bits) - 1)
+            fl = f"np.{src.compute_dtype.name}"
+            return f"f2i(fminimum(fmaximum({x}, {fl}({lo})), {fl}({hi})), {target})"
         return f"f2i({x}, {target})"
-    return f"i2i({x}, {target})"
+    return dst.rounded(f"i2i({x}, {target})")
 
 
 @elementwise("stablehlo.bitcast_convert")
 def _bitcast_convert(ctx, op, args):
     src = _k(ctx, op.operands[0])
     dst = _k(ctx, op.result)
-    if src.bits != dst.bits or src.cls == "b" or dst.cls == "b":
+    if (src.bits != dst.bits or src.cls in "bc" or dst.cls in "bc" or src.bits < 8
+            or src.narrow == "int" or dst.narrow == "int"):
         raise _unsupported_variant(op, f"{src.element} -> {dst.element}")
     x = args[0].text
     width = src.bits
@@ -391,7 +477,7 @@ def _bitcast_convert(ctx, op, args):
 def _reduce_precision(ctx, op, args):
     kind = _k(ctx, op.result)
     e, m = int(op.attr("exponent_bits")), int(op.attr("mantissa_bits"))
-    if kind.cls != "f":
+    if kind.cls != "f" or kind.bits < 16:
         raise _unsupported_variant(op, f"{kind.element} operand")
     wide = 64 if kind.bits == 64 else 32
     src_mant, src_exp = (52, 11) if wide == 64 else (23, 8)
@@ -411,6 +497,41 @@ def _reduce_precision(ctx, op, args):
 def _map(ctx, op, args):
     (result,) = ctx.lower_scalar_region(op.regions[0], list(args))
     return result
+
+
+@elementwise("stablehlo.real")
+def _real(ctx, op, args):
+    kind = _k(ctx, op.operands[0])
+    if kind.cls == "c":
+        return f"{args[0].text}.real"
+    _float_operand(op, kind)
+    return args[0]
+
+
+@elementwise("stablehlo.imag")
+def _imag(ctx, op, args):
+    kind = _k(ctx, op.operands[0])
+    if kind.cls == "c":
+        return f"{args[0].text}.imag"
+    _float_operand(op, kind)
+    return ctx.const(0, _k(ctx, op.result))
+
+
+@elementwise("stablehlo.complex")
+def _complex(ctx, op, args):
+    kind = _k(ctx, op.result)
+    if kind.cls != "c":
+        raise _unsupported_variant(op, f"{kind.element} result")
+    return f"{kind.nb.replace('types.', 'np.')}(complex({args[0].text}, {args[1].text}))"
+
+
+@elementwise("chlo.conj")
+def _conj(ctx, op, args):
+    kind = _k(ctx, op.result)
+    if kind.cls == "c":
+        return f"{args[0].text}.conjugate()"
+    _float_operand(op, kind)
+    return args[0]
 
 
 @elementwise("stablehlo.optimization_barrier")
@@ -462,7 +583,11 @@ def _iota(ctx, op, i, idx):
     x = idx[d]
     if kind.cls == "f":
         return ctx.temp(kind.rounded(f"np.{kind.compute_dtype.name}({x.text})"), [x])
-    return ctx.temp(f"i2i(np.int64({x.text}), {kind.nb})", [x])
+    if kind.cls == "c":
+        return ctx.temp(f"{kind.nb.replace('types.', 'np.')}(np.float64({x.text}))", [x])
+    if kind.cls == "b":
+        return ctx.temp(f"({x.text} != 0)", [x])
+    return ctx.temp(kind.rounded(f"i2i(np.int64({x.text}), {kind.nb})"), [x])
 
 
 @index_map("stablehlo.broadcast_in_dim")
@@ -521,6 +646,8 @@ def _reshape(ctx, op, i, idx):
     operand = op.operands[0]
     src_shape = tuple(operand.type.shape)
     dst_shape = tuple(op.result.type.shape)
+    if not math.prod(src_shape):
+        return ctx.const(0, _k(ctx, op.result))  # nothing is ever read from a zero-size value
     # Only unit dimensions added or removed: the other indices carry over.
     if [d for d in src_shape if d != 1] == [d for d in dst_shape if d != 1]:
         carried = [x for x, d in zip(idx, dst_shape) if d != 1]
@@ -663,14 +790,20 @@ def _combine_text(kind_name: str, ek: ElementKind, acc: str, x: str) -> str:
               "min": "rmin({acc}, {x})"}.get(kind_name)
         if fn is None:
             raise CompileError(f"bitwise reduction over {ek.element}")
-        return ek.rounded(fn.format(acc=acc, x=x))
+        # Narrow floats accumulate in float32 and are rounded once, when the result is stored
+        # (as XLA:CPU reduces bf16/f16: a sum of 1000 bf16 ones is 1000, not 256).
+        return fn.format(acc=acc, x=x)
+    if ek.cls == "c":
+        if kind_name not in ("add", "mul"):
+            raise CompileError(f"{kind_name} reduction over {ek.element} is not supported by numba_cpu")
+        return f"({acc} {'+' if kind_name == 'add' else '*'} {x})"
     if ek.cls == "b":
         return {"add": f"({acc} | {x})", "or": f"({acc} | {x})", "max": f"({acc} | {x})",
                 "mul": f"({acc} & {x})", "and": f"({acc} & {x})", "min": f"({acc} & {x})",
                 "xor": f"({acc} ^ {x})"}[kind_name]
-    return {"add": f"iadd({acc}, {x})", "mul": f"imul({acc}, {x})", "max": f"imax({acc}, {x})",
-            "min": f"imin({acc}, {x})", "and": f"iand({acc}, {x})", "or": f"ior({acc}, {x})",
-            "xor": f"ixor({acc}, {x})"}[kind_name]
+    return ek.rounded({"add": f"iadd({acc}, {x})", "mul": f"imul({acc}, {x})", "max": f"imax({acc}, {x})",
+                       "min": f"imin({acc}, {x})", "and": f"iand({acc}, {x})", "or": f"ior({acc}, {x})",
+                       "xor": f"ixor({acc}, {x})"}[kind_name])
 
 
 def reducer(ctx: Lowering, op: Op, region_index: int = 0):
@@ -704,7 +837,10 @@ def emit_reduce_member(ctx: Lowering, op: Op, outer_idx: tuple[Expr, ...]) -> No
     red = [d for d in range(r, rank) if d in dims]
     combine = reducer(ctx, op)
     init = [ctx.read(v, ()) for v in inits]
-    suffix = not kept or not red or min(red) > max(kept)
+    # Narrow floats accumulate in float32 scalars, so they always take the scalar-accumulator
+    # loop order (the other order accumulates in the result arrays, rounding at every step).
+    narrow = any(ctx.kind(v).narrow and ctx.kind(v).cls == "f" for v in op.results)
+    suffix = not kept or not red or min(red) > max(kept) or narrow
     plan = lane_reduction(op)
     if plan is not None:
         # Reduced dims are the operand's last ones (so a suffix here too): by lanes.
@@ -719,11 +855,14 @@ def emit_reduce_member(ctx: Lowering, op: Op, outer_idx: tuple[Expr, ...]) -> No
             accs = [ctx.fresh("acc") for _ in range(n)]
             ctx.scope.emit(f"{', '.join(accs)} = {', '.join(e.text for e in init)}")
             with ctx.loops([shape[d] for d in red]) as ridx:
-                full = outer_idx + kidx + ridx
+                full = list(outer_idx) + [None] * (rank - r)
+                for d, x in [*zip(kept, kidx), *zip(red, ridx)]:
+                    full[d] = x
                 xs = [ctx.read(v, full) for v in inputs]
                 in_loop = [Expr(a, ctx.scope) for a in accs]
                 new = combine(in_loop, xs)
                 ctx.scope.emit(f"{', '.join(accs)} = {', '.join(new)}")
+            round_accumulators(ctx, op, accs)
             res_idx = outer_idx + kidx
             for v, a in zip(op.results, accs):
                 e = Expr(a, ctx.scope)

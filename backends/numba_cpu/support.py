@@ -11,12 +11,14 @@ their uint16 bit patterns and computed in float32, rounding to the narrow type a
 
 from __future__ import annotations
 
+import cmath
 import math
 
 import numpy as np
 from numba import njit, types
 
 from . import vecmath
+from .threads import blas_threads
 from .intrinsics import (
     advise_hugepages, ld, st,
     bitcast, ctlz, ctpop, f2i, fabs, fcmp_total, fceil, fcopysign, ffloor, fmaximum, fminimum,
@@ -25,22 +27,24 @@ from .intrinsics import (
 )
 from .lane_intrinsics import lanes_add, lanes_reset, lanes_row, lanes_total
 from .vecmath import (
-    cbrt_f, erf_f, erf_inv_f, erfc_f, exp_f32, expm1_f32, log1p_f32, log_f32, logistic_f32,
+    cbrt_f, erf_f, erf_f32, erf_inv_f, erfc_f, erfc_f32, exp_f32, expm1_f32, log1p_f32, log_f32, logistic_f32,
     pow_f32, tanh_f32,
 )
 
 __all__ = [
-    "advise_hugepages", "ld", "st", "lanes_add", "lanes_reset", "lanes_row", "lanes_total", "bitcast", "ctlz", "ctpop", "f2i", "fabs", "fcmp_total", "fceil", "fcopysign", "ffloor",
+    "advise_hugepages", "blas_threads", "ld", "st", "lanes_add", "lanes_reset", "lanes_row", "lanes_total", "bitcast", "ctlz", "ctpop", "f2i", "fabs", "fcmp_total", "fceil", "fcopysign", "ffloor",
     "fmaximum", "fminimum", "fround_afz", "fround_even", "fsqrt", "ftrunc", "i2f", "i2i", "iadd",
     "iand", "icmp", "idiv", "imul", "inot", "ior", "irem", "isub", "ixor", "radd", "rmax", "rmin",
     "rmul", "shl", "shr_arith", "shr_logical",
-    "cbrt_f", "erf_f", "erf_inv_f", "erfc_f", "exp_f32", "expm1_f32", "log1p_f32", "log_f32",
+    "cbrt_f", "erf_f", "erf_f32", "erf_inv_f", "erfc_f", "erfc_f32", "exp_f32", "expm1_f32", "log1p_f32", "log_f32",
     "logistic_f32", "pow_f32", "tanh_f32",
     "bf16_bits", "bf16_value", "f16_bits", "f16_value", "round_bf16", "round_f16",
     "fsign", "isign", "iabs", "imax", "imin", "ipow", "fpow64", "frem", "isfinite_f",
     "exp_f64", "log_f64", "tanh_f64", "logistic_f64", "expm1_f64", "log1p_f64", "sin_f", "cos_f", "tan_f",
     "atan2_f", "sinh_f", "cosh_f", "asin_f", "acos_f", "atan_f", "asinh_f", "acosh_f", "atanh_f",
-    "lgamma_f", "clamp_index", "rng_threefry", "rng_philox", "reduce_precision32", "reduce_precision64", "np", "math", "types", "vecmath",
+    "lgamma_f", "clamp_index", "sf_value", "sf_bits", "wrap_signed", "wrap_unsigned",
+    "cdiv", "csign", "cexp", "clog", "csqrt", "crsqrt", "ctanh", "csin", "ccos", "ctan", "cexpm1", "clog1p",
+    "clogistic", "cpow", "cmath", "rng_threefry", "rng_philox", "reduce_precision32", "reduce_precision64", "np", "math", "types", "vecmath",
 ]
 
 _inline = njit(cache=True, nogil=True, error_model="numpy", inline="always")
@@ -115,6 +119,122 @@ def f16_bits(x):
 @_inline
 def round_f16(x):
     return f16_value(f16_bits(x))
+
+
+# -- 8-bit (and 4-bit) floats -----------------------------------------------------------------
+#
+# The f8 variants (and f4E2M1FN) differ in bias, in whether they have infinities, negative zero
+# and which codes are NaN, and in what an overflow becomes (inf, NaN or the largest finite
+# value). Rather than a formula per format, each one gets tables built from ml_dtypes (the types
+# the runtime's buffers use) when this module is imported: the value of every code, and for each
+# sign the magnitudes at which float32 -> code conversion moves to the next code, found by
+# bisection over float32 bit patterns. Converting is then a binary search, and the result is by
+# construction ml_dtypes' round-to-nearest-even conversion, overflow and NaN rules included.
+
+#: MLIR element type -> ml_dtypes name, for the small floats numba_cpu computes in float32.
+SMALL_FLOATS = {
+    "f8E5M2": "float8_e5m2", "f8E4M3FN": "float8_e4m3fn", "f8E4M3": "float8_e4m3", "f8E3M4": "float8_e3m4",
+    "f8E4M3FNUZ": "float8_e4m3fnuz", "f8E5M2FNUZ": "float8_e5m2fnuz", "f8E4M3B11FNUZ": "float8_e4m3b11fnuz",
+    "f8E8M0FNU": "float8_e8m0fnu", "f4E2M1FN": "float4_e2m1fn",
+}
+
+
+def _conversion_steps(dtype: np.dtype, sign: float) -> tuple[np.ndarray, np.ndarray]:
+    """(bounds, codes): float32 magnitudes ``a`` with ``sign * a`` converting to ``codes[i]`` for
+    ``bounds[i-1] <= a < bounds[i]``."""
+    values = np.arange(256, dtype=np.uint8).view(dtype).astype(np.float32)
+    mags = np.unique(np.abs(values[np.isfinite(values)]))
+    mags = mags[mags > 0]
+    # Step candidates: one between each pair of neighbouring magnitudes (0 and +inf included).
+    ends = np.concatenate([[0], mags.view(np.uint32), [0x7F800000]]).astype(np.int64)
+    lo, hi = ends[:-1], ends[1:]
+
+    def code(patterns: np.ndarray) -> np.ndarray:
+        x = (patterns.astype(np.uint32).view(np.float32) * np.float32(sign)).astype(np.float32)
+        return x.astype(dtype).view(np.uint8)
+
+    start = code(lo)
+    moves = code(hi) != start
+    lo, hi, start = lo[moves], hi[moves], start[moves]
+    while np.any(hi - lo > 1):  # first pattern of each interval whose code differs from lo's
+        mid = (lo + hi) // 2
+        same = code(mid) == start
+        lo = np.where(same, mid, lo)
+        hi = np.where(same, hi, mid)
+    bounds = hi.astype(np.uint32).view(np.float32)
+    codes = np.concatenate([code(np.zeros(1, np.int64)), code(hi)])
+    return bounds, codes
+
+
+def _small_float_tables() -> dict[str, np.ndarray]:
+    import ml_dtypes
+
+    tables = {}
+    for element, name in SMALL_FLOATS.items():
+        dtype = np.dtype(getattr(ml_dtypes, name))
+        tables[f"SF_{element}_V"] = np.arange(256, dtype=np.uint8).view(dtype).astype(np.float32)
+        for tag, sign in (("P", 1.0), ("N", -1.0)):
+            bounds, codes = _conversion_steps(dtype, sign)
+            tables[f"SF_{element}_B{tag}"] = bounds
+            tables[f"SF_{element}_C{tag}"] = codes
+        nan = np.array([np.nan, -np.nan], np.float32).astype(dtype).view(np.uint8)
+        tables[f"SF_{element}_NAN"] = nan
+    return tables
+
+
+_SMALL_FLOAT_TABLES = _small_float_tables()
+globals().update(_SMALL_FLOAT_TABLES)
+__all__ += sorted(_SMALL_FLOAT_TABLES)
+
+
+#: Called, not inlined: a binary search inlined at every convert made compiles several times slower.
+_called = njit(cache=True, nogil=True, error_model="numpy")
+
+
+@_inline
+def sf_value(bits, table):
+    """An 8-bit (or 4-bit) float code -> its float32 value (exact)."""
+    return table[i2i(bits, types.intp)]
+
+
+@_called
+def _sf_search(bounds, codes, a):
+    lo = 0
+    hi = bounds.shape[0]
+    while lo < hi:  # the first bound above a
+        mid = (lo + hi) >> 1
+        if bounds[mid] <= a:
+            lo = mid + 1
+        else:
+            hi = mid
+    return codes[lo]
+
+
+@_called
+def sf_bits(x, bounds_pos, codes_pos, bounds_neg, codes_neg, nans):
+    """float32 -> an 8-bit (or 4-bit) float code, as ml_dtypes converts (see the tables)."""
+    negative = iand(bitcast(x, types.uint32), _u32(0x80000000)) != _u32(0)
+    if x != x:
+        return nans[1] if negative else nans[0]
+    if negative:
+        return _sf_search(bounds_neg, codes_neg, -x)
+    return _sf_search(bounds_pos, codes_pos, x)
+
+
+# -- sub-byte integers (i4, ui4, i2, ui2) ------------------------------------------------------------
+# Stored one per byte, in the low bits (as ml_dtypes keeps them); computed in int8/uint8 and
+# wrapped back to their width after every op, as two's complement hardware of that width would.
+
+
+@_inline
+def wrap_signed(x, shift):
+    """Keep the low ``8 - shift`` bits of an int8, sign-extended."""
+    return shr_arith(shl(x, shift), shift)
+
+
+@_inline
+def wrap_unsigned(x, mask):
+    return iand(x, mask)
 
 
 # -- small scalar semantics ----------------------------------------------------------------
@@ -413,3 +533,95 @@ def rng_philox(state, n_blocks):
     if state.size > 2:
         new[2] = iadd(state[2], np.uint64(1) if icmp(end, state[1], "LT") else np.uint64(0))
     return new, words
+
+
+# -- complex ------------------------------------------------------------------------------------
+# numba computes complex64/complex128 arithmetic natively; these are the functions of a complex
+# argument the elementwise rules call (cmath works in complex128, the result is narrowed back).
+
+
+@_inline
+def cdiv(a, b):
+    """Complex division as numpy does it (Smith's algorithm), in the operands' precision; a zero
+    divisor gives infinities and NaNs, not numba's ZeroDivisionError."""
+    ar, ai, br, bi = a.real, a.imag, b.real, b.imag
+    abs_br, abs_bi = abs(br), abs(bi)
+    if abs_br >= abs_bi:
+        if abs_br == 0 and abs_bi == 0:
+            return complex(ar / abs_br, ai / abs_br)
+        rat = bi / br
+        scl = 1.0 / (br + bi * rat)
+        return complex((ar + ai * rat) * scl, (ai - ar * rat) * scl)
+    rat = br / bi
+    scl = 1.0 / (bi + br * rat)
+    return complex((ar * rat + ai) * scl, (ai * rat - ar) * scl)
+
+
+@_inline
+def csign(x):
+    """x / |x|, and 0 for 0 (NaN stays NaN)."""
+    a = abs(x)
+    return x if a == 0 else x / a
+
+
+@_inline
+def cexp(x):
+    z = np.complex128(x)
+    if z.imag == 0:  # exp(710+0j) is inf+0j, not inf * (cos 0 + i sin 0) = inf+nanj
+        return complex(math.exp(z.real), z.imag)
+    return cmath.exp(z)
+
+
+@_inline
+def clog(x):
+    return cmath.log(np.complex128(x))
+
+
+@_inline
+def csqrt(x):
+    return cmath.sqrt(np.complex128(x))
+
+
+@_inline
+def crsqrt(x):
+    return cdiv(np.complex128(1.0), cmath.sqrt(np.complex128(x)))
+
+
+@_inline
+def ctanh(x):
+    return cmath.tanh(np.complex128(x))
+
+
+@_inline
+def csin(x):
+    return cmath.sin(np.complex128(x))
+
+
+@_inline
+def ccos(x):
+    return cmath.cos(np.complex128(x))
+
+
+@_inline
+def ctan(x):
+    return cmath.tan(np.complex128(x))
+
+
+@_inline
+def cexpm1(x):
+    return cmath.exp(np.complex128(x)) - 1.0
+
+
+@_inline
+def clog1p(x):
+    return cmath.log(1.0 + np.complex128(x))
+
+
+@_inline
+def clogistic(x):
+    return cdiv(np.complex128(1.0), 1.0 + cmath.exp(-np.complex128(x)))
+
+
+@_inline
+def cpow(x, y):
+    return x ** y

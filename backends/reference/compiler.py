@@ -20,9 +20,9 @@ from pjrt_hub.abi.compile_options import decode_compile_options, encode_compile_
 from pjrt_hub.backends.cpu_runtime.compiler import TensorSpec
 from pjrt_hub.backends.stablehlo import Function, Module, Op, TensorType, output_aliases, parse_module, verify
 from pjrt_hub.backends.stablehlo.collectives import uses_collectives
-from pjrt_hub.backends.stablehlo.sharding import check_partitionable
-
 from pjrt_hub.backends.stablehlo.loops import unbounded_loops
+from pjrt_hub.backends.stablehlo.nesting import call_depth, run_deep
+from pjrt_hub.backends.stablehlo.sharding import check_partitionable
 
 from .interpreter import Interpreter
 
@@ -43,6 +43,12 @@ def _text(code: str | bytes) -> str:
                          "(pretty or generic MLIR), not bytecode") from None
 
 
+def _front_end(text: str) -> Module:
+    module = verify(parse_module(text))
+    call_depth(module)  # refuses recursion before the interpreter would loop on it
+    return module
+
+
 class ReferenceCompiler:
     """Turns StableHLO text into a :class:`ReferenceProgram`."""
 
@@ -51,7 +57,7 @@ class ReferenceCompiler:
     def compile(self, code: str | bytes, options: CompileOptions | bytes | None = None) -> "ReferenceProgram":
         text = _text(code)
         opts = decode_compile_options(options)
-        module = verify(parse_module(text))
+        module = run_deep(_front_end, text)
         # Replicas and partitions run the same program on their own arguments (the runtime
         # gives each device its list), meeting at collectives: a program already partitioned
         # by hand. One whose arrays carry shardings to propagate is another matter.
@@ -108,7 +114,7 @@ class ReferenceProgram:
 
     def run(self, args: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None = None, *,
             cancel: np.ndarray | None = None) -> list[np.ndarray]:
-        results = self._interpreter.run(args, cancel=cancel)
+        results = run_deep(self._interpreter.run, args, cancel=cancel)
         if out is None:
             return results
         if len(out) != len(results):

@@ -3,7 +3,9 @@
 Floating-point ops are computed in float64 and rounded to the result type once, which makes
 ``+ - * / sqrt`` exactly the correctly rounded float32 operations and the transcendental functions
 accurate to the last bit or so (XLA's own approximations are within the corpus tolerances of
-that). bf16/f16 (and the 8-bit floats) are rounded to float32 first and then to their own type,
+that). Two shortcuts give the same bits with less work (:func:`compute_float`): the correctly
+rounded and exact operations run in float32 itself, and numpy's ufuncs run their float64 loop
+writing float32 directly, without float64 copies of the operands. bf16/f16 (and the 8-bit floats) are rounded to float32 first and then to their own type,
 as XLA:CPU computes them in float32. Integer ops keep their type and wrap around like two's
 complement hardware.
 
@@ -51,10 +53,35 @@ def _round_to(values: np.ndarray, dt: np.dtype) -> np.ndarray:
     return np.asarray(values).astype(dt)
 
 
-def compute_float(fn, *xs: np.ndarray, dtype: np.dtype | None = None) -> np.ndarray:
+#: The types :func:`compute_float` may compute in directly.
+_NATIVE = (np.dtype(np.float32), np.dtype(np.float64))
+#: Elements per block of a float64 computation done a block at a time (256 KiB of float64).
+_BLOCK = 1 << 15
+
+
+def compute_float(fn, *xs: np.ndarray, dtype: np.dtype | None = None, exact: bool = False,
+                  out: np.ndarray | None = None) -> np.ndarray:
     """Apply ``fn`` in float64 (complex128 for complex inputs) and round to ``dtype`` (default:
-    the first input's dtype)."""
+    the first input's dtype).
+
+    When every input already has the float32/float64 result type, two shortcuts give the same
+    bits: an ``exact`` ``fn`` (IEEE's correctly rounded operations ``+ - * / sqrt``, and the
+    exact ones: fmod, negation, abs, floor/ceil/rint, min/max, select) runs in that type, since
+    rounding a float64 result of float32 operands once to float32 is what float32 arithmetic
+    does (float64 has more than twice float32's precision); and a numpy ufunc runs its float64
+    loop writing the result type directly, converting in small buffers, so a broadcast operand
+    is never materialized in float64. A ufunc writes into ``out`` if given (an operand's storage
+    the interpreter offers, of the result's shape and type)."""
     dt = np.dtype(dtype) if dtype is not None else xs[0].dtype
+    if dt in _NATIVE and all(getattr(x, "dtype", None) == dt for x in xs):
+        ufunc = isinstance(fn, np.ufunc) and fn.nin == len(xs) and fn.nout == 1
+        if exact:
+            return fn(*xs, out=out) if ufunc and out is not None else np.asarray(fn(*xs))
+        if ufunc:
+            if out is None:
+                out = np.empty(np.broadcast_shapes(*(x.shape for x in xs)), dt)
+            fn(*xs, out=out, dtype=np.float64)
+            return out
     wide = np.complex128 if any(x.dtype.kind == "c" for x in xs) else np.float64
     return _round_to(fn(*[np.asarray(x).astype(wide) for x in xs]), dt)
 
@@ -67,19 +94,43 @@ def _signed(dt: np.dtype) -> np.dtype:
     return np.dtype(f"i{dt.itemsize}")
 
 
-def _float_op(fn, name: str):
-    """An op defined on floats (and complex) only."""
+def _float_op(fn, name: str, exact: bool = False, complex_fn=None):
+    """An op defined on floats (and complex) only; ``complex_fn`` (default ``fn``) for complex."""
     def impl(ctx, op, x, *rest):
         if not (is_float_dtype(x.dtype) or x.dtype.kind == "c"):
             raise TypeError(f"{name} needs floating-point operands, got {x.dtype}")
-        return compute_float(fn, x, *rest)
+        if complex_fn is not None and x.dtype.kind == "c":
+            return compute_float(complex_fn, x, *rest)
+        return compute_float(fn, x, *rest, exact=exact, out=_donor(ctx, op))
     return impl
+
+
+def _donor(ctx, op: Op) -> np.ndarray | None:
+    """Storage of an operand the op may write its result into (see ``Execution.donor``)."""
+    ty = op.results[0].type
+    return ctx.donor(ty.shape, ty.dtype) if ty.dtype in _NATIVE else None
 
 
 # -- unary float functions --------------------------------------------------------------------
 
-def _logistic(x):
-    return sp.expit(x)
+def _complex_logistic(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _complex_cbrt(x):
+    return x ** (1.0 / 3.0)  # the principal cube root
+
+
+#: Complex arguments of functions whose real version is a ufunc that takes none (the ufunc
+#: stays the real one: :func:`compute_float` runs a ufunc without float64 copies).
+_COMPLEX_FORMS = {"stablehlo.logistic": _complex_logistic, "stablehlo.cbrt": _complex_cbrt}
+
+
+def _atan2(y, x):
+    if np.iscomplexobj(y) or np.iscomplexobj(x):
+        # atan2(y, x) = -i log((x + iy) / sqrt(x^2 + y^2)), continued to complex arguments.
+        return -1j * np.log((x + 1j * y) / np.sqrt(x * x + y * y))
+    return np.arctan2(y, x)
 
 
 def _rsqrt(x):
@@ -87,7 +138,30 @@ def _rsqrt(x):
 
 
 def _round_afz(x):
-    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+    return np.copysign(np.floor(np.abs(x) + 0.5), x)  # keeps the sign of -0 and of -0.4
+
+
+def _signed_zero_extreme(fn, largest: bool):
+    """IEEE 754-2019 maximum/minimum, the spec's rule: NaN propagates (numpy's ``maximum``
+    does that) and -0 < +0 (numpy returns either zero). Only a zero result can be a tie of two
+    zeros, so only those places are looked at again (cheaper than testing every pair)."""
+    def impl(a, b):
+        pick = np.asarray(fn(a, b))
+        zero = pick == 0
+        if not zero.any():
+            return pick
+        a, b = np.broadcast_arrays(a, b)
+        za, zb = a[zero], b[zero]
+        keep_a = ~np.signbit(za) if largest else np.signbit(za)
+        if not pick.flags.writeable:
+            pick = pick.copy()
+        pick[zero] = np.where((za == 0) & (zb == 0), np.where(keep_a, za, zb), pick[zero])
+        return pick
+    return impl
+
+
+ieee_maximum = _signed_zero_extreme(np.maximum, largest=True)
+ieee_minimum = _signed_zero_extreme(np.minimum, largest=False)
 
 
 _FLOAT_UNARY = {
@@ -95,18 +169,13 @@ _FLOAT_UNARY = {
     "stablehlo.exponential_minus_one": np.expm1,
     "stablehlo.log": np.log,
     "stablehlo.log_plus_one": np.log1p,
-    "stablehlo.logistic": _logistic,
-    "stablehlo.sqrt": np.sqrt,
-    "stablehlo.rsqrt": _rsqrt,
+    "stablehlo.logistic": sp.expit,
     "stablehlo.cbrt": np.cbrt,
     "stablehlo.tanh": np.tanh,
     "stablehlo.tan": np.tan,
     "stablehlo.sine": np.sin,
     "stablehlo.cosine": np.cos,
-    "stablehlo.floor": np.floor,
-    "stablehlo.ceil": np.ceil,
     "stablehlo.round_nearest_afz": _round_afz,
-    "stablehlo.round_nearest_even": np.rint,
     "chlo.erf": sp.erf,
     "chlo.erfc": sp.erfc,
     "chlo.erf_inv": sp.erfinv,
@@ -124,14 +193,41 @@ _FLOAT_UNARY = {
     "chlo.bessel_i1e": sp.i1e,
 }
 
+#: Correctly rounded (sqrt) or exact in any float type.
+_FLOAT_UNARY_EXACT = {
+    "stablehlo.sqrt": np.sqrt,
+    "stablehlo.floor": np.floor,
+    "stablehlo.ceil": np.ceil,
+    "stablehlo.round_nearest_even": np.rint,
+}
+
 for _name, _fn in _FLOAT_UNARY.items():
-    register(_name, elementwise=True)(_float_op(_fn, _name))
+    register(_name, elementwise=True)(_float_op(_fn, _name, complex_fn=_COMPLEX_FORMS.get(_name)))
+for _name, _fn in _FLOAT_UNARY_EXACT.items():
+    register(_name, elementwise=True)(_float_op(_fn, _name, exact=True))
+
+
+@register("stablehlo.rsqrt", elementwise=True)
+def _rsqrt_op(ctx, op, x):
+    if not (is_float_dtype(x.dtype) or x.dtype.kind == "c"):
+        raise TypeError(f"stablehlo.rsqrt needs floating-point operands, got {x.dtype}")
+    if x.dtype in _NATIVE:
+        # 1 / sqrt(x) in float64, rounded once; a block at a time, so that the float64 square
+        # roots stay in cache rather than making a float64 copy of x.
+        out = _donor(ctx, op)
+        out = np.empty(x.shape, x.dtype) if out is None else out
+        flat_x, flat_out = x.reshape(-1), out.reshape(-1)
+        for start in range(0, flat_x.size, _BLOCK):
+            block = slice(start, start + _BLOCK)
+            np.divide(1.0, np.sqrt(flat_x[block], dtype=np.float64), out=flat_out[block])
+        return out
+    return compute_float(_rsqrt, x)
 
 
 @register("stablehlo.negate", elementwise=True)
 def _negate(ctx, op, x):
     if is_float_dtype(x.dtype) or x.dtype.kind == "c":
-        return compute_float(np.negative, x)
+        return compute_float(np.negative, x, exact=True, out=_donor(ctx, op))
     return np.negative(x)  # integers wrap: -INT_MIN = INT_MIN
 
 
@@ -140,7 +236,7 @@ def _abs(ctx, op, x):
     if x.dtype.kind == "c":
         return compute_float(np.abs, x, dtype=np.float32 if x.dtype == np.complex64 else np.float64)
     if is_float_dtype(x.dtype):
-        return compute_float(np.abs, x)
+        return compute_float(np.abs, x, exact=True, out=_donor(ctx, op))
     return np.abs(x)  # |INT_MIN| = INT_MIN
 
 
@@ -153,35 +249,40 @@ def _sign(ctx, op, x):
         return compute_float(complex_sign, x)
     if is_float_dtype(x.dtype):
         # sign(+-0.0) keeps the zero's sign; sign(NaN) is NaN.
-        return compute_float(lambda v: np.where(v == 0, v, np.sign(v)), x)
+        return compute_float(lambda v: np.where(v == 0, v, np.sign(v)), x, exact=True)
     return np.sign(x).astype(x.dtype)
 
 
 @register("chlo.square", elementwise=True)
 def _square(ctx, op, x):
     if is_float_dtype(x.dtype) or x.dtype.kind == "c":
-        return compute_float(np.square, x)
+        return compute_float(np.square, x, exact=True)
     return np.multiply(x, x)
+
+
+def _wide(x: np.ndarray) -> np.ndarray:
+    """``x`` as a float numpy tests natively: float32/float64 as they are, others as float64."""
+    return x if x.dtype in _NATIVE else x.astype(np.float64)
 
 
 @register("stablehlo.is_finite", elementwise=True)
 def _is_finite(ctx, op, x):
-    return np.isfinite(x.astype(np.float64))
+    return np.isfinite(_wide(x))
 
 
 @register("chlo.is_inf", elementwise=True)
 def _is_inf(ctx, op, x):
-    return np.isinf(x.astype(np.float64))
+    return np.isinf(_wide(x))
 
 
 @register("chlo.is_pos_inf", elementwise=True)
 def _is_pos_inf(ctx, op, x):
-    return np.isposinf(x.astype(np.float64))
+    return np.isposinf(_wide(x))
 
 
 @register("chlo.is_neg_inf", elementwise=True)
 def _is_neg_inf(ctx, op, x):
-    return np.isneginf(x.astype(np.float64))
+    return np.isneginf(_wide(x))
 
 
 @register("stablehlo.not", elementwise=True)
@@ -191,7 +292,16 @@ def _not(ctx, op, x):
 
 @register("stablehlo.popcnt", elementwise=True)
 def _popcnt(ctx, op, x):
-    return np.bitwise_count(x.view(_unsigned(x.dtype))).astype(x.dtype)
+    return _bit_count(np.asarray(x).view(_unsigned(x.dtype))).astype(x.dtype)
+
+
+def _bit_count(u: np.ndarray) -> np.ndarray:
+    """Set bits per element of an unsigned array. ``np.bitwise_count`` is numpy 2's; the bytes
+    unpacked and summed give the same on numpy 1.26, the oldest numpy pjrt-hub supports."""
+    if hasattr(np, "bitwise_count"):
+        return np.bitwise_count(u)
+    as_bytes = np.ascontiguousarray(u).reshape(u.shape + (1,)).view(np.uint8)
+    return np.unpackbits(as_bytes, axis=-1).sum(axis=-1, dtype=np.int64)
 
 
 @register("stablehlo.count_leading_zeros", elementwise=True)
@@ -278,7 +388,7 @@ def reduce_precision(x: np.ndarray, exponent_bits: int, mantissa_bits: int) -> n
 def _arith(fn_float, fn_int):
     def impl(ctx, op, a, b):
         if is_float_dtype(a.dtype) or a.dtype.kind == "c":
-            return compute_float(fn_float, a, b)
+            return compute_float(fn_float, a, b, exact=True, out=_donor(ctx, op))
         return fn_int(a, b)
     return impl
 
@@ -287,7 +397,7 @@ register("stablehlo.add", elementwise=True)(_arith(np.add, lambda a, b: (a | b) 
 register("stablehlo.subtract", elementwise=True)(_arith(np.subtract, np.subtract))
 register("stablehlo.multiply", elementwise=True)(
     _arith(np.multiply, lambda a, b: (a & b) if a.dtype == np.bool_ else np.multiply(a, b)))
-register("stablehlo.atan2", elementwise=True)(_float_op(np.arctan2, "atan2"))
+register("stablehlo.atan2", elementwise=True)(_float_op(_atan2, "atan2"))
 register("chlo.next_after", elementwise=True)(
     lambda ctx, op, a, b: np.nextafter(a, b.astype(a.dtype)) if a.dtype.kind == "f"
     else compute_float(np.nextafter, a, b))
@@ -295,21 +405,6 @@ register("chlo.polygamma", elementwise=True)(_float_op(lambda n, x: sp.polygamma
 register("chlo.zeta", elementwise=True)(_float_op(sp.zeta, "zeta"))
 
 
-def _signed_zero_extreme(fn, largest: bool):
-    """IEEE-754 maximum/minimum in float64: NaN propagates (numpy's ``maximum`` does that) and
-    +0 is larger than -0 (numpy returns either zero; XLA orders them)."""
-    def impl(a, b):
-        pick = fn(a, b)
-        zeros = (a == 0) & (b == 0)
-        if not zeros.any():
-            return pick
-        keep_a = ~np.signbit(a) if largest else np.signbit(a)
-        return np.where(zeros, np.where(keep_a, a, b), pick)
-    return impl
-
-
-_FLOAT_MAXIMUM = _signed_zero_extreme(np.maximum, largest=True)
-_FLOAT_MINIMUM = _signed_zero_extreme(np.minimum, largest=False)
 
 
 @register("stablehlo.maximum", elementwise=True)
@@ -318,7 +413,7 @@ def _maximum(ctx, op, a, b):
         take_a = (a.real > b.real) | ((a.real == b.real) & (a.imag >= b.imag))
         return np.where(take_a, a, b)
     if is_float_dtype(a.dtype):
-        return compute_float(_FLOAT_MAXIMUM, a, b)
+        return compute_float(ieee_maximum, a, b, exact=True)  # NaN propagates
     return np.maximum(a, b)
 
 
@@ -328,14 +423,14 @@ def _minimum(ctx, op, a, b):
         take_a = (a.real < b.real) | ((a.real == b.real) & (a.imag <= b.imag))
         return np.where(take_a, a, b)
     if is_float_dtype(a.dtype):
-        return compute_float(_FLOAT_MINIMUM, a, b)
+        return compute_float(ieee_minimum, a, b, exact=True)
     return np.minimum(a, b)
 
 
 @register("stablehlo.divide", elementwise=True)
 def _divide(ctx, op, a, b):
     if is_float_dtype(a.dtype) or a.dtype.kind == "c":
-        return compute_float(np.divide, a, b)
+        return compute_float(np.divide, a, b, exact=True, out=_donor(ctx, op))
     if a.dtype == np.bool_:
         raise TypeError("divide is not defined on booleans")
     a, b = np.broadcast_arrays(a, b)
@@ -356,7 +451,13 @@ def _divide(ctx, op, a, b):
 @register("stablehlo.remainder", elementwise=True)
 def _remainder(ctx, op, a, b):
     if is_float_dtype(a.dtype):
-        return compute_float(np.fmod, a, b)
+        return compute_float(np.fmod, a, b, exact=True)
+    if a.dtype.kind == "c":
+        # lhs - rhs * trunc(lhs / rhs), the quotient truncated part by part.
+        def complex_fmod(x, y):
+            q = x / y
+            return x - y * (np.trunc(q.real) + 1j * np.trunc(q.imag))
+        return compute_float(complex_fmod, a, b)
     if a.dtype == np.bool_:
         raise TypeError("remainder is not defined on booleans")
     a, b = np.broadcast_arrays(a, b)
@@ -371,7 +472,7 @@ def _remainder(ctx, op, a, b):
 @register("stablehlo.power", elementwise=True)
 def _power(ctx, op, a, b):
     if is_float_dtype(a.dtype) or a.dtype.kind == "c":
-        return compute_float(np.power, a, b)
+        return compute_float(np.power, a, b, out=_donor(ctx, op))
     a, b = np.broadcast_arrays(a, b)
     dt = a.dtype
     result = np.ones(a.shape, dtype=dt)
@@ -469,6 +570,8 @@ def _compare(ctx, op: Op, a, b):
     if is_float_dtype(a.dtype):
         if kind == ComparisonType.TOTALORDER:
             return fn(total_order_key(a), total_order_key(b))
+        if a.dtype == b.dtype and a.dtype in _NATIVE:
+            return fn(a, b)
         return fn(a.astype(np.float64), b.astype(np.float64))
     if kind == ComparisonType.UNSIGNED and a.dtype.kind == "i":
         return fn(a.view(_unsigned(a.dtype)), b.view(_unsigned(b.dtype)))
@@ -479,13 +582,14 @@ def _compare(ctx, op: Op, a, b):
 
 @register("stablehlo.select", elementwise=True)
 def _select(ctx, op, pred, on_true, on_false):
-    return np.where(pred, on_true, on_false).astype(on_true.dtype)
+    return np.where(pred, on_true, on_false).astype(on_true.dtype, copy=False)
 
 
 @register("stablehlo.clamp", elementwise=True)
 def _clamp(ctx, op, lo, x, hi):
     if is_float_dtype(x.dtype):
-        return compute_float(lambda l, v, h: np.minimum(np.maximum(v, l), h), lo, x, hi, dtype=x.dtype)
+        return compute_float(lambda l, v, h: ieee_minimum(ieee_maximum(v, l), h), lo, x, hi, dtype=x.dtype,
+                             exact=True)
     return np.minimum(np.maximum(x, lo), hi).astype(x.dtype)
 
 
@@ -498,6 +602,13 @@ def convert(x: np.ndarray, dt: np.dtype) -> np.ndarray:
         return x
     if dt == np.bool_:
         return x != 0
+    if _is_low_float(src):
+        # float32 holds every narrower float exactly (and ml_dtypes cannot cast every pair of
+        # 8-bit floats directly).
+        x = x.astype(np.float32)
+        src = x.dtype
+        if dt == src:
+            return x
     if src.kind == "c" and dt.kind != "c":
         x = np.real(x)
         src = x.dtype
@@ -538,3 +649,80 @@ def _bitcast_convert(ctx, op, x):
         return data.view(out.dtype)
     return data.reshape(-1).view(out.dtype).reshape(out.shape)
 
+
+
+# -- sub-byte integers --------------------------------------------------------------------------
+# numpy has no arithmetic for ml_dtypes' int4/uint4/int2/uint2 (and no iinfo for them), so the
+# elementwise ops see them as int8/uint8 values and their results are wrapped back to the width,
+# as hardware of that width would wrap. Only what depends on the width itself is special: a
+# logical shift, popcnt and count_leading_zeros look at the N-bit pattern, and a float converts
+# saturating at the N-bit range.
+
+
+def _sub_byte(dt: np.dtype) -> tuple[int, bool] | None:
+    """(bits, signed) of a sub-byte integer dtype, else None."""
+    import ml_dtypes
+
+    for name, bits, signed in (("int4", 4, True), ("uint4", 4, False), ("int2", 2, True), ("uint2", 2, False)):
+        if hasattr(ml_dtypes, name) and dt == np.dtype(getattr(ml_dtypes, name)):
+            return bits, signed
+    return None
+
+
+def _widen(x: np.ndarray) -> np.ndarray:
+    info = _sub_byte(x.dtype)
+    if info is None:
+        return x
+    return np.asarray(x).astype(np.int8 if info[1] else np.uint8)
+
+
+def _wrap(values: np.ndarray, dt: np.dtype) -> np.ndarray:
+    bits, signed = _sub_byte(dt)
+    u = np.asarray(values).astype(np.int64) & ((1 << bits) - 1)
+    if signed:
+        u = np.where(u >= 1 << (bits - 1), u - (1 << bits), u)
+    return u.astype(dt)
+
+
+def _pattern(x: np.ndarray, bits: int) -> np.ndarray:
+    return (np.asarray(x).astype(np.int64) & ((1 << bits) - 1)).astype(np.uint8)
+
+
+def involves_sub_byte(op: Op, args) -> bool:
+    types = [getattr(a, "dtype", None) for a in args] + [getattr(r.type, "dtype", None) for r in op.results]
+    return any(t is not None and t.kind == "V" and _sub_byte(t) is not None for t in types)
+
+
+def sub_byte_call(fn, ctx, op: Op, args):
+    """Run an elementwise op (or ``convert``) that reads or writes sub-byte integers."""
+    out_type = op.results[0].type
+    dst = getattr(out_type, "dtype", None)
+    name = op.name
+    src_info = _sub_byte(args[0].dtype) if args else None
+    if name == "stablehlo.convert" and _sub_byte(dst) is not None:
+        x = _widen(args[0])
+        bits, signed = _sub_byte(dst)
+        if is_float_dtype(x.dtype) or x.dtype.kind == "c":
+            lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+            f = np.real(np.asarray(x)).astype(np.float64)
+            return _wrap(np.trunc(np.clip(np.nan_to_num(f, nan=0.0), lo, hi)), dst)
+        return _wrap(np.asarray(x).astype(np.int64), dst)
+    if src_info is not None and name in ("stablehlo.shift_right_logical", "stablehlo.popcnt",
+                                          "stablehlo.count_leading_zeros", "stablehlo.shift_right_arithmetic"):
+        bits = src_info[0]
+        a = _pattern(args[0], bits)
+        if name == "stablehlo.shift_right_arithmetic":
+            # Fill with the top bit of the N-bit pattern (unsigned types too).
+            signed = a.astype(np.int64) - np.where(a >= 1 << (bits - 1), 1 << bits, 0)
+            amount = _pattern(args[1], bits).astype(np.int64)
+            return _wrap(signed >> np.minimum(amount, bits - 1), dst)
+        if name == "stablehlo.popcnt":
+            return _wrap(np.bitwise_count(a), dst)
+        if name == "stablehlo.count_leading_zeros":
+            return _wrap(bits - np.floor(np.log2(np.maximum(a, 1))).astype(np.int64) - (a != 0), dst)
+        amount = _pattern(args[1], bits)
+        return _wrap(np.where(amount < bits, a >> np.minimum(amount, bits - 1), 0), dst)
+    out = fn(ctx, op, *[_widen(a) for a in args])
+    if _sub_byte(dst) is not None:
+        return _wrap(out, dst)
+    return out

@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from pjrt_hub.abi import ParseError
+from pjrt_hub.abi import CompileError, ParseError
 
 from .ir import (
     Block,
@@ -54,6 +54,7 @@ from .ir import (
     frozen_mapping,
 )
 from .lexer import Cursor
+from .nesting import MAX_NESTING as MAX_PROGRAM_NESTING, run_deep
 
 __all__ = ["parse_module"]
 
@@ -78,17 +79,25 @@ def parse_module(text: str | bytes) -> Module:
                 line=raw.count(b"\n", 0, exc.start) + 1, column=exc.start - line_start + 1) from None
     if text.startswith("ML\xefR") or text.startswith("MLïR"):
         raise ParseError("this is MLIR bytecode, not text; pass the module as text", line=1, column=1)
+    try:
+        # Deeply nested text (regions in regions, thousands deep) is read again on a thread with
+        # a deep stack when the recursive descent runs out of this one (see .nesting).
+        return run_deep(_parse, text)
+    except ParseError:
+        raise
+    except (CompileError, RecursionError):
+        raise ParseError(f"the program nests too deeply to be read (pjrt-hub reads programs nested up to "
+                         f"{MAX_PROGRAM_NESTING} levels)", line=1, column=1) from None
+
+
+def _parse(text: str) -> Module:
+    """The parse itself: a module, a ParseError, or RecursionError for :func:`run_deep` to see."""
     parser: _Parser | None = None
     try:
         parser = _Parser(text)
         return parser.parse()
-    except ParseError:
+    except (ParseError, RecursionError):
         raise
-    except RecursionError:
-        # The nesting and alias-chain limits keep ordinary reads far from Python's recursion
-        # limit; this is for a caller that is itself deep in the stack.
-        raise _error_at(parser, "the program nests too deeply to be read here (Python's recursion "
-                                "limit was reached)") from None
     except MemoryError:
         raise _error_at(parser, "reading the program needs more memory than there is") from None
     except Exception as exc:  # noqa: BLE001 - a parser bug must still honour the contract
@@ -103,10 +112,11 @@ def _error_at(parser: "_Parser | None", message: str) -> ParseError:
     return parser.cur.error(message)
 
 
-#: Brackets may nest this deep (JAX's programs nest about 10 levels: regions in regions, types in
-#: signatures); deeper text is refused with a ParseError where it crosses the limit, well before
-#: the recursive descent could exhaust Python's stack.
-MAX_NESTING = 200
+#: Brackets may nest this deep: a few per level of program nesting (a region is a ``({`` pair,
+#: types nest inside), for the :data:`~.nesting.MAX_NESTING` levels pjrt-hub compiles and runs.
+#: JAX's programs nest about 10. Deeper text is refused where it crosses the limit, in one linear
+#: scan before the recursive descent starts.
+MAX_NESTING = 3 * MAX_PROGRAM_NESTING
 #: An alias may refer to an alias, this many times in a row (JAX's ``#loc`` chains follow the
 #: call stack of the traced function, a few dozen at most).
 MAX_ALIAS_CHAIN = 100
@@ -123,7 +133,7 @@ def _check_nesting(cur: Cursor) -> None:
             depth += 1
             if depth > MAX_NESTING:
                 raise cur.error(f"brackets nest deeper than {MAX_NESTING} levels; pjrt-hub reads "
-                                f"programs nested up to {MAX_NESTING} levels (JAX's nest about 10)",
+                                f"programs nested up to {MAX_PROGRAM_NESTING} levels (JAX's nest about 10)",
                                 m.start())
         elif token in ")]}>" and depth:
             depth -= 1

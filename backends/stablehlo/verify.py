@@ -93,9 +93,13 @@ def _verify_block(block: Block, defined: set[int], module: Module, fn: Function,
             # Regions see everything defined so far; their own values stay inside.
             _verify_block(region, set(defined), module, fn, terminator="stablehlo.return")
         try:
+            regions = _REGIONS.get(op.name)
+            if regions is not None and len(op.regions) != regions:
+                _fail(f"expects {regions} region{'s' if regions > 1 else ''}, got {len(op.regions)}")
             checker = _CHECKS.get(op.name)
             if checker is not None:
                 checker(op, module)
+            _check_element_class(op)
         except _Invalid as exc:
             raise CompileError(f"{op.describe()} in @{fn.name}: {exc}") from None
         except (TypeError, IndexError, AttributeError, ValueError) as exc:
@@ -715,8 +719,94 @@ def _collective_checks() -> dict[str, Callable[[Op, Module], None]]:
     return {name: _collective_check(check) for name, check in CHECKS.items()}
 
 
+def _check_complex(op: Op, module: Module) -> None:
+    _count(op, 2, 1)
+    a, b = _tensor(op.operands[0], "lhs"), _tensor(op.operands[1], "rhs")
+    r = _tensor(op.results[0], "result")
+    if a != b or a.element_type not in ("f32", "f64"):
+        _fail(f"operands must be two tensors of f32 or f64 of one type, got {a} and {b}")
+    if r != a.with_element_type(f"complex<{a.element_type}>"):
+        _fail(f"result must be {a.with_element_type(f'complex<{a.element_type}>')}, got {r}")
+
+
+def _check_real_imag(op: Op, module: Module) -> None:
+    _count(op, 1, 1)
+    x, r = _tensor(op.operands[0], "operand"), _tensor(op.results[0], "result")
+    part = x.element_type[len("complex<"):-1] if x.is_complex else x.element_type
+    if r != x.with_element_type(part):
+        _fail(f"result must be {x.with_element_type(part)}, got {r}")
+
+
+def _check_map(op: Op, module: Module) -> None:
+    if not op.operands:
+        _fail("expects at least one operand")
+    _count(op, None, 1)
+    r = _tensor(op.results[0], "result")
+    for i, v in enumerate(op.operands):
+        if _tensor(v, f"operand {i}").shape != r.shape:
+            _fail(f"operand {i} has shape {v.type.shape}, the result {r.shape}")
+    scalars = [_scalar(_tensor(v, "operand")) for v in op.operands]
+    _region_signature(op, 0, scalars, [_scalar(r)], "computation")
+
+
+#: The element types each op takes (by its first operand), from the spec's operand tables:
+#: "f" float, "c" complex, "s" signed integer, "u" unsigned integer, "b" boolean (i1).
+_ELEMENT_CLASSES: dict[str, str] = {
+    **dict.fromkeys(("stablehlo.shift_left", "stablehlo.shift_right_arithmetic", "stablehlo.shift_right_logical",
+                     "stablehlo.popcnt", "stablehlo.count_leading_zeros"), "su"),
+    **dict.fromkeys(("stablehlo.and", "stablehlo.or", "stablehlo.xor", "stablehlo.not"), "sub"),
+    **dict.fromkeys(("stablehlo.floor", "stablehlo.ceil", "stablehlo.round_nearest_afz",
+                     "stablehlo.round_nearest_even", "stablehlo.is_finite", "stablehlo.reduce_precision",
+                     "chlo.erf", "chlo.erfc", "chlo.erf_inv", "chlo.lgamma", "chlo.digamma", "chlo.bessel_i1e",
+                     "chlo.is_inf", "chlo.is_pos_inf", "chlo.is_neg_inf", "chlo.next_after", "chlo.polygamma",
+                     "chlo.zeta"), "f"),
+    **dict.fromkeys(("stablehlo.exponential", "stablehlo.exponential_minus_one", "stablehlo.log",
+                     "stablehlo.log_plus_one", "stablehlo.logistic", "stablehlo.sqrt", "stablehlo.rsqrt",
+                     "stablehlo.cbrt", "stablehlo.tanh", "stablehlo.tan", "stablehlo.sine", "stablehlo.cosine",
+                     "stablehlo.atan2", "stablehlo.real", "stablehlo.imag", "chlo.sinh", "chlo.cosh", "chlo.asin",
+                     "chlo.acos", "chlo.atan", "chlo.asinh", "chlo.acosh", "chlo.atanh", "chlo.tan",
+                     "chlo.conj"), "fc"),
+    **dict.fromkeys(("stablehlo.abs", "stablehlo.sign"), "sfc"),
+    **dict.fromkeys(("stablehlo.subtract", "stablehlo.divide", "stablehlo.remainder", "stablehlo.power",
+                     "stablehlo.negate", "chlo.square"), "sufc"),
+}
+_CLASS_NAMES = {"f": "floating-point", "c": "complex", "s": "signed integer", "u": "unsigned integer",
+                "b": "boolean"}
+
+
+def _element_class(t: TensorType) -> str:
+    if t.is_bool:
+        return "b"
+    if t.is_complex:
+        return "c"
+    if t.is_float:
+        return "f"
+    return "u" if t.is_unsigned else "s"
+
+
+def _check_element_class(op: Op) -> None:
+    allowed = _ELEMENT_CLASSES.get(op.name)
+    if allowed is None or not op.operands or not isinstance(op.operands[0].type, TensorType):
+        return
+    t = op.operands[0].type
+    if _element_class(t) not in allowed:
+        names = [_CLASS_NAMES[c] for c in allowed]
+        kinds = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+        _fail(f"takes {kinds} operands, not {t.element_type}")
+
+
+#: Ops that carry regions, and how many (the parser accepts the generic form without them).
+_REGIONS = {"stablehlo.reduce": 1, "stablehlo.reduce_window": 1, "stablehlo.sort": 1, "stablehlo.scatter": 1,
+            "stablehlo.select_and_scatter": 2, "stablehlo.map": 1, "stablehlo.while": 2, "stablehlo.if": 2,
+            "stablehlo.all_reduce": 1, "stablehlo.reduce_scatter": 1}
+
+
 _CHECKS: dict[str, Callable[[Op, Module], None]] = {
     **_collective_checks(),
+    "stablehlo.complex": _check_complex,
+    "stablehlo.real": _check_real_imag,
+    "stablehlo.imag": _check_real_imag,
+    "stablehlo.map": _check_map,
     **{name: _check_unary for name in _UNARY_SAME},
     **{name: _check_binary for name in _BINARY_SAME},
     "stablehlo.abs": _check_abs,

@@ -45,7 +45,7 @@ PluginKind = Literal["python", "c", "both"]
 GROUPS: tuple[str, ...] = (
     "version", "plugin", "client", "devices", "memories", "buffers", "transfers", "compile",
     "execute", "collectives", "numerics", "events", "lifetime", "concurrency", "topology", "extensions",
-    "errors", "abi",
+    "errors", "abi", "jax",
 )
 
 #: Seconds a case may take unless it says otherwise (scaled by ``--pjrt-timeout-scale``).

@@ -101,10 +101,12 @@ C_PLUGIN_LIMITATIONS: tuple[KnownLimitations, ...] = (
 
 def known_limitations(record: "PluginRecord",
                       table: tuple[KnownLimitations, ...] = C_PLUGIN_LIMITATIONS) -> tuple[Limitation, ...]:
-    """The table's limitations for a C plugin (none for Python plugins: they declare their own)."""
+    """The table's limitations for a C plugin (none for Python plugins: they declare their own),
+    and those a served Python plugin declared, which travel in its probe details (:mod:`._via`)."""
     if record.kind != "c":
         return ()
-    found: list[Limitation] = []
+    found: list[Limitation] = [Limitation(x["description"], tuple(x["cases"]))
+                               for x in (record.details or {}).get("declared_limitations") or ()]
     for entry in table:
         if entry.applies(record):
             found.extend(entry.limitations)

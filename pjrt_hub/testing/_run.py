@@ -56,8 +56,9 @@ def _case_label(nodeid: str) -> str:
 def run_conformance(plugins: Sequence[str], *, framework: str | None = None, strict: bool = False,
                     cases: Sequence[str] = (), timeout_scale: float = 1.0, junit: str | None = None,
                     show_output: bool = False, extra_args: Sequence[str] = (),
-                    progress: Progress | None = None) -> ConformanceReport:
-    """Run the conformance suite on ``plugins`` and return the report.
+                    progress: Progress | None = None, via: str | None = None) -> ConformanceReport:
+    """Run the conformance suite on ``plugins`` and return the report (``via``: through a
+    transport, see :mod:`._via`).
 
     ``show_output`` lets pytest print to this process's stdout (otherwise its output is kept and
     only shown in the error of a run that could not start). ``progress`` hears of every case.
@@ -79,6 +80,8 @@ def run_conformance(plugins: Sequence[str], *, framework: str | None = None, str
             args += ["--pjrt-framework-version", str(framework)]
         if strict:
             args.append("--pjrt-strict")
+        if via:
+            args += ["--pjrt-via", via]
         if junit:
             args += ["--junitxml", str(Path(junit).resolve())]
         args += list(extra_args)

@@ -119,12 +119,23 @@ class ConformanceSession:
         self.timeout_scale: float = config.getoption("pjrt_timeout_scale")
         self.report_path: str | None = config.getoption("pjrt_report")
         self.only: bool = config.getoption("pjrt_only")
+        self.via: str | None = config.getoption("pjrt_via", default=None)
+        from pjrt_hub.abi import NotFound, PjrtHubError
+
         try:
-            self.registry, names = make_registry(self.requested, framework=config.getoption("pjrt_framework_version"),
-                                                 strict=config.getoption("pjrt_strict"))
-        except ValueError as exc:
-            raise pytest.UsageError(f"--pjrt-framework-version: {exc}") from None
-        from pjrt_hub.abi import NotFound
+            if self.via:
+                from ._via import served_registry
+
+                self.registry, names = served_registry(self.requested, via=self.via,
+                                                       framework=config.getoption("pjrt_framework_version"),
+                                                       strict=config.getoption("pjrt_strict"))
+            else:
+                self.registry, names = make_registry(self.requested,
+                                                     framework=config.getoption("pjrt_framework_version"),
+                                                     strict=config.getoption("pjrt_strict"))
+        except (PjrtHubError, ValueError) as exc:
+            option = f"--pjrt-via {self.via}" if self.via else "--pjrt-framework-version"
+            raise pytest.UsageError(f"{option}: {exc}") from None
 
         self.contexts: list[PluginUnderTest] = []
         for asked, name in zip(self.requested, names):
@@ -133,7 +144,8 @@ class ConformanceSession:
             except NotFound as exc:
                 raise pytest.UsageError(f"--pjrt-plugin {asked}: {exc.message}") from None
         # C plugins run in worker processes (a crash fails one case), unless asked otherwise.
-        isolate = not config.getoption("pjrt_in_process") and isolation_available()
+        # A served struct lives in this process (and JAX holds it): its cases run here.
+        isolate = not config.getoption("pjrt_in_process") and isolation_available() and not self.via
         self.workers: dict[str, CaseWorker] = {}
         for asked, ctx in zip(self.requested, self.contexts):
             if isolate and ctx.kind == "c" and ctx.name not in self.workers:

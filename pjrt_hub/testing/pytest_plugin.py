@@ -30,6 +30,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--pjrt-in-process", action="store_true", default=False,
                     help="run the cases of C plugins in this process rather than in a worker process "
                          "(a crash of the plugin then ends the run; for debuggers)")
+    group.addoption("--pjrt-via", default=None, choices=("c_api", "jax"),
+                    help="run the suite on each named Python plugin served as a PJRT_Api struct and consumed "
+                         "back through the C bridge (c_api), with the struct registered with JAX and the jax "
+                         "cases added (jax); the plugin is reported as NAME@VIA")
     group.addoption("--pjrt-only", action="store_true", default=False,
                     help="run only the conformance cases; deselect the other collected tests")
 

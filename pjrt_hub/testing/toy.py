@@ -813,6 +813,8 @@ class ToyClient(Client):
                                 semantics: HostBufferSemantics = HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL,
                                 element_type: BufferType | None = None) -> HostTransfer:
         array = np.asarray(array)
+        if not array.dtype.isnative:
+            array = array.astype(array.dtype.newbyteorder("="))
         kind = from_numpy_dtype(array.dtype) if element_type is None else BufferType(element_type)
         dtype = to_numpy_dtype(kind)
         if dtype.itemsize != array.dtype.itemsize:

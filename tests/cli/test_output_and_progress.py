@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from pjrt_hub import _run
-from pjrt_hub.cli import ExitCode, _Progress, main
+from pjrt_hub._progress import Progress
+from pjrt_hub.cli import ExitCode, main
 
 ADD = """func.func public @main(%arg0: tensor<4xf32>, %arg1: tensor<4xf32>) -> tensor<4xf32> {
   %0 = stablehlo.add %arg0, %arg1 : tensor<4xf32>
@@ -88,15 +89,16 @@ class _Terminal(io.StringIO):
 
 def test_progress_only_on_a_terminal_and_never_in_json():
     terminal, pipe = _Terminal(), io.StringIO()
-    shown = _Progress(True, terminal)
+    shown = Progress(stream=terminal)
     shown.update(3, 10, "numba_cpu: execute/add")
     shown.clear()
     assert "[3/10] numba_cpu: execute/add" in terminal.getvalue()
-    assert terminal.getvalue().endswith("\r\x1b[K")  # the line is gone once the work is done
-    quiet = _Progress(True, pipe)
+    assert terminal.getvalue().endswith("\r\x1b[2K")  # the line is gone once the work is done
+    quiet = Progress(stream=pipe)
     quiet.update(3, 10, "x")
     quiet.clear()
-    json_mode = _Progress(False, _Terminal())
+    json_mode = Progress.for_command("", json_output=True)
+    json_mode.stream = _Terminal()
     json_mode.update(3, 10, "x")
     assert pipe.getvalue() == "" and not json_mode.enabled and json_mode.stream.getvalue() == ""
 

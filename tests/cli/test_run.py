@@ -116,3 +116,94 @@ def test_pjrt_device_picks_the_default_plugin(tmp_path, program, capsys, monkeyp
     src = inputs(tmp_path, in0=np.ones(4, np.float32), in1=np.ones(4, np.int32))
     code, stdout, _ = run(capsys, program, "--inputs", src, "--json")
     assert code == 0 and json.loads(stdout)["plugin"] == "reference"
+
+
+# -- every shape and the element types an .npz cannot name ----------------------------------------
+
+EDGES = """func.func @main(%x: tensor<f32>, %y: tensor<3xf32>, %z: tensor<0x3xf32>, %b: tensor<2xbf16>,
+                 %w: tensor<1x1x2xi8>) -> (tensor<3xf32>, tensor<0x3xf32>, tensor<2xbf16>, tensor<f32>, tensor<2x1xi8>) {
+  %0 = stablehlo.broadcast_in_dim %x, dims = [] : (tensor<f32>) -> tensor<3xf32>
+  %1 = stablehlo.multiply %0, %y : tensor<3xf32>
+  %2 = stablehlo.add %z, %z : tensor<0x3xf32>
+  %3 = stablehlo.multiply %b, %b : tensor<2xbf16>
+  %4 = stablehlo.add %x, %x : tensor<f32>
+  %5 = stablehlo.reshape %w : (tensor<1x1x2xi8>) -> tensor<2x1xi8>
+  return %1, %2, %3, %4, %5 : tensor<3xf32>, tensor<0x3xf32>, tensor<2xbf16>, tensor<f32>, tensor<2x1xi8>
+}
+"""
+
+
+@pytest.mark.parametrize("plugin", ["reference", "numba_cpu"])
+@pytest.mark.parametrize("bf16_as", ["bits", "ml_dtypes"])
+def test_scalar_zero_size_and_bf16_arguments(tmp_path, capsys, plugin, bf16_as):
+    import ml_dtypes
+
+    program = tmp_path / "edges.mlir"
+    program.write_text(EDGES)
+    bf16 = np.array([1.5, -3], ml_dtypes.bfloat16)
+    out = tmp_path / "out.npz"
+    if bf16_as == "bits":
+        # An .npz cannot name bfloat16: its bits come as uint16; big-endian data is fine too.
+        src = inputs(tmp_path, in0=np.float32(2.0), in1=np.array([1, 2, 3], ">f4"),
+                     in2=np.zeros((0, 3), np.float32), in3=bf16.view(np.uint16), in4=np.array([[[7, -8]]], np.int8))
+        code, stdout, err = run(capsys, program, "--plugin", plugin, "--inputs", src, "--out", out)
+        assert code == ExitCode.OK, err
+        assert "out2: bfloat16[2]" in stdout and "out3: float32[]" in stdout and "out1: float32[0,3]" in stdout
+        assert "(out2 as uint16 bits)" in stdout
+        with np.load(out) as data:
+            got = {k: data[k] for k in data.files}
+    else:
+        from pjrt_hub import PluginRegistry
+        from pjrt_hub._run import check_inputs, main_signature, run_program
+
+        # In memory: ml_dtypes arrays, a numpy scalar, a negatively strided and a sliced view.
+        arrays = [np.float32(2.0), np.array([3, 2, 1], np.float32)[::-1], np.zeros((0, 3), np.float32), bf16,
+                  np.array([[[7, 0, -8]]], np.int8)[..., ::2]]
+        arrays = check_inputs(main_signature(EDGES), arrays)
+        result = run_program(PluginRegistry().create_client(plugin), EDGES, arrays)
+        got = {f"out{i}": a for i, a in enumerate(result.outputs)}
+        assert got["out2"].dtype == ml_dtypes.bfloat16
+        got["out2"] = got["out2"].view(np.uint16)
+    np.testing.assert_array_equal(got["out0"], np.array([2, 4, 6], np.float32))
+    assert got["out1"].shape == (0, 3) and got["out1"].dtype == np.float32
+    assert got["out2"].dtype == np.uint16
+    np.testing.assert_array_equal(got["out2"].view(ml_dtypes.bfloat16), (bf16 * bf16).astype(ml_dtypes.bfloat16))
+    assert got["out3"].shape == () and got["out3"] == 4.0
+    np.testing.assert_array_equal(got["out4"], np.array([[7], [-8]], np.int8))
+
+
+def test_an_output_file_feeds_back_as_an_input_file(tmp_path, capsys):
+    import ml_dtypes
+
+    program = tmp_path / "square.mlir"
+    program.write_text("""func.func @main(%b: tensor<2xbf16>) -> tensor<2xbf16> {
+  %0 = stablehlo.multiply %b, %b : tensor<2xbf16>
+  return %0 : tensor<2xbf16>
+}""")
+    src = inputs(tmp_path, in0=np.array([1.5, 3], ml_dtypes.bfloat16).view(np.uint16))
+    first, second = tmp_path / "first.npz", tmp_path / "second.npz"
+    assert run(capsys, program, "--plugin", "reference", "--inputs", src, "--out", first)[0] == 0
+    with np.load(first) as data:
+        np.savez(tmp_path / "again.npz", in0=data["out0"])
+    assert run(capsys, program, "--plugin", "reference", "--inputs", tmp_path / "again.npz", "--out", second)[0] == 0
+    with np.load(second) as data:
+        np.testing.assert_array_equal(data["out0"].view(ml_dtypes.bfloat16), np.array([5.0625, 81], ml_dtypes.bfloat16))
+
+
+def test_bf16_given_as_bits_of_the_wrong_width_is_refused(tmp_path, capsys):
+    program = tmp_path / "edges.mlir"
+    program.write_text(EDGES)
+    src = inputs(tmp_path, in0=np.float32(2.0), in1=np.ones(3, np.float32), in2=np.zeros((0, 3), np.float32),
+                 in3=np.ones(2, np.uint8), in4=np.ones((1, 1, 2), np.int8))
+    code, _, err = run(capsys, program, "--plugin", "reference", "--inputs", src)
+    assert code == ExitCode.BAD_INPUT
+    assert "input in3: @main expects bfloat16[2], got uint8[2] (an .npz carries bfloat16 as its bits: give uint16)" in err
+
+
+def test_a_scalar_is_not_a_one_element_vector(tmp_path, capsys):
+    program = tmp_path / "edges.mlir"
+    program.write_text(EDGES)
+    src = inputs(tmp_path, in0=np.ones(1, np.float32), in1=np.ones(3, np.float32), in2=np.zeros((0, 3), np.float32),
+                 in3=np.ones(2, np.uint16), in4=np.ones((1, 1, 2), np.int8))
+    code, _, err = run(capsys, program, "--plugin", "reference", "--inputs", src)
+    assert code == ExitCode.BAD_INPUT and "input in0: @main expects float32[], got float32[1]" in err

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import textwrap
 
-from pjrt_hub.compat_matrix import CellStatus, FixturePlugin, run_environment
+import pytest
+
+from pjrt_hub.compat_matrix import CellCache, CellResult, CellStatus, FixturePlugin, cache_key, run_environment
 
 TOY = FixturePlugin("toy_0_81", "0.81", None, "at 0.81")
 NEWER = FixturePlugin("toy_0_106", "0.106", None, "at 0.106, no backward policy")
@@ -82,6 +84,20 @@ def test_a_crashing_plugin_becomes_a_red_cell_and_the_run_goes_on(tmp_path):
     assert crashed.status is CellStatus.ERROR
     assert "crashed (SIGSEGV) before it reported" in crashed.error
     assert run.report.cell("toy_0_81", "0.105").status is CellStatus.PASSED
+    # A red cell says nothing certain about the plugin (the harness or the machine may be at
+    # fault): it is not cached, the next run tries it again, while the passed cell comes from the cache.
+    again = run_environment(tmp_path / "out", frameworks=["0.105"], fixtures=[CRASHING, TOY],
+                            include_installed=False, cases=("client/platform_name",), cell_timeout=120)
+    assert (again.cells_run, again.cells_cached) == (1, 1)
+    assert again.report.cell("crashing", "0.105").status is CellStatus.ERROR
+
+
+def test_a_plugin_asked_for_but_absent_is_a_row_of_error_cells(tmp_path):
+    run = run_environment(tmp_path / "out", frameworks=["0.81", "0.95"], fixtures=[TOY], include_installed=False,
+                          plugins=["toy_0_81", "nosuch"], cases=("client/platform_name",), cell_timeout=120)
+    assert [p.name for p in run.report.plugins] == ["toy_0_81", "nosuch"]
+    missing = run.report.cell("nosuch", "0.95")
+    assert missing.status is CellStatus.ERROR and missing.error == "no plugin named 'nosuch' in environment local"
 
 
 def test_a_hanging_plugin_becomes_a_red_cell_with_its_time_out(tmp_path):
@@ -90,3 +106,26 @@ def test_a_hanging_plugin_becomes_a_red_cell_with_its_time_out(tmp_path):
     hung = run.report.cell("hanging", "0.105")
     assert hung.status is CellStatus.ERROR
     assert hung.error == "timed out after 3 s: the plugin hung (the cell's process was killed)"
+
+
+@pytest.mark.parametrize("status, kept", [(CellStatus.PASSED, True), (CellStatus.REFUSED, True),
+                                          (CellStatus.FAILED, False), (CellStatus.ERROR, False)])
+def test_only_green_cells_are_kept_and_served(tmp_path, status, kept):
+    cache = CellCache(tmp_path)
+    result = CellResult(plugin="p", environment="local", framework_version="0.81", status=status, key="k1")
+    cache.put(result)
+    assert (cache.get("k1") == result) is kept
+    # A red cell written by an older pjrt-hub is not served either.
+    (tmp_path / "cells").mkdir(exist_ok=True)
+    (tmp_path / "cells" / "k2.json").write_text(result.model_copy(update={"key": "k2"}).model_dump_json())
+    assert (cache.get("k2") is not None) is kept
+    assert not list((tmp_path / "cells").glob("*.tmp"))
+
+
+def test_plugins_of_one_distribution_have_their_own_keys():
+    # numba_cpu and reference are both pjrt-hub's: one identity, two plugins, two verdicts.
+    facts = {"python": "3.11.7", "numba": "0.68.1", "numpy": "2.4.6"}
+    numba = cache_key("numba_cpu", "pjrt-hub 0.1.0 src:abc", "0.81", "suite", facts)
+    assert numba != cache_key("reference", "pjrt-hub 0.1.0 src:abc", "0.81", "suite", facts)
+    assert numba == cache_key("NUMBA_CPU", "pjrt-hub 0.1.0 src:abc", "0.81", "suite", facts)
+    assert numba != cache_key("numba_cpu", "pjrt-hub 0.1.0 src:abd", "0.81", "suite", facts)

@@ -1,15 +1,13 @@
-"""``pjrt-hub matrix``: the default environment without tox, the schema, the tox environments."""
+"""``pjrt-hub matrix``: the default environment without tox, a relative output, the schema, progress."""
 
 from __future__ import annotations
 
-import configparser
+import io
 import json
-from pathlib import Path
 
+from pjrt_hub._progress import Progress
 from pjrt_hub.cli import ExitCode, main
-from pjrt_hub.compat_matrix import DEFAULT_TOX_ENVS, MatrixReport
-
-ROOT = Path(__file__).resolve().parents[2]
+from pjrt_hub.compat_matrix import CellStatus, MatrixReport
 
 
 def test_no_tox_runs_the_cells_here_and_writes_the_three_outputs(tmp_path, capsys):
@@ -19,7 +17,7 @@ def test_no_tox_runs_the_cells_here_and_writes_the_three_outputs(tmp_path, capsy
     assert main(args) == ExitCode.OK
     text = capsys.readouterr().out
     assert "cells: 1 passed, 0 failed, 1 refused, 0 error" in text
-    assert "2 cells run, 0 from the cache" in text
+    assert "1 job, 2 cells run, 0 from the cache" in text
     report = MatrixReport.model_validate_json((out / "matrix.json").read_text())
     assert report.cell("toy_0_115_back_0_95", "0.81").rule == "backward-policy"
     assert "framework 0.81" in (out / "matrix.md").read_text()
@@ -34,14 +32,45 @@ def test_the_schema_is_published(capsys):
     assert schema["title"] == "MatrixReport" and "CellResult" in schema["$defs"]
 
 
-def test_tox_defines_the_matrix_environments_with_partial_reports():
-    parser = configparser.ConfigParser(interpolation=None)
-    parser.read(ROOT / "tox.ini")
-    sections = " ".join(parser.sections())
-    assert "testenv:matrix-py{311,312,313}-numba{min,latest}" in sections
-    assert "testenv:matrix-py311-cplugins" in sections
-    for name in parser.sections():
-        if name.startswith("testenv:matrix"):
-            assert "--partial" in parser[name]["commands"] and "--no-tox" in parser[name]["commands"]
-    for env in DEFAULT_TOX_ENVS:
-        assert env.startswith("matrix-py")
+def test_a_relative_output_works_and_nothing_red_is_served_from_the_cache(tmp_path, monkeypatch, capsys):
+    # The README's line: the default output is ./matrix, relative; the cells run in other folders.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PJRT_HUB_CACHE", raising=False)
+    args = ["matrix", "--no-tox", "--plugin", "toy_0_81", "--plugin", "toy_0_95_back_0_81",
+            "--framework-version", "0.81", "--case", "client/platform_name"]
+    assert main(args) == ExitCode.OK
+    report = MatrixReport.model_validate_json((tmp_path / "matrix" / "matrix.json").read_text())
+    assert [c.status for c in report.cells] == [CellStatus.PASSED, CellStatus.PASSED]
+    assert (tmp_path / "matrix" / "plan.json").exists() and (tmp_path / "matrix" / "cells" / "local.json").exists()
+    assert not list((tmp_path / "matrix").glob("fixture-site*"))  # fixtures live in a private temp folder
+    assert capsys.readouterr().err == ""  # not a terminal: no progress line
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_shows_on_a_terminal_only():
+    terminal = _Terminal()
+    progress = Progress("cells", stream=terminal)
+    progress.update(0, 3, "numba_cpu at 0.81")
+    progress.update(2, 3, "reference at 0.106")
+    progress.close()
+    text = terminal.getvalue()
+    assert "[0/3] cells numba_cpu at 0.81 (" in text and "[2/3] cells reference at 0.106 (" in text
+    assert text.endswith("\r\x1b[2K")  # the line is cleared before the report is printed
+    pipe = io.StringIO()
+    Progress("cells", stream=pipe).update(1, 3, "x")
+    assert pipe.getvalue() == ""
+    assert not Progress.for_command("cells", json_output=True).enabled
+
+
+def test_without_tox_the_tox_matrix_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    import pjrt_hub.compat_matrix as cm
+
+    monkeypatch.setattr(cm, "tox_command", lambda: None)
+    assert main(["matrix", "--output", str(tmp_path / "m")]) == ExitCode.FAILURE
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("pjrt-hub matrix: tox is not installed: pip install 'pjrt-hub[test]'")
+    assert not (tmp_path / "m").exists()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pjrt_hub.compat_matrix import (CaseBrief, CellResult, CellStatus, EnvironmentInfo, MatrixReport, PluginInfo,
-                                    merge, render_html, render_markdown, write_outputs)
+from pjrt_hub.compat_matrix import (CaseBrief, CellResult, CellStatus, EnvironmentInfo, JobInfo, MatrixReport,
+                                    PluginInfo, merge, render_html, render_markdown, write_outputs)
 from pjrt_hub.testing import Counts
 
 
@@ -43,14 +43,37 @@ def test_html_is_self_contained_colour_coded_with_details():
     text = render_html(report())
     assert text.startswith("<!DOCTYPE html>") and "<style>" in text and "<script>" in text
     assert "http://" not in text and "https://" not in text and "<link" not in text and "src=" not in text
-    assert text.count('<td class="passed"') == 1 and text.count('<td class="refused"') == 1
-    assert text.count('<td class="failed"') == 1 and text.count('<td class="error"') == 1
-    assert "<details><summary>details</summary>" in text
-    assert "buffers/is_deleted: false after delete &lt;script&gt;" in text  # escaped
+    assert "@import" not in text and "url(" not in text
+    assert text.count('<td class="cell passed"') == 1 and text.count('<td class="cell refused"') == 1
+    assert text.count('<td class="cell failed"') == 1 and text.count('<td class="cell error"') == 1
+    # Each colour is defined in the page; the legend names every status with its meaning.
+    for status in CellStatus:
+        assert f"td.{status.value}, span.{status.value} {{ background: #" in text
+        assert f'<span class="swatch {status.value}">' in text
+    # A red cell opens to its failed cases and their messages (escaped).
+    assert "<details><summary>1 failed case</summary><ul><li><b>failed</b>" in text
+    assert "buffers/is_deleted: false after delete &lt;script&gt;" in text
+    assert "<details><summary>why: error</summary>" in text
     assert "bad&lt;b&gt;" in text and "bad<b>" not in text
     assert "100 passed, 0 failed, 2 xfailed, 3 skipped" in text
     assert "execute/corpus_x: unsupported op" in text
-    assert 'class="has-red"' in text  # the failing plugin's row, for the red-only filter
+    assert 'class="row has-red"' in text  # the failing plugin's row, for the red-only filter
+    assert "local (Python 3.11.7, numba 0.68.1): ran" in text
+
+
+def test_html_shows_the_jobs_with_the_versions_they_ran_on():
+    job_facts = EnvironmentInfo(name="local", python="3.12.1", numba="0.61.0", numpy="2.1.0", pjrt_hub="0.1.0",
+                                platform="Linux 6.1 x86_64, CPython", packages={"scipy": "1.14.0"}, status="ran")
+    with_jobs = report().model_copy(update={"plan_id": "feedbeef", "jobs": [
+        JobInfo(id="local.fixtures", environment="local", status="ran", duration_s=12.25, facts=job_facts),
+        JobInfo(id="local.numba_cpu", environment="local", status="missing", error="no result: it did not report")]})
+    text = render_html(with_jobs)
+    assert "Jobs of plan feedbeef" in text
+    assert "<td>12.2 s</td><td>3.12.1</td><td>0.61.0</td><td>2.1.0</td><td>0.1.0</td>" in text
+    assert "Linux 6.1 x86_64, CPython" in text and "scipy 1.14.0" in text
+    assert '<td class="missing">missing<br><small>no result: it did not report</small>' in text
+    md = render_markdown(with_jobs)
+    assert "| local.fixtures | local | ran | 12.2 s | Python 3.12.1, numba 0.61.0, numpy 2.1.0, pjrt-hub 0.1.0" in md
 
 
 def test_merge_joins_environments_and_notes_the_missing_ones(tmp_path):
@@ -63,3 +86,15 @@ def test_merge_joins_environments_and_notes_the_missing_ones(tmp_path):
     assert "| good | py312 | 0.81 |" in md and "- py313: missing (no interpreter)" in md
     assert MatrixReport.model_validate_json((tmp_path / "matrix.json").read_text()) == merged
     assert set(paths) == {"json", "md", "html"}
+
+
+def test_html_lists_a_shared_limitation_or_skip_reason_once():
+    shared = [CaseBrief(id=f"execute/corpus_{n}", message=f"limitation: toy ops only (op {n})",
+                        limitation="toy ops only") for n in ("a", "b", "c")]
+    skips = [CaseBrief(id=f"abi/{n}", message="a check for c plugins") for n in ("x", "y")]
+    base = report()
+    cell = base.cells[0].model_copy(update={"xfailed": shared, "skipped": skips})
+    text = render_html(base.model_copy(update={"cells": [cell, *base.cells[1:]]}))
+    assert "<li>toy ops only: execute/corpus_a, execute/corpus_b, execute/corpus_c</li>" in text
+    assert "<li>a check for c plugins: abi/x, abi/y</li>" in text
+    assert "(op a)" not in text  # each case's own message stays in matrix.json

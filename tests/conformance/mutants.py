@@ -264,7 +264,7 @@ NUMERICS = [
 
 def _reference_numpy_maximum() -> Any:
     elementwise = importlib.import_module("pjrt_hub.backends.reference.elementwise")
-    return reference((elementwise, "_FLOAT_MAXIMUM", np.maximum), (elementwise, "_FLOAT_MINIMUM", np.minimum))
+    return reference((elementwise, "ieee_maximum", np.maximum), (elementwise, "ieee_minimum", np.minimum))
 
 
 NUMERICS.append(Mutant("reference_extremes_ignore_signed_zero", "numerics", "the reference interpreter's maximum "

@@ -107,3 +107,11 @@ def test_the_whole_suite_on_the_cpu_plugins(requirement, api_version, xfailed):
     for group in ("numerics", "events", "lifetime", "concurrency"):
         ran = [c for c in plugin.cases if c.group == group]
         assert ran and all(c.outcome.value in ("passed", "skipped") or c.id in failed for c in ran), group
+
+
+def test_host_arrays_of_every_shape_and_scalar_arguments_on_xla_cpu_0_81():
+    """0-d, zero-size, strided, big-endian (the bridge refused '>f4') and unaligned arrays."""
+    report = run_conformance([real_plugin(DEFAULT_PLUGIN)],
+                             cases=["transfers/strided_host_arrays", "execute/scalar_and_empty_arrays"])
+    assert report.ok, outcomes(report)
+    assert set(outcomes(report).values()) == {("passed", None)}

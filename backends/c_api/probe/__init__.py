@@ -37,16 +37,16 @@ Fields (all but ``path``, ``name`` and ``outcome`` may be None when the probe st
 from __future__ import annotations
 
 import argparse
-import ctypes
 import importlib.util
 import json
 import os
 import sys
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from .. import _child
+# ctypes and the child runner are imported where they are used: the host imports this module for
+# ProbeReport alone when a probe comes from the cache (pjrt-hub list), and pays only for that.
 
 __all__ = ["ExtensionReport", "Outcome", "ProbeReport", "probe", "resolve_library"]
 
@@ -54,6 +54,9 @@ Outcome = Literal["ok", "load_failed", "no_symbol", "crashed", "aborted", "timed
 
 
 class ExtensionReport(BaseModel):
+    # Validators are built on first use: pjrt-hub list imports this module on every run.
+    model_config = ConfigDict(defer_build=True)
+
     type: int
     name: str
     struct_size: int | None = None
@@ -61,6 +64,8 @@ class ExtensionReport(BaseModel):
 
 class ProbeReport(BaseModel):
     """What the probe learned about one plugin library (see the module docstring for each field)."""
+
+    model_config = ConfigDict(defer_build=True)
 
     path: str = Field(description="the plugin library probed (absolute path)")
     name: str = Field(description="plugin name from the file name (libtt.so -> tt)")
@@ -158,6 +163,8 @@ def resolve_library(path_or_name: str) -> str:
 
 def _probe_here(path: str, *, initialize: bool, emit: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     """Run every stage in this process; ``emit`` gets a snapshot before each risky step."""
+    import ctypes
+
     from pjrt_hub.abi import PluginValidationError, history
 
     from ..elf import NotElfError, read_elf
@@ -289,6 +296,8 @@ def _main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as exc:
         print(json.dumps({"error": str(exc)}) if ns.json or ns.progress else str(exc))
         return 2
+
+    from .. import _child
 
     def emit(snapshot: dict[str, Any]) -> None:
         if ns.progress:

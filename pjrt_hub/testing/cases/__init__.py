@@ -15,6 +15,7 @@ from . import (  # noqa: F401 - imported for registration
     lifetime,
     numerics,
     plugin,
+    through_jax,
     topology,
     version,
 )

@@ -371,21 +371,29 @@ def _strided_variants() -> list[tuple[str, np.ndarray]]:
         ("transposed u8[6,5]", small.T),
         ("columns reversed u8[5,6]", small[:, ::-1]),
         ("a 0-d f32", np.array(3.25, np.float32)),
+        ("a numpy scalar f32", np.float32(-1.5)),
         ("an empty f32[0,3]", np.zeros((6, 3), np.float32)[6:]),
+        ("an empty s32[0]", np.zeros((0,), np.int32)),
+        ("size-1 dims f32[1,3,1]", np.arange(3, dtype=np.float32).reshape(1, 3, 1)),
+        ("big-endian f32[2,3]", np.arange(6, dtype=">f4").reshape(2, 3)),
+        ("big-endian s64[2]", np.array([-(2 ** 40), 7], ">i8")),
+        ("unaligned f32[5]", np.frombuffer(b"\0" + np.arange(5, dtype=np.float32).tobytes(), np.float32, 5, offset=1)),
     ]
 
 
 @case("transfers")
 def strided_host_arrays(ctx: PluginUnderTest) -> None:
     """Host arrays with any strides (transposed, sliced with steps, negative steps, broadcast,
-    permuted, 0-d, empty) arrive in logical order: the buffer holds what the array shows."""
+    permuted), of any shape (0-d, a numpy scalar, empty, size-1 dims), big-endian or unaligned,
+    arrive in logical order: the buffer holds what the array shows, in native byte order."""
     for label, host in _strided_variants():
         buffer = ctx.put(host)
         dims = tuple(buffer.dimensions())
         check(dims == host.shape, f"{label}: the buffer has dimensions {list(dims)}, the array {list(host.shape)}")
         back = ctx.fetch(buffer)
         expected = np.array(host, order="C", copy=True)  # np.ascontiguousarray makes a 0-d array 1-d
-        check(back.shape == expected.shape and np.array_equal(back, expected),
+        check(back.shape == expected.shape and back.dtype == expected.dtype.newbyteorder("=")
+              and np.array_equal(back, expected),
               lambda: f"{label} (strides {host.strides}) arrived as {back.tolist()}, expected {expected.tolist()}: "
                       "PJRT_Client_BufferFromHostBuffer reads the host array in its logical order, whatever its "
                       "strides (byte_strides), not in the order of its memory")

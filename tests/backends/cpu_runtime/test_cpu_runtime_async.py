@@ -425,3 +425,39 @@ def test_zero_copy_host_array_is_released_only_after_dlpack_consumers(client):
     assert not transfer.done_with_host_buffer.is_ready()
     del consumer
     assert transfer.done_with_host_buffer.is_ready()
+
+
+def test_a_host_copy_of_a_buffer_another_thread_donates_is_whole_or_refused(client):
+    """The copy holds the storage: never half the old values and half the new (6 of 60 rounds
+    were, when the copy read the array while the donating execution overwrote it in place)."""
+    import threading
+
+    n = 1 << 21
+    donating = client.compile(Program(add_module(str(n), alias=True)))
+    ones = put_on(client, np.ones(n, np.float32))
+    outcomes = {"old": 0, "donated": 0}
+    for _ in range(30):
+        a = put_on(client, np.zeros(n, np.float32))
+        start = threading.Barrier(2)
+
+        def donate():
+            start.wait()
+            result = donating.execute([[a, ones]])
+            for event in result.device_complete_events:
+                event.await_(timeout=30)
+
+        thread = threading.Thread(target=donate)
+        thread.start()
+        start.wait()
+        try:
+            copy = a.to_host_buffer()
+            copy.event.await_(timeout=30)
+        except FailedPrecondition as exc:
+            assert "donated" in str(exc)
+            outcomes["donated"] += 1
+        else:
+            values = np.unique(copy.array)
+            assert values.tolist() == [0.0], f"a host copy mixed old and new values: {values[:4]}"
+            outcomes["old"] += 1
+        thread.join()
+    assert sum(outcomes.values()) == 30

@@ -268,3 +268,43 @@ def test_repr_says_the_state(put):
     assert repr(buffer) == "<CpuBuffer f32[2] buffer on cpu:0>"
     buffer.delete()
     assert repr(buffer) == "<CpuBuffer f32[2] buffer on cpu:0 (deleted)>"
+
+
+def test_a_host_copy_that_does_not_fit_in_memory_is_resource_exhausted(tmp_path):
+    """Not numpy's MemoryError: PJRT's RESOURCE_EXHAUSTED, naming the buffer. The process's
+    address space is capped so that the buffer fits once but not twice."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import resource
+        import numpy as np
+        from pjrt_hub.abi import ResourceExhausted
+        from pjrt_hub.backends.cpu_runtime import CpuApi
+        from pjrt_hub.backends.reference.compiler import ReferenceCompiler
+
+        client = CpuApi(ReferenceCompiler()).client_create({"num_devices": 1})
+        n = 64 << 20  # 256 MB of float32
+        buffer = client.buffer_from_host_buffer(np.ones(n, np.float32)).buffer
+        with open("/proc/self/status") as fh:
+            vm = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:"))
+        resource.setrlimit(resource.RLIMIT_AS, (vm + (64 << 20), vm + (64 << 20)))
+        for action in ("to_host", "from_host"):
+            try:
+                if action == "to_host":
+                    buffer.to_host_buffer()
+                else:
+                    client.buffer_from_host_buffer(np.broadcast_to(np.float32(1), (n,)))
+            except ResourceExhausted as exc:
+                print(action, "ResourceExhausted:", exc)
+            except MemoryError:
+                print(action, "MemoryError")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("to_host ResourceExhausted: RESOURCE_EXHAUSTED: PJRT_Buffer_ToHostBuffer: "
+                               "cannot allocate 268435456 bytes of host memory for a copy of the f32[67108864] buffer"), lines
+    assert lines[1].startswith("from_host ResourceExhausted: RESOURCE_EXHAUSTED: PJRT_Client_BufferFromHostBuffer: "
+                               "cannot allocate"), lines

@@ -139,3 +139,28 @@ def test_view_rejects_what_it_cannot_wrap(client):
 
     with pytest.raises(InvalidArgument, match="cannot view the NotOnCpu"):
         client.create_view_of_device_buffer(NotOnCpu())
+
+
+@pytest.mark.parametrize("host", [
+    np.array(2.5, np.float32), np.zeros((0, 3), np.float32), np.zeros((0,), np.int32),
+    np.arange(3, dtype=np.int64).reshape(1, 3, 1), np.arange(12, dtype=np.float64).reshape(3, 4)[::-1, ::2],
+    np.arange(4, dtype=">i4"), np.array([1 + 2j], np.complex64), np.array([True, False]),
+], ids=["0-d", "zero-size", "zero-size-1d", "size-1-dims", "strided", "big-endian", "complex", "bool"])
+def test_every_shape_goes_out_through_dlpack(put, host):
+    buffer = put(host)
+    view = np.from_dlpack(buffer)
+    assert view.shape == host.shape and view.dtype == host.dtype.newbyteorder("=")
+    np.testing.assert_array_equal(view, host)
+    del view
+    buffer.delete()
+
+
+def test_a_type_numpys_dlpack_lacks_is_refused_with_a_clear_error(put):
+    import ml_dtypes
+
+    buffer = put(np.array([1.5, 2], ml_dtypes.bfloat16))
+    with pytest.raises(BufferError, match=r"bf16\[2\] buffer .* cannot be exported through DLPack: numpy's "
+                                          r"DLPack has no bfloat16 type; copy it with to_host_buffer\(\)"):
+        np.from_dlpack(buffer)
+    assert not buffer.is_deleted()
+    buffer.delete()  # no external reference was left behind

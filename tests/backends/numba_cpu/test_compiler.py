@@ -123,9 +123,11 @@ def test_parse_errors_and_bad_arguments(compiler):
 
 def test_second_compile_hits_the_disk_cache(tmp_path):
     first = NumbaCompiler(cache_dir=tmp_path)
-    first.compile(ADD)
+    held = first.compile(ADD)
     assert first.stats.misses == 1
-    assert first.compile(ADD) is first.compile(ADD) and first.stats.memory_hits == 2
+    # The memory cache serves a program while something holds it (it is weak, see
+    # test_a_dropped_program_unregisters_its_generated_module).
+    assert first.compile(ADD) is held and first.compile(ADD) is held and first.stats.memory_hits == 2
     # A new compiler (as in a new process) finds the program text in the index and the
     # machine code in numba's cache: no parse, no lowering, no numba compilation.
     second = NumbaCompiler(cache_dir=tmp_path)
@@ -255,3 +257,50 @@ def test_results_never_alias_inputs(compiler):
         assert not np.shares_memory(o, x) and o.tolist() == [1.0, 2.0, 3.0]
     assert not np.shares_memory(outs[1], outs[2])
     assert program.run([x, np.array(2, np.int32)])[0].tolist() == [4.0, 8.0, 12.0]
+
+
+def test_a_bool_constant_array_names_a_type_numpy_1_has(compiler):
+    # dtype("bool").name is "bool", which numpy < 2 has no attribute for: the generated module
+    # must say np.bool_ (numba 0.59 runs with numpy 1.26).
+    program = compiler.compile("""
+    func.func public @main(%a: tensor<4xi1>) -> tensor<4xi1> {
+      %c = stablehlo.constant dense<[true, false, true, true]> : tensor<4xi1>
+      %0 = stablehlo.and %a, %c : tensor<4xi1>
+      return %0 : tensor<4xi1>
+    }""")
+    assert "np.bool_)" in program.source and "np.bool)" not in program.source
+    (out,) = program.run([np.array([True, True, False, True])])
+    assert out.tolist() == [True, False, False, True]
+
+
+def test_a_dropped_program_unregisters_its_generated_module(compiler):
+    """Compiling distinct programs and dropping them frees them: the compiler's memory cache is
+    weak, and the generated module leaves sys.modules with its program (it stayed there for
+    good, 1.4 MB per distinct program)."""
+    import gc
+    import weakref
+
+    from pjrt_hub import PluginRegistry
+    from pjrt_hub._run import run_program
+
+    def negate(n: int) -> str:
+        return (f"func.func @main(%x: tensor<{n}xf32>) -> tensor<{n}xf32> {{\n"
+                f"  %0 = stablehlo.negate %x : tensor<{n}xf32>\n  return %0 : tensor<{n}xf32>\n}}")
+
+    names, refs = [], []
+    for n in (3, 5):
+        program = compiler.compile(negate(n))
+        names.append(f"pjrt_hub_numba_cache.p_{program.fingerprint}")
+        assert names[-1] in sys.modules
+        np.testing.assert_array_equal(program.run([np.ones(n, np.float32)])[0], -np.ones(n, np.float32))
+        refs.append(weakref.ref(program))
+        del program
+    # Through the plugin: compile, execute, delete, drop.
+    client = PluginRegistry().create_client("numba_cpu")
+    result = run_program(client, negate(7), [np.ones(7, np.float32)])
+    np.testing.assert_array_equal(result.outputs[0], -np.ones(7, np.float32))
+    gc.collect()
+    assert [r() for r in refs] == [None, None]
+    assert not [n for n in names if n in sys.modules]
+    assert not [m for m in sys.modules if m.startswith("pjrt_hub_numba_cache.")
+                and getattr(sys.modules[m], "META", {}).get("inputs") == [((7,), "float32")]]

@@ -131,6 +131,47 @@ def test_pow_accuracy_and_ieee_special_cases():
     assert not np.signbit(vm.pow_f32(np.float32(-0.0), np.float32(2.0)))
 
 
+@numba.njit(error_model="numpy")
+def _apply_erf(x, out):
+    for i in range(x.size):
+        out[0, i] = vm.erf_f32(x[i])
+        out[1, i] = vm.erfc_f32(x[i])
+
+
+def test_erf_and_erfc_accuracy_over_float32_range():
+    special = pytest.importorskip("scipy.special")
+    x = sample_f32(300_000)
+    x = np.concatenate([x, np.linspace(-12, 12, 200_001, dtype=np.float32), np.float32([1.0, -1.0, 10.05, 10.06])])
+    out = np.empty((2, x.size), np.float32)
+    _apply_erf(x, out)
+    with np.errstate(all="ignore"):
+        for row, name, ref in ((0, "erf", special.erf), (1, "erfc", special.erfc)):
+            expected = ref(x.astype(np.float64))
+            err = ulp_error(out[row], expected)
+            worst = int(np.argmax(err))
+            assert err[worst] <= 1.0, f"{name}({x[worst]!r}) = {out[row][worst]!r}, expected {expected[worst]!r}"
+    assert out[0][np.isinf(x) & (x > 0)].tolist() == [1.0] and out[0][np.isinf(x) & (x < 0)].tolist() == [-1.0]
+    assert out[1][np.isinf(x) & (x > 0)].tolist() == [0.0] and out[1][np.isinf(x) & (x < 0)].tolist() == [2.0]
+    assert np.isnan(out[:, np.isnan(x)]).all()
+    # erfc's tail reaches the float32 denormals rather than stopping at the normal range.
+    assert 0.0 < vm.erfc_f32(np.float32(10.0)) < 1.2e-38
+
+
+def test_erf_erfc_loop_is_vectorised():
+    """The point of the polynomial forms: a loop over them compiles to SIMD code, where libm's
+    erf kept the whole fused loop scalar."""
+
+    @numba.njit(error_model="numpy")
+    def loop(x, out):
+        for i in range(x.size):
+            out[i] = vm.erfc_f32(x[i]) + vm.erf_f32(x[i])
+
+    x = np.linspace(-3, 3, 64, dtype=np.float32)
+    loop(x, np.empty_like(x))
+    llvm = next(iter(loop.inspect_llvm().values()))
+    assert "x double>" in llvm and "@erf" not in llvm
+
+
 def test_erf_inv_inverts_erf():
     xs = np.linspace(-0.999999, 0.999999, 2001)
     for x in xs:
@@ -218,3 +259,42 @@ def test_total_order_comparison():
     out = np.empty(a.size, np.bool_)
     _total_order_lt(a, b, out)
     assert out.tolist() == [True, True, True, True, False]
+
+
+# -- IEEE maximum / minimum without llvm.maximum (LLVM < 17: numba 0.59 and 0.60) -----------------
+
+
+def _maxmin_kernel():
+    """A fresh kernel each call: the intrinsics choose their LLVM code when it compiles."""
+
+    @numba.njit
+    def kernel(a, b, out):
+        for i in range(a.size):
+            out[0, i] = intr.fmaximum(a[i], b[i])
+            out[1, i] = intr.fminimum(a[i], b[i])
+        acc_max, acc_min = a[0], a[0]
+        for i in range(a.size):
+            acc_max = intr.rmax(acc_max, b[i])
+            acc_min = intr.rmin(acc_min, b[i])
+        out[2, 0] = acc_max
+        out[2, 1] = acc_min
+
+    return kernel
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["llvm.maximum", "compare-select"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_ieee_maximum_and_minimum_propagate_nan_and_order_signed_zeros(monkeypatch, native, dtype):
+    if native and not intr._NATIVE_FMAXMIN:
+        pytest.skip("this LLVM cannot select llvm.maximum")
+    monkeypatch.setattr(intr, "_NATIVE_FMAXMIN", native)
+    a = np.array([1.0, -2.0, np.nan, 3.0, 0.0, -0.0, np.inf, -np.inf, 5.0], dtype)
+    b = np.array([2.0, -3.0, 1.0, np.nan, -0.0, 0.0, 1.0, -1.0, 5.0], dtype)
+    out = np.zeros((3, a.size), dtype)
+    _maxmin_kernel()(a, b, out)
+    expected_max = np.array([2.0, -2.0, np.nan, np.nan, 0.0, 0.0, np.inf, -1.0, 5.0], dtype)
+    expected_min = np.array([1.0, -3.0, np.nan, np.nan, -0.0, -0.0, 1.0, -np.inf, 5.0], dtype)
+    np.testing.assert_array_equal(out[0], expected_max)
+    np.testing.assert_array_equal(out[1], expected_min)
+    assert list(np.signbit(out[0, 4:6])) == [False, False] and list(np.signbit(out[1, 4:6])) == [True, True]
+    assert np.isnan(out[2, 0]) and np.isnan(out[2, 1])  # a NaN in b reaches both reductions

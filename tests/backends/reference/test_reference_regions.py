@@ -226,12 +226,33 @@ def test_arguments_are_checked_and_inputs_never_aliased():
         interp.run([a, a])
 
 
-def test_runtime_failures_name_the_op():
+def test_runtime_failures_name_the_op(monkeypatch):
+    from pjrt_hub.backends.reference.registry import OPS, OpImpl
+
+    def broken(ctx, op, x):
+        raise TypeError("something the interpreter did not expect")
+
+    monkeypatch.setitem(OPS, "stablehlo.negate", OpImpl("stablehlo.negate", broken, True))
+    text = """
+    func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {
+      %0 = stablehlo.negate %a : tensor<2xf32> loc("model.py":4:2)
+      return %0 : tensor<2xf32>
+    }
+    """
+    with pytest.raises(ExecutionError, match=r"stablehlo.negate \(%0\) at model.py:4:2: TypeError"):
+        run(text, np.array([1.0, 2.0], np.float32))
+
+
+def test_an_op_on_a_type_the_spec_excludes_is_refused_before_it_runs():
+    """divide of booleans passed the verifier and failed inside the interpreter (INTERNAL)."""
+    from pjrt_hub.abi import CompileError
+
     text = """
     func.func @main(%a: tensor<2xi1>) -> tensor<2xi1> {
       %0 = stablehlo.divide %a, %a : tensor<2xi1> loc("model.py":4:2)
       return %0 : tensor<2xi1>
     }
     """
-    with pytest.raises(ExecutionError, match=r"stablehlo.divide \(%0\) at model.py:4:2: TypeError"):
+    with pytest.raises(CompileError, match=r"stablehlo.divide \(%0\) at model.py:4:2 in @main: takes signed "
+                                           r"integer, unsigned integer, floating-point or complex operands, not i1"):
         run(text, np.array([True, False]))

@@ -1,0 +1,55 @@
+"""What JAX cannot do on a served pjrt-hub plugin, and why: data, for the tests and the README.
+
+Each entry names a JAX feature, the plugins it concerns, where the gap is (JAX itself, the
+plugin's compiler, pjrt-hub's serving layer) and the error a user sees. The JAX test module turns
+every entry into a strict xfail, so a gap that closes fails the run until its entry goes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["JAX_LIMITATIONS", "JaxLimitation", "limitation"]
+
+
+@dataclass(frozen=True)
+class JaxLimitation:
+    """One thing JAX does not do on a served plugin."""
+
+    #: Short key the tests refer to.
+    key: str
+    #: What the user tries.
+    feature: str
+    #: Where the gap is and why.
+    reason: str
+    #: Plugins concerned (pjrt-hub registry names).
+    plugins: tuple[str, ...] = ("numba_cpu", "reference")
+
+
+JAX_LIMITATIONS: tuple[JaxLimitation, ...] = (
+    JaxLimitation(
+        "linalg", "jnp.linalg (inv, solve, cholesky, ...)",
+        "on a platform that is not 'cpu', JAX lowers LU and friends to loops ending in "
+        "stablehlo.triangular_solve, an op numba_cpu does not implement (on 'cpu' it would emit LAPACK "
+        "custom calls instead, which only XLA implements)",
+        ("numba_cpu",)),
+    JaxLimitation(
+        "host_callbacks", "jax.debug.print, jax.pure_callback, io_callback",
+        "JAX lowers host callbacks only for its own platforms (cpu, cuda, rocm, tpu): 'EmitPythonCallback "
+        "not supported on numba_cpu backend' / 'MLIR translation rule for primitive debug_print not "
+        "found'; a served plugin would need XLA's FFI or send/recv callbacks"),
+    JaxLimitation(
+        "partial_manual", "shard_map over only some axes of a mesh (auto axes left to the partitioner)",
+        "pjrt-hub runs a partitioned program per device only when its manual computation covers every "
+        "mesh axis; otherwise it runs the global program once, which a manual computation prevents"),
+)
+
+_BY_KEY = {entry.key: entry for entry in JAX_LIMITATIONS}
+
+
+def limitation(key: str) -> JaxLimitation:
+    """The entry for ``key``; KeyError names the known keys."""
+    try:
+        return _BY_KEY[key]
+    except KeyError:
+        raise KeyError(f"no JAX limitation {key!r}; known: {', '.join(sorted(_BY_KEY))}") from None
