@@ -129,6 +129,10 @@ class TieredProgram:
         self.uses_collectives = bool(meta["uses_collectives"])
         self.cancellable = bool(meta["cancellable"])
         self.unbounded_loops = bool(meta["unbounded_loops"])
+        #: Both tiers return new arrays of the declared types, never an input, a constant or one
+        #: array twice (see ``fresh_results`` in the runtime's compiler protocol); programs with
+        #: collectives never get here.
+        self.fresh_results = True
         self._cost = dict(meta["cost"])
         self._eager = eager
         self._compile_after = compiler.compile_after

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
 import warnings
 from importlib import resources
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -458,14 +460,154 @@ def test_exit_during_a_background_compile_stops_it_and_never_imported_numba(tmp_
                 time.sleep(0.1)
 
 
-def test_a_program_of_unknown_element_type_is_declined_by_the_eager_tier():
-    text = """func.func @main(%x: tensor<4xcomplex<f32>>) -> tensor<4xcomplex<f32>> {
-  %0 = stablehlo.add %x, %x : tensor<4xcomplex<f32>>
-  return %0 : tensor<4xcomplex<f32>>
-}"""
-    try:
+@pytest.mark.parametrize("element", ["complex<f32>", "complex<f64>", "f8E4M3FN", "f8E5M2", "f4E2M1FN", "i4", "ui4",
+                                     "i2"])
+def test_element_types_the_eager_tier_does_not_cover_are_declined(element):
+    """These run compiled only: the eager tier holds no value of them, not even converted."""
+    direct = f"""func.func @main(%x: tensor<4x{element}>) -> tensor<4x{element}> {{
+  %0 = stablehlo.add %x, %x : tensor<4x{element}>
+  return %0 : tensor<4x{element}>
+}}"""
+    inside = f"""func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {{
+  %0 = stablehlo.convert %x : (tensor<4xf32>) -> tensor<4x{element}>
+  %1 = stablehlo.convert %0 : (tensor<4x{element}>) -> tensor<4xf32>
+  return %1 : tensor<4xf32>
+}}"""
+    for text in (direct, inside):
         _, fn = _front_end(text)
-    except Exception:  # noqa: BLE001 - the front end may refuse complex already
-        return
-    with pytest.raises(EagerUnsupported):
+        with pytest.raises(EagerUnsupported, match=re.escape(element)):
+            eager_mod.EagerProgram(fn)
+
+
+def test_16_bit_float_windows_and_scatters_are_declined_and_reductions_round_once():
+    """A bf16 sum accumulates in float32 and rounds once on both tiers (a sequential bf16 sum of
+    300 ones would stop at 256); windows of bf16 are compiled only."""
+    text = """func.func @main(%x: tensor<300xbf16>) -> tensor<bf16> {
+  %z = stablehlo.constant dense<0.0> : tensor<bf16>
+  %0 = stablehlo.reduce(%x init: %z) applies stablehlo.add across dimensions = [0] : (tensor<300xbf16>, tensor<bf16>) -> tensor<bf16>
+  return %0 : tensor<bf16>
+}"""
+    out = eager_program(text).run([np.ones(300, ml_dtypes.bfloat16)])
+    assert float(np.asarray(out[0]).view(ml_dtypes.bfloat16)) == 300.0
+    window = """func.func @main(%x: tensor<8xbf16>) -> tensor<8xbf16> {
+  %z = stablehlo.constant dense<0.0> : tensor<bf16>
+  %0 = "stablehlo.reduce_window"(%x, %z) ({
+  ^bb0(%a: tensor<bf16>, %b: tensor<bf16>):
+    %s = stablehlo.add %a, %b : tensor<bf16>
+    stablehlo.return %s : tensor<bf16>
+  }) {window_dimensions = array<i64: 8>, padding = dense<[[7, 0]]> : tensor<1x2xi64>} : (tensor<8xbf16>, tensor<bf16>) -> tensor<8xbf16>
+  return %0 : tensor<8xbf16>
+}"""
+    _, fn = _front_end(window)
+    with pytest.raises(EagerUnsupported, match="reduce_window with bf16"):
         eager_mod.EagerProgram(fn)
+
+
+_RESULTS_OF_THEIR_OWN = """func.func @main(%a: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>,
+    tensor<f32>, tensor<f32>) {
+  %c = stablehlo.constant dense<[1.0, 2.0, 3.0, 4.0]> : tensor<4xf32>
+  %s = stablehlo.constant dense<7.0> : tensor<f32>
+  %d = stablehlo.add %a, %a : tensor<4xf32>
+  return %a, %c, %d, %d, %s, %s : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<f32>, tensor<f32>
+}"""
+
+
+def test_eager_results_have_storage_of_their_own(tmp_path):
+    # The runtime trusts a tiered program's results (fresh_results): an input, a constant or one
+    # value returned twice must each come back as a new array, run after run.
+    compiler = NumbaCompiler(cache_dir=tmp_path / "cache", tiered=True, compile_after=100)
+    program = compiler.compile(_RESULTS_OF_THEIR_OWN)
+    assert isinstance(program, TieredProgram) and program.fresh_results
+    a = np.arange(4, dtype=np.float32)
+    runs = [program.run([a]) for _ in range(2)]
+    assert program.runs == {"eager": 2, "compiled": 0}
+    arrays = [x for outs in runs for x in outs] + [a]
+    for i, x in enumerate(arrays):
+        for y in arrays[i + 1:]:
+            assert not np.shares_memory(x, y)
+    for outs in runs:
+        assert [x.tolist() for x in outs] == [[0, 1, 2, 3], [1, 2, 3, 4], [0, 2, 4, 6], [0, 2, 4, 6], 7.0, 7.0]
+        assert all(x.flags.writeable and x.flags.c_contiguous for x in outs)
+
+
+_FOREVER = """module @jit_forever {
+  func.func public @main(%arg0: tensor<i32>) -> tensor<i32> {
+    %0 = stablehlo.while(%i = %arg0) : tensor<i32>
+    cond {
+      %t = stablehlo.constant dense<true> : tensor<i1>
+      stablehlo.return %t : tensor<i1>
+    } do {
+      %c1 = stablehlo.constant dense<1> : tensor<i32>
+      %1 = stablehlo.add %i, %c1 : tensor<i32>
+      stablehlo.return %1 : tensor<i32>
+    }
+    return %0 : tensor<i32>
+  }
+}"""
+
+
+def test_a_timeout_stops_a_never_ending_loop_on_the_eager_tier(tmp_path, monkeypatch):
+    from pjrt_hub import PluginRegistry, RegistrySettings
+    from pjrt_hub.abi import DeadlineExceeded, ExecuteOptions, Program
+
+    monkeypatch.setenv("PJRT_HUB_CACHE", str(tmp_path / "cache"))
+    registry = PluginRegistry(RegistrySettings(allowed=frozenset({"numba_cpu"})), environ={})
+    registry.load()
+    client = registry.create_client("numba_cpu")
+    try:
+        executable = client.compile(Program(_FOREVER))
+        program = executable.unwrapped.get_executable().program
+        assert isinstance(program, TieredProgram) and program.cancellable
+        x = client.buffer_from_host_buffer(np.asarray(np.int32(0))).buffer
+        result = executable.execute([[x]], ExecuteOptions(timeout=0.3))
+        with pytest.raises(DeadlineExceeded, match="0.3 s limit"):
+            result.device_complete_events[0].await_(60)
+        # Stopped on the eager tier: no compile was ever asked for.
+        assert program.tier == "eager" and program._job.started is False
+    finally:
+        client.destroy()
+
+
+#: Element types of the generated tests (main's ``tests/generated``): every one is either run by
+#: the eager tier with the compiled code's bits, or declined (and then runs compiled only).
+_GEN_EXAMPLES = int(os.environ.get("PJRT_HUB_TIER_EXAMPLES", "8"))
+_EAGER_TYPES = ["i1", "i8", "i16", "i32", "i64", "ui8", "ui16", "ui32", "ui64", "f16", "bf16", "f32", "f64"]
+
+
+def _declined_or_same_bits(compiler, text, arg_lists):
+    try:
+        eager = eager_program(text)
+    except EagerUnsupported:
+        return
+    compiled = compiler.compile(text)
+    for args in arg_lists:
+        assert_same_bits(eager.run(args), compiled.run(args), text)
+
+
+@hypothesis.settings(max_examples=_GEN_EXAMPLES, deadline=None, derandomize=True, database=None,
+                     suppress_health_check=list(hypothesis.HealthCheck))
+@hypothesis.given(data=st.data())
+def test_generated_elementwise_programs_of_every_element_type_same_bits_or_declined(compiler, data):
+    from tests.generated.programs import EW_SHAPES, array_of, elementwise_program, ops_for
+    from tests.generated.spec import ELEMENTS
+
+    # Half the draws from the types the eager tier runs, so that most programs compare bits.
+    e = ELEMENTS[data.draw(st.sampled_from(_EAGER_TYPES) | st.sampled_from(sorted(ELEMENTS)))]
+    ops = data.draw(st.lists(st.sampled_from(ops_for(e)), min_size=1, max_size=6, unique=True))
+    shape = data.draw(st.sampled_from(EW_SHAPES))  # 0-d, zero-size, size-1 and odd shapes
+    text, _ = elementwise_program(e, ops, shape)
+    arg_lists = [[data.draw(array_of(e, shape)) for _ in range(3)] + [data.draw(array_of(ELEMENTS["i1"], shape))]
+                 for _ in range(3)]
+    _declined_or_same_bits(compiler, text, arg_lists)
+
+
+@hypothesis.settings(max_examples=_GEN_EXAMPLES, deadline=None, derandomize=True, database=None,
+                     suppress_health_check=list(hypothesis.HealthCheck))
+@hypothesis.given(data=st.data())
+def test_generated_shape_programs_of_every_element_type_same_bits_or_declined(compiler, data):
+    from tests.generated.programs import structural_programs
+
+    from tests.generated.spec import ELEMENTS
+
+    program = data.draw(structural_programs(elements=data.draw(st.sampled_from([_EAGER_TYPES, sorted(ELEMENTS)]))))
+    _declined_or_same_bits(compiler, program.text, [program.args])
