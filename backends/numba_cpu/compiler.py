@@ -127,6 +127,21 @@ def _env_flag(name: str) -> bool | None:
     return None
 
 
+def _compile_after_from_environment() -> int:
+    """``PJRT_HUB_NUMBA_COMPILE_AFTER``: eager runs before the background compile (default 1)."""
+    text = os.environ.get("PJRT_HUB_NUMBA_COMPILE_AFTER", "").strip()
+    if not text:
+        return 1
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise InvalidArgument(f"PJRT_HUB_NUMBA_COMPILE_AFTER={text!r}: expected a whole number of runs "
+                              "(0: compile at once)")
+    return value
+
+
 def _dtype_name(dt: np.dtype) -> str:
     return str(dt)
 
@@ -280,7 +295,7 @@ class NumbaCompiler:
         env = _env_flag("PJRT_HUB_NUMBA_TIERS")
         self.tiered = tiered if env is None else env
         if compile_after is None:
-            compile_after = int(os.environ.get("PJRT_HUB_NUMBA_COMPILE_AFTER", "1") or 1)
+            compile_after = _compile_after_from_environment()
         #: Eager runs of a program before its background compile starts (0: at compile time).
         self.compile_after = max(0, compile_after)
         self._lock = threading.RLock()

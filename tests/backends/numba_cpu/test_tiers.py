@@ -611,3 +611,15 @@ def test_generated_shape_programs_of_every_element_type_same_bits_or_declined(co
 
     program = data.draw(structural_programs(elements=data.draw(st.sampled_from([_EAGER_TYPES, sorted(ELEMENTS)]))))
     _declined_or_same_bits(compiler, program.text, [program.args])
+
+
+@pytest.mark.parametrize("value,expected", [("", 1), ("0", 0), (" 3 ", 3), ("abc", None), ("-1", None), ("1.5", None)])
+def test_compile_after_from_the_environment(monkeypatch, tmp_path, value, expected):
+    from pjrt_hub.abi import InvalidArgument
+
+    monkeypatch.setenv("PJRT_HUB_NUMBA_COMPILE_AFTER", value)
+    if expected is None:
+        with pytest.raises(InvalidArgument, match="PJRT_HUB_NUMBA_COMPILE_AFTER=.*whole number of runs"):
+            NumbaCompiler(cache_dir=tmp_path, tiered=True)
+    else:
+        assert NumbaCompiler(cache_dir=tmp_path, tiered=True).compile_after == expected
