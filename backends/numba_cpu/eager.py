@@ -1005,7 +1005,8 @@ def _dot_general(program: EagerProgram, op: Op):
         acc = np.full((B, M, N), zero, dt)
         for k in range(K):
             acc = np.asarray(fn(acc, lx[:, :, None, k], rx[:, None, :, k])[0]).astype(dt, copy=False)
-        env[res] = _as(finish(acc)[0], rk, out_shape).reshape(out_shape)
+        # (B, M, N) to the result's shape first: ``_as`` broadcasts, it does not reshape.
+        env[res] = _as(np.asarray(finish(acc)[0]).reshape(out_shape), rk, out_shape)
 
     return run
 

@@ -623,3 +623,26 @@ def test_compile_after_from_the_environment(monkeypatch, tmp_path, value, expect
             NumbaCompiler(cache_dir=tmp_path, tiered=True)
     else:
         assert NumbaCompiler(cache_dir=tmp_path, tiered=True).compile_after == expected
+
+
+def test_loop_dots_of_edge_shapes_same_bits_on_both_tiers(compiler):
+    """Dots the eager tier runs as loops (16-bit floats, integers): outer products, zero-size
+    operands and a contraction, in one program (found by tests/generated: the eager tier's
+    loop dot broadcast its (1, M, N) accumulator where it had to reshape it)."""
+    dot = ('"stablehlo.dot_general"({a}, {b}) <{{dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = [], '
+           'rhs_batching_dimensions = [], lhs_contracting_dimensions = [{lc}], rhs_contracting_dimensions = [{rc}]>}}> : '
+           '({ta}, {tb}) -> {tr}')
+    text = "\n".join([
+        "func.func @main(%z: tensor<0xbf16>, %x: tensor<3xbf16>, %m: tensor<2x5xi32>, %n: tensor<5x3xi32>) -> "
+        "(tensor<0x0xbf16>, tensor<3x3xbf16>, tensor<2x3xi32>) {",
+        "  %0 = " + dot.format(a="%z", b="%z", lc="", rc="", ta="tensor<0xbf16>", tb="tensor<0xbf16>", tr="tensor<0x0xbf16>"),
+        "  %1 = " + dot.format(a="%x", b="%x", lc="", rc="", ta="tensor<3xbf16>", tb="tensor<3xbf16>", tr="tensor<3x3xbf16>"),
+        "  %2 = " + dot.format(a="%m", b="%n", lc="1", rc="0", ta="tensor<2x5xi32>", tb="tensor<5x3xi32>",
+                               tr="tensor<2x3xi32>"),
+        "  return %0, %1, %2 : tensor<0x0xbf16>, tensor<3x3xbf16>, tensor<2x3xi32>",
+        "}",
+    ])
+    rng = np.random.default_rng(3)
+    args = [np.zeros(0, ml_dtypes.bfloat16), rng.standard_normal(3).astype(ml_dtypes.bfloat16),
+            rng.integers(-9, 9, (2, 5)).astype(np.int32), rng.integers(-9, 9, (5, 3)).astype(np.int32)]
+    assert_same_bits(eager_program(text).run(args), compiler.compile(text).run(args), "loop dots")
