@@ -6,7 +6,10 @@ outputs are destroyed outside the clock), and the median is reported. Compile is
 fresh, empty compile cache for the run, so numba_cpu compiles from scratch) and warm (a fresh
 process whose cache holds the program, after the plugin's one-time start-up, which a compile of
 a tiny program absorbs). Outputs are checked against the manifest's probe values and sums, so a
-fast wrong answer is visible. The tiny program (an add of two 4-element vectors) measures the
+fast wrong answer is visible. Each program also gets its time to first result (compile, one
+execute and the copy of its outputs to the host) with the cache empty and, in a fresh process,
+warm; steady state is timed once the plugin runs the program at full speed (numba_cpu answers
+its first executions from an eager tier while it compiles in the background). The tiny program (an add of two 4-element vectors) measures the
 fixed cost of one execute.
 
 ``--corpus`` times the public corpus (real JAX programs, 10 us to 1 ms each) the same way,
@@ -89,6 +92,8 @@ class BenchProgram:
     path: Path
     #: XLA:CPU's execute time the corpus manifest records (through JAX), if any.
     xla_cpu_baseline_ms: float | None = None
+    #: XLA:CPU's compile time the manifest records, if any.
+    xla_cpu_compile_ms: float | None = None
 
     def text(self) -> str:
         return self.path.read_text()
@@ -122,18 +127,24 @@ def _baseline_ms(entry: dict[str, Any]) -> float | None:
     return None if us is None else us / 1e3
 
 
+def _compile_baseline_ms(entry: dict[str, Any]) -> float | None:
+    return (entry.get("baseline") or {}).get("xla_cpu_compile_ms")
+
+
 def corpus_programs() -> list[BenchProgram]:
     """The public corpus (``pjrt_hub/data/corpus/public``), in manifest order."""
     root = Path(str(resources.files("pjrt_hub") / "data" / "corpus" / "public"))
     manifest = json.loads((root / "manifest.json").read_text())
-    return [BenchProgram(e["name"], "corpus", root / e["file"], _baseline_ms(e)) for e in manifest["programs"]]
+    return [BenchProgram(e["name"], "corpus", root / e["file"], _baseline_ms(e), _compile_baseline_ms(e))
+            for e in manifest["programs"]]
 
 
 def bench_programs(suite: str = "perf") -> list[BenchProgram]:
     """The programs of one suite: ``perf`` (large, four) or ``corpus`` (the public corpus)."""
     if suite == "corpus":
         return corpus_programs()
-    return [BenchProgram(e["name"], "perf", _perf_dir() / e["file"], _baseline_ms(e)) for e in perf_programs()]
+    return [BenchProgram(e["name"], "perf", _perf_dir() / e["file"], _baseline_ms(e), _compile_baseline_ms(e))
+            for e in perf_programs()]
 
 
 def _program_named(name: str) -> BenchProgram:
@@ -145,22 +156,40 @@ def _program_named(name: str) -> BenchProgram:
 
 
 class _Loaded:
-    """A program compiled on a client, with its inputs on the first device."""
+    """A program compiled on a client, with its inputs on the first device.
+
+    ``first_result_ms`` is what a user waits for the first answer: compile, one execute and the
+    copy of its outputs to the host (the inputs are uploaded before the clock starts);
+    ``first_outputs`` are those outputs. Steady state is timed after :meth:`settle`."""
 
     def __init__(self, client: Any, text: str, arrays: Sequence[np.ndarray]) -> None:
         from pjrt_hub.testing._programs import framework_options
 
-        t0 = time.perf_counter()
-        # JAX's compile options: the C plugins then keep NaN-propagating min/max, as the
-        # corpus expects (the others ignore them).
-        self.executable = client.compile(Program(text, "mlir"), framework_options())
-        self.compile_ms = (time.perf_counter() - t0) * 1e3
         device = client.addressable_devices()[0]
         self.buffers = []
         for array in arrays:
             transfer = client.buffer_from_host_buffer(host_array(array), device=device)
             transfer.done_with_host_buffer.await_()
             self.buffers.append(transfer.buffer)
+        t0 = time.perf_counter()
+        # JAX's compile options: the C plugins then keep NaN-propagating min/max, as the
+        # corpus expects (the others ignore them).
+        self.executable = client.compile(Program(text, "mlir"), framework_options())
+        self.compile_ms = (time.perf_counter() - t0) * 1e3
+        self.first_outputs = self.outputs()
+        self.first_result_ms = (time.perf_counter() - t0) * 1e3
+
+    def settle(self) -> None:
+        """Wait until the plugin runs the program at full speed: numba_cpu answers first from
+        its eager tier and switches to code compiled in the background (a program's
+        ``wait_compiled``); other plugins have nothing to wait for."""
+        try:
+            program = self.executable.get_executable().program
+        except (AttributeError, PjrtError):
+            return
+        wait = getattr(program, "wait_compiled", None)
+        if wait is not None:
+            wait()
 
     def execute_once(self) -> float:
         t0 = time.perf_counter()
@@ -201,17 +230,19 @@ def _budgeted_runs(fn: Callable[[], float], least: int) -> int:
     return max(least, min(MAX_RUNS, int(RUN_BUDGET_S / max(estimate, 1e-7))))
 
 
-def _warm_compile_ms(plugin: str, program: Path, cache: str, library: Sequence[str]) -> float | None:
-    """Compile ``program`` in a fresh process that shares the run's compile cache."""
+def _warm_first_result(plugin: str, program: str, cache: str,
+                       library: Sequence[str]) -> dict[str, float] | None:
+    """Compile the program named ``program`` and run it once in a fresh process that shares the
+    run's compile cache (warm): ``{"compile_ms": ..., "first_result_ms": ...}``."""
     env = dict(os.environ, PJRT_HUB_CACHE=cache)
-    cmd = [sys.executable, "-m", "pjrt_hub._bench", "--warm-compile", plugin, str(program), *library]
+    cmd = [sys.executable, "-m", "pjrt_hub._bench", "--warm-compile", plugin, program, *library]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     except subprocess.TimeoutExpired:
         return None
     if done.returncode != 0:
         return None
-    return float(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 #: A line the measuring child writes to stderr as it starts a program (read by the parent).
@@ -226,6 +257,7 @@ def _measure(client: Any, name: str, programs: Sequence[BenchProgram], runs: int
     """Time one plugin on the programs (in this process)."""
     say(f"{_STARTING}tiny add")
     loaded = _Loaded(client, TINY_ADD, [np.arange(4, dtype=np.float32)] * 2)
+    loaded.settle()
     tiny = _median_ms(loaded.execute_once, runs or TINY_RUNS, warm=200) * 1e3
     loaded.close()
     say(f"{name}: tiny add executes in {tiny:.2f} us")
@@ -236,7 +268,10 @@ def _measure(client: Any, name: str, programs: Sequence[BenchProgram], runs: int
         try:
             loaded = _Loaded(client, program.text(), program.inputs())
             row["compile_ms_cold"] = loaded.compile_ms
-            row["outputs_match"] = program.outputs_match(loaded.outputs())
+            row["first_result_ms_cold"] = loaded.first_result_ms
+            loaded.settle()
+            row["outputs_match"] = program.outputs_match(loaded.first_outputs) and program.outputs_match(
+                loaded.outputs())
             count = runs or _budgeted_runs(loaded.execute_once, RUNS.get(program.name, DEFAULT_RUNS))
             row["execute_ms_median"] = _median_ms(loaded.execute_once, count, warm=min(3, count))
             row["runs"] = count
@@ -244,6 +279,7 @@ def _measure(client: Any, name: str, programs: Sequence[BenchProgram], runs: int
         except PjrtError as exc:
             row["error"] = str(exc)
         row["xla_cpu_baseline_ms"] = program.xla_cpu_baseline_ms
+        row["xla_cpu_compile_ms"] = program.xla_cpu_compile_ms
         rows.append(row)
     return {"rows": rows, "tiny_us": tiny}
 
@@ -317,10 +353,11 @@ def bench(registry: Any, plugins: Sequence[str], programs: Iterable[str] | None 
                 tiny[name] = measured["tiny_us"]
             for row in measured["rows"]:
                 if warm and "error" not in row:
-                    entry = next(e for e in entries if e.name == row["name"])
                     if progress is not None:
                         progress(done, total, f"{row['name']} on {name}: warm-cache compile")
-                    row["compile_ms_warm"] = _warm_compile_ms(name, entry.path, cache, library)
+                    warm_run = _warm_first_result(name, row["name"], cache, library)
+                    row["compile_ms_warm"] = None if warm_run is None else warm_run["compile_ms"]
+                    row["first_result_ms_warm"] = None if warm_run is None else warm_run["first_result_ms"]
                 rows.append(row)
             done = len(entries) * (index + 1)  # also when the child ended early
     rows.sort(key=lambda r: (names.index(r["name"]), list(plugins).index(r["plugin"])))
@@ -420,7 +457,12 @@ def _format_row(row: dict[str, Any]) -> str:
     warm = row.get("compile_ms_warm")
     return (f"{row['name']} on {row['plugin']}: execute {row['execute_ms_median']:.2f} ms (median of "
             f"{row['runs']}), compile cold {row['compile_ms_cold']:.0f} ms, warm "
-            f"{'-' if warm is None else f'{warm:.1f}'} ms, outputs {'match' if row['outputs_match'] else 'DIFFER'}")
+            f"{'-' if warm is None else f'{warm:.1f}'} ms, first result cold "
+            f"{_ms(row.get('first_result_ms_cold'))} ms, outputs {'match' if row['outputs_match'] else 'DIFFER'}")
+
+
+def _ms(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -429,6 +471,7 @@ def format_report(report: dict[str, Any]) -> str:
     ratio_cols = [(a, b) for a in plugins[:1] for b in plugins[1:]]
     head += [f"{a} speedup vs {b}" for a, b in ratio_cols] + ["compile cold/warm ms (" + plugins[0] + ")",
                                                               "XLA:CPU (manifest)"]
+    head += [f"first result cold/warm ms ({plugins[0]})", "XLA:CPU compile ms"]
     table = [head]
     for name in dict.fromkeys(r["name"] for r in report["programs"]):
         rows = {r["plugin"]: r for r in report["programs"] if r["name"] == name}
@@ -444,6 +487,8 @@ def format_report(report: dict[str, Any]) -> str:
         cells.append(f"{'-' if cold is None else f'{cold:.0f}'} / {'-' if warm is None else f'{warm:.1f}'}")
         base = first.get("xla_cpu_baseline_ms")
         cells.append("-" if base is None else _time_text(base))
+        cells.append(f"{_ms(first.get('first_result_ms_cold'))} / {_ms(first.get('first_result_ms_warm'))}")
+        cells.append(_ms(first.get("xla_cpu_compile_ms"), 1))
         table.append(cells)
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
@@ -480,16 +525,16 @@ def _measure_main(argv: Sequence[str]) -> int:
 
 
 def _warm_compile_main(argv: Sequence[str]) -> int:
-    """Child of :func:`_warm_compile_ms`: start the plugin, then time one compile."""
-    plugin, program, *library = argv
+    """Child of :func:`_warm_first_result`: start the plugin, then time one compile and the
+    first result."""
+    plugin, name, *library = argv
     client = _child_registry(library).create_client(plugin)
-    from pjrt_hub.testing._programs import framework_options
-
-    client.compile(Program(TINY_ADD, "mlir")).destroy()  # the plugin's one-time start-up
-    text = Path(program).read_text()
-    t0 = time.perf_counter()
-    client.compile(Program(text, "mlir"), framework_options()).destroy()
-    print((time.perf_counter() - t0) * 1e3)
+    # The plugin's one-time start-up, as XLA:CPU's compile times were taken after one.
+    _Loaded(client, TINY_ADD, [np.arange(4, dtype=np.float32)] * 2).close()
+    program = _program_named(name)
+    loaded = _Loaded(client, program.text(), program.inputs())
+    print(json.dumps({"compile_ms": loaded.compile_ms, "first_result_ms": loaded.first_result_ms}))
+    loaded.close()
     return 0
 
 
@@ -499,4 +544,4 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--measure"]:
         sys.exit(_measure_main(sys.argv[2:]))
     raise SystemExit("usage: python -m pjrt_hub._bench --measure PLUGIN PROGRAMS RUNS [LIBRARY...] | "
-                     "--warm-compile PLUGIN PROGRAM [LIBRARY...]")
+                     "--warm-compile PLUGIN PROGRAM_NAME [LIBRARY...]")

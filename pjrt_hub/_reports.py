@@ -251,6 +251,11 @@ class BenchRow(_Model):
     outputs_match: bool | None = Field(None, description="the manifest's probes and sum (perf) or expected outputs (corpus) agree")
     runs: int | None = None
     xla_cpu_baseline_ms: float | None = Field(None, description="XLA:CPU through JAX, from the manifest")
+    first_result_ms_cold: float | None = Field(
+        None, description="compile + first execute + outputs to host, empty cache (plugin started)")
+    first_result_ms_warm: float | None = Field(
+        None, description="the same in a fresh process whose cache holds the program")
+    xla_cpu_compile_ms: float | None = Field(None, description="XLA:CPU's compile time, from the manifest")
     error: str | None = None
 
 

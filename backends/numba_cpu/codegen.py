@@ -287,6 +287,9 @@ class Lowering:
         self._cancellable = False
         #: Functions of the module besides the entry (rules add them: collective calls).
         self.helpers: list[str] = []
+        #: Lane reductions (see :mod:`.lanes`): op id -> (lanes buffer, scratch row or None),
+        #: allocated once per chunk of the group that computes them.
+        self._lane_bufs: dict[int, tuple[str, str | None]] = {}
         #: Set by rules that emit multi-threaded library calls (large dot products).
         self.threaded = False
 
@@ -788,6 +791,9 @@ class Lowering:
                         name = self.fresh("row")
                         chunk_scope.emit(f"{name} = np.empty({tuple(inner) or (1,)!r}, {kind.np_name})")
                         self.env[v] = Row(name, kind, len(outer))
+            self._alloc_lane_buffers(group, chunk_scope)
+        else:
+            self._alloc_lane_buffers(group, base)
         old_base = self._base
         self._base = base
         try:
@@ -801,19 +807,25 @@ class Lowering:
 
     def emit_member(self, m: _Member, outer_idx: tuple[Expr, ...]) -> None:
         if m.kind == "ew":
+            from .lanes import lane_reduction
             from .rules import reducer
 
             inner = m.shape[len(outer_idx):]
             reduced = {r for op in m.reduces for r in op.results}
             accs = []
+            lanes = []
             for op in m.reduces:
+                plan = lane_reduction(op) if inner else None
+                if plan is not None:
+                    lanes.append((op, plan, self.read(op.operands[1], ())))
+                    continue
                 n = len(op.results)
                 names = [self.fresh("acc") for _ in range(n)]
                 init = [self.read(v, ()) for v in op.operands[n:]]
                 self.scope.emit(f"{', '.join(names)} = {', '.join(e.text for e in init)}")
                 accs.append((op, names, reducer(self, op)))
-            with self.loops(inner) as idx:
-                full = outer_idx + idx
+
+            def body(full: tuple[Expr, ...]) -> None:
                 for v in m.values:
                     if v in reduced:
                         continue
@@ -824,7 +836,17 @@ class Lowering:
                     xs = [self.read(v, full) for v in op.operands[: len(names)]]
                     new = combine([Expr(a, self.scope) for a in names], xs)
                     self.scope.emit(f"{', '.join(names)} = {', '.join(new)}")
+
+            lane_results: list[Expr] = []
+            if lanes:
+                lane_results = self.lane_rows(inner, outer_idx, lanes, body)
+            else:
+                with self.loops(inner) as idx:
+                    body(outer_idx + idx)
             key = tuple(i.text for i in outer_idx)
+            for (op, _, _), e in zip(lanes, lane_results):
+                self.memo[(op.result.id, key)] = e
+                self._store(op.result, outer_idx, e)
             for op, names, _ in accs:
                 round_accumulators(self, op, names)
             for op, names, _ in accs:
@@ -851,6 +873,121 @@ class Lowering:
             self.scope.emit(st_text(b.name, [i.text for i in idx], b.kind.store(e.text)))
         else:
             raise CompileError(f"internal: no storage for {v.name}")
+
+    # ---- lane reductions (see .lanes) ----
+
+    def _alloc_lane_buffers(self, group: _Group, scope: Scope) -> None:
+        """Lanes (and, for values not in memory, a scratch row) for each lane reduction of the
+        group, in ``scope``: once per chunk, so that every thread has its own."""
+        from .lanes import BLOCK, lane_reduction
+
+        for m in group.members:
+            ops = [m.op] if m.kind == "reduce" else list(m.reduces)
+            for op in ops:
+                plan = lane_reduction(op)
+                if plan is None:
+                    continue
+                np_name = "np.float32" if plan.dtype == np.float32 else "np.float64"
+                lanes = self.fresh("lanes")
+                scope.emit(f"{lanes} = np.empty({plan.k}, {np_name})")
+                scratch = None
+                if not isinstance(self.env.get(op.operands[0]), (Arr, Row)):
+                    scratch = self.fresh("scratch")
+                    scope.emit(f"{scratch} = np.empty({max(1, min(plan.width, BLOCK))}, {np_name})")
+                self._lane_bufs[id(op)] = (lanes, scratch)
+
+    def lane_buffers(self, op: Op) -> tuple[str, str | None]:
+        """The lanes and scratch row of a lane reduction (names of probes while planning)."""
+        bufs = self._lane_bufs.get(id(op))
+        if bufs is None:
+            return f"_probeL{id(op)}", f"_probeS{id(op)}"
+        return bufs
+
+    def lane_rows(self, inner: Sequence[int], outer_idx: tuple[Expr, ...], items, body) -> list[Expr]:
+        """Lane reductions over ``inner`` (the reduced dims, after ``outer_idx``): emits loops
+        over ``inner`` calling ``body(idx)`` (if not None) at each element, feeds each lane
+        reduction of ``items`` (``(op, plan, init)``) its operand one innermost row (or block
+        of a long row) at a time, straight from the operand's array when it is in memory, else
+        through the scratch row, and returns each reduction's result (``init (op) lanes``)."""
+        from .lanes import BLOCK
+
+        width = inner[-1]
+        direct = [isinstance(self.env.get(op.operands[0]), (Arr, Row)) for op, _, _ in items]
+        blocked = not all(direct) and width > BLOCK
+        # One row, one call: the lanes stay in registers.
+        in_registers = len(inner) == 1 and not blocked
+        sym = {"add": "+", "mul": "*"}
+        results: list[Expr] = []
+        if not in_registers:
+            for op, plan, _ in items:
+                self.scope.emit(f"lanes_reset({self.lane_buffers(op)[0]}, '{plan.op}', {plan.k})")
+        with self.loops(inner[:-1]) as mid:
+            prefix = outer_idx + mid
+            opened: list[tuple[Scope, Scope]] = []
+
+            def open_(header: str) -> Scope:
+                child = self.scope.open(header)
+                opened.append((self.scope, child))
+                self.scope = child
+                return child
+
+            if blocked:
+                wb, lo, cnt = self.fresh("wb"), self.fresh("lo"), self.fresh("n")
+                open_(f"for {wb} in range({-(-width // BLOCK)}):")
+                self.scope.emit(f"{lo} = {wb} * {BLOCK}")
+                self.scope.emit(f"{cnt} = min({BLOCK}, {width} - {lo})")
+                span = f"{lo}, {lo} + {cnt}"
+            else:
+                lo, cnt, span = "0", str(width), str(width)
+            if body is not None or not all(direct):
+                var = self.fresh("i")
+                child = open_(f"for {var} in range({span}):")
+                full = prefix + (Expr(var, child, var),)
+                if body is not None:
+                    body(full)
+                for (op, plan, _), is_direct in zip(items, direct):
+                    # A row in memory is read after this loop has written all of it, within
+                    # the current row by construction: no fusion check to log.
+                    if not is_direct:
+                        x = self.read(op.operands[0], full)
+                        offset = f"({var} - {lo})" if blocked else var
+                        self.scope.emit(st_text(self.lane_buffers(op)[1], [offset], x.text))
+                parent, child = opened.pop()
+                parent.close(child)
+                self.scope = parent
+            for (op, plan, init), is_direct in zip(items, direct):
+                lanes, scratch = self.lane_buffers(op)
+                src, start = self._flat_row(op.operands[0], prefix, lo) if is_direct else (scratch, "0")
+                if in_registers:
+                    acc = self.fresh("acc")
+                    self.scope.emit(f"{acc} = ({init.text} {sym[plan.op]} "
+                                    f"lanes_row({src}, {start}, {cnt}, '{plan.op}', {plan.k}))")
+                    results.append(Expr(acc, self.scope))
+                else:
+                    self.scope.emit(f"lanes_add({lanes}, {src}, {start}, {cnt}, '{plan.op}', {plan.k})")
+            for parent, child in reversed(opened):
+                parent.close(child)
+                self.scope = parent
+        if not in_registers:
+            for op, plan, init in items:
+                acc = self.fresh("acc")
+                self.scope.emit(f"{acc} = ({init.text} {sym[plan.op]} "
+                                f"lanes_total({self.lane_buffers(op)[0]}, '{plan.op}', {plan.k}))")
+                results.append(Expr(acc, self.scope))
+        return results
+
+    def _flat_row(self, v: Value, prefix: tuple[Expr, ...], lo: str) -> tuple[str, str]:
+        """The array holding ``v`` and the flat offset of element ``prefix + (lo,)`` in it."""
+        b = self.env[v]
+        shape = tuple(v.type.shape)
+        if isinstance(b, Row):
+            prefix, shape = prefix[b.n_outer:], shape[b.n_outer:]
+        flat = ""
+        for x, n in zip(prefix, shape[:-1]):
+            flat = x.text if not flat else f"({flat}) * {n} + {x.text}"
+        width = shape[-1]
+        start = lo if not flat else (f"({flat}) * {width}" if lo == "0" else f"({flat}) * {width} + {lo}")
+        return b.name, start
 
     # ---- fusion checks (used by the planner) ----
 

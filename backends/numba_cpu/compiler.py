@@ -24,6 +24,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -66,6 +67,10 @@ class CacheStats:
     misses: int = 0
     #: Entry functions numba loaded from its cache instead of compiling (checked after import).
     numba_cache_loads: int = 0
+    #: Programs answered by the eager tier first (tiered compiles).
+    eager_programs: int = 0
+    #: Broken cache files dropped (and their programs compiled again).
+    corrupt_entries: int = 0
 
 
 @functools.lru_cache(maxsize=None)
@@ -83,10 +88,58 @@ def backend_digest() -> str:
     return h.hexdigest()[:16]
 
 
+@functools.lru_cache(maxsize=1)
 def _numba_version() -> str:
+    """numba's version, read from its distribution's metadata directory name rather than by
+    importing numba (half a second), which the eager tier must not wait for."""
+    spec = importlib.util.find_spec("numba")
+    if spec is not None and spec.origin:
+        site = Path(spec.origin).parent.parent
+        found = sorted(site.glob("numba-*.dist-info"))
+        if len(found) == 1:
+            return found[0].name[len("numba-"):-len(".dist-info")]
     import numba
 
     return numba.__version__
+
+
+def _default_threads() -> int:
+    """The threads numba's parallel loops use (its NUMBA_NUM_THREADS default), without
+    importing numba."""
+    value = os.environ.get("NUMBA_NUM_THREADS")
+    if value:
+        try:
+            return max(1, int(value))
+        except ValueError:
+            pass
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _env_flag(name: str) -> bool | None:
+    value = os.environ.get(name, "").strip().lower()
+    if value in ("0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    return None
+
+
+def _compile_after_from_environment() -> int:
+    """``PJRT_HUB_NUMBA_COMPILE_AFTER``: eager runs before the background compile (default 1)."""
+    text = os.environ.get("PJRT_HUB_NUMBA_COMPILE_AFTER", "").strip()
+    if not text:
+        return 1
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise InvalidArgument(f"PJRT_HUB_NUMBA_COMPILE_AFTER={text!r}: expected a whole number of runs "
+                              "(0: compile at once)")
+    return value
 
 
 def _dtype_name(dt: np.dtype) -> str:
@@ -220,21 +273,38 @@ class NumbaProgram:
 
 
 class NumbaCompiler:
-    """The numba ``ProgramCompiler``. One instance can be shared; it is thread-safe."""
+    """The numba ``ProgramCompiler``. One instance can be shared; it is thread-safe.
+
+    With ``tiered=True`` (what the plugin uses; ``PJRT_HUB_NUMBA_TIERS=0`` turns it off, and
+    the compile option ``numba_cpu_tiered=false`` for one program) a program whose compiled
+    code is not loaded yet comes back as a :class:`~.tiers.TieredProgram`: it runs on the eager
+    numpy tier at once, and numba compiles it in a background process once it has run
+    ``compile_after`` times (see :mod:`.tiers`). Otherwise ``compile`` returns the compiled
+    :class:`NumbaProgram`, compiling in this thread.
+    """
 
     name = "numba_cpu"
 
     def __init__(self, cache_dir: str | os.PathLike | None = None, *, num_threads: int | None = None,
-                 parallel_threshold: int | None = None) -> None:
+                 parallel_threshold: int | None = None, tiered: bool = False,
+                 compile_after: int | None = None) -> None:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.stats = CacheStats()
         self._num_threads = num_threads
         self._parallel_threshold = parallel_threshold
+        env = _env_flag("PJRT_HUB_NUMBA_TIERS")
+        self.tiered = tiered if env is None else env
+        if compile_after is None:
+            compile_after = _compile_after_from_environment()
+        #: Eager runs of a program before its background compile starts (0: at compile time).
+        self.compile_after = max(0, compile_after)
         self._lock = threading.RLock()
         # Weak: a program lives as long as an executable uses it, and its generated module is
         # unregistered from sys.modules when it goes (see _import), so compiling many distinct
-        # programs and dropping them does not grow the process.
-        self._programs: weakref.WeakValueDictionary[str, NumbaProgram] = weakref.WeakValueDictionary()
+        # programs and dropping them does not grow the process. (Tiered programs too.)
+        self._programs: weakref.WeakValueDictionary[str, NumbaProgram | TieredProgram] = weakref.WeakValueDictionary()
+        #: Cache files found corrupt and recompiled (each warned about once).
+        self._warned: set[str] = set()
 
     def warm_up(self) -> None:
         """Do numba's one-time start-up now (import, target initialisation, the helper modules):
@@ -252,33 +322,54 @@ class NumbaCompiler:
     def _lowering_options(self, options: CompileOptions | None):
         from .codegen import LoweringOptions
 
-        import numba
-
         env = dict(getattr(options, "env_option_overrides", None) or {})
-        threads = int(env.get("numba_cpu_num_threads", self._num_threads or numba.config.NUMBA_NUM_THREADS))
+        threads = int(env.get("numba_cpu_num_threads", self._num_threads or _default_threads()))
         threshold = int(env.get("numba_cpu_parallel_threshold",
                                 self._parallel_threshold if self._parallel_threshold is not None
                                 else LoweringOptions.parallel_threshold))
         return LoweringOptions(parallel_threshold=threshold, num_threads=max(1, threads))
 
+    def _tiered_for(self, options: CompileOptions | None) -> bool:
+        env = dict(getattr(options, "env_option_overrides", None) or {})
+        value = env.get("numba_cpu_tiered")
+        if value is None:
+            return self.tiered
+        return str(value).strip().lower() not in ("0", "false", "no", "off")
+
+    @staticmethod
+    def text_key(text: str, lopts) -> str:
+        return hashlib.sha256(
+            "\0".join([CODEGEN_VERSION, backend_digest(), _numba_version(), repr(lopts), text]).encode("utf-8")
+        ).hexdigest()
+
     # -- compile --
 
-    def compile(self, code: str | bytes, options: CompileOptions | bytes | None = None) -> NumbaProgram:
+    def compile(self, code: str | bytes, options: CompileOptions | bytes | None = None):
         text = code.decode("utf-8") if isinstance(code, (bytes, bytearray, memoryview)) else code
         if isinstance(options, (bytes, bytearray, memoryview)):
             from pjrt_hub.abi import decode_compile_options
 
             options = decode_compile_options(bytes(options))
         lopts = self._lowering_options(options)
-        text_key = hashlib.sha256(
-            "\0".join([CODEGEN_VERSION, backend_digest(), _numba_version(), repr(lopts), text]).encode("utf-8")
-        ).hexdigest()
+        text_key = self.text_key(text, lopts)
+        tiered = self._tiered_for(options)
         with self._lock:
             prog = self._programs.get(text_key)
             if prog is not None:
                 self.stats.memory_hits += 1
                 return prog
+            if tiered and not _numba_loaded():
+                # Loading even a cached program would import numba first: the eager tier
+                # answers, unless it would take longer than that (a large cached program).
+                prog = self._tiered_program(text, lopts, text_key)
+                if prog is not None and not (self.cached(text_key) and prog.slower_than_loading):
+                    self._programs[text_key] = prog
+                    return prog.begin()
             prog = self._from_index(text_key)
+            if prog is None and tiered:
+                prog = self._tiered_program(text, lopts, text_key)
+                if prog is not None:
+                    prog.begin()
             if prog is None:
                 from pjrt_hub.backends.stablehlo.nesting import run_deep
 
@@ -287,54 +378,139 @@ class NumbaCompiler:
             self._programs[text_key] = prog
             return prog
 
-    def _generate(self, text: str, lopts) -> str:
-        from pjrt_hub.backends.stablehlo import parse_module
+    def _tiered_program(self, text: str, lopts, text_key: str):
+        """The eager tier's program with a background compile to switch to, or None when the
+        eager tier does not cover the program."""
+        from .eager import EagerProgram, EagerUnsupported
+        from .module import program_meta
+        from .tiers import TieredProgram
 
-        from . import collective_rules, kernels, rules  # noqa: F401  (register the op rules)
+        try:
+            module, fn = _front_end(text)
+        except RecursionError:  # nested deeper than this thread's stack: compiled only (run_deep)
+            return None
+        if module.num_replicas * module.num_partitions > 1:
+            return None
+        try:
+            eager = EagerProgram(fn)
+        except (EagerUnsupported, RecursionError):
+            return None
+        meta = program_meta(module, fn)
+        if meta["uses_collectives"]:
+            return None
+        self.stats.eager_programs += 1
+        return TieredProgram(self, meta, eager, text, lopts, text_key)
+
+    def _generate(self, text: str, lopts) -> str:
         from .codegen import Lowering
-        from .inline import inline_calls
         from .module import render_module
 
-        from pjrt_hub.backends.stablehlo.nesting import call_depth
-
-        module = parse_module(text)
-        verify = _verifier()
-        if verify is not None:
-            verify(module)
-        call_depth(module)
-        fn = inline_calls(module)
+        module, fn = _front_end(text)
         gen = Lowering(fn, lopts).lower()
         return render_module(module, fn, gen)
+
+    def compile_to_cache(self, text: str, lopts, text_key: str) -> str:
+        """Compile a program into the disk cache (what the background compile process does);
+        returns the module's fingerprint."""
+        with self._lock:
+            prog = self._from_index(text_key)
+            if prog is None:
+                prog = self._load(self._generate(text, lopts), text_key)
+            return prog.fingerprint
+
+    def cached(self, text_key: str) -> bool:
+        """Whether the disk cache has an entry for this text (not checked for soundness)."""
+        return (self.cache_dir / "index" / text_key).is_file()
+
+    def load_cached(self, text_key: str) -> NumbaProgram | None:
+        """The compiled program of a text the disk cache holds, loaded into this process.
+        Without the compiler's lock: the first load imports numba (half a second), and other
+        threads' compiles must not wait for it."""
+        return self._from_index(text_key)
 
     def _from_index(self, text_key: str) -> NumbaProgram | None:
         entry = self.cache_dir / "index" / text_key
         try:
             fingerprint = entry.read_text().strip()
-            path = self.cache_dir / f"p_{fingerprint}.py"
-            source = path.read_text()
-        except OSError:
+        except FileNotFoundError:
             return None
-        prog = self._import(source, fingerprint, path)
+        except (OSError, ValueError) as exc:
+            self._corrupt(entry, f"unreadable ({type(exc).__name__})")
+            return None
+        if not _FINGERPRINT.fullmatch(fingerprint):
+            self._corrupt(entry, "not a module fingerprint")
+            return None
+        path = self.cache_dir / f"p_{fingerprint}.py"
+        try:
+            source = path.read_text()
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            self._corrupt(path, f"unreadable ({type(exc).__name__})", also=(entry,))
+            return None
+        if _fingerprint_of(source) != fingerprint:
+            # Truncated or overwritten: the name says what the content must hash to.
+            self._corrupt(path, "its content does not match its name", also=(entry,))
+            return None
+        try:
+            prog = self._import(source, fingerprint, path)
+        except CompileError as exc:
+            # The module is what this backend generated, so a failure to load it is numba's
+            # cache of it (truncated, or from another machine); compile it again.
+            cause = exc.__cause__ or exc
+            self._corrupt(path, f"numba could not load it: {type(cause).__name__}: {str(cause)[:200]}",
+                          also=(entry,), keep=True)
+            return None
         self.stats.index_hits += 1
         return prog
 
+    def _corrupt(self, path: Path, why: str, also: Sequence[Path] = (), keep: bool = False) -> None:
+        """Drop a broken cache entry (the program is compiled again), warning once per file."""
+        import warnings
+
+        if str(path) not in self._warned:
+            self._warned.add(str(path))
+            warnings.warn(f"numba_cpu: cache file {path} is broken ({why}); the program is compiled again",
+                          RuntimeWarning, stacklevel=4)
+        self.stats.corrupt_entries += 1
+        targets = [*also] if keep else [path, *also]
+        if path.suffix == ".py":
+            targets += list((path.parent / "__pycache__").glob(f"{path.stem}.*"))
+        for target in targets:
+            try:
+                target.unlink()
+            except OSError:
+                pass
+
     def _load(self, source: str, text_key: str | None) -> NumbaProgram:
-        fingerprint = hashlib.sha256(
-            "\0".join([CODEGEN_VERSION, _numba_version(), source]).encode("utf-8")).hexdigest()[:32]
+        fingerprint = _fingerprint_of(source)
         path = self.cache_dir / f"p_{fingerprint}.py"
-        if path.exists() and path.read_text() == source:
+        try:
+            same = path.read_text() == source
+        except (OSError, ValueError):
+            same = False
+        if same:
             self.stats.module_hits += 1
         else:
             _atomic_write(path, source)
             self.stats.misses += 1
-        prog = self._import(source, fingerprint, path)
+        try:
+            prog = self._import(source, fingerprint, path)
+        except CompileError as exc:
+            if not same:
+                raise
+            # A module identical to the generated one that does not load: numba's cache of it
+            # is broken. Once more, from scratch.
+            cause = exc.__cause__ or exc
+            self._corrupt(path, f"numba could not load it: {type(cause).__name__}: {str(cause)[:200]}", keep=True)
+            prog = self._import(source, fingerprint, path)
         if text_key is not None:
             _atomic_write(self.cache_dir / "index" / text_key, fingerprint)
         return prog
 
     def _import(self, source: str, fingerprint: str, path: Path) -> NumbaProgram:
         for prog in list(self._programs.values()):
-            if prog.fingerprint == fingerprint:
+            if prog.fingerprint == fingerprint and isinstance(prog, NumbaProgram):
                 return prog
         modname = f"pjrt_hub_numba_cache.p_{fingerprint}"
         spec = importlib.util.spec_from_file_location(modname, path)
@@ -382,6 +558,34 @@ class NumbaCompiler:
             # Another numba version: the module was recompiled for this one, which is fine.
             pass
         return prog
+
+
+_FINGERPRINT = re.compile(r"[0-9a-f]{32}")
+
+
+def _fingerprint_of(source: str) -> str:
+    return hashlib.sha256("\0".join([CODEGEN_VERSION, _numba_version(), source]).encode("utf-8")).hexdigest()[:32]
+
+
+def _numba_loaded() -> bool:
+    """numba and the helper modules are imported: loading a cached program costs milliseconds."""
+    return "pjrt_hub.backends.numba_cpu.support" in sys.modules
+
+
+def _front_end(text: str):
+    """Parse, verify and inline: the module and its one call-free function."""
+    from pjrt_hub.backends.stablehlo import parse_module
+    from pjrt_hub.backends.stablehlo.nesting import call_depth
+
+    from . import collective_rules, kernels, rules  # noqa: F401  (register the op rules)
+    from .inline import inline_calls
+
+    module = parse_module(text)
+    verify = _verifier()
+    if verify is not None:
+        verify(module)
+    call_depth(module)
+    return module, inline_calls(module)
 
 
 def _forget_module(name: str, module: ModuleType) -> None:

@@ -18,7 +18,6 @@ from pjrt_hub.backends.stablehlo import Op, Value
 from .codegen import Arr, Lowering, Scal, ld_text, st_text
 from .rules import _simple_reducer, _unsupported_variant, convert_text, kernel, reducer
 from .source import ElementKind, Expr
-from .threads import SMALL_DOT_MACS
 
 __all__: list[str] = []
 
@@ -86,6 +85,9 @@ def _dot_general(ctx: Lowering, op: Op):
         ctx.scope.emit(f"{o3} = {out}.reshape(({B}, {M}, {N}))")
         # A small product runs on this thread alone (see .threads); a large one uses the
         # threads the runtime sets for the program.
+        # Imported here: .threads imports numba, and the eager tier reads these rules without it.
+        from .threads import SMALL_DOT_MACS
+
         small = B * M * N * K < SMALL_DOT_MACS
         prev = ctx.fresh("nb")
         if small:

@@ -16,7 +16,7 @@ from pjrt_hub.backends.stablehlo.loops import unbounded_loops
 from .codegen import GeneratedFunction
 from .source import ElementKind
 
-__all__ = ["render_module"]
+__all__ = ["program_meta", "render_module"]
 
 _TRANSCENDENTAL = {
     "stablehlo.exponential", "stablehlo.exponential_minus_one", "stablehlo.log", "stablehlo.log_plus_one",
@@ -84,26 +84,31 @@ def cost_analysis(fn: Function) -> dict[str, float]:
     return {"flops": flops, "transcendentals": transcendentals, "bytes accessed": accessed}
 
 
-def render_module(module: Module, fn: Function, gen: GeneratedFunction) -> str:
-
-    inputs = [(tuple(a.type.shape), str(element_dtype(a.type.element_type))) for a in fn.args]
-    outputs = [(tuple(t.shape), str(element_dtype(t.element_type))) for t in fn.result_types]
+def program_meta(module: Module, fn: Function) -> dict:
+    """``META`` of a program: what the runtime needs to know of it besides how to run it. The
+    eager tier builds its program from this too, before (or without) lowering."""
     from pjrt_hub.backends.stablehlo.collectives import uses_collectives
 
-    collectives = uses_collectives(module)
-    meta = {
+    return {
         "name": module.name or "main",
         "num_replicas": module.num_replicas,
         "num_partitions": module.num_partitions,
-        "uses_collectives": collectives,
-        "inputs": inputs,
-        "outputs": outputs,
+        "uses_collectives": uses_collectives(module),
+        "inputs": [(tuple(a.type.shape), str(element_dtype(a.type.element_type))) for a in fn.args],
+        "outputs": [(tuple(t.shape), str(element_dtype(t.element_type))) for t in fn.result_types],
         "aliases": output_aliases(module, fn),
         "cost": cost_analysis(fn),
-        "cancellable": gen.cancellable,
+        # The lowering reads the runtime's cancel flag in every while loop (see .cancel).
+        "cancellable": any(op.name == "stablehlo.while" for op in fn.walk()),
         "unbounded_loops": unbounded_loops(fn),
-        "threaded": gen.threaded,
     }
+
+
+def render_module(module: Module, fn: Function, gen: GeneratedFunction) -> str:
+    meta = program_meta(module, fn)
+    meta["cancellable"] = gen.cancellable
+    meta["threaded"] = gen.threaded
+    collectives = meta["uses_collectives"]
     arg_types = [_nb_array(k, len(a.type.shape)) for k, a in zip(gen.input_kinds, fn.args)]
     if gen.cancellable:
         from .cancel import CANCEL_FLAG_TYPE

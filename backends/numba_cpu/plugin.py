@@ -28,4 +28,5 @@ def pjrt_hub_get_api() -> Api:
     from pjrt_hub.backends.cpu_runtime import InlinePolicy
     from pjrt_hub.backends.numba_cpu import NumbaCompiler
 
-    return builtin_api(NumbaCompiler(), "numba_cpu", InlinePolicy(**INLINE_LIMITS))
+    # Tiered: first results from the eager numpy tier, numba compiling in the background.
+    return builtin_api(NumbaCompiler(tiered=True), "numba_cpu", InlinePolicy(**INLINE_LIMITS))

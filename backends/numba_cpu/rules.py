@@ -23,6 +23,7 @@ from pjrt_hub.backends.stablehlo import Op, Value
 from pjrt_hub.backends.stablehlo.ops import add_rule
 
 from .codegen import RULES, Arr, Lowering, Row, Rule, ld_text, round_accumulators, st_text, supported_ops
+from .lanes import lane_reduction
 from .source import ElementKind, Expr, element_kind
 
 __all__ = ["elementwise", "index_map", "kernel", "emit_reduce_member"]
@@ -111,7 +112,8 @@ _float_divide = _float_or_int(_plain("/"), "idiv")
 @elementwise("stablehlo.divide", cost=4)
 def _divide(ctx, op, args):
     # Always a division, correctly rounded as the spec and XLA:CPU have it: multiplying by a
-    # loop-invariant divisor's reciprocal was off by one ulp for 736 of 4096 float32 quotients.
+    # loop-invariant divisor's reciprocal was off by one ulp for some quotients, and depended
+    # on how the divide was fused, which the eager tier (.eager) could not reproduce.
     kind = _k(ctx, op.result)
     if kind.cls == "c":  # numba's own complex division raises ZeroDivisionError
         return f"{kind.nb.replace('types.', 'np.')}(cdiv({args[0].text}, {args[1].text}))"
@@ -782,12 +784,15 @@ def _simple_reducer(block, n: int) -> str | None:
 
 def _combine_text(kind_name: str, ek: ElementKind, acc: str, x: str) -> str:
     if ek.cls == "f":
-        fn = {"add": "radd", "mul": "rmul", "max": "rmax", "min": "rmin"}.get(kind_name)
+        # Float sums and products outside lane reductions are sequential (see .lanes): a plain
+        # step, which LLVM may not reorder. max/min are exact in any order.
+        fn = {"add": "({acc} + {x})", "mul": "({acc} * {x})", "max": "rmax({acc}, {x})",
+              "min": "rmin({acc}, {x})"}.get(kind_name)
         if fn is None:
             raise CompileError(f"bitwise reduction over {ek.element}")
         # Narrow floats accumulate in float32 and are rounded once, when the result is stored
         # (as XLA:CPU reduces bf16/f16: a sum of 1000 bf16 ones is 1000, not 256).
-        return f"{fn}({acc}, {x})"
+        return fn.format(acc=acc, x=x)
     if ek.cls == "c":
         if kind_name not in ("add", "mul"):
             raise CompileError(f"{kind_name} reduction over {ek.element} is not supported by numba_cpu")
@@ -836,6 +841,15 @@ def emit_reduce_member(ctx: Lowering, op: Op, outer_idx: tuple[Expr, ...]) -> No
     # loop order (the other order accumulates in the result arrays, rounding at every step).
     narrow = any(ctx.kind(v).narrow and ctx.kind(v).cls == "f" for v in op.results)
     suffix = not kept or not red or min(red) > max(kept) or narrow
+    plan = lane_reduction(op)
+    if plan is not None:
+        # Reduced dims are the operand's last ones (so a suffix here too): by lanes.
+        with ctx.loops([shape[d] for d in kept]) as kidx:
+            (e,) = ctx.lane_rows([shape[d] for d in red], outer_idx + kidx, [(op, plan, init[0])], None)
+            res_idx = outer_idx + kidx
+            ctx.memo[(op.result.id, tuple(x.text for x in res_idx))] = e
+            ctx._store(op.result, res_idx, e)
+        return
     if suffix:
         with ctx.loops([shape[d] for d in kept]) as kidx:
             accs = [ctx.fresh("acc") for _ in range(n)]

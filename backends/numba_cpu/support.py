@@ -25,13 +25,14 @@ from .intrinsics import (
     fround_afz, fround_even, fsqrt, ftrunc, i2f, i2i, iadd, iand, icmp, idiv, imul, inot, ior,
     irem, isub, ixor, radd, rmax, rmin, rmul, shl, shr_arith, shr_logical,
 )
+from .lane_intrinsics import lanes_add, lanes_reset, lanes_row, lanes_total
 from .vecmath import (
     cbrt_f, erf_f, erf_f32, erf_inv_f, erfc_f, erfc_f32, exp_f32, expm1_f32, log1p_f32, log_f32, logistic_f32,
     pow_f32, tanh_f32,
 )
 
 __all__ = [
-    "advise_hugepages", "blas_threads", "ld", "st", "bitcast", "ctlz", "ctpop", "f2i", "fabs", "fcmp_total", "fceil", "fcopysign", "ffloor",
+    "advise_hugepages", "blas_threads", "ld", "st", "lanes_add", "lanes_reset", "lanes_row", "lanes_total", "bitcast", "ctlz", "ctpop", "f2i", "fabs", "fcmp_total", "fceil", "fcopysign", "ffloor",
     "fmaximum", "fminimum", "fround_afz", "fround_even", "fsqrt", "ftrunc", "i2f", "i2i", "iadd",
     "iand", "icmp", "idiv", "imul", "inot", "ior", "irem", "isub", "ixor", "radd", "rmax", "rmin",
     "rmul", "shl", "shr_arith", "shr_logical",

@@ -1,0 +1,49 @@
+"""The background compile process of :mod:`.tiers`: compiles programs into the disk cache.
+
+Reads one JSON request per line on stdin (``cache_dir``, ``text``, ``options`` (the lowering
+options), ``text_key``), compiles the program with numba into that cache directory, and answers
+one JSON line on stdout: ``{"fingerprint": ...}`` or ``{"error": "..."}``. It runs at a lower
+priority than its parent, whose eager tier serves the program meanwhile, and ends when stdin
+closes (or when it is killed: it holds nothing that a kill can damage, as every cache write is
+a rename into place).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def main() -> int:
+    try:
+        os.nice(5)
+    except (AttributeError, OSError):
+        pass
+    from pjrt_hub.abi import PjrtHubError
+
+    from .codegen import LoweringOptions
+    from .compiler import NumbaCompiler
+
+    compilers: dict[str, NumbaCompiler] = {}
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line)
+            compiler = compilers.get(request["cache_dir"])
+            if compiler is None:
+                compiler = compilers[request["cache_dir"]] = NumbaCompiler(request["cache_dir"], tiered=False)
+            lopts = LoweringOptions(**request["options"])
+            reply = {"fingerprint": compiler.compile_to_cache(request["text"], lopts, request["text_key"])}
+        except PjrtHubError as exc:
+            reply = {"error": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - reported to the parent, which keeps going
+            reply = {"error": f"numba_cpu: background compile failed: {type(exc).__name__}: {exc}"}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

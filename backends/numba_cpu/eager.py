@@ -1,0 +1,1528 @@
+"""The eager tier: a program run op by op with numpy, giving the compiled code's results bit
+for bit, with no compilation at all.
+
+numba needs seconds to compile a program (and half a second to import), XLA:CPU tens of
+milliseconds; :mod:`.tiers` answers a program's first executions with this tier while numba
+compiles it in the background, then switches. For the switch to be invisible, every op here
+computes exactly what the compiled kernels compute:
+
+* Elementwise ops are not reimplemented: the lowering rule of the op (:mod:`.rules`) writes the
+  formula as text, exactly as for the compiled kernel, and it is evaluated on whole arrays with
+  each helper bound to its numpy twin (:mod:`.eager_math`), ``x if c else y`` turned into
+  ``np.where``. The same holds for reduction steps and the scalar regions of ``map``, ``sort``,
+  ``scatter``, ``reduce_window`` and ``select_and_scatter``.
+* Reductions follow the order :mod:`.lanes` defines (fixed lanes, or sequential), never
+  numpy's pairwise sums. ``dot_general`` calls the very BLAS function the compiled code calls
+  (scipy's ``sgemm``/``dgemm``) with the same arguments; the loops of integer and 16-bit dots,
+  convolutions and windows accumulate in the same order.
+* Values are held in the compiled code's computation types: 16-bit floats as float32 values
+  rounded after every op, as the kernels hold them.
+
+A program with an op (or a variant of one) this tier does not cover is declined at compile
+time with :class:`EagerUnsupported`, and the program waits for numba as before; an input this
+tier cannot reproduce exactly (a sort whose comparator is not a strict weak order on a row too
+long to replay the merge sort) raises :class:`NeedsCompiled` at run time, and that execution
+waits for the compiled code. The tests run both tiers on the corpus and on generated programs
+and compare the bits.
+"""
+
+from __future__ import annotations
+
+import ast
+import ctypes
+import functools
+import math
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from pjrt_hub.abi import Cancelled, CompileError
+from pjrt_hub.backends.stablehlo import Block, Function, Op, TensorType, Value
+
+from . import kernels as _kernels_module  # noqa: F401  (registers the kernel rules)
+from . import lanes as _lanes
+from . import rules as _rules_module  # noqa: F401  (registers the op rules)
+from .eager_math import NAMESPACE
+from .source import ElementKind, Expr, element_kind
+
+__all__ = ["EagerProgram", "EagerUnsupported", "NeedsCompiled", "Overtaken", "estimate_cost"]
+
+
+class EagerUnsupported(Exception):
+    """The eager tier does not cover this program; it runs compiled only."""
+
+
+class NeedsCompiled(Exception):
+    """This execution's inputs need the compiled program (the eager tier cannot reproduce it)."""
+
+
+class Overtaken(Exception):
+    """The compiled program became ready during an eager run, which stops to let it run."""
+
+
+#: Longest sequential loop (steps of a reduction, window, scatter rank...) run from Python
+#: before an execution is handed to the compiled program instead.
+MAX_STEPS = 1 << 16
+#: Sorts compare all pairs of a row at once while rows * n * n stays below this.
+PAIRWISE_LIMIT = 1 << 22
+
+Env = dict  # Value -> np.ndarray
+
+
+# -- elementwise text ------------------------------------------------------------------------------
+
+
+class _Rewrite(ast.NodeTransformer):
+    """Generated scalar text -> numpy array text."""
+
+    def visit_IfExp(self, node: ast.IfExp) -> ast.AST:
+        self.generic_visit(node)
+        return ast.Call(ast.Name("_where", ast.Load()), [node.test, node.body, node.orelse], [])
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> ast.AST:
+        self.generic_visit(node)
+        op = ast.BitAnd() if isinstance(node.op, ast.And) else ast.BitOr()
+        out = node.values[0]
+        for v in node.values[1:]:
+            out = ast.BinOp(out, op, v)
+        return out
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Not):
+            return ast.Call(ast.Attribute(ast.Name("np", ast.Load()), "logical_not", ast.Load()), [node.operand], [])
+        return node
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        self.generic_visit(node)
+        if len(node.ops) == 1:
+            return node
+        parts = []
+        left = node.left
+        for op, right in zip(node.ops, node.comparators):
+            parts.append(ast.Compare(left, [op], [right]))
+            left = right
+        out = parts[0]
+        for p in parts[1:]:
+            out = ast.BinOp(out, ast.BitAnd(), p)
+        return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _compile_text(text: str):
+    tree = ast.parse(text, mode="eval")
+    tree = ast.fix_missing_locations(_Rewrite().visit(tree))
+    code = compile(tree, "<numba_cpu eager>", "eval")
+    _NAMES[code] = frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name))
+    return code
+
+
+_NAMES: dict = {}
+
+
+class _Text:
+    """The lowering context the rules see when they write a scalar formula for this tier: it
+    collects the statements (``name = text``) and the constants they need."""
+
+    def __init__(self) -> None:
+        self.globals: dict[str, str] = {}
+        self._global_keys: dict[tuple, str] = {}
+        self.stmts: list[tuple[str, str]] = []
+        self.env: dict[Value, Expr] = {}
+        self._n = 0
+
+    def fresh(self, prefix: str = "t") -> str:
+        self._n += 1
+        return f"_{prefix}{self._n}"
+
+    def kind(self, v: Value) -> ElementKind:
+        return element_kind(v.type, where=v.name)
+
+    def const(self, value, kind: ElementKind) -> Expr:
+        from .codegen import Lowering
+
+        return Lowering.const(self, value, kind)  # type: ignore[arg-type]
+
+    def temp(self, text: str, deps=(), prefix: str = "t") -> Expr:
+        name = self.fresh(prefix)
+        self.stmts.append((name, text))
+        return Expr(name)
+
+    def read(self, v: Value, idx=()) -> Expr:
+        e = self.env.get(v)
+        if e is None:
+            raise EagerUnsupported(f"{v.name} read in a scalar formula before it is defined")
+        return e
+
+    def lower_scalar_region(self, block: Block, args: Sequence[Expr]) -> list[Expr]:
+        from .codegen import RULES
+
+        for a, e in zip(block.args, args):
+            self.env[a] = e
+        for op in block.ops[:-1]:
+            rule = RULES.get(op.name)
+            if rule is None or any(isinstance(r.type, TensorType) and r.type.rank for r in op.results):
+                raise EagerUnsupported(f"{op.name} inside a scalar region")
+            if rule.elementwise is not None:
+                out = rule.elementwise(self, op, [self.read(o) for o in op.operands])
+                self.env[op.result] = out if isinstance(out, Expr) else self.temp(out)
+            elif op.name == "stablehlo.constant":
+                self.env[op.result] = self.const(np.asarray(op.attr("value")).reshape(-1)[0], self.kind(op.result))
+            elif op.name in _SCALAR_IDENTITY:
+                self.env[op.result] = self.read(op.operands[0])
+            else:
+                raise EagerUnsupported(f"{op.name} inside a scalar region")
+        return [self.read(v) for v in block.terminator.operands]
+
+    def function(self, params: Sequence[str], results: Sequence[Expr]) -> Callable[..., list]:
+        """The collected statements as ``f(*arrays) -> [result arrays]``."""
+        g = dict(NAMESPACE)
+        for name, text in self.globals.items():
+            g[name] = eval(text, {"np": np})
+        code = [(name, _compile_text(text)) for name, text in self.stmts]
+        outs = [_compile_text(e.text) for e in results]
+        params = tuple(params)
+        # Every name the text reads must have a twin: a helper without one (an element type
+        # or op variant this tier does not know) declines the program now, not at run time.
+        known = set(g) | set(params) | {name for name, _ in self.stmts} | set(dir(__builtins__))
+        for c in [c for _, c in code] + outs:
+            missing = [n for n in _names(c) if n not in known]
+            if missing:
+                raise EagerUnsupported(f"no numpy twin for {', '.join(sorted(set(missing)))}")
+
+        def run(*arrays):
+            loc = dict(zip(params, arrays))
+            for name, c in code:
+                loc[name] = eval(c, g, loc)
+            return [eval(c, g, loc) for c in outs]
+
+        return run
+
+
+def _names(code) -> frozenset[str]:
+    """The names a compiled expression reads (attributes of them are not names)."""
+    return _NAMES[code]
+
+
+_SCALAR_IDENTITY = frozenset({"stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.transpose",
+                              "stablehlo.reverse", "stablehlo.broadcast", "stablehlo.optimization_barrier"})
+
+
+def _compute_dtype(kind: ElementKind) -> np.dtype:
+    return kind.compute_dtype if kind.cls == "f" else kind.storage
+
+
+def _as(x, kind: ElementKind, shape) -> np.ndarray:
+    """A result in the computation type of ``kind`` and of ``shape``."""
+    a = np.asarray(x)
+    dt = _compute_dtype(kind)
+    if a.dtype != dt:
+        a = a.astype(dt)
+    if a.shape != tuple(shape):
+        a = np.broadcast_to(a, shape)
+    return a
+
+
+def _round_narrow(x: np.ndarray, kind: ElementKind) -> np.ndarray:
+    """A 16-bit float's float32 value rounded to its type, as the compiled code rounds a
+    reduction's float32 accumulator once, when it stores the result."""
+    if kind.cls != "f" or not kind.narrow:
+        return x
+    return NAMESPACE["round_bf16" if kind.narrow == "bf16" else "round_f16"](x)
+
+
+def _no_narrow_accumulators(op: Op) -> None:
+    """Decline an op whose compiled code rounds 16-bit float accumulators at places this tier
+    does not follow (windows, scatters: the compiled kernels differ in where they store)."""
+    for r in op.results:
+        kind = _kind(r)
+        if kind.cls == "f" and kind.narrow:
+            raise EagerUnsupported(f"{op.name} with {kind.element} results")
+
+
+def _elementwise(op: Op) -> Callable[[Env], None]:
+    from .codegen import RULES
+
+    rule = RULES[op.name]
+    t = _Text()
+    names = [f"a{i}" for i in range(len(op.operands))]
+    for o, n in zip(op.operands, names):
+        t.env[o] = Expr(n)
+    out = rule.elementwise(t, op, [Expr(n) for n in names])
+    result = out if isinstance(out, Expr) else Expr(t.temp(out).text)
+    fn = t.function(names, [result])
+    kind = t.kind(op.result)
+    shape = tuple(op.result.type.shape)
+    operands, res = op.operands, op.result
+    # One element of zeros through the formula now: a helper that does not take these types
+    # (numba would refuse to compile it) declines the program here rather than at run time.
+    try:
+        with np.errstate(all="ignore"):
+            fn(*[np.zeros((), _compute_dtype(_kind(o))) for o in operands])
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise EagerUnsupported(f"{op.name}: {exc}") from None
+
+    def step(env: Env) -> None:
+        (value,) = fn(*[env[o] for o in operands])
+        env[res] = _as(value, kind, shape)
+
+    return step
+
+
+def _step_function(op: Op, region_index: int = 0) -> Callable[[list, list], list]:
+    """``combine(accs, xs) -> new accs``: one step of the op's reduction region, as text from
+    the same ``reducer`` the compiled code uses (so a sum step is ``acc + x``, rounded for
+    16-bit floats)."""
+    from .rules import reducer
+
+    block = op.regions[region_index]
+    n = len(block.args) // 2
+    t = _Text()
+    accs = [Expr(f"acc{i}") for i in range(n)]
+    xs = [Expr(f"x{i}") for i in range(n)]
+    combine = reducer(t, op, region_index)
+    texts = combine(accs, xs)
+    results = [Expr(x) if isinstance(x, str) else x for x in texts]
+    fn = t.function([e.text for e in accs + xs], results)
+    kinds = [element_kind(a.type) for a in block.args[:n]]
+
+    def step(acc_values: list, x_values: list) -> list:
+        out = fn(*acc_values, *x_values)
+        return [np.asarray(o).astype(_compute_dtype(k), copy=False) for o, k in zip(out, kinds)]
+
+    return step
+
+
+def _region_function(block: Block) -> Callable[..., list]:
+    """A scalar region (sort comparator, select of select_and_scatter...) on whole arrays."""
+    t = _Text()
+    params = [f"r{i}" for i in range(len(block.args))]
+    results = t.lower_scalar_region(block, [Expr(p) for p in params])
+    return t.function(params, results)
+
+
+# -- how long the eager tier takes ---------------------------------------------------------------------
+
+#: Elementwise ops whose twin goes through Python's math module element by element.
+_PER_ELEMENT = frozenset({
+    "stablehlo.sine", "stablehlo.cosine", "stablehlo.tan", "stablehlo.cbrt", "stablehlo.atan2", "chlo.erf",
+    "chlo.erfc", "chlo.erf_inv", "chlo.tan", "chlo.sinh", "chlo.cosh", "chlo.asin", "chlo.acos", "chlo.atan",
+    "chlo.asinh", "chlo.acosh", "chlo.atanh", "chlo.lgamma",
+})
+#: float32 formulas transcribed from .vecmath: tens of numpy passes each.
+_VECMATH = frozenset({
+    "stablehlo.exponential", "stablehlo.exponential_minus_one", "stablehlo.log", "stablehlo.log_plus_one",
+    "stablehlo.tanh", "stablehlo.logistic",
+})
+
+
+def estimate_cost(fn: Function) -> float:
+    """A rough count of the element operations the eager tier performs for one run of ``fn``
+    (a numpy pass over n elements is n; a transcendental formula some tens of passes; a value
+    through Python's math module some hundreds), to tell programs it answers in milliseconds
+    from those a background compile will overtake."""
+    from pjrt_hub.backends.stablehlo.loops import _definitions, trip_count
+
+    defs = _definitions(fn.walk())
+
+    def size(v: Value) -> int:
+        return math.prod(v.type.shape) if isinstance(v.type, TensorType) else 1
+
+    def block(b: Block) -> float:
+        return sum(one(op) for op in b.ops[:-1])
+
+    def one(op: Op) -> float:
+        n = sum(size(r) for r in op.results)
+        name = op.name
+        if name == "stablehlo.while":
+            trips = trip_count(op, defs)
+            return (16 if trips is None else max(trips, 1)) * (block(op.regions[0]) + block(op.regions[1]) + 10)
+        if name in ("stablehlo.case", "stablehlo.if"):
+            return max((block(r) for r in op.regions), default=0.0) + 10
+        if op.regions and name in ("stablehlo.reduce", "stablehlo.reduce_window", "stablehlo.scatter",
+                                   "stablehlo.select_and_scatter", "stablehlo.sort"):
+            inner = 4.0 + len(op.regions[0].ops)
+        else:
+            inner = 1.0
+        if name in _PER_ELEMENT or any(getattr(r.type, "element_type", "") == "f64" for r in op.results) and (
+                name in _VECMATH or name == "stablehlo.power"):
+            return 150.0 * n
+        if name in _VECMATH:
+            return 30.0 * n
+        if name == "stablehlo.power":
+            return 60.0 * n
+        if name in ("stablehlo.dot_general", "stablehlo.dot"):
+            lhs = op.operands[0].type.shape
+            if name == "stablehlo.dot":
+                k = lhs[-1] if lhs else 1
+            else:
+                k = math.prod(lhs[d] for d in op.attr("dot_dimension_numbers").lhs_contracting_dimensions)
+            blas = getattr(op.results[0].type, "element_type", "") in ("f32", "f64")
+            # BLAS runs at tens of flops per numpy element op; the loops of other types are
+            # one numpy pass per contraction step.
+            return n * k * (0.05 if blas else 3.0) + size(op.operands[0]) + size(op.operands[1])
+        if name == "stablehlo.convolution":
+            dn = op.attr("dimension_numbers")
+            kshape = op.operands[1].type.shape
+            window = math.prod(kshape[d] for d in dn.kernel_spatial_dimensions) * kshape[dn.kernel_input_feature_dimension]
+            return 6.0 * n * window
+        if name in ("stablehlo.reduce", "stablehlo.scatter"):
+            return inner * sum(size(v) for v in op.operands)
+        if name in ("stablehlo.reduce_window", "stablehlo.select_and_scatter"):
+            window = math.prod(op.attr("window_dimensions") or (1,))
+            return inner * window * max(n, size(op.operands[0]))
+        if name == "stablehlo.sort":
+            shape = op.operands[0].type.shape
+            dim = int(op.attr("dimension")) % max(1, len(shape))
+            return inner * size(op.operands[0]) * (shape[dim] if shape else 1)
+        return inner * n
+
+    return block(fn.body)
+
+
+# -- the program -------------------------------------------------------------------------------------
+
+
+def _kind(v: Value) -> ElementKind:
+    if not isinstance(v.type, TensorType):
+        raise EagerUnsupported(f"{v.name}: {v.type} values")
+    try:
+        kind = element_kind(v.type, where=v.name)
+    except CompileError as exc:
+        raise EagerUnsupported(str(exc)) from None
+    if kind.cls not in "fiub" or kind.bits not in ((16, 32, 64) if kind.cls == "f" else (1, 8, 16, 32, 64)):
+        raise EagerUnsupported(f"{v.name}: element type {kind.element}")
+    return kind
+
+
+class _Plan:
+    """Steps of one block, built once; running a block runs its steps on an environment."""
+
+    def __init__(self, program: "EagerProgram", block: Block) -> None:
+        self.block = block
+        self.steps: list[Callable[[Env], None]] = []
+        for op in block.ops[:-1]:
+            for v in op.results:
+                _kind(v)
+            self.steps.append(program._step(op))
+        self.results = block.terminator.operands
+
+    def run(self, env: Env, args: Sequence[np.ndarray]) -> list[np.ndarray]:
+        for a, x in zip(self.block.args, args):
+            env[a] = x
+        overtaken = env.get(_OVERTAKEN)
+        for step in self.steps:
+            if overtaken is not None and overtaken():
+                raise Overtaken()
+            step(env)
+        return [env[v] for v in self.results]
+
+
+class EagerProgram:
+    """A call-free function (see :func:`.inline.inline_calls`) planned for the eager tier."""
+
+    def __init__(self, fn: Function) -> None:
+        self.fn = fn
+        for a in fn.args:
+            _kind(a)
+        self._in_kinds = [element_kind(a.type) for a in fn.args]
+        self._out_kinds = [_kind(v) for v in fn.body.terminator.operands]
+        self._body = _Plan(self, fn.body)
+        #: Element operations of one run (see :func:`estimate_cost`).
+        self.cost = estimate_cost(fn)
+
+    # -- running --
+
+    def run(self, args: Sequence[np.ndarray], cancel: np.ndarray | None = None,
+            overtaken: Callable[[], bool] | None = None) -> list[np.ndarray]:
+        """The outputs, as the compiled entry returns them (16-bit floats as their uint16
+        bits). ``overtaken()``, asked between steps, stops the run with :class:`Overtaken`
+        when it turns true (the compiled program is ready and will answer instead)."""
+        env: Env = {_CANCEL: cancel, _OVERTAKEN: overtaken}
+        inputs = []
+        for a, x, kind in zip(self.fn.args, args, self._in_kinds):
+            x = np.asarray(x)
+            if kind.narrow:
+                bits = x.view(np.uint16)
+                x = NAMESPACE["bf16_value"](bits) if kind.narrow == "bf16" else NAMESPACE["f16_value"](bits)
+            inputs.append(x)
+        with np.errstate(all="ignore"):
+            outs = self._body.run(env, inputs)
+            return self._results(args, outs)
+
+    def _results(self, args: Sequence[np.ndarray], outs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        results = []
+        seen = {id(a) for a in args}
+        for v, x, kind in zip(self.fn.body.terminator.operands, outs, self._out_kinds):
+            x = np.asarray(x)
+            if kind.narrow:
+                fn = NAMESPACE["bf16_bits"] if kind.narrow == "bf16" else NAMESPACE["f16_bits"]
+                x = np.asarray(fn(x), np.uint16).reshape(v.type.shape)
+            else:
+                x = x.astype(kind.storage, copy=False)
+            # Fresh, C-contiguous arrays the caller may keep: never a view of an input, a
+            # constant of the plan or another output.
+            if (id(x) in seen or not x.flags.owndata or not x.flags.writeable
+                    or not x.flags.c_contiguous):
+                x = np.array(x, order="C", copy=True)
+            seen.add(id(x))
+            results.append(x)
+        return results
+
+    # -- planning --
+
+    def _step(self, op: Op) -> Callable[[Env], None]:
+        from .codegen import RULES
+
+        impl = _KERNELS.get(op.name)
+        if impl is not None:
+            return impl(self, op)
+        rule = RULES.get(op.name)
+        if rule is not None and rule.elementwise is not None:
+            try:
+                return _elementwise(op)
+            except EagerUnsupported:
+                raise
+            except (CompileError, KeyError, NameError, SyntaxError, TypeError, ValueError) as exc:
+                raise EagerUnsupported(f"{op.name}: {exc}") from None
+        raise EagerUnsupported(f"{op.name} is not covered by the eager tier")
+
+    def plan_block(self, block: Block) -> _Plan:
+        return _Plan(self, block)
+
+
+#: The environment keys of the runtime's cancel flag and of the overtaken() check.
+_CANCEL = object()
+_OVERTAKEN = object()
+
+_KERNELS: dict[str, Callable[[EagerProgram, Op], Callable[[Env], None]]] = {}
+
+
+def _kernel(*names: str):
+    def register(fn):
+        for n in names:
+            _KERNELS[n] = fn
+        return fn
+
+    return register
+
+
+def _single(op: Op, fn: Callable[..., np.ndarray]) -> Callable[[Env], None]:
+    kind = _kind(op.result)
+    shape = tuple(op.result.type.shape)
+    operands, res = op.operands, op.result
+
+    def step(env: Env) -> None:
+        env[res] = _as(fn(*[env[o] for o in operands]), kind, shape)
+
+    return step
+
+
+# -- index ops -----------------------------------------------------------------------------------
+
+
+@_kernel("stablehlo.constant")
+def _constant(program: EagerProgram, op: Op):
+    kind = _kind(op.result)
+    value = np.asarray(op.attr("value"))
+    # 16-bit float constants become exact float32 values, as the kernels hold them.
+    data = value.astype(_compute_dtype(kind))
+    shape = tuple(op.result.type.shape)
+    if data.size == 1 and math.prod(shape) != 1:
+        data = np.broadcast_to(data.reshape(()), shape)
+    else:
+        data = data.reshape(shape)
+        data.setflags(write=False)
+    res = op.result
+
+    def step(env: Env) -> None:
+        env[res] = data
+
+    return step
+
+
+@_kernel("stablehlo.iota")
+def _iota(program: EagerProgram, op: Op):
+    kind = _kind(op.result)
+    shape = tuple(op.result.type.shape)
+    d = int(op.attr("iota_dimension"))
+    idx = np.arange(shape[d], dtype=np.int64)
+    if kind.cls == "f":
+        line = idx.astype(np.float32 if kind.bits != 64 else np.float64)
+        if kind.narrow:
+            line = NAMESPACE["round_bf16" if kind.narrow == "bf16" else "round_f16"](line)
+    else:
+        line = idx.astype(kind.storage)
+    view = [1] * len(shape)
+    view[d] = shape[d]
+    data = np.broadcast_to(line.reshape(view), shape)
+    res = op.result
+
+    def step(env: Env) -> None:
+        env[res] = data
+
+    return step
+
+
+@_kernel("stablehlo.get_dimension_size")
+def _get_dimension_size(program: EagerProgram, op: Op):
+    kind = _kind(op.result)
+    value = np.asarray(op.operands[0].type.shape[int(op.attr("dimension"))]).astype(kind.storage)
+    res = op.result
+
+    def step(env: Env) -> None:
+        env[res] = value
+
+    return step
+
+
+@_kernel("stablehlo.broadcast_in_dim")
+def _broadcast_in_dim(program: EagerProgram, op: Op):
+    dims = tuple(op.attr("broadcast_dimensions"))
+    out_shape = tuple(op.result.type.shape)
+    view = [1] * len(out_shape)
+    for k, d in enumerate(dims):
+        view[d] = op.operands[0].type.shape[k]
+    order = np.argsort(dims) if dims else np.array([], int)
+
+    def fn(x):
+        if list(order) != sorted(order):
+            x = np.transpose(x, order)
+        return np.broadcast_to(x.reshape(view), out_shape)
+
+    return _single(op, fn)
+
+
+@_kernel("stablehlo.broadcast")
+def _broadcast(program: EagerProgram, op: Op):
+    out_shape = tuple(op.result.type.shape)
+    return _single(op, lambda x: np.broadcast_to(x, out_shape))
+
+
+@_kernel("stablehlo.reshape")
+def _reshape(program: EagerProgram, op: Op):
+    shape = tuple(op.result.type.shape)
+    return _single(op, lambda x: np.reshape(x, shape))
+
+
+@_kernel("stablehlo.transpose")
+def _transpose(program: EagerProgram, op: Op):
+    perm = tuple(op.attr("permutation"))
+    return _single(op, lambda x: np.transpose(x, perm))
+
+
+@_kernel("stablehlo.reverse")
+def _reverse(program: EagerProgram, op: Op):
+    dims = tuple(op.attr("dimensions"))
+    return _single(op, lambda x: np.flip(x, dims) if dims else x)
+
+
+@_kernel("stablehlo.slice")
+def _slice(program: EagerProgram, op: Op):
+    start = tuple(op.attr("start_indices"))
+    limit = tuple(op.attr("limit_indices"))
+    strides = tuple(op.attr("strides") or (1,) * len(start))
+    sl = tuple(slice(a, b, s) for a, b, s in zip(start, limit, strides))
+    return _single(op, lambda x: x[sl])
+
+
+@_kernel("stablehlo.pad")
+def _pad(program: EagerProgram, op: Op):
+    lows = tuple(op.attr("edge_padding_low"))
+    interiors = tuple(op.attr("interior_padding"))
+    shape = tuple(op.operands[0].type.shape)
+    out_shape = tuple(op.result.type.shape)
+    srcs, valids = [], []
+    for x, lo, it, n in zip(out_shape, lows, interiors, shape):
+        q = np.arange(x) - lo
+        step = it + 1
+        if n == 0:
+            valids.append(np.zeros(x, bool))
+            srcs.append(np.zeros(x, np.int64))
+            continue
+        valid = (q >= 0) & (q <= (n - 1) * step)
+        if step > 1:
+            valid &= q % step == 0
+        valids.append(valid)
+        srcs.append(np.clip(q, 0, (n - 1) * step) // step)
+    empty = any(n == 0 for n in shape)
+
+    def fn(x, pad):
+        if empty:
+            return np.broadcast_to(pad, out_shape)
+        data = x[np.ix_(*srcs)] if srcs else x
+        mask = functools.reduce(np.logical_and.outer, valids) if len(valids) > 1 else (valids[0] if valids else True)
+        return np.where(mask, data, pad)
+
+    return _single(op, fn)
+
+
+def _clamp_starts(values: Sequence[np.ndarray], limits: Sequence[int]) -> list[int]:
+    return [int(min(max(np.int64(np.asarray(v)), 0), hi)) for v, hi in zip(values, limits)]
+
+
+@_kernel("stablehlo.dynamic_slice")
+def _dynamic_slice(program: EagerProgram, op: Op):
+    sizes = tuple(op.attr("slice_sizes"))
+    shape = op.operands[0].type.shape
+    limits = [n - s for n, s in zip(shape, sizes)]
+
+    def fn(x, *starts):
+        st = _clamp_starts(starts, limits)
+        return x[tuple(slice(a, a + s) for a, s in zip(st, sizes))]
+
+    return _single(op, fn)
+
+
+@_kernel("stablehlo.dynamic_update_slice")
+def _dynamic_update_slice(program: EagerProgram, op: Op):
+    operand, update = op.operands[:2]
+    limits = [n - u for n, u in zip(operand.type.shape, update.type.shape)]
+    ushape = update.type.shape
+
+    def fn(x, u, *starts):
+        st = _clamp_starts(starts, limits)
+        out = np.array(x, copy=True)
+        out[tuple(slice(a, a + s) for a, s in zip(st, ushape))] = u
+        return out
+
+    return _single(op, fn)
+
+
+@_kernel("stablehlo.concatenate")
+def _concatenate(program: EagerProgram, op: Op):
+    dim = int(op.attr("dimension"))
+    return _single(op, lambda *xs: np.concatenate(xs, axis=dim))
+
+
+@_kernel("stablehlo.gather")
+def _gather(program: EagerProgram, op: Op):
+    operand, indices = op.operands
+    dn = op.attr("dimension_numbers")
+    sizes = tuple(op.attr("slice_sizes"))
+    out_shape = tuple(op.result.type.shape)
+    out_rank = len(out_shape)
+    offset_dims = tuple(dn.offset_dims)
+    batch_dims = [d for d in range(out_rank) if d not in offset_dims]
+    ivd = dn.index_vector_dim
+    ind_rank = len(indices.type.shape)
+    op_shape = operand.type.shape
+    op_rank = len(op_shape)
+    grid = np.indices(out_shape, sparse=True) if out_shape else []
+    batch_idx = [grid[d] for d in batch_dims]
+    offset_operand_dims = [d for d in range(op_rank)
+                           if d not in dn.collapsed_slice_dims and d not in dn.operand_batching_dims]
+    offsets = {d: grid[od] for d, od in zip(offset_operand_dims, offset_dims)}
+
+    def fn(x, ind):
+        full: list[Any] = [None] * op_rank
+        for k, d in enumerate(dn.start_index_map):
+            pos = list(batch_idx)
+            if ivd < ind_rank:
+                pos.insert(ivd, k)
+            sv = ind[tuple(pos)] if pos else ind
+            full[d] = np.minimum(np.maximum(np.asarray(sv).astype(np.int64), 0), op_shape[d] - sizes[d])
+        for ob, sb in zip(dn.operand_batching_dims, dn.start_indices_batching_dims):
+            pos = sb if sb < ivd else sb - 1
+            full[ob] = batch_idx[pos]
+        src = []
+        for d in range(op_rank):
+            start, off = full[d], offsets.get(d)
+            if start is None:
+                src.append(off if off is not None else 0)
+            elif off is None:
+                src.append(start)
+            else:
+                src.append(start + off)
+        return np.broadcast_to(x[tuple(src)], out_shape) if src else x
+
+    return _single(op, fn)
+
+
+@_kernel("stablehlo.optimization_barrier")
+def _optimization_barrier(program: EagerProgram, op: Op):
+    pairs = list(zip(op.operands, op.results))
+
+    def step(env: Env) -> None:
+        for a, r in pairs:
+            env[r] = env[a]
+
+    return step
+
+
+# -- reductions -------------------------------------------------------------------------------------
+
+
+def _exact_in_any_order(op: Op) -> bool:
+    """A one-op reducer whose result does not depend on the order of its steps: integer and
+    boolean ops (wrapping arithmetic is associative), and float max/min."""
+    from .rules import _simple_reducer
+
+    simple = _simple_reducer(op.regions[0], len(op.results))
+    if simple is None:
+        return False
+    kind = element_kind(op.regions[0].args[0].type)
+    return simple in ("max", "min") or kind.cls in "iub"
+
+
+def _sequential(step: Callable[[list, list], list], accs: list[np.ndarray], xs: list[np.ndarray]) -> list:
+    """Fold the last axis of ``xs`` into ``accs`` one element at a time, in order."""
+    n = xs[0].shape[-1]
+    if n > MAX_STEPS:
+        raise NeedsCompiled(f"a sequential reduction of {n} steps")
+    for i in range(n):
+        accs = step(accs, [x[..., i] for x in xs])
+    return accs
+
+
+def _tree(step: Callable[[list, list], list], xs: list[np.ndarray]) -> list[np.ndarray]:
+    """Fold the last axis pairwise (only for exact, order-free steps)."""
+    while xs[0].shape[-1] > 1:
+        n = xs[0].shape[-1]
+        half = n // 2
+        lo = [x[..., :half] for x in xs]
+        hi = [x[..., half:2 * half] for x in xs]
+        folded = step(lo, hi)
+        if n % 2:
+            folded = [np.concatenate([f, x[..., 2 * half:]], axis=-1) for f, x in zip(folded, xs)]
+        xs = folded
+    return [x[..., 0] for x in xs]
+
+
+@_kernel("stablehlo.reduce")
+def _reduce(program: EagerProgram, op: Op):
+    n = len(op.results)
+    inputs, inits = op.operands[:n], op.operands[n:]
+    dims = sorted(int(d) for d in op.attr("dimensions"))
+    rank = len(inputs[0].type.shape)
+    kept = [d for d in range(rank) if d not in dims]
+    perm = kept + dims
+    kept_shape = tuple(inputs[0].type.shape[d] for d in kept)
+    steps = math.prod(inputs[0].type.shape[d] for d in dims)
+    plan = _lanes.lane_reduction(op)
+    step = _step_function(op)
+    exact = _exact_in_any_order(op)
+    kinds = [_kind(r) for r in op.results]
+    sums = None
+    from .rules import _simple_reducer
+
+    simple = _simple_reducer(op.regions[0], n)
+    if simple in ("add", "mul") and kinds[0].cls == "f" and not kinds[0].narrow and n == 1:
+        sums = np.add if simple == "add" else np.multiply
+    results = op.results
+
+    def run(env: Env) -> None:
+        xs = [np.transpose(env[v], perm).reshape(kept_shape + (steps,)) for v in inputs]
+        init = [np.asarray(env[v]) for v in inits]
+        if plan is not None:
+            x = np.transpose(env[inputs[0]], perm) if dims else env[inputs[0]]
+            out = [_lanes.reduce_lanes(np.ascontiguousarray(x), len(dims), plan.op, init[0])]
+        elif xs[0].shape[-1] == 0:
+            out = [np.broadcast_to(i, kept_shape) for i in init]
+        elif exact:
+            folded = _tree(step, xs)
+            out = step([np.broadcast_to(i, kept_shape) for i in init], folded)
+        elif sums is not None:
+            # Sequential from init: accumulate is sequential by definition.
+            full = np.concatenate([np.broadcast_to(init[0], kept_shape)[..., None], xs[0]], axis=-1)
+            out = [sums.accumulate(full, axis=-1)[..., -1]]
+        else:
+            out = _sequential(step, [np.broadcast_to(i, kept_shape) for i in init], xs)
+        for r, k, o in zip(results, kinds, out):
+            env[r] = _round_narrow(_as(o, k, kept_shape), k)
+
+    return run
+
+
+# -- dot_general ----------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def _blas() -> ctypes.CDLL | None:
+    """scipy's BLAS, the one numba's ``np.dot`` calls (through scipy.linalg.cython_blas), found
+    without importing scipy.linalg (a quarter of a second)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("scipy")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(list(spec.submodule_search_locations)[0]).parent
+    for libs in (root / "scipy.libs", root / "scipy" / ".libs"):
+        if libs.is_dir():
+            for path in sorted(libs.iterdir()):
+                if "openblas" in path.name and path.suffix == ".so" or ".so." in path.name and "openblas" in path.name:
+                    try:
+                        return ctypes.CDLL(str(path))
+                    except OSError:
+                        continue
+    return None
+
+
+def _blas_function(name: str, restype=None):
+    lib = _blas()
+    if lib is None:
+        return None
+    for symbol in (f"scipy_{name}_", f"{name}_"):
+        fn = getattr(lib, symbol, None)
+        if fn is not None:
+            fn.restype = restype
+            return fn
+    return None
+
+
+class _Blas:
+    """The three BLAS calls numba's ``np.dot(x, y, out)`` makes for 2-D arrays (numba's
+    ``dot_3_mm``): ``dot`` for a (1, k) by (k, 1) product, ``gemv`` when either side is a
+    single row or column, ``gemm`` otherwise; with the very arguments numba passes."""
+
+    def __init__(self, dtype: np.dtype) -> None:
+        p = "s" if dtype == np.float32 else "d"
+        self.ctype = ctypes.c_float if dtype == np.float32 else ctypes.c_double
+        self.gemm = _blas_function(f"{p}gemm")
+        self.gemv = _blas_function(f"{p}gemv")
+        self.dot = _blas_function(f"{p}dot", self.ctype)
+        self.ok = None not in (self.gemm, self.gemv, self.dot)
+
+    def __call__(self, x: np.ndarray, x_trans: bool, y: np.ndarray, y_trans: bool, out: np.ndarray) -> None:
+        """x is (m, k), C-contiguous or (``x_trans``) the transposed view of a C-contiguous
+        array (numba's layout 'F'); likewise y (k, n); out (m, n) is C-contiguous."""
+        m, k = x.shape
+        n = y.shape[1]
+        ci, ct = ctypes.c_int, self.ctype
+        ref = ctypes.byref
+        one, zero, inc = ct(1.0), ct(0.0), ci(1)
+        xp, yp, op = (ctypes.c_void_p(a.ctypes.data) for a in (x, y, out))
+        if n == 1:
+            if m == 1:
+                out[0, 0] = self.dot(ref(ci(k)), xp, ref(inc), yp, ref(inc))
+                return
+            # numba: M * V, transposed when x has the output's (C) layout.
+            trans = b"n" if x_trans else b"t"
+            mm, nn, lda = (m, k, m) if x_trans else (k, m, k)
+            self.gemv(ctypes.c_char_p(trans), ref(ci(mm)), ref(ci(nn)), ref(one), xp, ref(ci(lda)), yp, ref(inc),
+                      ref(zero), op, ref(inc))
+            return
+        if m == 1:
+            # numba: V * M, transposed when y does not have the output's layout.
+            trans = b"t" if y_trans else b"n"
+            mm, nn, lda = (k, n, k) if y_trans else (n, k, n)
+            self.gemv(ctypes.c_char_p(trans), ref(ci(mm)), ref(ci(nn)), ref(one), yp, ref(ci(lda)), xp, ref(inc),
+                      ref(zero), op, ref(inc))
+            return
+        # numba's call_xxgemm: A = y, B = x (out^T = y^T x^T in column-major terms).
+        transa, lda = (b"t", y.shape[0]) if y_trans else (b"n", y.shape[1])
+        transb, ldb = (b"t", x.shape[0]) if x_trans else (b"n", x.shape[1])
+        self.gemm(ctypes.c_char_p(transa), ctypes.c_char_p(transb), ref(ci(n)), ref(ci(m)), ref(ci(k)), ref(one),
+                  yp, ref(ci(lda)), xp, ref(ci(ldb)), ref(zero), op, ref(ci(n)))
+
+
+@functools.lru_cache(maxsize=None)
+def _blas_for(dtype: np.dtype) -> _Blas:
+    return _Blas(dtype)
+
+
+def _arrange(x: np.ndarray, batch, first, second, shape3) -> tuple[np.ndarray, bool]:
+    """As the lowering's ``_arrange``: (B, first, second) as a view when the dims are in that
+    order, (B, second, first) flagged as transposed, else a permuted copy."""
+    rank = x.ndim
+    b3, f3, s3 = shape3
+    x = np.ascontiguousarray(x)
+    if tuple(batch + first + second) == tuple(range(rank)):
+        return x.reshape((b3, f3, s3)), False
+    if tuple(batch + second + first) == tuple(range(rank)):
+        return x.reshape((b3, s3, f3)), True
+    order = tuple(batch + first + second)
+    return np.ascontiguousarray(np.transpose(x, order)).reshape((b3, f3, s3)), False
+
+
+@_kernel("stablehlo.dot_general", "stablehlo.dot")
+def _dot_general(program: EagerProgram, op: Op):
+    from .rules import convert_text
+
+    lhs, rhs = op.operands
+    lrank, rrank = len(lhs.type.shape), len(rhs.type.shape)
+    if op.name == "stablehlo.dot":
+        lb, rb, lc, rc = (), (), (lrank - 1,), (0,)
+    else:
+        dn = op.attr("dot_dimension_numbers")
+        lb, rb = tuple(dn.lhs_batching_dimensions), tuple(dn.rhs_batching_dimensions)
+        lc, rc = tuple(dn.lhs_contracting_dimensions), tuple(dn.rhs_contracting_dimensions)
+    lf = tuple(d for d in range(lrank) if d not in lb + lc)
+    rf = tuple(d for d in range(rrank) if d not in rb + rc)
+    res = op.result
+    rk, lk, rkk = _kind(res), _kind(lhs), _kind(rhs)
+    ls, rs = lhs.type.shape, rhs.type.shape
+    B = math.prod(ls[d] for d in lb)
+    M = math.prod(ls[d] for d in lf)
+    K = math.prod(ls[d] for d in lc)
+    N = math.prod(rs[d] for d in rf)
+    out_shape = tuple(res.type.shape)
+    if res.type.rank == 0 and lrank == 0:
+        raise EagerUnsupported("dot_general of scalars")
+    blas = rk.cls == "f" and not rk.narrow and lk == rk and rkk == rk and lrank and rrank
+    if blas:
+        dtype = np.dtype(np.float32 if rk.bits == 32 else np.float64)
+        blas_call = _blas_for(dtype)
+        if not blas_call.ok:
+            raise EagerUnsupported("scipy's BLAS was not found")
+
+        def run(env: Env) -> None:
+            out = np.empty(out_shape, dtype)
+            if M * N and K:
+                l3, lt = _arrange(env[lhs], lb, lf, lc, (B, M, K))
+                r3, rt = _arrange(env[rhs], rb, rc, rf, (B, K, N))
+                o3 = out.reshape((B, M, N))
+                for b in range(B):
+                    blas_call(l3[b].T if lt else l3[b], lt, r3[b].T if rt else r3[b], rt, o3[b])
+            elif M * N:
+                out.fill(0)
+            env[res] = out
+
+        return run
+    # Loops in the compiled code: acc = acc + a * c in the contraction dims' row-major order.
+    t = _Text()
+    a = convert_text(Expr("a"), lk, rk)
+    c = convert_text(Expr("c"), rkk, rk)
+    a = a.text if isinstance(a, Expr) else a
+    c = c.text if isinstance(c, Expr) else c
+    if rk.cls == "f":
+        text = f"acc + {a} * {c}"
+    elif rk.cls == "b":
+        text = f"acc | ({a} & {c})"
+    else:
+        text = f"iadd(acc, imul({a}, {c}))"
+    fn = t.function(["acc", "a", "c"], [Expr(text)])
+    zero = t.function([], [t.const(0, rk)])()[0]
+    finish = t.function(["acc"], [Expr(rk.rounded("acc"))])
+    dt = _compute_dtype(rk)
+
+    def run(env: Env) -> None:
+        if K > MAX_STEPS:
+            raise NeedsCompiled(f"a dot of {K} sequential steps")
+        lx = np.transpose(env[lhs], lb + lf + lc).reshape((B, M, K))
+        rx = np.transpose(env[rhs], rb + rf + rc).reshape((B, N, K))
+        acc = np.full((B, M, N), zero, dt)
+        for k in range(K):
+            acc = np.asarray(fn(acc, lx[:, :, None, k], rx[:, None, :, k])[0]).astype(dt, copy=False)
+        # (B, M, N) to the result's shape first: ``_as`` broadcasts, it does not reshape.
+        env[res] = _as(np.asarray(finish(acc)[0]).reshape(out_shape), rk, out_shape)
+
+    return run
+
+
+# -- control flow ------------------------------------------------------------------------------------
+
+
+def _check_cancel(env: Env) -> None:
+    flag = env.get(_CANCEL)
+    if flag is not None and flag[0]:
+        raise Cancelled("numba_cpu: the run was stopped in a while loop")
+
+
+@_kernel("stablehlo.while")
+def _while(program: EagerProgram, op: Op):
+    cond, body = program.plan_block(op.regions[0]), program.plan_block(op.regions[1])
+    results = op.results
+    operands = op.operands
+
+    def run(env: Env) -> None:
+        values = [env[v] for v in operands]
+        while True:
+            _check_cancel(env)
+            (c,) = cond.run(env, values)
+            if not bool(np.asarray(c)):
+                break
+            values = body.run(env, values)
+        for r, v in zip(results, values):
+            env[r] = v
+
+    return run
+
+
+@_kernel("stablehlo.case")
+def _case(program: EagerProgram, op: Op):
+    branches = [program.plan_block(r) for r in op.regions]
+    results = op.results
+    index = op.operands[0]
+
+    def run(env: Env) -> None:
+        i = int(np.asarray(env[index]))
+        chosen = branches[i] if 0 <= i < len(branches) - 1 else branches[-1]
+        for r, v in zip(results, chosen.run(env, [])):
+            env[r] = v
+
+    return run
+
+
+@_kernel("stablehlo.if")
+def _if(program: EagerProgram, op: Op):
+    then, other = program.plan_block(op.regions[0]), program.plan_block(op.regions[1])
+    results = op.results
+    pred = op.operands[0]
+
+    def run(env: Env) -> None:
+        chosen = then if bool(np.asarray(env[pred])) else other
+        for r, v in zip(results, chosen.run(env, [])):
+            env[r] = v
+
+    return run
+
+
+# -- sorting ----------------------------------------------------------------------------------------
+
+
+def _merge_sort_order(less: np.ndarray) -> np.ndarray:
+    """The permutation the compiled bottom-up merge sort produces, per row, given the
+    comparator's results on every pair (``less[r, i, j]``: element i before element j)."""
+    rows, n, _ = less.shape
+    pa = np.broadcast_to(np.arange(n), (rows, n)).copy()
+    pb = np.empty_like(pa)
+    r = np.arange(rows)
+    w = 1
+    while w < n:
+        lo = 0
+        while lo < n:
+            mid, hi = min(lo + w, n), min(lo + 2 * w, n)
+            a = np.full(rows, lo)
+            b = np.full(rows, mid)
+            for k in range(lo, hi):
+                ta = a < mid
+                both = ta & (b < hi)
+                ia = pa[r, np.minimum(a, n - 1)]
+                ib = pa[r, np.minimum(b, n - 1)]
+                ta = np.where(both, ~less[r, ib, ia], ta)
+                pb[:, k] = np.where(ta, ia, ib)
+                a = a + ta
+                b = b + ~ta
+            lo += 2 * w
+        pa, pb = pb, pa
+        w *= 2
+    return pa
+
+
+def _sort_order(less: np.ndarray) -> np.ndarray:
+    """The merge sort's permutation: when ``less`` is a strict weak order (the relation of
+    comparing some key), any stable sort gives it, so a stable argsort of each element's rank
+    (how many elements precede it) does; otherwise the merge sort itself is replayed."""
+    rank = less.sum(axis=1)  # rank[r, j] = #i with less[i, j]
+    induced = rank[:, :, None] < rank[:, None, :]
+    if np.array_equal(induced, less):
+        return np.argsort(rank, axis=1, kind="stable")
+    n = less.shape[1]
+    if n * max(1, n.bit_length()) > MAX_STEPS // 4:
+        raise NeedsCompiled("a long sort whose comparator is not a strict weak order")
+    return _merge_sort_order(less)
+
+
+@_kernel("stablehlo.sort")
+def _sort(program: EagerProgram, op: Op):
+    dim = int(op.attr("dimension"))
+    rank = len(op.operands[0].type.shape)
+    if dim < 0:
+        dim += rank
+    comparator = _region_function(op.regions[0])
+    operands, results = op.operands, op.results
+    kinds = [_kind(r) for r in results]
+    n = op.operands[0].type.shape[dim]
+
+    def run(env: Env) -> None:
+        xs = [np.moveaxis(env[v], dim, -1) for v in operands]
+        lead = xs[0].shape[:-1]
+        rows = math.prod(lead)
+        if rows * n * n > PAIRWISE_LIMIT:
+            raise NeedsCompiled(f"a sort of {rows} rows of {n}")
+        flat = [x.reshape(rows, n) for x in xs]
+        args = []
+        for x in flat:
+            # less[r, i, j] = comparator(x_i, x_j): element i goes before element j.
+            args += [x[:, :, None], x[:, None, :]]
+        (less,) = comparator(*args)
+        less = np.broadcast_to(np.asarray(less, bool), (rows, n, n))
+        order = _sort_order(less) if n else np.zeros((rows, 0), np.int64)
+        for r, x, k in zip(results, flat, kinds):
+            sorted_ = np.take_along_axis(x, order, axis=1).reshape(lead + (n,))
+            env[r] = _as(np.moveaxis(sorted_, -1, dim), k, r.type.shape)
+
+    return run
+
+
+@_kernel("chlo.top_k")
+def _top_k(program: EagerProgram, op: Op):
+    (x,) = op.operands
+    k = int(op.attr("k"))
+    kind = _kind(x)
+    values, indices = op.results
+    vkind, ikind = _kind(values), _kind(indices)
+
+    def run(env: Env) -> None:
+        a = np.asarray(env[x])
+        if kind.cls == "f":
+            bits = a.view(np.int32 if a.dtype.itemsize == 4 else np.int64)
+            mask = ((bits >> (a.dtype.itemsize * 8 - 1)).view(np.uint32 if a.dtype.itemsize == 4 else np.uint64)
+                    >> 1).view(bits.dtype)
+            key = bits ^ mask
+        else:
+            key = a
+        # Descending and stable: ~key reverses any integer order without overflow.
+        order = np.argsort(~key, axis=-1, kind="stable")[..., :k]
+        env[values] = _as(np.take_along_axis(a, order, axis=-1), vkind, values.type.shape)
+        env[indices] = _as(order, ikind, indices.type.shape)
+
+    return run
+
+
+# -- scatter and windows -----------------------------------------------------------------------------
+
+
+def _scatter_sequential(step, outs: list[np.ndarray], dest: np.ndarray, updates: list[np.ndarray]) -> None:
+    """outs[dest[i]] = step(outs[dest[i]], updates[i]) for i in order (flat destinations;
+    repeated destinations are combined in order)."""
+    if dest.size == 0:
+        return
+    order = np.argsort(dest, kind="stable")
+    sd = dest[order]
+    starts = np.r_[0, np.flatnonzero(sd[1:] != sd[:-1]) + 1]
+    counts = np.diff(np.r_[starts, sd.size])
+    rank_in_group = np.arange(sd.size) - np.repeat(starts, counts)
+    levels = int(counts.max())
+    if levels > MAX_STEPS:
+        raise NeedsCompiled(f"{levels} updates of one element")
+    flats = [o.reshape(-1) for o in outs]
+    ups = [u.reshape(-1) for u in updates]
+    for level in range(levels):
+        sel = order[rank_in_group == level]
+        d = dest[sel]
+        new = step([f[d] for f in flats], [u[sel] for u in ups])
+        for f, v in zip(flats, new):
+            f[d] = v
+
+
+@_kernel("stablehlo.scatter")
+def _scatter(program: EagerProgram, op: Op):
+    _no_narrow_accumulators(op)
+    n = len(op.results)
+    inputs = op.operands[:n]
+    indices = op.operands[n]
+    updates = op.operands[n + 1:]
+    dn = op.attr("scatter_dimension_numbers")
+    step = _step_function(op)
+    ushape = tuple(updates[0].type.shape)
+    shape = tuple(inputs[0].type.shape)
+    rank = len(shape)
+    uwd = tuple(dn.update_window_dims)
+    scatter_dims = [d for d in range(len(ushape)) if d not in uwd]
+    ivd = dn.index_vector_dim
+    ind_rank = len(indices.type.shape)
+    kinds = [_kind(r) for r in op.results]
+    grid = [g.reshape(-1) for g in np.indices(ushape)] if ushape else []
+    usi = [grid[d] for d in scatter_dims]
+    window_dims = [d for d in range(rank) if d not in dn.inserted_window_dims and d not in dn.input_batching_dims]
+    results = op.results
+
+    def run(env: Env) -> None:
+        outs = [np.array(env[v], dtype=_compute_dtype(k), copy=True) for v, k in zip(inputs, kinds)]
+        ind = np.asarray(env[indices])
+        count = math.prod(ushape)
+        parts = [np.zeros(count, np.int64) for _ in range(rank)]
+        for k, d in enumerate(dn.scatter_dims_to_operand_dims):
+            pos = list(usi)
+            if ivd < ind_rank:
+                pos.insert(ivd, np.full(count, k))
+            sv = ind[tuple(pos)] if pos else np.broadcast_to(ind, (count,))
+            parts[d] = parts[d] + np.asarray(sv).astype(np.int64)
+        for ib, sb in zip(dn.input_batching_dims, dn.scatter_indices_batching_dims):
+            pos = sb if sb < ivd else sb - 1
+            parts[ib] = parts[ib] + usi[pos]
+        for d, ud in zip(window_dims, uwd):
+            parts[d] = parts[d] + grid[ud]
+        valid = np.ones(count, bool)
+        for d in range(rank):
+            valid &= (parts[d] >= 0) & (parts[d] < shape[d])
+        flat = np.ravel_multi_index(tuple(np.where(valid, p, 0) for p in parts), shape) if rank else np.zeros(count, np.int64)
+        ups = [np.asarray(env[u]).reshape(-1)[valid] for u in updates]
+        _scatter_sequential(step, outs, flat[valid], ups)
+        for r, o, k in zip(results, outs, kinds):
+            env[r] = _as(o, k, shape)
+
+    return run
+
+
+def _window_padding(op: Op, rank: int) -> list[tuple[int, int]]:
+    pad = op.attr("padding")
+    if pad is None:
+        return [(0, 0)] * rank
+    arr = np.asarray(pad).reshape(-1, 2)
+    return [(int(a), int(b)) for a, b in arr]
+
+
+@_kernel("stablehlo.reduce_window")
+def _reduce_window(program: EagerProgram, op: Op):
+    _no_narrow_accumulators(op)
+    n = len(op.results)
+    inputs, inits = op.operands[:n], op.operands[n:]
+    rank = len(inputs[0].type.shape)
+    wdims = tuple(op.attr("window_dimensions"))
+    strides = tuple(op.attr("window_strides") or (1,) * rank)
+    bdil = tuple(op.attr("base_dilations") or (1,) * rank)
+    wdil = tuple(op.attr("window_dilations") or (1,) * rank)
+    pads = _window_padding(op, rank)
+    in_shape = inputs[0].type.shape
+    out_shape = tuple(op.results[0].type.shape)
+    step = _step_function(op)
+    kinds = [_kind(r) for r in op.results]
+    positions = list(np.ndindex(*wdims)) if wdims else [()]
+    grid = np.indices(out_shape, sparse=True) if out_shape else []
+    results = op.results
+
+    def run(env: Env) -> None:
+        if len(positions) > MAX_STEPS:
+            raise NeedsCompiled(f"a window of {len(positions)} elements")
+        xs = [env[v] for v in inputs]
+        init = [np.asarray(env[v]) for v in inits]
+        accs = [np.broadcast_to(i, out_shape) for i in init]
+        for w in positions:
+            src, valid = [], np.ones(out_shape, bool)
+            for d in range(rank):
+                p = grid[d] * strides[d] + w[d] * wdil[d] - pads[d][0]
+                extent = (in_shape[d] - 1) * bdil[d]
+                ok = (p >= 0) & (p <= extent)
+                if bdil[d] > 1:
+                    ok &= p % bdil[d] == 0
+                    q = np.clip(p, 0, extent) // bdil[d]
+                else:
+                    q = np.clip(p, 0, max(in_shape[d] - 1, 0))
+                valid = valid & ok
+                src.append(q)
+            vals = [np.where(valid, x[tuple(src)] if src else x, i) for x, i in zip(xs, init)]
+            accs = step(accs, vals)
+        for r, a, k in zip(results, accs, kinds):
+            env[r] = _as(a, k, out_shape)
+
+    return run
+
+
+@_kernel("stablehlo.convolution")
+def _convolution(program: EagerProgram, op: Op):
+    from .rules import convert_text
+
+    lhs, rhs = op.operands
+    dn = op.attr("dimension_numbers")
+    nsp = len(dn.input_spatial_dimensions)
+    strides = tuple(op.attr("window_strides") or (1,) * nsp)
+    pads = _window_padding(op, nsp)
+    ldil = tuple(op.attr("lhs_dilation") or (1,) * nsp)
+    rdil = tuple(op.attr("rhs_dilation") or (1,) * nsp)
+    rev = tuple(op.attr("window_reversal") or (False,) * nsp)
+    fgc = int(op.attr("feature_group_count") or 1)
+    bgc = int(op.attr("batch_group_count") or 1)
+    rk, lk, kk = _kind(op.result), _kind(lhs), _kind(rhs)
+    ls, ks = lhs.type.shape, rhs.type.shape
+    out_shape = tuple(op.result.type.shape)
+    out_f = out_shape[dn.output_feature_dimension]
+    kin = ks[dn.kernel_input_feature_dimension]
+    in_batch = ls[dn.input_batch_dimension]
+    ksp = [ks[d] for d in dn.kernel_spatial_dimensions]
+    t = _Text()
+    a = convert_text(Expr("a"), lk, rk)
+    b = convert_text(Expr("b"), kk, rk)
+    a = a.text if isinstance(a, Expr) else a
+    b = b.text if isinstance(b, Expr) else b
+    text = f"acc + {a} * {b}" if rk.cls == "f" else f"iadd(acc, imul({a}, {b}))"
+    fn = t.function(["acc", "a", "b"], [Expr(text)])
+    zero = t.function([], [t.const(0, rk)])()[0]
+    finish = t.function(["acc"], [Expr(rk.rounded("acc"))])
+    dt = _compute_dtype(rk)
+    grid = np.indices(out_shape, sparse=True) if out_shape else []
+    positions = list(np.ndindex(*ksp, kin))
+    res = op.result
+
+    def run(env: Env) -> None:
+        if len(positions) > MAX_STEPS:
+            raise NeedsCompiled(f"a convolution window of {len(positions)} elements")
+        x, w = env[lhs], env[rhs]
+        ob = grid[dn.output_batch_dimension]
+        of = grid[dn.output_feature_dimension]
+        fbase = (of // (out_f // fgc)) * kin if fgc > 1 else 0
+        bsrc = (of // (out_f // bgc)) * (in_batch // bgc) + ob if bgc > 1 else ob
+        acc = np.full(out_shape, zero, dt)
+        for pos in positions:
+            wsp, ci = pos[:nsp], pos[nsp]
+            lidx: list[Any] = [None] * len(ls)
+            kidx: list[Any] = [None] * len(ks)
+            valid = np.ones(out_shape, bool)
+            for s in range(nsp):
+                osd = grid[dn.output_spatial_dimensions[s]]
+                p = osd * strides[s] + wsp[s] * rdil[s] - pads[s][0]
+                n_in = ls[dn.input_spatial_dimensions[s]]
+                extent = (n_in - 1) * ldil[s]
+                ok = (p >= 0) & (p <= extent)
+                if ldil[s] > 1:
+                    ok &= p % ldil[s] == 0
+                    q = np.clip(p, 0, extent) // ldil[s]
+                else:
+                    q = np.clip(p, 0, max(n_in - 1, 0))
+                valid = valid & ok
+                lidx[dn.input_spatial_dimensions[s]] = q
+                kidx[dn.kernel_spatial_dimensions[s]] = (ksp[s] - 1 - wsp[s]) if rev[s] else wsp[s]
+            lidx[dn.input_batch_dimension] = bsrc
+            lidx[dn.input_feature_dimension] = fbase + ci
+            kidx[dn.kernel_input_feature_dimension] = ci
+            kidx[dn.kernel_output_feature_dimension] = of
+            av = x[tuple(lidx)]
+            bv = w[tuple(np.broadcast_to(i, out_shape) if isinstance(i, np.ndarray) else i for i in kidx)]
+            new = np.asarray(fn(acc, av, bv)[0]).astype(dt, copy=False)
+            acc = np.where(valid, new, acc)
+        env[res] = _as(finish(acc)[0], rk, out_shape)
+
+    return run
+
+
+@_kernel("stablehlo.select_and_scatter")
+def _select_and_scatter(program: EagerProgram, op: Op):
+    _no_narrow_accumulators(op)
+    operand, source, init = op.operands
+    rank = len(operand.type.shape)
+    wdims = tuple(op.attr("window_dimensions") or (1,) * rank)
+    strides = tuple(op.attr("window_strides") or (1,) * rank)
+    pads = _window_padding(op, rank)
+    shape = tuple(operand.type.shape)
+    select = _region_function(op.regions[0])
+    t = _Text()
+    scatter = t.lower_scalar_region(op.regions[1], [Expr("cur"), Expr("src")])
+    scatter_fn = t.function(["cur", "src"], scatter)
+    kind = _kind(op.result)
+    dt = _compute_dtype(kind)
+    sshape = tuple(source.type.shape)
+    grid = [g.reshape(-1) for g in np.indices(sshape)] if sshape else []
+    positions = list(np.ndindex(*wdims)) if wdims else [()]
+    res = op.result
+
+    def run(env: Env) -> None:
+        x, src, iv = env[operand], np.asarray(env[source]).reshape(-1), np.asarray(env[init])
+        count = math.prod(sshape)
+        best = np.broadcast_to(iv, (count,)).astype(dt)
+        have = np.zeros(count, bool)
+        pos = [np.zeros(count, np.int64) for _ in range(rank)]
+        for w in positions:
+            cand_pos = [grid[d] * strides[d] + w[d] - pads[d][0] for d in range(rank)]
+            inside = np.ones(count, bool)
+            for d in range(rank):
+                inside &= (cand_pos[d] >= 0) & (cand_pos[d] < shape[d])
+            cand = x[tuple(np.clip(p, 0, max(n - 1, 0)) for p, n in zip(cand_pos, shape))] if rank else x
+            (keep,) = select(best, cand)
+            take = inside & (~have | ~np.asarray(keep, bool))
+            best = np.where(take, cand, best)
+            have = have | take
+            pos = [np.where(take, c, p) for c, p in zip(cand_pos, pos)]
+        out = np.broadcast_to(iv, shape).astype(dt).copy()
+        flat = np.ravel_multi_index(tuple(pos), shape) if rank else np.zeros(count, np.int64)
+
+        def step(curs, srcs):
+            return [np.asarray(scatter_fn(curs[0], srcs[0])[0]).astype(dt, copy=False)]
+
+        _scatter_sequential(step, [out], flat[have], [src[have]])
+        env[res] = _as(out, kind, shape)
+
+    return run
+
+
+# -- rng_bit_generator ------------------------------------------------------------------------------
+
+
+def _rotl32(x, r):
+    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+
+
+def _threefry(state: np.ndarray, n_blocks: int) -> tuple[np.ndarray, np.ndarray]:
+    key = state[0]
+    k0 = np.uint32(key & np.uint64(0xFFFFFFFF))
+    k1 = np.uint32(key >> np.uint64(32))
+    k2 = np.uint32(0x1BD11BDA) ^ k0 ^ k1
+    ks = (k0, k1, k2)
+    rot = ((13, 15, 26, 6), (17, 29, 16, 24))
+    ctr = state[1] + np.arange(n_blocks, dtype=np.uint64)
+    x0 = (ctr & np.uint64(0xFFFFFFFF)).astype(np.uint32) + ks[0]
+    x1 = (ctr >> np.uint64(32)).astype(np.uint32) + ks[1]
+    for block in range(5):
+        rs = rot[block % 2]
+        for j in range(4):
+            x0 = x0 + x1
+            x1 = _rotl32(x1, rs[j]) ^ x0
+        x0 = x0 + ks[(block + 1) % 3]
+        x1 = x1 + ks[(block + 2) % 3] + np.uint32(block + 1)
+    words = np.empty(2 * n_blocks, np.uint32)
+    words[0::2], words[1::2] = x0, x1
+    new = state.copy()
+    new[1] = state[1] + np.uint64(n_blocks)
+    return new, words
+
+
+def _philox(state: np.ndarray, n_blocks: int) -> tuple[np.ndarray, np.ndarray]:
+    key = state[0]
+    hi_start = state[2] if state.size > 2 else np.uint64(0)
+    mask = np.uint64(0xFFFFFFFF)
+    low = state[1] + np.arange(n_blocks, dtype=np.uint64)
+    high = hi_start + (low < state[1]).astype(np.uint64)
+    c0 = (low & mask).astype(np.uint32)
+    c1 = (low >> np.uint64(32)).astype(np.uint32)
+    c2 = (high & mask).astype(np.uint32)
+    c3 = (high >> np.uint64(32)).astype(np.uint32)
+    k0 = np.uint32(key & mask)
+    k1 = np.uint32(key >> np.uint64(32))
+    m0, m1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
+    for _ in range(10):
+        p0 = m0 * c0.astype(np.uint64)
+        p1 = m1 * c2.astype(np.uint64)
+        hi0 = (p0 >> np.uint64(32)).astype(np.uint32)
+        lo0 = (p0 & mask).astype(np.uint32)
+        hi1 = (p1 >> np.uint64(32)).astype(np.uint32)
+        lo1 = (p1 & mask).astype(np.uint32)
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+        k0 = np.uint32(k0 + np.uint32(0x9E3779B9))
+        k1 = np.uint32(k1 + np.uint32(0xBB67AE85))
+    words = np.empty(4 * n_blocks, np.uint32)
+    words[0::4], words[1::4], words[2::4], words[3::4] = c0, c1, c2, c3
+    new = state.copy()
+    end = state[1] + np.uint64(n_blocks)
+    new[1] = end
+    if state.size > 2:
+        new[2] = state[2] + (np.uint64(1) if end < state[1] else np.uint64(0))
+    return new, words
+
+
+@_kernel("stablehlo.rng_bit_generator")
+def _rng_bit_generator(program: EagerProgram, op: Op):
+    from pjrt_hub.backends.stablehlo import RngAlgorithm
+
+    (state,) = op.operands
+    new_state, values = op.results
+    skind, vkind = _kind(state), _kind(values)
+    if skind.storage != np.uint64 or vkind.narrow:
+        raise EagerUnsupported(f"rng_bit_generator of {skind.element} state / {vkind.element} values")
+    algorithm = str(op.attr("rng_algorithm") or "DEFAULT")
+    count = math.prod(values.type.shape)
+    itemsize = vkind.storage.itemsize
+    words = -(-count * itemsize // 4)
+    threefry = algorithm == str(RngAlgorithm.THREE_FRY)
+    vshape = tuple(values.type.shape)
+
+    def run(env: Env) -> None:
+        s = np.asarray(env[state], np.uint64)
+        if threefry:
+            st, w = _threefry(s, -(-words // 2))
+        else:
+            st, w = _philox(s, -(-words // 4))
+        env[new_state] = st
+        env[values] = w.view(np.uint8)[:count * itemsize].copy().view(vkind.storage).reshape(vshape)
+
+    return run
+
+
+def supported(name: str) -> bool:
+    """Whether the eager tier has a step for an op name (elementwise ops go through their rule)."""
+    from .codegen import RULES
+
+    rule = RULES.get(name)
+    return name in _KERNELS or (rule is not None and rule.elementwise is not None)
+

@@ -1,0 +1,126 @@
+"""The order in which numba_cpu sums and multiplies floats in a reduction: one definition, two
+implementations (the compiled kernels and the eager numpy tier) that must agree bit for bit.
+
+Floating-point addition is not associative, so a reduction's result depends on the order of its
+steps. An order that LLVM chooses (a reduction step it may reassociate, split into as many
+partial sums as its vector width and unroll factor suggest) is fast but unknowable from outside:
+it changes with the loop body, the CPU and the LLVM version. numba_cpu runs a program first on
+an eager numpy tier and then on compiled code (see :mod:`.tiers`), and both must give the same
+bits, so the order is fixed here instead, in a form that still runs at vector speed:
+
+* ``add`` and ``multiply`` reductions of ``f32`` and ``f64`` whose reduced dimensions are the
+  last dimensions of the operand (a *suffix*: rows of softmax and layernorm, full reductions)
+  accumulate in ``K`` *lanes*. ``W`` is the size of the innermost reduced dimension and
+  ``K = lane_count(W, itemsize)``: the next power of two from ``W``, at most 256 bytes of lanes
+  (64 for f32, 32 for f64). The element at innermost index ``w`` goes to lane ``w % K``; each
+  lane starts at the identity (``-0.0`` for add, ``1.0`` for multiply, exact for every operand)
+  and accumulates its elements in row-major order of the reduced index. Lanes are then folded
+  in halves (lane ``j`` with lane ``j + K/2``, then ``j + K/4``... until one is left) and the
+  result is ``init (op) folded``. In compiled code the lanes are one LLVM vector (a 64-float
+  vector is four AVX-512 registers), so a lane step is one vector instruction.
+* Every other float reduction (reduced dimensions interleaved with kept ones, ``reduce_window``,
+  scatter combiners, variadic or region-defined reducers, 16-bit floats, which round after
+  every step) is *sequential*: ``init``, then each element in row-major order of the reduced
+  index, one step at a time.
+* Integer reductions and float ``max``/``min`` are exact in any order, so the compiled code
+  keeps reassociating them.
+
+This module holds the definition and the numpy side; :mod:`.lane_intrinsics` holds the compiled
+side. It imports no numba: the eager tier must start without it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["LANE_BYTES", "BLOCK", "LanePlan", "fold_lanes", "identity", "lane_count", "lane_reduction", "reduce_lanes"]
+
+#: Bytes of lanes at most (64 float32 or 32 float64 lanes).
+LANE_BYTES = 256
+#: Fused reductions whose values are not in memory compute them into a scratch row first, in
+#: blocks of at most this many elements (a multiple of every lane count).
+BLOCK = 4096
+
+
+def lane_count(width: int, itemsize: int) -> int:
+    """Lanes of a suffix reduction whose innermost reduced dimension has ``width`` elements."""
+    most = LANE_BYTES // itemsize
+    k = 1
+    while k < width and k < most:
+        k *= 2
+    return k
+
+
+def identity(op: str, dtype: np.dtype):
+    """The lane start value: ``x (op) identity == x`` bit for bit, signed zeros and NaN included."""
+    return np.asarray(-0.0 if op == "add" else 1.0, dtype=dtype)[()]
+
+
+def fold_lanes(lanes: np.ndarray, op: str) -> np.ndarray:
+    """Fold the last axis (``K`` lanes) in halves, as the compiled code does."""
+    fn = np.add if op == "add" else np.multiply
+    k = lanes.shape[-1]
+    while k > 1:
+        k //= 2
+        lanes = fn(lanes[..., :k], lanes[..., k:2 * k])
+    return lanes[..., 0]
+
+
+def reduce_lanes(x: np.ndarray, ndims: int, op: str, init) -> np.ndarray:
+    """The lane reduction of the last ``ndims`` axes of ``x`` (f32 or f64), with ``init``
+    (a scalar or an array of the kept shape) combined last. ``ndims`` must be at least 1."""
+    fn = np.add if op == "add" else np.multiply
+    dtype = x.dtype
+    kept = x.shape[: x.ndim - ndims]
+    width = x.shape[-1]
+    k = lane_count(width, dtype.itemsize)
+    pad = (-width) % k
+    if pad:
+        fill = np.full(x.shape[:-1] + (pad,), identity(op, dtype), dtype)
+        x = np.concatenate([x, fill], axis=-1)
+    steps = x.reshape(kept + (-1, k))
+    if steps.shape[-2] == 0:
+        lanes = np.full(kept + (k,), identity(op, dtype), dtype)
+    elif steps.shape[-2] == 1:
+        lanes = steps[..., 0, :]
+    else:
+        # ufunc.accumulate is sequential by definition (each step needs the previous one),
+        # unlike ufunc.reduce, which sums contiguous runs pairwise.
+        lanes = fn.accumulate(steps, axis=-2)[..., -1, :]
+    return fn(np.asarray(init, dtype), fold_lanes(lanes, op))
+
+
+class LanePlan:
+    """A reduce op that accumulates by lanes: which operation, how many lanes, over how many
+    trailing dimensions, the innermost reduced size and the element type."""
+
+    __slots__ = ("op", "k", "ndims", "width", "dtype")
+
+    def __init__(self, op: str, k: int, ndims: int, width: int, dtype: np.dtype) -> None:
+        self.op, self.k, self.ndims, self.width, self.dtype = op, k, ndims, width, dtype
+
+    def __repr__(self) -> str:
+        return f"LanePlan({self.op}, k={self.k}, ndims={self.ndims}, width={self.width}, {self.dtype})"
+
+
+def lane_reduction(op) -> LanePlan | None:
+    """The lane plan of a ``stablehlo.reduce`` op, or None when it reduces sequentially (or in
+    an order that does not matter). A property of the op alone, never of how it is fused."""
+    from .rules import _simple_reducer
+
+    if op.name != "stablehlo.reduce" or len(op.results) != 1:
+        return None
+    simple = _simple_reducer(op.regions[0], 1)
+    if simple not in ("add", "mul"):
+        return None
+    ty = op.operands[0].type
+    element = getattr(ty, "element_type", None)
+    if element not in ("f32", "f64"):
+        return None
+    shape = tuple(ty.shape)
+    dims = sorted(int(d) for d in op.attr("dimensions"))
+    if not dims or dims != list(range(len(shape) - len(dims), len(shape))):
+        return None
+    dtype = np.dtype(np.float32 if element == "f32" else np.float64)
+    width = shape[-1]
+    return LanePlan(simple, lane_count(width, dtype.itemsize), len(dims), width, dtype)

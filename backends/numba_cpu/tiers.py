@@ -1,0 +1,443 @@
+"""Tiered execution: a program's first results come from the eager numpy tier, and it switches
+to its numba-compiled code once a background compile has produced it.
+
+Why tiers. numba takes half a second to import and then 0.5-3 s (tens of seconds on a loaded
+machine) to compile a program, where XLA:CPU takes 10-300 ms; a first ``pjrt-hub run`` waited
+for all of it. Most of that time is numba's type inference and LLVM, so no reorganisation of
+the generated code brings it near XLA's. Instead, a program is first planned for
+:mod:`.eager`, which runs it op by op with numpy and needs no compilation: its first result
+comes in milliseconds. The compiled code is still what makes repeated executions fast, so:
+
+* **When.** The background compile starts once a program has run ``compile_after`` times on
+  the eager tier (one by default): a program run once, as by ``pjrt-hub run``, never pays for
+  numba; one run again is compiled while it keeps running eagerly. ``wait_compiled()`` (what
+  ``bench`` uses before timing steady state), ``serialize()`` and ``source`` start it at once.
+* **Where.** numba compiles in a child process (``python -m ...numba_cpu._compile_worker``, at
+  a lower priority), one per Python process, reused for every program, which writes the
+  compiled module to the disk cache; this process then only loads it from there. Compiling in
+  a thread of this process would hold the GIL through numba's type inference and slow the
+  eager runs down by half on two cores; the child also keeps a numba crash out of the user's
+  process and can simply be killed. If no child can be started, the compile runs in the worker
+  thread instead.
+* **Switch.** When the compiled program is loaded, the next ``run`` uses it. Both tiers give
+  the same bits (:mod:`.eager` says how), so the switch is invisible but for speed. If the
+  compile fails, the program stays on the eager tier, with one warning.
+* **Exit.** The worker thread is a daemon that ends when its queue is empty; at interpreter
+  exit the child is killed and the thread joined (it finishes at most the load it is in, a
+  fraction of a second), so nothing hangs and no thread or process outlives its owner.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import warnings
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from pjrt_hub.abi import CompileError, InvalidArgument
+from pjrt_hub.backends.cpu_runtime.compiler import TensorSpec
+
+from .eager import EagerProgram, NeedsCompiled, Overtaken
+
+if TYPE_CHECKING:
+    from .compiler import NumbaCompiler, NumbaProgram
+
+__all__ = ["EAGER_BUDGET", "TieredProgram", "shutdown"]
+
+#: Element operations (see :func:`.eager.estimate_cost`) above which a program is compiled at
+#: once rather than on its second run: some 50-100 ms of numpy on a laptop-class core.
+EAGER_BUDGET = 3e7
+#: Above this (about a second of numpy), a program whose compiled code is in the disk cache is
+#: loaded at once even though that imports numba: the eager run would take longer.
+LOAD_RATHER_THAN_EAGER = 4e8
+
+
+class _EagerRuns:
+    """How many eager runs are in progress in this process. The first load of compiled code
+    imports numba, half a second of work that holds the GIL in long stretches: an eager run
+    sharing it with that waits up to a switch interval for every numpy call, so the worker
+    waits for a moment without eager runs before that import."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.idle = threading.Condition()
+
+    def __enter__(self) -> None:
+        with self.idle:
+            self.count += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self.idle:
+            self.count -= 1
+            if self.count == 0:
+                self.idle.notify_all()
+
+    def wait_idle(self, stop: Callable[[], bool]) -> None:
+        with self.idle:
+            while self.count and not stop():
+                self.idle.wait(0.1)
+
+
+_EAGER_RUNS = _EagerRuns()
+
+
+def _dtype_from_name(name: str) -> np.dtype:
+    from .compiler import _dtype_from_name as convert
+
+    return convert(name)
+
+
+class _Job:
+    """The background compile of one program; ``done`` is set when it has an outcome."""
+
+    def __init__(self, compiler: "NumbaCompiler", text: str, lopts: Any, text_key: str, name: str) -> None:
+        self.compiler = compiler
+        self.text = text
+        self.lopts = lopts
+        self.text_key = text_key
+        self.name = name
+        self.done = threading.Event()
+        self.program: NumbaProgram | None = None
+        self.error: Exception | None = None
+        self.started = False
+        #: Load as soon as compiled, even during eager runs (the eager run is the slower).
+        self.eager_slower = False
+
+
+class TieredProgram:
+    """A program running on the eager tier until its compiled code is loaded: the
+    ``CompiledProgram`` of :mod:`pjrt_hub.backends.cpu_runtime`, like :class:`.NumbaProgram`."""
+
+    def __init__(self, compiler: "NumbaCompiler", meta: Mapping[str, Any], eager: EagerProgram, text: str,
+                 lopts: Any, text_key: str) -> None:
+        self.name: str = meta["name"]
+        #: A hash of the program text and the lowering options (the compiled module's
+        #: fingerprint hashes the generated code, which is not known yet).
+        self.fingerprint = text_key[:32]
+        self.inputs = tuple(TensorSpec(tuple(s), _dtype_from_name(d)) for s, d in meta["inputs"])
+        self.outputs = tuple(TensorSpec(tuple(s), _dtype_from_name(d)) for s, d in meta["outputs"])
+        self.aliases: Mapping[int, int] = {int(k): int(v) for k, v in meta["aliases"].items()}
+        self.num_replicas = int(meta["num_replicas"])
+        self.num_partitions = int(meta["num_partitions"])
+        self.uses_collectives = bool(meta["uses_collectives"])
+        self.cancellable = bool(meta["cancellable"])
+        self.unbounded_loops = bool(meta["unbounded_loops"])
+        #: Both tiers return new arrays of the declared types, never an input, a constant or one
+        #: array twice (see ``fresh_results`` in the runtime's compiler protocol); programs with
+        #: collectives never get here.
+        self.fresh_results = True
+        self._cost = dict(meta["cost"])
+        self._eager = eager
+        self._compile_after = compiler.compile_after
+        self._job = _Job(compiler, text, lopts, text_key, self.name)
+        self._compiled: NumbaProgram | None = None
+        self._lock = threading.Lock()
+        self._narrow_out = tuple(i for i, s in enumerate(self.outputs) if s.dtype.itemsize == 2 and s.dtype.kind in "fV")
+        #: Executions answered by each tier (for tests and ``bench``).
+        self.runs = {"eager": 0, "compiled": 0}
+        #: A program the eager tier runs slowly (large arrays, many transcendentals) is compiled
+        #: at once, and its eager runs give way to the compiled code as soon as it is loaded.
+        self.large = eager.cost > EAGER_BUDGET
+        #: Importing numba and loading the compiled code would answer sooner than the eager tier.
+        self.slower_than_loading = eager.cost > LOAD_RATHER_THAN_EAGER
+        self._job.eager_slower = self.slower_than_loading
+
+    def begin(self) -> "TieredProgram":
+        """Start the background compile now if this program's runs will not wait for it: a
+        large program not in the disk cache starts compiling at once (in the child process,
+        which takes nothing from this one); a large cached one once its first eager run is over
+        (loading imports numba, which would slow that run down)."""
+        if self._compile_after == 0 or (self.large and not self._job.compiler.cached(self._job.text_key)):
+            self._start()
+        return self
+
+    # -- tiers --
+
+    @property
+    def tier(self) -> str:
+        """``"compiled"`` once the compiled code runs this program, else ``"eager"``."""
+        return "compiled" if self._ready() is not None else "eager"
+
+    def _ready(self) -> "NumbaProgram | None":
+        compiled = self._compiled
+        if compiled is None and self._job.program is not None:
+            compiled = self._compiled = self._job.program
+        return compiled
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._job.started:
+                return
+            self._job.started = True
+        _background().submit(self._job)
+
+    def wait_compiled(self, timeout: float | None = None) -> "NumbaProgram":
+        """The compiled program, starting its compile if needed and waiting for it; raises
+        CompileError if numba could not compile it, TimeoutError after ``timeout`` seconds."""
+        self._start()
+        if not self._job.done.wait(timeout):
+            raise TimeoutError(f"numba_cpu: {self.name} is still compiling after {timeout} s")
+        if self._job.error is not None:
+            raise self._job.error
+        compiled = self._ready()
+        assert compiled is not None
+        return compiled
+
+    def _overtaken(self) -> bool:
+        job = self._job
+        return job.done.is_set() and job.program is not None
+
+    # -- running --
+
+    def run(self, args: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None = None, *,
+            cancel: np.ndarray | None = None) -> list[np.ndarray]:
+        compiled = self._ready()
+        if compiled is not None:
+            self.runs["compiled"] += 1
+            return compiled.run(args, out, cancel=cancel)
+        if len(args) != len(self.inputs):
+            raise InvalidArgument(f"{self.name}: expected {len(self.inputs)} arguments, got {len(args)}")
+        if self.runs["eager"] >= self._compile_after and not self._job.started:
+            # Run again: worth compiling (in the background; this run stays eager).
+            self._start()
+        try:
+            with _EAGER_RUNS:
+                results = self._eager.run(args, cancel, self._overtaken if self.large else None)
+        except (NeedsCompiled, Overtaken):
+            # This input needs the compiled code (see .eager), or it is ready: wait for it.
+            self.runs["compiled"] += 1
+            return self.wait_compiled().run(args, out, cancel=cancel)
+        self.runs["eager"] += 1
+        if self.large and not self._job.started:
+            self._start()
+        for i in self._narrow_out:
+            results[i] = results[i].view(self.outputs[i].dtype)
+        if out is None:
+            return results
+        for i, o in enumerate(out):
+            if o is not None:
+                np.copyto(o, results[i])
+                results[i] = o
+        return results
+
+    # -- introspection --
+
+    def cost_analysis(self) -> Mapping[str, float]:
+        return dict(self._cost)
+
+    @property
+    def source(self) -> str:
+        """The generated module (compiles it if it is not yet)."""
+        return self.wait_compiled().source
+
+    def serialize(self) -> bytes:
+        return self.wait_compiled().serialize()
+
+    def __repr__(self) -> str:
+        return f"<TieredProgram {self.name} {self.fingerprint[:12]} ({self.tier})>"
+
+
+# -- the background compiler --------------------------------------------------------------------
+
+
+class _Background:
+    """One worker thread and one compile process for this Python process, started on demand."""
+
+    #: Seconds the worker thread waits for more work before ending (and ending the child).
+    IDLE = 5.0
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[_Job | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._child: subprocess.Popen | None = None
+        self._stopping = False
+        self._warned = False
+
+    def submit(self, job: _Job) -> None:
+        with self._lock:
+            if self._stopping:
+                job.error = CompileError("numba_cpu: the process is exiting")
+                job.done.set()
+                return
+            self._queue.put(job)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._work, name="pjrt-hub-numba-compile", daemon=True)
+                self._thread.start()
+
+    # -- the worker thread --
+
+    def _work(self) -> None:
+        while True:
+            try:
+                job = self._queue.get(timeout=self.IDLE)
+            except queue.Empty:
+                with self._lock:
+                    if self._queue.empty():
+                        self._thread = None
+                        self._end_child()
+                        return
+                continue
+            if job is None:  # stop() wakes the thread up
+                return
+            if self._stopping:
+                job.error = CompileError("numba_cpu: the process is exiting")
+                job.done.set()
+                continue
+            try:
+                job.program = self._compile(job)
+            except Exception as exc:  # noqa: BLE001 - the program stays on the eager tier
+                job.error = exc if isinstance(exc, CompileError) else CompileError(
+                    f"numba_cpu: compiling {job.name} in the background failed: {type(exc).__name__}: {exc}")
+                self._warn(job)
+            finally:
+                job.done.set()
+
+    def _load(self, job: _Job) -> "NumbaProgram | None":
+        from .compiler import _numba_loaded
+
+        if not _numba_loaded() and not job.eager_slower:
+            _EAGER_RUNS.wait_idle(lambda: self._stopping)
+        if self._stopping:
+            raise CompileError("numba_cpu: the process is exiting")
+        return job.compiler.load_cached(job.text_key)
+
+    def _compile(self, job: _Job) -> "NumbaProgram":
+        compiler = job.compiler
+        if compiler.cached(job.text_key):
+            program = self._load(job)
+            if program is not None:
+                return program
+        if not self._compile_in_child(job):
+            compiler.compile_to_cache(job.text, job.lopts, job.text_key)
+        program = self._load(job)
+        if program is None:
+            raise CompileError(f"numba_cpu: the compiled code of {job.name} is not in the cache after compiling it")
+        return program
+
+    def _compile_in_child(self, job: _Job) -> bool:
+        """Compile in the child process; False when there is none to be had."""
+        child = self._ensure_child()
+        if child is None:
+            return False
+        from dataclasses import asdict
+
+        request = {"cache_dir": str(job.compiler.cache_dir), "text": job.text, "options": asdict(job.lopts),
+                   "text_key": job.text_key}
+        try:
+            assert child.stdin is not None and child.stdout is not None
+            child.stdin.write(json.dumps(request) + "\n")
+            child.stdin.flush()
+            line = child.stdout.readline()
+        except (OSError, ValueError):
+            line = ""
+        if not line:
+            with self._lock:
+                self._end_child()
+            if self._stopping:
+                raise CompileError("numba_cpu: the process is exiting")
+            raise CompileError(f"numba_cpu: the background compile process ended while compiling {job.name}")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise CompileError(reply["error"])
+        return True
+
+    def _ensure_child(self) -> subprocess.Popen | None:
+        with self._lock:
+            if self._stopping:
+                return None
+            if self._child is not None and self._child.poll() is None:
+                return self._child
+            try:
+                self._child = subprocess.Popen(
+                    [sys.executable, "-m", "pjrt_hub.backends.numba_cpu._compile_worker"],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                    env=dict(os.environ, PJRT_HUB_NUMBA_TIERS="0"))
+            except OSError:
+                self._child = None
+            return self._child
+
+    def _end_child(self) -> None:
+        child, self._child = self._child, None
+        if child is None:
+            return
+        try:
+            if child.stdin is not None:
+                child.stdin.close()
+        except OSError:
+            pass
+        if child.poll() is None:
+            child.kill()
+        try:
+            child.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        for stream in (child.stdout,):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+
+    def _warn(self, job: _Job) -> None:
+        if self._stopping:
+            return
+        warnings.warn(f"{job.error}; {job.name} keeps running on the eager tier (same results, slower)",
+                      RuntimeWarning, stacklevel=1)
+
+    # -- exit --
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Kill the child, fail the queued jobs and wait (up to ``timeout``) for the worker."""
+        with self._lock:
+            self._stopping = True
+            thread = self._thread
+            child = self._child
+        if child is not None and child.poll() is None:
+            child.kill()
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job.error = CompileError("numba_cpu: the process is exiting")
+                job.done.set()
+        self._queue.put(None)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        with self._lock:
+            self._end_child()
+            self._thread = None
+
+
+_BACKGROUND: _Background | None = None
+_BACKGROUND_LOCK = threading.Lock()
+
+
+def _background() -> _Background:
+    global _BACKGROUND
+    with _BACKGROUND_LOCK:
+        if _BACKGROUND is None or _BACKGROUND._stopping:
+            _BACKGROUND = _Background()
+        return _BACKGROUND
+
+
+def shutdown(timeout: float = 10.0) -> None:
+    """Stop background compiles (at interpreter exit, and for tests): the child process is
+    killed, waiting programs stay on the eager tier, and the worker thread is joined."""
+    global _BACKGROUND
+    with _BACKGROUND_LOCK:
+        background, _BACKGROUND = _BACKGROUND, None
+    if background is not None:
+        background.stop(timeout)
+
+
+atexit.register(shutdown)

@@ -1,0 +1,648 @@
+"""The eager tier and the compiled code give the same bits: on every public corpus program, on
+every elementwise op and element type over special and random values, on reductions of every
+kind of shape, and on generated programs; and tiered programs switch between them as designed.
+
+Each compiled side is one numba compile, so the op matrix puts many ops in one program."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import warnings
+from importlib import resources
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from pjrt_hub.abi import CompileError
+from pjrt_hub.backends.numba_cpu import NumbaCompiler
+from pjrt_hub.backends.numba_cpu import eager as eager_mod
+from pjrt_hub.backends.numba_cpu import tiers
+from pjrt_hub.backends.numba_cpu.compiler import _front_end
+from pjrt_hub.backends.numba_cpu.eager import EagerUnsupported, NeedsCompiled
+from pjrt_hub.backends.numba_cpu.lanes import lane_count, reduce_lanes
+from pjrt_hub.backends.numba_cpu.tiers import TieredProgram
+from tier_helpers import assert_same_bits, eager_program
+
+CORPUS = resources.files("pjrt_hub") / "data" / "corpus" / "public"
+MANIFEST = json.loads((CORPUS / "manifest.json").read_text())
+PROGRAMS = {p["name"]: p for p in MANIFEST["programs"]}
+
+
+def _corpus_args(entry):
+    with np.load(CORPUS / entry["data"]) as data:
+        return [data[f"in{i}"] for i in range(len(entry["inputs"]))]
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_corpus_program_same_bits_on_both_tiers(compiler, name):
+    entry = PROGRAMS[name]
+    text = (CORPUS / entry["file"]).read_text()
+    args = _corpus_args(entry)
+    assert_same_bits(eager_program(text).run(args), compiler.compile(text).run(args), name)
+
+
+# -- every elementwise op, every element type ------------------------------------------------------
+
+N = 512
+FLOATS = ["f32", "f64", "bf16", "f16"]
+INTS = ["i8", "i16", "i32", "i64", "ui8", "ui16", "ui32", "ui64"]
+_NP = {"f32": np.float32, "f64": np.float64, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
+       "ui8": np.uint8, "ui16": np.uint16, "ui32": np.uint32, "ui64": np.uint64, "i1": np.bool_}
+UNARY = ["abs", "negate", "sign", "exponential", "exponential_minus_one", "log", "log_plus_one", "tanh",
+         "logistic", "sine", "cosine", "tan", "sqrt", "rsqrt", "cbrt", "floor", "ceil", "round_nearest_even",
+         "round_nearest_afz", "not", "popcnt", "count_leading_zeros"]
+CHLO_UNARY = ["erf", "erfc", "erf_inv", "sinh", "cosh", "asin", "acos", "atan", "asinh", "acosh", "atanh",
+              "lgamma", "square"]
+BINARY = ["add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "power", "atan2", "and",
+          "or", "xor", "shift_left", "shift_right_logical", "shift_right_arithmetic"]
+
+
+def _dtype(t: str) -> np.dtype:
+    if t in ("bf16", "f16"):
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16 if t == "bf16" else np.float16)
+    return np.dtype(_NP[t])
+
+
+def _values(t: str, seed: int) -> np.ndarray:
+    """Special values, then random bit patterns (every exponent), then ordinary numbers."""
+    rng = np.random.default_rng(seed)
+    dt = _dtype(t)
+    if t == "i1":
+        return rng.integers(0, 2, N).astype(bool)
+    if t in INTS:
+        info = np.iinfo(dt)
+        special = [0, 1, info.max, info.min, info.max - 1, 2, 3, 7, 8, 31, 32, 33, 63, 64, 65]
+        if info.min < 0:
+            special += [-1, -2, -7, info.min + 1, -31]
+        special = np.array([v for v in special if info.min <= v <= info.max], dtype=object).astype(dt)
+        bits = rng.integers(0, 256, (N - special.size) * dt.itemsize, dtype=np.uint8).view(dt)
+        return np.concatenate([special, bits])
+    f = np.float64
+    special = np.array([0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, 2.5, -2.5, np.inf, -np.inf, np.nan, 1e-40, -1e-40,
+                        1e-30, 3.4e38, -3.4e38, 88.0, 89.0, -104.0, 0.49999997, 0.625, 0.62499994, 1e-8, 2.0,
+                        0.9999999, 1.0000001, 65504.0, 1e300, 5e-324, 100.0, -100.0], dtype=f)
+    size = dt.itemsize
+    bits = rng.integers(0, 256, (N // 2) * size, dtype=np.uint8).view({2: np.uint16, 4: np.uint32, 8: np.uint64}[size])
+    with np.errstate(all="ignore"):
+        randbits = bits.view(dt).astype(np.float64) if t in ("bf16", "f16") else bits.view(dt)
+    normal = rng.standard_normal(N - special.size - randbits.size) * 3
+    with np.errstate(all="ignore"):
+        return np.concatenate([special, randbits.astype(f), normal]).astype(dt)
+
+
+def _tensor(t: str) -> str:
+    return f"tensor<{N}x{t}>"
+
+
+def _accepted(lines: str, args: str, result: str) -> bool:
+    """Whether the front end and the rules take this op (numba_cpu refuses some ops on some
+    types, as the spec or XLA does)."""
+    body = lines.format(r="%r", c="%c", lo="%lo")
+    text = f"func.func @main({args}) -> ({result}) {{\n  {body}\n  return %r : {result}\n}}\n"
+    try:
+        eager_program(text)
+    except Exception:  # noqa: BLE001 - any refusal (verifier, rule, eager tier) skips the op
+        return False
+    return True
+
+
+#: 16-bit floats share the float32 formulas and differ only in the rounding after each op:
+#: a few ops of each kind cover them (every op of them makes numba compile for minutes).
+NARROW_OPS = {"add", "multiply", "divide", "maximum", "exponential", "log", "tanh", "sqrt", "power",
+              "round_nearest_even", "negate", "erf", "square"}
+#: float16's conversions are branchy and slow to compile: fewer still.
+F16_OPS = {"add", "divide", "exponential", "sqrt"}
+
+
+def _op_matrix(types: list[str]) -> tuple[str, list[np.ndarray]]:
+    """One program: for each element type, every unary and binary op, compare in every
+    direction and comparison type, select, clamp, converts to the other types, and for floats
+    is_finite, reduce_precision and bitcast_convert. Ops the front end or the rules refuse on a
+    type are left out."""
+    params, lines, outs = [], [], []
+    args: list[np.ndarray] = []
+    for k, t in enumerate(types):
+        a, b = f"%a{k}", f"%b{k}"
+        ty, bool_ty = _tensor(t), _tensor("i1")
+        params += [f"{a}: {ty}", f"{b}: {ty}"]
+        args += [_values(t, 2 * k), _values(t, 2 * k + 1)[::-1].copy()]
+        ops = F16_OPS if t == "f16" else NARROW_OPS if t == "bf16" else None
+        keep = (lambda op: True) if ops is None else ops.__contains__  # noqa: E731
+        candidates = [(f"{{r}} = stablehlo.{op} {a} : {ty}", ty) for op in UNARY if keep(op)]
+        candidates += [(f"{{r}} = chlo.{op} {a} : {ty} -> {ty}", ty) for op in CHLO_UNARY if keep(op)]
+        candidates += [(f"{{r}} = stablehlo.{op} {a}, {b} : {ty}", ty) for op in BINARY if keep(op)]
+        if t in FLOATS:
+            ctypes = ["FLOAT", "TOTALORDER"]
+        else:
+            ctypes = ["UNSIGNED"] if t.startswith("ui") or t == "i1" else ["SIGNED"]
+        for ct in ctypes:
+            narrow = t in ("bf16", "f16")
+            for d in ("EQ", "NE", "LT", "LE", "GT", "GE") if ct != "TOTALORDER" and not narrow else ("LT", "EQ"):
+                candidates.append((f"{{r}} = stablehlo.compare {d}, {a}, {b}, {ct} : ({ty}, {ty}) -> {bool_ty}", bool_ty))
+        # Converts to a type of each kind and width class (the rules' cases).
+        targets = ("f32", "i32", "i1") if t == "f16" else ("f32", "f64", "bf16", "f16", "i8", "i32", "ui64", "i1")
+        for other in targets:
+            if other != t and not (t == "bf16" and other in ("i8", "ui64")) and not (other == "f16" and t != "f32"):
+                candidates.append((f"{{r}} = stablehlo.convert {a} : ({ty}) -> {_tensor(other)}", _tensor(other)))
+        if t in FLOATS:
+            candidates.append((f"{{r}} = stablehlo.is_finite {a} : ({ty}) -> {bool_ty}", bool_ty))
+            for fmt in ("e5m10", "e8m7", "e4m3"):
+                candidates.append((f"{{r}} = stablehlo.reduce_precision {a}, format = {fmt} : {ty}", ty))
+            width = _tensor({"f32": "ui32", "f64": "ui64", "bf16": "ui16", "f16": "ui16"}[t])
+            candidates.append((f"{{r}} = stablehlo.bitcast_convert {a} : ({ty}) -> {width}", width))
+        candidates.append((f"{{c}} = stablehlo.compare LT, {a}, {b} : ({ty}, {ty}) -> {bool_ty}\n"
+                           f"  {{r}} = stablehlo.select {{c}}, {a}, {b} : {bool_ty}, {ty}", ty))
+        candidates.append((f"{{lo}} = stablehlo.minimum {a}, {b} : {ty}\n  {{r}} = stablehlo.clamp {{lo}}, {a}, {b} : {ty}", ty))
+        sig = f"{a}: {ty}, {b}: {ty}"
+        for template, result in candidates:
+            if not _accepted(template, sig, result):
+                continue
+            n = len(outs)
+            lines.append("  " + template.format(r=f"%r{n}", c=f"%c{n}", lo=f"%lo{n}"))
+            outs.append((f"%r{n}", result))
+    results = ", ".join(r for _, r in outs)
+    text = (f"func.func @main({', '.join(params)}) -> ({results}) {{\n" + "\n".join(lines)
+            + f"\n  return {', '.join(v for v, _ in outs)} : {results}\n}}\n")
+    return text, args
+
+
+@pytest.mark.parametrize("types", [["f32"], ["f64", "bf16"], ["f16"], ["i8", "i32", "i64"], ["ui8", "ui32", "ui64", "i1"]],
+                         ids=["f32", "f64-bf16", "f16", "signed", "unsigned-bool"])
+def test_every_elementwise_op_same_bits_on_both_tiers(compiler, types):
+    text, args = _op_matrix(types)
+    assert text.count(" = stablehlo.") + text.count(" = chlo.") > 10 * len(types), "the op matrix lost most of its ops"
+    eager = eager_program(text).run(args)
+    compiled = compiler.compile(text).run(args)
+    assert_same_bits(eager, compiled, "+".join(types))
+
+
+# -- reductions: lanes, sequential, exact ---------------------------------------------------------------
+
+_REDUCE = """
+func.func @main(%x: tensor<{shape}x{t}>) -> ({results}) {{
+  %z = stablehlo.constant dense<{init}> : tensor<{t}>
+{lines}
+  return {values} : {results}
+}}
+"""
+
+
+def _reduce_program(shape: tuple[int, ...], t: str, op: str, dims_list: list[list[int]]) -> str:
+    lines, results, values = [], [], []
+    for k, dims in enumerate(dims_list):
+        kept = [n for d, n in enumerate(shape) if d not in dims]
+        res = f"tensor<{'x'.join(map(str, kept))}{'x' if kept else ''}{t}>"
+        # A fused body (exp of the operand) and the operand itself.
+        lines.append(f"  %e{k} = stablehlo.exponential %x : tensor<{'x'.join(map(str, shape))}x{t}>")
+        for src, tag in ((f"%e{k}", "f"), ("%x", "p")):
+            lines.append(f"  %r{tag}{k} = stablehlo.reduce({src} init: %z) applies stablehlo.{op} across dimensions = "
+                         f"[{', '.join(map(str, dims))}] : (tensor<{'x'.join(map(str, shape))}x{t}>, tensor<{t}>) -> {res}")
+            results.append(res)
+            values.append(f"%r{tag}{k}")
+    return _REDUCE.format(shape="x".join(map(str, shape)), t=t, init="1.0" if op == "multiply" else "0.0",
+                          lines="\n".join(lines), values=", ".join(values), results=", ".join(results))
+
+
+@pytest.mark.parametrize("t,op,shape", [
+    ("f32", "add", (3, 4, 70)), ("f32", "add", (2, 5000)), ("f64", "add", (4, 3, 33)), ("f32", "multiply", (3, 4, 65)),
+    ("f32", "maximum", (3, 4, 20)), ("bf16", "add", (3, 4, 20)),
+], ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
+def test_reductions_same_bits_on_both_tiers(compiler, t, op, shape):
+    rank = len(shape)
+    dims_list = [[rank - 1], list(range(1, rank)), [0], list(range(rank))]
+    if rank > 2:
+        dims_list.append([0, rank - 1])
+    text = _reduce_program(shape, t, op, dims_list)
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal(shape) * (0.01 if op == "multiply" else 1.0) + (1.0 if op == "multiply" else 0.0))
+    x.flat[::97] = -0.0
+    x = x.astype(_dtype(t))
+    assert_same_bits(eager_program(text).run([x]), compiler.compile(text).run([x]), f"{op} {t} {shape}")
+
+
+def test_lane_order_is_the_documented_one():
+    """64 lanes for float32, element w to lane w % 64, folded in halves, init last."""
+    x = np.arange(1, 131, dtype=np.float32) * np.float32(0.1)
+    lanes = np.full(64, -0.0, np.float32)
+    for w, v in enumerate(x):
+        lanes[w % 64] = lanes[w % 64] + v
+    while lanes.size > 1:
+        half = lanes.size // 2
+        lanes = lanes[:half] + lanes[half:]
+    assert lane_count(130, 4) == 64 and lane_count(5, 4) == 8 and lane_count(100, 8) == 32
+    assert reduce_lanes(x, 1, "add", np.float32(0.5)).tobytes() == (np.float32(0.5) + lanes[0]).tobytes()
+
+
+# -- generated programs -------------------------------------------------------------------------------
+
+
+hypothesis = pytest.importorskip("hypothesis")
+st = hypothesis.strategies
+
+_ELEMENTWISE = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "remainder"]
+_UNARY_GEN = ["exponential", "log", "tanh", "logistic", "sqrt", "negate", "abs", "sine", "exponential_minus_one",
+              "log_plus_one", "floor", "rsqrt"]
+
+
+@st.composite
+def _programs(draw):
+    """A random chain over f32 matrices: elementwise ops, transposes, reversed and sliced views,
+    broadcasts of row statistics, reductions of every kind, and a matmul."""
+    rows = draw(st.integers(1, 9))
+    cols = draw(st.sampled_from([1, 3, 16, 63, 64, 65, 130]))
+    shape = (rows, cols)
+    t = lambda s: f"tensor<{'x'.join(map(str, s))}{'x' if s else ''}f32>"  # noqa: E731
+    values = [("%a", shape), ("%b", shape)]
+    lines = []
+    for i in range(draw(st.integers(2, 7))):
+        kind = draw(st.sampled_from(["unary", "binary", "binary", "reduce", "transpose", "reverse", "dot", "slice"]))
+        name, s = draw(st.sampled_from(values))
+        out = f"%v{i}"
+        if kind == "unary":
+            op = draw(st.sampled_from(_UNARY_GEN))
+            lines.append(f"{out} = stablehlo.{op} {name} : {t(s)}")
+            values.append((out, s))
+        elif kind == "binary":
+            same = [v for v in values if v[1] == s]
+            other, _ = draw(st.sampled_from(same))
+            op = draw(st.sampled_from(_ELEMENTWISE))
+            lines.append(f"{out} = stablehlo.{op} {name}, {other} : {t(s)}")
+            values.append((out, s))
+        elif kind == "reduce" and len(s) == 2:
+            dims = draw(st.sampled_from([[1], [0], [0, 1]]))
+            op = draw(st.sampled_from(["add", "add", "multiply", "maximum"]))
+            kept = tuple(n for d, n in enumerate(s) if d not in dims)
+            init = "1.0" if op == "multiply" else "0.0"
+            lines.append(f"%z{i} = stablehlo.constant dense<{init}> : tensor<f32>")
+            lines.append(f"{out} = stablehlo.reduce({name} init: %z{i}) applies stablehlo.{op} across dimensions = "
+                         f"[{', '.join(map(str, dims))}] : ({t(s)}, tensor<f32>) -> {t(kept)}")
+            if len(kept) == 1:
+                # Broadcast the statistic back over the rows or columns it came from.
+                bdim = 0 if dims == [1] else 1
+                lines.append(f"{out}b = stablehlo.broadcast_in_dim {out}, dims = [{bdim}] : ({t(kept)}) -> {t(s)}")
+                values.append((f"{out}b", s))
+        elif kind == "transpose" and len(s) == 2:
+            lines.append(f"{out} = stablehlo.transpose {name}, dims = [1, 0] : ({t(s)}) -> {t(s[::-1])}")
+            values.append((out, s[::-1]))
+        elif kind == "reverse" and len(s) == 2:
+            lines.append(f"{out} = stablehlo.reverse {name}, dims = [1] : {t(s)}")
+            values.append((out, s))
+        elif kind == "slice" and len(s) == 2 and s[1] > 2:
+            lines.append(f"{out} = stablehlo.slice {name} [0:{s[0]}, 1:{s[1]}:2] : ({t(s)}) -> {t((s[0], len(range(1, s[1], 2))))}")
+            values.append((out, (s[0], len(range(1, s[1], 2)))))
+        elif kind == "dot" and len(s) == 2:
+            partners = [v for v in values if len(v[1]) == 2 and v[1][0] == s[1]]
+            if partners:
+                other, os_ = draw(st.sampled_from(partners))
+                lines.append(f"{out} = stablehlo.dot_general {name}, {other}, contracting_dims = [1] x [0] : "
+                             f"({t(s)}, {t(os_)}) -> {t((s[0], os_[1]))}")
+                values.append((out, (s[0], os_[1])))
+    results = values[2:] or values[:1]
+    text = (f"func.func @main(%a: {t(shape)}, %b: {t(shape)}) -> ({', '.join(t(s) for _, s in results)}) {{\n  "
+            + "\n  ".join(lines) + f"\n  return {', '.join(n for n, _ in results)} : {', '.join(t(s) for _, s in results)}\n}}\n")
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    args = [rng.standard_normal(shape).astype(np.float32) for _ in range(2)]
+    args[0].flat[::5] = np.abs(args[0].flat[::5])
+    return text, args
+
+
+@hypothesis.settings(max_examples=int(os.environ.get("PJRT_HUB_TIER_EXAMPLES", "10")), deadline=None,
+                     derandomize=True, suppress_health_check=list(hypothesis.HealthCheck))
+@hypothesis.given(_programs())
+def test_generated_programs_same_bits_on_both_tiers(compiler, program):
+    text, args = program
+    assert_same_bits(eager_program(text).run(args), compiler.compile(text).run(args), text)
+
+
+# -- tiered programs --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tiered(tmp_path):
+    compiler = NumbaCompiler(cache_dir=tmp_path / "cache", tiered=True)
+    yield compiler
+    tiers.shutdown()
+
+
+def test_a_tiered_program_answers_eagerly_then_switches_with_the_same_bits(tiered):
+    entry = PROGRAMS["softmax"]
+    text = (CORPUS / entry["file"]).read_text()
+    args = _corpus_args(entry)
+    program = tiered.compile(text)
+    assert isinstance(program, TieredProgram) and program.tier == "eager"
+    first = program.run(args)
+    assert program.runs == {"eager": 1, "compiled": 0}
+    program.wait_compiled(timeout=600)
+    assert program.tier == "compiled"
+    assert_same_bits(first, program.run(args), "softmax")
+    assert program.runs["compiled"] == 1
+    # The compiled code came through the disk cache.
+    assert tiered.cached(tiered.text_key(text, tiered._lowering_options(None)))
+
+
+def test_a_program_run_once_is_not_compiled(tiered):
+    program = tiered.compile((CORPUS / PROGRAMS["cond"]["file"]).read_text())
+    program.run(_corpus_args(PROGRAMS["cond"]))
+    assert program._job.started is False and program.tier == "eager"
+
+
+def test_an_input_the_eager_tier_cannot_reproduce_waits_for_the_compiled_code(tiered, monkeypatch):
+    entry = PROGRAMS["sort_topk"]
+    program = tiered.compile((CORPUS / entry["file"]).read_text())
+
+    def refuse(*args, **kwargs):
+        raise NeedsCompiled("test")
+
+    monkeypatch.setattr(eager_mod, "_sort_order", refuse)
+    outputs = program.run(_corpus_args(entry))
+    assert program.runs == {"eager": 0, "compiled": 1} and program.tier == "compiled"
+    monkeypatch.undo()
+    assert_same_bits(eager_program((CORPUS / entry["file"]).read_text()).run(_corpus_args(entry)), outputs)
+
+
+def test_a_failed_background_compile_warns_and_keeps_the_eager_tier(tiered, monkeypatch):
+    def fail(self, job):
+        raise CompileError("numba_cpu: the compile failed on purpose")
+
+    monkeypatch.setattr(tiers._Background, "_compile", fail)
+    entry = PROGRAMS["layernorm"]
+    program = tiered.compile((CORPUS / entry["file"]).read_text())
+    with pytest.raises(CompileError, match="on purpose"):
+        with pytest.warns(RuntimeWarning, match="keeps running on the eager tier"):
+            program.wait_compiled(timeout=60)
+    args = _corpus_args(entry)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        outputs = program.run(args)
+    assert program.tier == "eager" and program.runs["eager"] == 1
+    assert len(outputs) == len(entry["outputs"])
+
+
+def test_programs_the_eager_tier_declines_are_compiled_at_once(tiered):
+    # A collective: the eager tier does not exchange data between replicas.
+    text = """module @m attributes {mhlo.num_replicas = 2 : i32} {
+  func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+    %0 = "stablehlo.all_reduce"(%x) ({
+    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+      %s = stablehlo.add %a, %b : tensor<f32>
+      stablehlo.return %s : tensor<f32>
+    }) {replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>} : (tensor<4xf32>) -> tensor<4xf32>
+    return %0 : tensor<4xf32>
+  }
+}"""
+    program = tiered.compile(text)
+    assert not isinstance(program, TieredProgram)
+    assert tiered.stats.eager_programs == 0
+
+
+def test_the_background_thread_ends_and_takes_its_process_with_it(tiered, monkeypatch):
+    monkeypatch.setattr(tiers._Background, "IDLE", 0.2)
+    program = tiered.compile((CORPUS / PROGRAMS["pytree_io"]["file"]).read_text())
+    program.wait_compiled(timeout=600)
+    background = tiers._background()
+    child = background._child
+    thread = background._thread
+    if thread is not None:
+        thread.join(30)
+    assert not any(t.name == "pjrt-hub-numba-compile" for t in threading.enumerate())
+    assert child is None or child.poll() is not None
+
+
+_EXIT_SCRIPT = """
+import sys, json, numpy as np
+from pjrt_hub.backends.numba_cpu import NumbaCompiler
+from pjrt_hub.backends.numba_cpu import tiers
+compiler = NumbaCompiler(cache_dir=sys.argv[1], tiered=True, compile_after=0)
+program = compiler.compile(open(sys.argv[2]).read())
+outputs = program.run([np.ones((8, 8), np.float32)])
+child = None
+for _ in range(200):
+    child = tiers._background()._child
+    if child is not None:
+        break
+    import time; time.sleep(0.05)
+print(json.dumps({"numba_imported": "numba" in sys.modules, "tier": program.tier,
+                  "child": None if child is None else child.pid}), flush=True)
+"""
+
+
+def test_exit_during_a_background_compile_stops_it_and_never_imported_numba(tmp_path):
+    """A process that got its first result and exits at once: numba was never imported into
+    it, the compile process is gone with it, and nothing hangs."""
+    program = tmp_path / "p.mlir"
+    program.write_text("""func.func @main(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  %0 = stablehlo.exponential %x : tensor<8x8xf32>
+  %1 = stablehlo.tanh %0 : tensor<8x8xf32>
+  return %1 : tensor<8x8xf32>
+}""")
+    script = tmp_path / "s.py"
+    script.write_text(_EXIT_SCRIPT)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "cache"), str(program)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["numba_imported"] is False and report["tier"] == "eager"
+    if report["child"] is not None:
+        with pytest.raises(ProcessLookupError):
+            for _ in range(100):
+                os.kill(report["child"], 0)
+                import time
+
+                time.sleep(0.1)
+
+
+@pytest.mark.parametrize("element", ["complex<f32>", "complex<f64>", "f8E4M3FN", "f8E5M2", "f4E2M1FN", "i4", "ui4",
+                                     "i2"])
+def test_element_types_the_eager_tier_does_not_cover_are_declined(element):
+    """These run compiled only: the eager tier holds no value of them, not even converted."""
+    direct = f"""func.func @main(%x: tensor<4x{element}>) -> tensor<4x{element}> {{
+  %0 = stablehlo.add %x, %x : tensor<4x{element}>
+  return %0 : tensor<4x{element}>
+}}"""
+    inside = f"""func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {{
+  %0 = stablehlo.convert %x : (tensor<4xf32>) -> tensor<4x{element}>
+  %1 = stablehlo.convert %0 : (tensor<4x{element}>) -> tensor<4xf32>
+  return %1 : tensor<4xf32>
+}}"""
+    for text in (direct, inside):
+        _, fn = _front_end(text)
+        with pytest.raises(EagerUnsupported, match=re.escape(element)):
+            eager_mod.EagerProgram(fn)
+
+
+def test_16_bit_float_windows_and_scatters_are_declined_and_reductions_round_once():
+    """A bf16 sum accumulates in float32 and rounds once on both tiers (a sequential bf16 sum of
+    300 ones would stop at 256); windows of bf16 are compiled only."""
+    text = """func.func @main(%x: tensor<300xbf16>) -> tensor<bf16> {
+  %z = stablehlo.constant dense<0.0> : tensor<bf16>
+  %0 = stablehlo.reduce(%x init: %z) applies stablehlo.add across dimensions = [0] : (tensor<300xbf16>, tensor<bf16>) -> tensor<bf16>
+  return %0 : tensor<bf16>
+}"""
+    out = eager_program(text).run([np.ones(300, ml_dtypes.bfloat16)])
+    assert float(np.asarray(out[0]).view(ml_dtypes.bfloat16)) == 300.0
+    window = """func.func @main(%x: tensor<8xbf16>) -> tensor<8xbf16> {
+  %z = stablehlo.constant dense<0.0> : tensor<bf16>
+  %0 = "stablehlo.reduce_window"(%x, %z) ({
+  ^bb0(%a: tensor<bf16>, %b: tensor<bf16>):
+    %s = stablehlo.add %a, %b : tensor<bf16>
+    stablehlo.return %s : tensor<bf16>
+  }) {window_dimensions = array<i64: 8>, padding = dense<[[7, 0]]> : tensor<1x2xi64>} : (tensor<8xbf16>, tensor<bf16>) -> tensor<8xbf16>
+  return %0 : tensor<8xbf16>
+}"""
+    _, fn = _front_end(window)
+    with pytest.raises(EagerUnsupported, match="reduce_window with bf16"):
+        eager_mod.EagerProgram(fn)
+
+
+_RESULTS_OF_THEIR_OWN = """func.func @main(%a: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>,
+    tensor<f32>, tensor<f32>) {
+  %c = stablehlo.constant dense<[1.0, 2.0, 3.0, 4.0]> : tensor<4xf32>
+  %s = stablehlo.constant dense<7.0> : tensor<f32>
+  %d = stablehlo.add %a, %a : tensor<4xf32>
+  return %a, %c, %d, %d, %s, %s : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<f32>, tensor<f32>
+}"""
+
+
+def test_eager_results_have_storage_of_their_own(tmp_path):
+    # The runtime trusts a tiered program's results (fresh_results): an input, a constant or one
+    # value returned twice must each come back as a new array, run after run.
+    compiler = NumbaCompiler(cache_dir=tmp_path / "cache", tiered=True, compile_after=100)
+    program = compiler.compile(_RESULTS_OF_THEIR_OWN)
+    assert isinstance(program, TieredProgram) and program.fresh_results
+    a = np.arange(4, dtype=np.float32)
+    runs = [program.run([a]) for _ in range(2)]
+    assert program.runs == {"eager": 2, "compiled": 0}
+    arrays = [x for outs in runs for x in outs] + [a]
+    for i, x in enumerate(arrays):
+        for y in arrays[i + 1:]:
+            assert not np.shares_memory(x, y)
+    for outs in runs:
+        assert [x.tolist() for x in outs] == [[0, 1, 2, 3], [1, 2, 3, 4], [0, 2, 4, 6], [0, 2, 4, 6], 7.0, 7.0]
+        assert all(x.flags.writeable and x.flags.c_contiguous for x in outs)
+
+
+_FOREVER = """module @jit_forever {
+  func.func public @main(%arg0: tensor<i32>) -> tensor<i32> {
+    %0 = stablehlo.while(%i = %arg0) : tensor<i32>
+    cond {
+      %t = stablehlo.constant dense<true> : tensor<i1>
+      stablehlo.return %t : tensor<i1>
+    } do {
+      %c1 = stablehlo.constant dense<1> : tensor<i32>
+      %1 = stablehlo.add %i, %c1 : tensor<i32>
+      stablehlo.return %1 : tensor<i32>
+    }
+    return %0 : tensor<i32>
+  }
+}"""
+
+
+def test_a_timeout_stops_a_never_ending_loop_on_the_eager_tier(tmp_path, monkeypatch):
+    from pjrt_hub import PluginRegistry, RegistrySettings
+    from pjrt_hub.abi import DeadlineExceeded, ExecuteOptions, Program
+
+    monkeypatch.setenv("PJRT_HUB_CACHE", str(tmp_path / "cache"))
+    registry = PluginRegistry(RegistrySettings(allowed=frozenset({"numba_cpu"})), environ={})
+    registry.load()
+    client = registry.create_client("numba_cpu")
+    try:
+        executable = client.compile(Program(_FOREVER))
+        program = executable.unwrapped.get_executable().program
+        assert isinstance(program, TieredProgram) and program.cancellable
+        x = client.buffer_from_host_buffer(np.asarray(np.int32(0))).buffer
+        result = executable.execute([[x]], ExecuteOptions(timeout=0.3))
+        with pytest.raises(DeadlineExceeded, match="0.3 s limit"):
+            result.device_complete_events[0].await_(60)
+        # Stopped on the eager tier: no compile was ever asked for.
+        assert program.tier == "eager" and program._job.started is False
+    finally:
+        client.destroy()
+
+
+#: Element types of the generated tests (main's ``tests/generated``): every one is either run by
+#: the eager tier with the compiled code's bits, or declined (and then runs compiled only).
+_GEN_EXAMPLES = int(os.environ.get("PJRT_HUB_TIER_EXAMPLES", "8"))
+_EAGER_TYPES = ["i1", "i8", "i16", "i32", "i64", "ui8", "ui16", "ui32", "ui64", "f16", "bf16", "f32", "f64"]
+
+
+def _declined_or_same_bits(compiler, text, arg_lists):
+    try:
+        eager = eager_program(text)
+    except EagerUnsupported:
+        return
+    compiled = compiler.compile(text)
+    for args in arg_lists:
+        assert_same_bits(eager.run(args), compiled.run(args), text)
+
+
+@hypothesis.settings(max_examples=_GEN_EXAMPLES, deadline=None, derandomize=True, database=None,
+                     suppress_health_check=list(hypothesis.HealthCheck))
+@hypothesis.given(data=st.data())
+def test_generated_elementwise_programs_of_every_element_type_same_bits_or_declined(compiler, data):
+    from tests.generated.programs import EW_SHAPES, array_of, elementwise_program, ops_for
+    from tests.generated.spec import ELEMENTS
+
+    # Half the draws from the types the eager tier runs, so that most programs compare bits.
+    e = ELEMENTS[data.draw(st.sampled_from(_EAGER_TYPES) | st.sampled_from(sorted(ELEMENTS)))]
+    ops = data.draw(st.lists(st.sampled_from(ops_for(e)), min_size=1, max_size=6, unique=True))
+    shape = data.draw(st.sampled_from(EW_SHAPES))  # 0-d, zero-size, size-1 and odd shapes
+    text, _ = elementwise_program(e, ops, shape)
+    arg_lists = [[data.draw(array_of(e, shape)) for _ in range(3)] + [data.draw(array_of(ELEMENTS["i1"], shape))]
+                 for _ in range(3)]
+    _declined_or_same_bits(compiler, text, arg_lists)
+
+
+@hypothesis.settings(max_examples=_GEN_EXAMPLES, deadline=None, derandomize=True, database=None,
+                     suppress_health_check=list(hypothesis.HealthCheck))
+@hypothesis.given(data=st.data())
+def test_generated_shape_programs_of_every_element_type_same_bits_or_declined(compiler, data):
+    from tests.generated.programs import structural_programs
+
+    from tests.generated.spec import ELEMENTS
+
+    program = data.draw(structural_programs(elements=data.draw(st.sampled_from([_EAGER_TYPES, sorted(ELEMENTS)]))))
+    _declined_or_same_bits(compiler, program.text, [program.args])
+
+
+@pytest.mark.parametrize("value,expected", [("", 1), ("0", 0), (" 3 ", 3), ("abc", None), ("-1", None), ("1.5", None)])
+def test_compile_after_from_the_environment(monkeypatch, tmp_path, value, expected):
+    from pjrt_hub.abi import InvalidArgument
+
+    monkeypatch.setenv("PJRT_HUB_NUMBA_COMPILE_AFTER", value)
+    if expected is None:
+        with pytest.raises(InvalidArgument, match="PJRT_HUB_NUMBA_COMPILE_AFTER=.*whole number of runs"):
+            NumbaCompiler(cache_dir=tmp_path, tiered=True)
+    else:
+        assert NumbaCompiler(cache_dir=tmp_path, tiered=True).compile_after == expected
+
+
+def test_loop_dots_of_edge_shapes_same_bits_on_both_tiers(compiler):
+    """Dots the eager tier runs as loops (16-bit floats, integers): outer products, zero-size
+    operands and a contraction, in one program (found by tests/generated: the eager tier's
+    loop dot broadcast its (1, M, N) accumulator where it had to reshape it)."""
+    dot = ('"stablehlo.dot_general"({a}, {b}) <{{dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = [], '
+           'rhs_batching_dimensions = [], lhs_contracting_dimensions = [{lc}], rhs_contracting_dimensions = [{rc}]>}}> : '
+           '({ta}, {tb}) -> {tr}')
+    text = "\n".join([
+        "func.func @main(%z: tensor<0xbf16>, %x: tensor<3xbf16>, %m: tensor<2x5xi32>, %n: tensor<5x3xi32>) -> "
+        "(tensor<0x0xbf16>, tensor<3x3xbf16>, tensor<2x3xi32>) {",
+        "  %0 = " + dot.format(a="%z", b="%z", lc="", rc="", ta="tensor<0xbf16>", tb="tensor<0xbf16>", tr="tensor<0x0xbf16>"),
+        "  %1 = " + dot.format(a="%x", b="%x", lc="", rc="", ta="tensor<3xbf16>", tb="tensor<3xbf16>", tr="tensor<3x3xbf16>"),
+        "  %2 = " + dot.format(a="%m", b="%n", lc="1", rc="0", ta="tensor<2x5xi32>", tb="tensor<5x3xi32>",
+                               tr="tensor<2x3xi32>"),
+        "  return %0, %1, %2 : tensor<0x0xbf16>, tensor<3x3xbf16>, tensor<2x3xi32>",
+        "}",
+    ])
+    rng = np.random.default_rng(3)
+    args = [np.zeros(0, ml_dtypes.bfloat16), rng.standard_normal(3).astype(ml_dtypes.bfloat16),
+            rng.integers(-9, 9, (2, 5)).astype(np.int32), rng.integers(-9, 9, (5, 3)).astype(np.int32)]
+    assert_same_bits(eager_program(text).run(args), compiler.compile(text).run(args), "loop dots")
