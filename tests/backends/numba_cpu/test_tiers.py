@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import warnings
-from importlib import resources
 
 import ml_dtypes
 import numpy as np
@@ -27,22 +26,24 @@ from pjrt_hub.backends.numba_cpu.compiler import _front_end
 from pjrt_hub.backends.numba_cpu.eager import EagerUnsupported, NeedsCompiled
 from pjrt_hub.backends.numba_cpu.lanes import lane_count, reduce_lanes
 from pjrt_hub.backends.numba_cpu.tiers import TieredProgram
-from tier_helpers import assert_same_bits, eager_program
+from ...corpus import program_text, public_arrays, public_programs
+from .tier_helpers import assert_same_bits, eager_program
 
-CORPUS = resources.files("pjrt_hub") / "data" / "corpus" / "public"
-MANIFEST = json.loads((CORPUS / "manifest.json").read_text())
-PROGRAMS = {p["name"]: p for p in MANIFEST["programs"]}
+PROGRAMS = {p["name"]: p for p in public_programs()}
 
 
 def _corpus_args(entry):
-    with np.load(CORPUS / entry["data"]) as data:
-        return [data[f"in{i}"] for i in range(len(entry["inputs"]))]
+    return public_arrays(entry)[0]
+
+
+def _text(entry):
+    return program_text("public", entry)
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_corpus_program_same_bits_on_both_tiers(compiler, name):
     entry = PROGRAMS[name]
-    text = (CORPUS / entry["file"]).read_text()
+    text = _text(entry)
     args = _corpus_args(entry)
     assert_same_bits(eager_program(text).run(args), compiler.compile(text).run(args), name)
 
@@ -335,7 +336,7 @@ def tiered(tmp_path):
 
 def test_a_tiered_program_answers_eagerly_then_switches_with_the_same_bits(tiered):
     entry = PROGRAMS["softmax"]
-    text = (CORPUS / entry["file"]).read_text()
+    text = _text(entry)
     args = _corpus_args(entry)
     program = tiered.compile(text)
     assert isinstance(program, TieredProgram) and program.tier == "eager"
@@ -350,14 +351,14 @@ def test_a_tiered_program_answers_eagerly_then_switches_with_the_same_bits(tiere
 
 
 def test_a_program_run_once_is_not_compiled(tiered):
-    program = tiered.compile((CORPUS / PROGRAMS["cond"]["file"]).read_text())
+    program = tiered.compile(_text(PROGRAMS["cond"]))
     program.run(_corpus_args(PROGRAMS["cond"]))
     assert program._job.started is False and program.tier == "eager"
 
 
 def test_an_input_the_eager_tier_cannot_reproduce_waits_for_the_compiled_code(tiered, monkeypatch):
     entry = PROGRAMS["sort_topk"]
-    program = tiered.compile((CORPUS / entry["file"]).read_text())
+    program = tiered.compile(_text(entry))
 
     def refuse(*args, **kwargs):
         raise NeedsCompiled("test")
@@ -366,7 +367,7 @@ def test_an_input_the_eager_tier_cannot_reproduce_waits_for_the_compiled_code(ti
     outputs = program.run(_corpus_args(entry))
     assert program.runs == {"eager": 0, "compiled": 1} and program.tier == "compiled"
     monkeypatch.undo()
-    assert_same_bits(eager_program((CORPUS / entry["file"]).read_text()).run(_corpus_args(entry)), outputs)
+    assert_same_bits(eager_program(_text(entry)).run(_corpus_args(entry)), outputs)
 
 
 def test_a_failed_background_compile_warns_and_keeps_the_eager_tier(tiered, monkeypatch):
@@ -375,7 +376,7 @@ def test_a_failed_background_compile_warns_and_keeps_the_eager_tier(tiered, monk
 
     monkeypatch.setattr(tiers._Background, "_compile", fail)
     entry = PROGRAMS["layernorm"]
-    program = tiered.compile((CORPUS / entry["file"]).read_text())
+    program = tiered.compile(_text(entry))
     with pytest.raises(CompileError, match="on purpose"):
         with pytest.warns(RuntimeWarning, match="keeps running on the eager tier"):
             program.wait_compiled(timeout=60)
@@ -406,7 +407,7 @@ def test_programs_the_eager_tier_declines_are_compiled_at_once(tiered):
 
 def test_the_background_thread_ends_and_takes_its_process_with_it(tiered, monkeypatch):
     monkeypatch.setattr(tiers._Background, "IDLE", 0.2)
-    program = tiered.compile((CORPUS / PROGRAMS["pytree_io"]["file"]).read_text())
+    program = tiered.compile(_text(PROGRAMS["pytree_io"]))
     program.wait_compiled(timeout=600)
     background = tiers._background()
     child = background._child
