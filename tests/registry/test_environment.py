@@ -42,6 +42,8 @@ OTHER_VARIABLES = {
     "PJRT_HUB_PROBE_CACHE": "the C bridge's probe cache",
     "PJRT_HUB_TRACEBACK": "the CLI's error handler",
     "PJRT_HUB_JAX_PLUGINS": "pjrt_hub.jax's jax_plugins entry point",
+    "PJRT_HUB_NUMBA_TIERS": "numba_cpu's tiers (tests/backends/numba_cpu/test_tiers.py)",
+    "PJRT_HUB_NUMBA_COMPILE_AFTER": "numba_cpu's tiers (tests/backends/numba_cpu/test_tiers.py)",
 }
 #: The newest PJRT API the framework acts as by default; the toy is at 0.105, a minor behind.
 NEWEST = str(history.NEWEST_KNOWN)
