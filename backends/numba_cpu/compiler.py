@@ -119,12 +119,17 @@ def _default_threads() -> int:
 
 
 def _env_flag(name: str) -> bool | None:
-    value = os.environ.get(name, "").strip().lower()
+    """A yes/no environment variable: None when unset or empty; InvalidArgument for anything
+    that is not one of the usual spellings (a typo must not silently mean the default)."""
+    text = os.environ.get(name, "")
+    value = text.strip().lower()
     if value in ("0", "false", "no", "off"):
         return False
     if value in ("1", "true", "yes", "on"):
         return True
-    return None
+    if not value:
+        return None
+    raise InvalidArgument(f"{name}={text!r}: expected 0 or 1 (also false/true, no/yes, off/on)")
 
 
 def _compile_after_from_environment() -> int:

@@ -626,6 +626,23 @@ def test_compile_after_from_the_environment(monkeypatch, tmp_path, value, expect
         assert NumbaCompiler(cache_dir=tmp_path, tiered=True).compile_after == expected
 
 
+@pytest.mark.parametrize("value,asked,expected", [("0", True, False), ("off", True, False), ("1", False, True),
+                                                  ("", True, True), ("", False, False), ("maybe", True, None)])
+def test_tiers_from_the_environment(monkeypatch, tmp_path, value, asked, expected):
+    from pjrt_hub.abi import InvalidArgument
+
+    monkeypatch.setenv("PJRT_HUB_NUMBA_TIERS", value)
+    if expected is None:
+        with pytest.raises(InvalidArgument, match="PJRT_HUB_NUMBA_TIERS='maybe': expected 0 or 1"):
+            NumbaCompiler(cache_dir=tmp_path, tiered=asked)
+        return
+    compiler = NumbaCompiler(cache_dir=tmp_path, tiered=asked)
+    assert compiler.tiered is expected
+    program = compiler.compile("func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n"
+                               "  %0 = stablehlo.negate %a : tensor<2xf32>\n  return %0 : tensor<2xf32>\n}\n")
+    assert isinstance(program, TieredProgram) is expected
+
+
 def test_loop_dots_of_edge_shapes_same_bits_on_both_tiers(compiler):
     """Dots the eager tier runs as loops (16-bit floats, integers): outer products, zero-size
     operands and a contraction, in one program (found by tests/generated: the eager tier's
