@@ -10,11 +10,21 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._discovery import Candidate, discover
-    from ._facade import Gated, gate
-    from ._policy import Policy, Verdict, judge, strict_from_environment
-    from ._registry import PluginRegistry, RegistrySettings, default_plugin_name
-    from ._reports import CheckReport, ListReport, Outcome, PluginRecord
+    # Written `X as X`: the explicit re-export form, for type checkers and linters.
+    from ._discovery import Candidate as Candidate, discover as discover
+    from ._facade import Gated as Gated, gate as gate
+    from ._policy import (
+        Policy as Policy, Verdict as Verdict, judge as judge,
+        strict_from_environment as strict_from_environment,
+    )
+    from ._registry import (
+        PluginRegistry as PluginRegistry, RegistrySettings as RegistrySettings,
+        default_plugin_name as default_plugin_name,
+    )
+    from ._reports import (
+        CheckReport as CheckReport, ListReport as ListReport, Outcome as Outcome,
+        PluginRecord as PluginRecord,
+    )
 
 _EXPORTS = {
     "Candidate": "._discovery",

@@ -20,7 +20,6 @@ or a ``shard_map`` manual over only some mesh axes) get Unimplemented naming wha
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -296,7 +295,7 @@ def _plan_gspmd(module) -> SpmdPlan:
         input_slices[i] = _hlo_slices(_sharding_attr(source), main.args[i].type.shape, partitions, f"input {i}")
         body_args[i] = op.results[0]
         skip.update({id(op), id(source)})
-    for i, a in enumerate(main.args):
+    for i in range(len(main.args)):
         if body_args[i] is None:
             raise Unimplemented(f"@main argument {i} does not enter a manual computation; it would need "
                                 "sharding propagation")

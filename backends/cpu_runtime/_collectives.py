@@ -442,7 +442,7 @@ def _leader_reduce(run: CollectiveRun, spec: "Collective", groups, meeting: _Mee
             members = [f for f in group if f in local]
             nodes = sorted({run.process_of(f) for f in group})
             results = []
-            for j, dtype in enumerate(spec.operand_dtypes):
+            for j in range(len(spec.operand_dtypes)):
                 partial = np.array(meeting.inputs[members[0]][j], copy=True)
                 if len(members) > 1:
                     _fold(ufunc, [meeting.inputs[m][j] for m in members], partial)

@@ -579,7 +579,7 @@ class Lowering:
         out_kinds = []
         outs = []
         seen: set[str] = set()
-        for v, b in zip(fn.body.terminator.operands, results):
+        for v, _b in zip(fn.body.terminator.operands, results):
             kind = self.kind(v)
             out_kinds.append(kind)
             if v.type.rank == 0:

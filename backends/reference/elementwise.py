@@ -512,7 +512,7 @@ def _select(ctx, op, pred, on_true, on_false):
 @register("stablehlo.clamp", elementwise=True)
 def _clamp(ctx, op, lo, x, hi):
     if is_float_dtype(x.dtype):
-        return compute_float(lambda l, v, h: ieee_minimum(ieee_maximum(v, l), h), lo, x, hi, dtype=x.dtype)
+        return compute_float(lambda low, v, high: ieee_minimum(ieee_maximum(v, low), high), lo, x, hi, dtype=x.dtype)
     return np.minimum(np.maximum(x, lo), hi).astype(x.dtype)
 
 

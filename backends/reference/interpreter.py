@@ -417,7 +417,7 @@ def _sort(ctx: Execution, op: Op, *inputs):
                 args += [np.asarray(f[b, j]), np.asarray(f[b, i])]
             return 1 if bool(np.asarray(ctx.region(comparator, args)[0])) else 0
         for b in range(batch):
-            order[b] = sorted(range(n), key=functools.cmp_to_key(lambda i, j: compare(b, i, j)))
+            order[b] = sorted(range(n), key=functools.cmp_to_key(lambda i, j, b=b: compare(b, i, j)))
     results = []
     for f, m in zip(flat, moved):
         sorted_rows = np.take_along_axis(f, order, axis=1).reshape(m.shape)

@@ -75,7 +75,7 @@ def _reverse(ctx, op, x):
 @register("stablehlo.slice")
 def _slice(ctx, op, x):
     a = op.attributes
-    return x[tuple(slice(s, l, st) for s, l, st in zip(a["start_indices"], a["limit_indices"], a["strides"]))]
+    return x[tuple(slice(s, lim, st) for s, lim, st in zip(a["start_indices"], a["limit_indices"], a["strides"]))]
 
 
 def clamp_start(indices, operand_shape, sizes) -> list[int]:

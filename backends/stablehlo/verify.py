@@ -45,7 +45,7 @@ def verify(module: Module) -> Module:
     """Check ``module``; return it unchanged so calls can be chained. Raises CompileError."""
     if not module.functions:
         raise CompileError("module has no functions")
-    module.main  # raises CompileError when there is no entry point
+    _ = module.main  # raises CompileError when there is no entry point
     for fn in module.functions.values():
         verify_function(fn, module)
     return module
@@ -465,7 +465,7 @@ def _check_reduce(op: Op, module: Module) -> None:
         _fail(f"init values must be scalars: {_types(inits)}")
     _dims_in_range(dims, len(shape), "dimensions")
     kept = tuple(s for d, s in enumerate(shape) if d not in dims)
-    for i, (r, init) in enumerate(zip(op.results, inits)):
+    for i, (r, _init) in enumerate(zip(op.results, inits)):
         rt = _tensor(r, "result")
         if rt.shape != kept:
             _fail(f"result {i} must have shape {kept}, got {rt.shape}")

@@ -139,7 +139,7 @@ def resolve_library(path_or_name: str) -> str:
     if os.path.isfile(path_or_name):
         return os.path.abspath(path_or_name)
     folder = path_or_name if os.path.isdir(path_or_name) else None
-    if folder is None and not os.sep in path_or_name:
+    if folder is None and os.sep not in path_or_name:
         try:
             spec = importlib.util.find_spec(path_or_name)
         except (ImportError, ValueError):

@@ -637,7 +637,7 @@ def _struct_info(name: str) -> tuple[type, int]:
         if oldest:
             member = getattr(cls, oldest[-1].name)
             minimum = member.offset + member.size
-        for first, _last, field_name in spec.stale:
+        for _first, _last, field_name in spec.stale:
             member = getattr(cls, field_name)
             minimum = min(minimum, member.offset + member.size)
         info = _STRUCT_INFO[name] = (cls, minimum if spec.has_head else 0)

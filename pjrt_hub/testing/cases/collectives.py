@@ -83,7 +83,7 @@ def spec_programs() -> list[MultiProgram]:
             f"tensor<1x2xi64>}}> : ({t}) -> {t}\n    return %0 : {t}\n")
     out.append(MultiProgram("collective_permute_without_source", _module("permute_partial", t, [t], body, 2), 2,
                             [[a] for a in x], [[np.zeros_like(x[0])], [x[0]]], ((0, 0),)))
-    body = (f"    %0 = stablehlo.replica_id : tensor<ui32>\n    return %0 : tensor<ui32>\n")
+    body = ("    %0 = stablehlo.replica_id : tensor<ui32>\n    return %0 : tensor<ui32>\n")
     out.append(MultiProgram("replica_id", _module("replica_id", t, ["tensor<ui32>"], body, 2), 2,
                             [[a] for a in x], [[np.uint32(0)], [np.uint32(1)]], ((0, 0),)))
     return out
