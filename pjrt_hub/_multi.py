@@ -44,7 +44,7 @@ def program_shape(text: str) -> ProgramShape | None:
 
         module = parse_module(text)
         main = module.main
-        signature = tuple((tuple(t.shape), t.dtype) for t in main.arg_types)
+        signature = tuple((tuple(v.tensor_type.shape), v.tensor_type.dtype) for v in main.args)
         return ProgramShape(module.num_replicas, module.num_partitions, signature)
     except Exception:  # noqa: BLE001 - any parser failure just means "no pre-check"
         return None

@@ -300,7 +300,7 @@ def main_signature(text: str) -> list[tuple[tuple[int, ...], np.dtype]] | None:
     # way for every plugin: no plugin may run another function in its place.
     main = module.main
     try:
-        return [(tuple(t.shape), t.dtype) for t in main.arg_types]
+        return [(tuple(v.tensor_type.shape), v.tensor_type.dtype) for v in main.args]
     except Exception:  # noqa: BLE001 - an argument type without a numpy dtype: the plugin judges
         return None
 

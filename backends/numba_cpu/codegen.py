@@ -283,6 +283,10 @@ class Lowering:
         self._cancellable = False
         #: Functions of the module besides the entry (rules add them: collective calls).
         self.helpers: list[str] = []
+        #: Set by the planner (planner.plan_block): each value's readers, and the loop nests
+        #: that read each lazy value.
+        self._plan_users: dict[Value, list] = {}
+        self._plan_roots: dict[Value, frozenset] = {}
 
     # ---- names and globals ----
 

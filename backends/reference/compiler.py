@@ -176,16 +176,16 @@ def _op_flops(op: Op) -> float:
     if op.name in _NO_FLOPS:
         return 0.0
     if op.name == "stablehlo.dot_general":
-        a, b = op.operand_types
+        a = op.operands[0].tensor_type
         dn = op.attributes["dot_dimension_numbers"]
         k = 1
         for d in dn.lhs_contracting_dimensions:
             k *= a.shape[d]
         return 2.0 * _elements(op.result_types[0]) * k
     if op.name == "stablehlo.dot":
-        return 2.0 * _elements(op.result_types[0]) * op.operand_types[0].shape[-1]
+        return 2.0 * _elements(op.result_types[0]) * op.operands[0].tensor_type.shape[-1]
     if op.name == "stablehlo.convolution":
-        k = op.operand_types[1]
+        k = op.operands[1].tensor_type
         dn = op.attributes["dimension_numbers"]
         taps = 1
         for d in dn.kernel_spatial_dimensions:

@@ -135,7 +135,7 @@ class Execution:
     def combiner(self, block: Block) -> Callable[..., list[np.ndarray]]:
         """A function applying the region ``block`` elementwise to arrays (of any common
         broadcast shape) standing for its scalar arguments."""
-        result_types = [v.type for v in block.ops[-1].operands]
+        result_types = [v.tensor_type for v in block.ops[-1].operands]
         if _vectorizable(block):
             def batched(*xs: np.ndarray) -> list[np.ndarray]:
                 shape = np.broadcast_shapes(*(np.shape(x) for x in xs))
@@ -303,7 +303,7 @@ def _reduce_window(ctx: Execution, op: Op, *args):
     window, strides = a["window_dimensions"], a["window_strides"]
     base, wdil = a["base_dilations"], a["window_dilations"]
     pad = np.asarray(a["padding"]).reshape(-1, 2)
-    out_shape = op.results[0].type.shape
+    out_shape = op.results[0].tensor_type.shape
     combine = ctx.combiner(op.regions[0])
     padded = [pad_array(x, init, [int(p) for p in pad[:, 0]], [int(p) for p in pad[:, 1]],
                         [b - 1 for b in base]) for x, init in zip(inputs, inits)]

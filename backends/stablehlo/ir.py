@@ -89,6 +89,7 @@ __all__ = [
     "TupleType",
     "Type",
     "Value",
+    "as_tensor",
     "element_dtype",
     "frozen_mapping",
 ]
@@ -212,6 +213,13 @@ class TokenType:
 
 
 Type = Union[TensorType, TupleType, TokenType]
+
+
+def as_tensor(t: Type) -> TensorType:
+    """``t`` where it must be a tensor type (see :attr:`Value.tensor_type`)."""
+    if not isinstance(t, TensorType):
+        raise TypeError(f"{t} is not a tensor type")
+    return t
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,6 +384,15 @@ class Value:
     type: Type
     #: Unique within the module; stable across parses of the same text.
     id: int
+
+    @property
+    def tensor_type(self) -> TensorType:
+        """``type`` where it must be a tensor: every operand and result except those of the tuple
+        and token ops, as the verifier has checked, so a lowering that reads a shape or an element
+        type asks for this instead of narrowing ``type`` at each use."""
+        if not isinstance(self.type, TensorType):
+            raise TypeError(f"{self.name} is a {self.type}, not a tensor")
+        return self.type
 
     def __repr__(self) -> str:
         return f"Value({self.name}: {self.type})"

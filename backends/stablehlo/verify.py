@@ -744,7 +744,7 @@ def _check_map(op: Op, module: Module) -> None:
     r = _tensor(op.results[0], "result")
     for i, v in enumerate(op.operands):
         if _tensor(v, f"operand {i}").shape != r.shape:
-            _fail(f"operand {i} has shape {v.type.shape}, the result {r.shape}")
+            _fail(f"operand {i} has shape {v.tensor_type.shape}, the result {r.shape}")
     scalars = [_scalar(_tensor(v, "operand")) for v in op.operands]
     _region_signature(op, 0, scalars, [_scalar(r)], "computation")
 
