@@ -128,7 +128,9 @@ class CExtension:
         reason = self.unavailable_reason(c_function)
         if reason is not None:
             raise Unimplemented(reason, plugin=self._lib.name)
-        fn = _FN(ctypes.c_void_p.from_address(self.info.address + self.FUNCTIONS[c_function]).value)
+        address = ctypes.c_void_p.from_address(self.info.address + self.FUNCTIONS[c_function]).value
+        assert address, "unavailable_reason() refuses a NULL function pointer"
+        fn = _FN(address)
         self._functions[c_function] = fn
         return fn
 

@@ -365,6 +365,7 @@ def _select_and_scatter(ctx: Execution, op: Op, operand, source, init):
         if best_val is None:
             best_val, best_pos = cand_val.copy(), cand_pos.copy()
             continue
+        assert best_pos is not None  # set with best_val
         keep = select(best_val, cand_val)[0]
         take = (~keep & (cand_pos >= 0)) | (best_pos < 0)
         best_val = np.where(take, cand_val, best_val)
@@ -417,7 +418,7 @@ def _sort(ctx: Execution, op: Op, *inputs):
                 args += [np.asarray(f[b, j]), np.asarray(f[b, i])]
             return 1 if bool(np.asarray(ctx.region(comparator, args)[0])) else 0
         for b in range(batch):
-            order[b] = sorted(range(n), key=functools.cmp_to_key(lambda i, j, b=b: compare(b, i, j)))
+            order[b] = sorted(range(n), key=functools.cmp_to_key(functools.partial(compare, b)))
     results = []
     for f, m in zip(flat, moved):
         sorted_rows = np.take_along_axis(f, order, axis=1).reshape(m.shape)

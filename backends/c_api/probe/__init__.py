@@ -236,7 +236,8 @@ def _probe_here(path: str, *, initialize: bool, emit: Callable[[dict[str, Any]],
 
     stage("functions")
     report["slot_layout_verified"] = minor not in history.UNSTABLE_SLOT_LAYOUT_MINORS
-    functions, nulls = [], []
+    functions: list[str] = []
+    nulls: list[str] = []
     for slot in range(lib.num_slots):
         name = lib.slot_names[slot] if slot < len(lib.slot_names) else None
         if name is None:
