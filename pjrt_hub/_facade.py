@@ -78,6 +78,7 @@ class Gated:
     """A plugin object seen through the version gate. Other attribute access is forwarded."""
 
     __slots__ = ("_target", "__weakref__")
+    _target: PjrtObject
     _gate: _Gate
 
     def __getattr__(self, name: str) -> Any:
@@ -88,11 +89,14 @@ class Gated:
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"{type(self._target).__name__} seen through the version gate is read-only")
 
+    # DLPack is no API method: a buffer of a plugin that supports it has these, others do not.
     def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._target.__dlpack__(*args, **kwargs)  # type: ignore[attr-defined]
+        target: Any = self._target
+        return target.__dlpack__(*args, **kwargs)
 
     def __dlpack_device__(self) -> Any:
-        return self._target.__dlpack_device__()  # type: ignore[attr-defined]
+        target: Any = self._target
+        return target.__dlpack_device__()
 
     def __eq__(self, other: object) -> bool:
         return self._target == unwrap(other)
@@ -109,7 +113,9 @@ class Gated:
         return self._target
 
 
-_set_target = Gated._target.__set__  # type: ignore[attr-defined]
+#: The slot's own setter (Gated.__setattr__ refuses every attribute); from the class dict, where
+#: the slot descriptor is, since the type checker reads Gated._target as a PjrtObject.
+_set_target: Callable[[Gated, PjrtObject], None] = Gated.__dict__["_target"].__set__
 
 
 def _proxy(value: PjrtObject, g: _Gate) -> Gated:
@@ -122,8 +128,10 @@ def _wrap(value: Any, g: _Gate) -> Any:
     if isinstance(value, PjrtObject):
         return _proxy(value, g)
     if type(value) is ExecuteResult:  # the hot path of every execute
-        return ExecuteResult([[_proxy(b, g) for b in row] for row in value.outputs],
-                             [_proxy(e, g) for e in value.device_complete_events])
+        # A proxy stands in for the Buffer or Event it wraps: it has the same API methods.
+        outputs: list[list[Any]] = [[_proxy(b, g) for b in row] for row in value.outputs]
+        events: list[Any] = [_proxy(e, g) for e in value.device_complete_events]
+        return ExecuteResult(outputs, events)
     if isinstance(value, list):
         return [_wrap(v, g) for v in value]
     if isinstance(value, tuple):

@@ -180,6 +180,7 @@ def _judge_older(plugin: ApiVersion, policy: Policy, who: str, dist: str, limit:
             f"cannot be computed; the floor minor {floor} applies instead, and {plugin} >= {floor}.",
             *_gated_note(gated, plugin),
         ), gated, limit)
+    assert nxt is not None  # s_date is its date
 
     start = f_date - dt.timedelta(weeks=policy.window_weeks)
     if s_date > start:

@@ -46,7 +46,7 @@ from pjrt_hub.extensions import (
 
 from ._discovery import Candidate, discover
 from ._facade import Gated, gate
-from ._policy import Policy, Verdict, judge
+from ._policy import PluginKind, Policy, Verdict, judge
 from ._reports import (
     DeclarationModel,
     NegotiationModel,
@@ -527,6 +527,7 @@ class PluginRegistry:
             return
         how = ("probe read from the cache (the library is unchanged)" if details.get("probe_cache") == "hit"
                else "probed in a subprocess")
+        assert entry.record.verdict is not None  # _judge records one
         self._set(entry, Outcome.LOADED, f"{how}; " + entry.record.verdict.reasons[0],
                   verdict=entry.record.verdict, negotiation=entry.record.negotiation,
                   warnings=entry.record.warnings)
@@ -544,11 +545,11 @@ class PluginRegistry:
                 found[name] = value
         return found
 
-    def _judge(self, entry: _Entry, version: ApiVersion, kind: str, min_framework: ApiVersion | None,
+    def _judge(self, entry: _Entry, version: ApiVersion, kind: PluginKind, min_framework: ApiVersion | None,
                requires: Iterable[str], offered: Mapping[str, int]) -> bool:
         """Version policy, distribution pins, extension negotiation; False if refused."""
         record = entry.record
-        verdict = judge(version, self.policy, kind=kind,  # type: ignore[arg-type]
+        verdict = judge(version, self.policy, kind=kind,
                         min_framework=min_framework, name=record.name, distribution=record.distribution)
         entry.verdict = verdict
         self._set(entry, Outcome.FAILED, verdict=VerdictModel(

@@ -15,6 +15,7 @@ layout of that size.
 
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import re
 import threading
@@ -436,7 +437,7 @@ def _c_pointer(value: Any, what: str) -> tuple[int, Any]:
         if not 0 <= value < 1 << 64:
             raise InvalidArgument(f"{what}: {value:#x} is not an address")
         return value, None
-    if isinstance(value, ctypes._CFuncPtr):  # type: ignore[attr-defined]
+    if isinstance(value, _ctypes.CFuncPtr):  # ctypes' function pointer base (ctypes._CFuncPtr)
         return ctypes.cast(value, ctypes.c_void_p).value or 0, value
     try:
         return ctypes.addressof(value), value

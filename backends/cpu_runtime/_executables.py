@@ -825,11 +825,13 @@ class _Execution(Pending):
     def __init__(self, executable: CpuLoadedExecutable, launch: _Launch, event: CpuEvent) -> None:
         super().__init__(event)
         self.executable = executable
-        self.launch = launch
+        #: None once the task has run (it lets go of the argument arrays).
+        self.launch: _Launch | None = launch
         self.outputs: list[CpuBuffer] = []
 
     def __call__(self) -> None:
         executable, launch = self.executable, self.launch
+        assert launch is not None  # a worker runs a task once
         results, reusable, error = executable._compute(launch)
         if error is not None:
             _forget_frames(error)
@@ -852,7 +854,7 @@ class _Execution(Pending):
                         hooks.append(hook)
         # Drop the argument arrays and the outputs before anyone is told: a waiter may check
         # memory right away, and consumers of the results need only ``results``.
-        self.launch = None  # type: ignore[assignment]
+        self.launch = None
         self.outputs = []
         del launch
         for hook in hooks:

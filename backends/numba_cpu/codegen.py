@@ -287,6 +287,8 @@ class Lowering:
         #: that read each lazy value.
         self._plan_users: dict[Value, list] = {}
         self._plan_roots: dict[Value, frozenset] = {}
+        #: Collective ops lowered so far (collective_rules numbers each one's spec).
+        self._collective_count = 0
 
     # ---- names and globals ----
 

@@ -46,8 +46,8 @@ def _flat_operand(ctx: Lowering, v: Value) -> str:
 
 
 def _spec_global(ctx: Lowering, op: Op) -> str:
-    counter = getattr(ctx, "_collective_count", 0)
-    ctx._collective_count = counter + 1  # type: ignore[attr-defined]
+    counter = ctx._collective_count
+    ctx._collective_count = counter + 1
     spec = describe(op, counter)
     data = {
         "kind": spec.kind, "key": spec.key, "groups": [list(g) for g in spec.groups],

@@ -11,7 +11,7 @@ UnsupportedOpError for ops it cannot run).
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, NoReturn, Sequence
 
 from pjrt_hub.abi import CompileError
 
@@ -37,7 +37,7 @@ class _Invalid(Exception):
     """Raised by a checker; turned into a CompileError that names the op."""
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     raise _Invalid(message)
 
 

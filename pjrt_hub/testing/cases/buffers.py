@@ -355,7 +355,7 @@ for _kind in _types_with_numpy():
 # -- transfers: strides, independent copies, views, DLPack ---------------------------------------
 
 
-def _strided_variants() -> list[tuple[str, np.ndarray]]:
+def _strided_variants() -> list[tuple[str, np.ndarray | np.generic]]:
     base = np.arange(24, dtype=np.float32).reshape(4, 6) - 7.5
     wide = np.arange(60, dtype=np.float64).reshape(3, 4, 5)
     small = (np.arange(30) * 7 % 251).astype(np.uint8).reshape(5, 6)

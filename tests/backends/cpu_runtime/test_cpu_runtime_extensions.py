@@ -80,7 +80,7 @@ class FortranCompiler(MiniCompiler):
         def fortran_run(args: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None = None) -> list:
             return [np.array(r, order="F") for r in run(args, out)]
 
-        program.run = fortran_run  # type: ignore[method-assign]
+        program.run = fortran_run  # type: ignore[method-assign]  # this one program returns Fortran-order arrays
         return program
 
 
