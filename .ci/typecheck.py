@@ -20,22 +20,19 @@ import sys
 import tomllib
 from pathlib import Path
 
-from mypy.build import BuildSource, build
-from mypy.errors import CompileError
-from mypy.main import process_options
-
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def package_sources(root: Path = ROOT) -> list[BuildSource]:
-    """One ``BuildSource`` per ``.py`` file of each package pyproject.toml installs.
+def package_modules(root: Path = ROOT) -> list[tuple[Path, str]]:
+    """``(file, module name)`` for each ``.py`` file of each package pyproject.toml installs,
+    the file relative to ``root``.
 
     A package's folder is found as setuptools finds it: the longest ``package-dir`` prefix of
     its name, then one folder per remaining name part.
     """
     setuptools = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
     package_dir: dict[str, str] = setuptools.get("package-dir", {})
-    sources = []
+    modules = []
     for package in setuptools["packages"]:
         parts = package.split(".")
         for cut in range(len(parts), -1, -1):
@@ -45,14 +42,20 @@ def package_sources(root: Path = ROOT) -> list[BuildSource]:
                 break
         for path in sorted(folder.glob("*.py")):
             module = package if path.stem == "__init__" else f"{package}.{path.stem}"
-            sources.append(BuildSource(str(path.relative_to(root)), module, None))
-    return sources
+            modules.append((path.relative_to(root), module))
+    return modules
 
 
 def main(argv: list[str]) -> int:
+    # mypy is imported here, not at the top, so that the tests can read package_modules without
+    # the lint extra.
+    from mypy.build import BuildSource, build
+    from mypy.errors import CompileError
+    from mypy.main import process_options
+
     os.chdir(ROOT)  # where mypy finds [tool.mypy], and what the reported paths are relative to
     _, options = process_options(argv, require_targets=False)
-    sources = package_sources()
+    sources = [BuildSource(str(path), module, None) for path, module in package_modules()]
     try:
         result = build(sources, options, stdout=sys.stdout, stderr=sys.stderr)
     except CompileError as error:
