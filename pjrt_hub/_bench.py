@@ -8,6 +8,11 @@ process whose cache holds the program, after the plugin's one-time start-up, whi
 a tiny program absorbs). Outputs are checked against the manifest's probe values and sums, so a
 fast wrong answer is visible. The tiny program (an add of two 4-element vectors) measures the
 fixed cost of one execute.
+
+``--corpus`` times the public corpus (real JAX programs, 10 us to 1 ms each) the same way,
+checking outputs against the corpus's expected arrays and tolerances, and summarises the first
+plugin against each other one as geometric means of the time ratios, with the worst program.
+Runs per program follow a time budget there, so that a 20 us program is timed hundreds of times.
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import math
 import threading
 import time
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -30,7 +37,7 @@ import numpy as np
 from pjrt_hub._run import host_array
 from pjrt_hub.abi import PjrtError, Program
 
-__all__ = ["TINY_ADD", "bench", "perf_programs"]
+__all__ = ["TINY_ADD", "BenchProgram", "bench", "bench_programs", "corpus_programs", "perf_programs", "summarise"]
 
 TINY_ADD = """func.func @main(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
   %0 = stablehlo.add %a, %b : tensor<4xf32>
@@ -42,6 +49,10 @@ TINY_ADD = """func.func @main(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4x
 RUNS = {"perf_softmax": 60}
 DEFAULT_RUNS = 30
 TINY_RUNS = 3000
+#: Without ``--runs``, short programs run more often: up to this much time per program...
+RUN_BUDGET_S = 0.25
+#: ...and at most this many runs.
+MAX_RUNS = 2000
 
 
 def _perf_dir() -> Path:
@@ -73,12 +84,81 @@ def _matches(outputs: Sequence[np.ndarray], entry: dict[str, Any]) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class BenchProgram:
+    """One program ``bench`` times: where its text is, how to make its inputs and how to check
+    its outputs (the perf corpus has probes and sums, the public corpus full expected arrays)."""
+
+    name: str
+    suite: str  # "perf" | "corpus"
+    path: Path
+    #: XLA:CPU's execute time the corpus manifest records (through JAX), if any.
+    xla_cpu_baseline_ms: float | None = None
+
+    def text(self) -> str:
+        return self.path.read_text()
+
+    def inputs(self) -> list[np.ndarray]:
+        if self.suite == "perf":
+            return _regenerate(_perf_entry(self.name))
+        return _corpus_program(self.name).arrays()[0]
+
+    def outputs_match(self, outputs: Sequence[np.ndarray]) -> bool:
+        if self.suite == "perf":
+            return _matches(outputs, _perf_entry(self.name))
+        program = _corpus_program(self.name)
+        expected = program.arrays()[1]
+        return len(outputs) == len(expected) and all(
+            program.output_mismatch(i, got, want) is None for i, (got, want) in enumerate(zip(outputs, expected)))
+
+
+def _perf_entry(name: str) -> dict[str, Any]:
+    return next(e for e in perf_programs() if e["name"] == name)
+
+
+def _corpus_program(name: str) -> Any:
+    from pjrt_hub.testing._programs import load_corpus
+
+    return next(p for p in load_corpus() if p.name == name)
+
+
+def _baseline_ms(entry: dict[str, Any]) -> float | None:
+    us = (entry.get("baseline") or {}).get("xla_cpu_execute_us")
+    return None if us is None else us / 1e3
+
+
+def corpus_programs() -> list[BenchProgram]:
+    """The public corpus (``pjrt_hub/data/corpus/public``), in manifest order."""
+    root = Path(str(resources.files("pjrt_hub") / "data" / "corpus" / "public"))
+    manifest = json.loads((root / "manifest.json").read_text())
+    return [BenchProgram(e["name"], "corpus", root / e["file"], _baseline_ms(e)) for e in manifest["programs"]]
+
+
+def bench_programs(suite: str = "perf") -> list[BenchProgram]:
+    """The programs of one suite: ``perf`` (large, four) or ``corpus`` (the public corpus)."""
+    if suite == "corpus":
+        return corpus_programs()
+    return [BenchProgram(e["name"], "perf", _perf_dir() / e["file"], _baseline_ms(e)) for e in perf_programs()]
+
+
+def _program_named(name: str) -> BenchProgram:
+    """Perf names start with ``perf_``, corpus names never do: one namespace for both suites."""
+    for program in bench_programs("perf" if name.startswith("perf_") else "corpus"):
+        if program.name == name:
+            return program
+    raise KeyError(name)
+
+
 class _Loaded:
     """A program compiled on a client, with its inputs on the first device."""
 
     def __init__(self, client: Any, text: str, arrays: Sequence[np.ndarray]) -> None:
+        from pjrt_hub.testing._programs import framework_options
+
         t0 = time.perf_counter()
-        self.executable = client.compile(Program(text, "mlir"))
+        # JAX's compile options: the C plugins then keep NaN-propagating min/max, as the
+        # corpus expects (the others ignore them).
+        self.executable = client.compile(Program(text, "mlir"), framework_options())
         self.compile_ms = (time.perf_counter() - t0) * 1e3
         device = client.addressable_devices()[0]
         self.buffers = []
@@ -119,6 +199,13 @@ def _median_ms(fn: Callable[[], float], runs: int, warm: int = 3) -> float:
     return statistics.median(fn() for _ in range(runs)) * 1e3
 
 
+def _budgeted_runs(fn: Callable[[], float], least: int) -> int:
+    """``least`` runs, or as many as fit in :data:`RUN_BUDGET_S` (up to :data:`MAX_RUNS`), judged
+    by the fastest of three runs (which also warm the program up)."""
+    estimate = min(fn() for _ in range(3))
+    return max(least, min(MAX_RUNS, int(RUN_BUDGET_S / max(estimate, 1e-7))))
+
+
 def _warm_compile_ms(plugin: str, program: Path, cache: str, library: Sequence[str]) -> float | None:
     """Compile ``program`` in a fresh process that shares the run's compile cache."""
     env = dict(os.environ, PJRT_HUB_CACHE=cache)
@@ -139,7 +226,7 @@ _STARTING = "pjrt-hub-bench: starting "
 Progress = Callable[[int, int, str], None]
 
 
-def _measure(client: Any, name: str, entries: Sequence[dict[str, Any]], runs: int | None,
+def _measure(client: Any, name: str, programs: Sequence[BenchProgram], runs: int | None,
              say: Callable[[str], None]) -> dict[str, Any]:
     """Time one plugin on the programs (in this process)."""
     say(f"{_STARTING}tiny add")
@@ -148,21 +235,20 @@ def _measure(client: Any, name: str, entries: Sequence[dict[str, Any]], runs: in
     loaded.close()
     say(f"{name}: tiny add executes in {tiny:.2f} us")
     rows = []
-    for entry in entries:
-        say(f"{_STARTING}{entry['name']}")
-        row: dict[str, Any] = {"name": entry["name"], "plugin": name}
+    for program in programs:
+        say(f"{_STARTING}{program.name}")
+        row: dict[str, Any] = {"name": program.name, "plugin": name}
         try:
-            loaded = _Loaded(client, (_perf_dir() / entry["file"]).read_text(), _regenerate(entry))
+            loaded = _Loaded(client, program.text(), program.inputs())
             row["compile_ms_cold"] = loaded.compile_ms
-            row["outputs_match"] = _matches(loaded.outputs(), entry)
-            count = runs or RUNS.get(entry["name"], DEFAULT_RUNS)
+            row["outputs_match"] = program.outputs_match(loaded.outputs())
+            count = runs or _budgeted_runs(loaded.execute_once, RUNS.get(program.name, DEFAULT_RUNS))
             row["execute_ms_median"] = _median_ms(loaded.execute_once, count, warm=min(3, count))
             row["runs"] = count
             loaded.close()
         except PjrtError as exc:
             row["error"] = str(exc)
-        baseline_us = (entry.get("baseline") or {}).get("xla_cpu_execute_us")
-        row["xla_cpu_baseline_ms"] = None if baseline_us is None else baseline_us / 1e3
+        row["xla_cpu_baseline_ms"] = program.xla_cpu_baseline_ms
         rows.append(row)
     return {"rows": rows, "tiny_us": tiny}
 
@@ -206,15 +292,18 @@ def _measure_in_child(name: str, programs: Sequence[str], runs: int | None, libr
 
 def bench(registry: Any, plugins: Sequence[str], programs: Iterable[str] | None = None, *,
           warm: bool = True, library: Sequence[str] = (), runs: int | None = None,
-          progress: Progress | None = None) -> dict[str, Any]:
-    """Run the perf corpus on ``plugins``; return the report as a JSON-able dict.
+          progress: Progress | None = None, suite: str = "perf",
+          fastest_of: Sequence[str] = ()) -> dict[str, Any]:
+    """Run a suite (``perf`` or ``corpus``) on ``plugins``; return the report as a JSON-able dict.
 
     ``registry`` has judged the plugins already (the caller requires them loaded); each one is
     then measured in a fresh process that shares one compile cache, empty at the start (cold),
-    and removed at the end. ``progress`` hears which program runs on which plugin.
+    and removed at the end. ``progress`` hears which program runs on which plugin. The summary
+    compares the first plugin with each other one, and with the fastest of ``fastest_of``
+    (the real XLA plugins) program by program.
     """
-    entries = [e for e in perf_programs() if programs is None or e["name"] in set(programs)]
-    names = [e["name"] for e in entries]
+    entries = [p for p in bench_programs(suite) if programs is None or p.name in set(programs)]
+    names = [e.name for e in entries]
     total = len(entries) * len(plugins)
     done = 0
     rows: list[dict[str, Any]] = []
@@ -233,16 +322,17 @@ def bench(registry: Any, plugins: Sequence[str], programs: Iterable[str] | None 
                 tiny[name] = measured["tiny_us"]
             for row in measured["rows"]:
                 if warm and "error" not in row:
-                    entry = next(e for e in entries if e["name"] == row["name"])
+                    entry = next(e for e in entries if e.name == row["name"])
                     if progress is not None:
                         progress(done, total, f"{row['name']} on {name}: warm-cache compile")
-                    row["compile_ms_warm"] = _warm_compile_ms(name, _perf_dir() / entry["file"], cache, library)
+                    row["compile_ms_warm"] = _warm_compile_ms(name, entry.path, cache, library)
                 rows.append(row)
             done = len(entries) * (index + 1)  # also when the child ended early
     rows.sort(key=lambda r: (names.index(r["name"]), list(plugins).index(r["plugin"])))
     _add_ratios(rows)
     return {"programs": rows, "tiny_execute_us": tiny.get(plugins[0]) if plugins else None,
-            "tiny_execute_us_by_plugin": tiny, "plugins": list(plugins)}
+            "tiny_execute_us_by_plugin": tiny, "plugins": list(plugins), "suite": suite,
+            "summary": summarise(rows, plugins, fastest_of)}
 
 
 def _add_ratios(rows: list[dict[str, Any]]) -> None:
@@ -260,6 +350,75 @@ def _add_ratios(rows: list[dict[str, Any]]) -> None:
                 row[f"speedup_vs_{other}"] = ms / mine
 
 
+def _geomean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _compare(pairs: Sequence[tuple[str, float, float]]) -> dict[str, Any] | None:
+    """Geometric mean and worst program of ``mine / theirs`` over ``(program, mine, theirs)``."""
+    ratios = [(name, mine / theirs) for name, mine, theirs in pairs if mine > 0 and theirs > 0]
+    if not ratios:
+        return None
+    worst = max(ratios, key=lambda r: r[1])
+    return {"geomean": _geomean([r for _, r in ratios]), "worst": {"name": worst[0], "ratio": worst[1]},
+            "programs": len(ratios)}
+
+
+def summarise(rows: Sequence[dict[str, Any]], plugins: Sequence[str],
+              fastest_of: Sequence[str] = ()) -> dict[str, Any]:
+    """The first plugin's execute time over each other plugin's, as the geometric mean over the
+    programs both ran with matching outputs, and the worst program; ``vs_fastest`` compares with
+    whichever of ``fastest_of`` was faster on each program."""
+    if not plugins:
+        return {"subject": None, "vs": {}, "vs_fastest": None}
+    subject = plugins[0]
+    times: dict[str, dict[str, float]] = {}
+    for row in rows:
+        if row.get("execute_ms_median") and row.get("outputs_match"):
+            times.setdefault(row["plugin"], {})[row["name"]] = row["execute_ms_median"]
+    mine = times.get(subject, {})
+    vs: dict[str, Any] = {}
+    for other in plugins[1:]:
+        theirs = times.get(other, {})
+        compared = _compare([(n, ms, theirs[n]) for n, ms in mine.items() if n in theirs])
+        if compared is not None:
+            vs[other] = compared
+    fastest = None
+    pool = [p for p in fastest_of if p in times and p != subject]
+    if pool:
+        pairs = []
+        for n, ms in mine.items():
+            best = [times[p][n] for p in pool if n in times[p]]
+            if best:
+                pairs.append((n, ms, min(best)))
+        fastest = _compare(pairs)
+        if fastest is not None:
+            fastest["of"] = pool
+    return {"subject": subject, "vs": vs, "vs_fastest": fastest}
+
+
+def _time_text(ms: float) -> str:
+    return f"{ms * 1e3:.1f} us" if ms < 1 else f"{ms:.2f} ms"
+
+
+def format_summary(summary: dict[str, Any] | None) -> list[str]:
+    """Lines for the end of the table: the geometric means of the time ratios."""
+    if not summary or not summary.get("subject"):
+        return []
+    subject = summary["subject"]
+    lines = []
+    for other, c in summary["vs"].items():
+        lines.append(f"{subject} / {other}: geometric mean {c['geomean']:.3f}x (so {other} / {subject} "
+                     f"{1 / c['geomean']:.2f}x) over {c['programs']} programs; worst {c['worst']['name']} "
+                     f"{c['worst']['ratio']:.2f}x")
+    fastest = summary.get("vs_fastest")
+    if fastest:
+        lines.append(f"{subject} / fastest of {', '.join(fastest['of'])}: geometric mean {fastest['geomean']:.3f}x "
+                     f"over {fastest['programs']} programs; worst {fastest['worst']['name']} "
+                     f"{fastest['worst']['ratio']:.2f}x")
+    return lines
+
+
 def _format_row(row: dict[str, Any]) -> str:
     if "error" in row:
         return f"{row['name']} on {row['plugin']}: error: {row['error']}"
@@ -271,16 +430,17 @@ def _format_row(row: dict[str, Any]) -> str:
 
 def format_report(report: dict[str, Any]) -> str:
     plugins = report["plugins"]
-    head = ["program", *[f"{p} ms" for p in plugins]]
+    head = ["program", *plugins]
     ratio_cols = [(a, b) for a in plugins[:1] for b in plugins[1:]]
-    head += [f"{a} speedup vs {b}" for a, b in ratio_cols] + ["compile cold/warm ms (" + plugins[0] + ")", "XLA:CPU ms"]
+    head += [f"{a} speedup vs {b}" for a, b in ratio_cols] + ["compile cold/warm ms (" + plugins[0] + ")",
+                                                              "XLA:CPU (manifest)"]
     table = [head]
     for name in dict.fromkeys(r["name"] for r in report["programs"]):
         rows = {r["plugin"]: r for r in report["programs"] if r["name"] == name}
         cells = [name]
         for p in plugins:
             r = rows.get(p, {})
-            cells.append(f"{r['execute_ms_median']:.2f}" if "execute_ms_median" in r else "error")
+            cells.append(_time_text(r["execute_ms_median"]) if "execute_ms_median" in r else "error")
         for a, b in ratio_cols:
             ratio = rows.get(a, {}).get(f"speedup_vs_{b}")
             cells.append("-" if ratio is None else f"{ratio:.2f}x")
@@ -288,12 +448,17 @@ def format_report(report: dict[str, Any]) -> str:
         cold, warm = first.get("compile_ms_cold"), first.get("compile_ms_warm")
         cells.append(f"{'-' if cold is None else f'{cold:.0f}'} / {'-' if warm is None else f'{warm:.1f}'}")
         base = first.get("xla_cpu_baseline_ms")
-        cells.append("-" if base is None else f"{base:.1f}")
+        cells.append("-" if base is None else _time_text(base))
         table.append(cells)
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
+    bad = [f"{r['name']} on {r['plugin']}" for r in report["programs"]
+           if "error" not in r and r.get("outputs_match") is False]
+    if bad:
+        lines.append(f"outputs DIFFER from the expected ones: {', '.join(bad)}")
     lines.append("")
     lines += [f"tiny add execute: {p} {us:.2f} us" for p, us in report["tiny_execute_us_by_plugin"].items()]
+    lines += format_summary(report.get("summary"))
     return "\n".join(lines)
 
 
@@ -307,7 +472,7 @@ def _measure_main(argv: Sequence[str]) -> int:
     """Child of :func:`_measure_in_child`: time one plugin, print the result as JSON."""
     plugin, programs, runs, *library = argv
     client = _child_registry(library).create_client(plugin)
-    entries = [e for e in perf_programs() if e["name"] in programs.split(",")]
+    entries = [_program_named(n) for n in programs.split(",") if n]
 
     def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
@@ -323,10 +488,12 @@ def _warm_compile_main(argv: Sequence[str]) -> int:
     """Child of :func:`_warm_compile_ms`: start the plugin, then time one compile."""
     plugin, program, *library = argv
     client = _child_registry(library).create_client(plugin)
+    from pjrt_hub.testing._programs import framework_options
+
     client.compile(Program(TINY_ADD, "mlir")).destroy()  # the plugin's one-time start-up
     text = Path(program).read_text()
     t0 = time.perf_counter()
-    client.compile(Program(text, "mlir")).destroy()
+    client.compile(Program(text, "mlir"), framework_options()).destroy()
     print((time.perf_counter() - t0) * 1e3)
     return 0
 

@@ -251,10 +251,30 @@ class BenchRow(_Model):
     execute_ms_median: float | None = None
     compile_ms_cold: float | None = None
     compile_ms_warm: float | None = Field(None, description="fresh process, cache warm, plugin started")
-    outputs_match: bool | None = Field(None, description="manifest probes and sum agree")
+    outputs_match: bool | None = Field(None, description="the manifest's probes and sum (perf) or expected outputs (corpus) agree")
     runs: int | None = None
     xla_cpu_baseline_ms: float | None = Field(None, description="XLA:CPU through JAX, from the manifest")
     error: str | None = None
+
+
+class BenchWorst(_Model):
+    name: str
+    ratio: float
+
+
+class BenchComparison(_Model):
+    """The first plugin's execute time over another's (or the fastest of several, ``of``)."""
+
+    geomean: float = Field(description="geometric mean over the programs of the time ratio")
+    worst: BenchWorst = Field(description="the program with the largest ratio")
+    programs: int = Field(description="programs both ran with matching outputs")
+    of: list[str] | None = None
+
+
+class BenchSummary(_Model):
+    subject: str | None
+    vs: dict[str, BenchComparison]
+    vs_fastest: BenchComparison | None = Field(None, description="against the faster real XLA plugin, per program")
 
 
 class BenchReport(_Model):
@@ -264,3 +284,5 @@ class BenchReport(_Model):
     tiny_execute_us: float | None = Field(None, description="the first plugin's tiny-add execute, in us")
     tiny_execute_us_by_plugin: dict[str, float]
     plugins: list[str]
+    suite: str = Field("perf", description="perf: the four large programs; corpus: the public corpus")
+    summary: BenchSummary | None = None

@@ -879,7 +879,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from pjrt_hub._bench import bench, format_report, perf_programs
+    from pjrt_hub._bench import bench, bench_programs, format_report
     from pjrt_hub._reports import BenchReport, Outcome
     from pjrt_hub.abi import NotFound, PjrtHubError, PluginLoadError, VersionError
 
@@ -888,11 +888,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return ExitCode.OK
     if args.collectives:
         return _bench_collectives(args)
-    known = [e["name"] for e in perf_programs()]
+    suite = "corpus" if args.corpus else "perf"
+    known = [p.name for p in bench_programs(suite)]
     unknown = [p for p in args.program if p not in known]
     if unknown:
-        raise _Usage(f"unknown perf program(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        raise _Usage(f"unknown {suite} program(s) {', '.join(unknown)}; known: {', '.join(known)}")
     if args.via == "jax":
+        if args.corpus:
+            raise _Usage("--via jax times the perf programs as JAX code; it does not take --corpus")
         return _bench_via_jax(args)
     for path in args.library:
         _plugin_target(args, path)
@@ -914,9 +917,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return ExitCode.FAILURE
     progress = Progress.for_command("", json_output=args.json)
     try:
+        c_plugins = {r.name for r in records if r.kind == "c"}
         report = bench(registry, plugins, args.program or None, warm=not args.no_warm,
                        library=tuple(args.library), runs=args.runs or None,
-                       progress=progress.update if progress.enabled else None)
+                       progress=progress.update if progress.enabled else None, suite=suite,
+                       fastest_of=[p for p in plugins if p in c_plugins])
     except PjrtHubError as exc:
         print(f"pjrt-hub bench: {_one_line(exc)}", file=sys.stderr)
         return ExitCode.PLUGIN_ERROR
@@ -1142,19 +1147,24 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output(p)
     p.set_defaults(func=cmd_probe)
 
-    p = sub.add_parser("bench", help="time the perf corpus on several plugins in one run")
+    p = sub.add_parser("bench", help="time the perf corpus (or --corpus: the public corpus) on several "
+                                     "plugins in one run")
     p.add_argument("--plugin", action="append", default=[], metavar="NAME",
                    help="plugins to time, the first being the one ratios are about (default: "
                         "numba_cpu, reference and every loaded CPU-safe C plugin)")
     p.add_argument("--program", action="append", default=[], metavar="NAME",
-                   help="perf programs to run (default: all)")
+                   help="programs to run (default: all of the suite)")
+    p.add_argument("--corpus", action="store_true",
+                   help="time every public corpus program instead of the perf programs, with geometric "
+                        "means of the first plugin's times over each other plugin's")
     p.add_argument("--no-warm", action="store_true", help="skip the warm-cache compile (a subprocess each)")
     p.add_argument("--collectives", action="store_true",
                    help="time each collective op at 4 KiB, 4 MiB and 64 MiB of f32 over 2 devices instead")
     p.add_argument("--processes", type=int, default=1, choices=(1, 2),
                    help="with --collectives: also across 2 processes (pjrt-hub launch, MPI)")
     p.add_argument("--runs", type=_non_negative, default=None, metavar="N",
-                   help="timed runs per program (default: 30, softmax 60; tiny add 3000)")
+                   help="timed runs per program (default: 30, softmax 60, more for short programs, "
+                        "up to 0.25 s each; tiny add 3000)")
     p.add_argument("--via", choices=("jax",), default=None,
                    help="through JAX: jit dispatch, first-call latency and the perf programs as JAX code on "
                         "the plugin (default numba_cpu) next to XLA:CPU and the plugin driven directly "

@@ -26,7 +26,7 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -101,7 +101,7 @@ class Pending:
     def __init__(self, event: CpuEvent) -> None:
         self.event = event
         self.results: list[np.ndarray] | None = None
-        self.reusable: list[bool] | None = None
+        self.reusable: Sequence[bool] | None = None
 
     def array(self, index: int) -> np.ndarray:
         """``results[index]``: there once ``event`` is set without an error, which callers await."""

@@ -324,7 +324,7 @@ class CpuLoadedExecutable(LoadedExecutable):
     __slots__ = ("_executable", "_client", "_assignment", "_devices", "_deleted", "_name", "_program",
                  "_inputs", "_outputs", "_num_inputs", "_reuse", "_donated", "_inline", "_fast",
                  "_cancellable", "_running", "_collectives", "_flat_ids", "_runs", "_node_of_flat", "_spans",
-                 "__weakref__")
+                 "_fresh", "_all_reusable", "__weakref__")
 
     def __init__(self, executable: CpuExecutable, client: "CpuClient",
                  assignment: tuple[tuple[int, ...], ...], inline: bool) -> None:
@@ -345,6 +345,9 @@ class CpuLoadedExecutable(LoadedExecutable):
         self._donated = tuple(sorted(executable._donated))
         self._inline = inline
         self._fast = inline and not self._donated and len(self._devices) == 1 and len(flat_devices) == 1
+        #: The program's results need no checking (see ``fresh_results`` in .compiler).
+        self._fresh = bool(getattr(self._program, "fresh_results", False))
+        self._all_reusable = (True,) * len(self._outputs)
         #: The program reads a cancel flag in its loops (``run(..., cancel=flag)``).
         self._cancellable = bool(getattr(self._program, "cancellable", False))
         #: Cancel flags of the executions not finished yet -> launches still to finish.
@@ -655,7 +658,7 @@ class CpuLoadedExecutable(LoadedExecutable):
     # -- running ---------------------------------------------------------------------------------
 
     def _run_program(self, arrays: list[np.ndarray], out: list[np.ndarray | None] | None,
-                     cancel: CancelFlag | None = None) -> tuple[list[np.ndarray], list[bool]]:
+                     cancel: CancelFlag | None = None) -> tuple[list[np.ndarray], Sequence[bool]]:
         """Run and check the results; returns them with, for each, whether it is ours to reuse."""
         # A list of our own: results are replaced below, and the program may keep its list.
         if cancel is not None and self._cancellable:
@@ -669,6 +672,8 @@ class CpuLoadedExecutable(LoadedExecutable):
             raise ExecutionError(
                 f"{self._name}: the program returned {len(results)} results but declares {len(outputs)} outputs"
             )
+        if self._fresh:
+            return results, self._all_reusable
         reusable = []
         for index, layout in enumerate(outputs):
             result = results[index]
@@ -721,7 +726,7 @@ class CpuLoadedExecutable(LoadedExecutable):
                 hooks.append(hook)
         return hooks
 
-    def _compute(self, launch: _Launch) -> tuple[list[np.ndarray], list[bool], PjrtError | None]:
+    def _compute(self, launch: _Launch) -> tuple[list[np.ndarray], Sequence[bool], PjrtError | None]:
         """Wait for inputs still being computed, then run; an error is returned, not raised."""
         participant = launch.participant
         if launch.error is not None:

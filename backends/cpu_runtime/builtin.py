@@ -7,12 +7,13 @@ and the description differ.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pjrt_hub.abi import FRAMEWORK_VERSION, PluginDeclaration, history
 
 if TYPE_CHECKING:
     from ._api import CpuApi
+    from ._executables import InlinePolicy
     from .compiler import ProgramCompiler
 
 __all__ = ["EXTENSION_VERSIONS", "STABLEHLO_ATTRIBUTES", "builtin_api", "builtin_declaration"]
@@ -36,11 +37,14 @@ def builtin_declaration(description: str) -> PluginDeclaration:
     )
 
 
-def builtin_api(compiler: ProgramCompiler, backend: str) -> CpuApi:
+def builtin_api(compiler: ProgramCompiler, backend: str, inline_policy: InlinePolicy | None = None) -> CpuApi:
+    """The runtime for ``compiler``; ``inline_policy`` (default: the runtime's) says which
+    programs run on the calling thread."""
     from ._api import CpuApi
     from ._extensions import builtin_extensions
 
+    policy: dict[str, Any] = {} if inline_policy is None else {"inline_policy": inline_policy}
     return CpuApi(compiler, platform_name="cpu", api_version=FRAMEWORK_VERSION,
                   platform_version=f"pjrt-hub {backend}",
                   attributes={"pjrt_hub_backend": backend, **STABLEHLO_ATTRIBUTES},
-                  extensions=builtin_extensions())
+                  extensions=builtin_extensions(), **policy)

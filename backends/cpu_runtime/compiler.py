@@ -23,6 +23,11 @@ program when present (``getattr`` with a default, so older compilers keep workin
     ``LoadedExecutable.cancel``). The program reads it at every loop iteration and, once it is
     set, raises any exception (the runtime reports the cancel reason instead). The read must
     not be hoisted out of the loop by a compiler (numba_cpu uses an atomic load).
+``fresh_results`` (bool, default False)
+    ``run`` always returns new arrays of the declared shapes and dtypes, distinct from one
+    another and from its inputs, that the program keeps no reference to (or, for a donated
+    output, the ``out`` array it was given). The runtime then skips its per-result checks, the
+    larger part of a tiny program's execute (numba_cpu's generated code returns such arrays).
 ``unbounded_loops`` (bool, default False)
     A loop of the program may run long or forever: it is not a counted loop of a few
     iterations (``pjrt_hub.backends.stablehlo.loops``). Such a program never runs inline on the

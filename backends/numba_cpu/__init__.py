@@ -16,6 +16,10 @@ import os as _os
 # the user chose is kept.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 _os.environ.setdefault("KMP_BLOCKTIME", "0")
+# OpenBLAS's idle workers spin for 2**28 cycles (~0.1 s) after each call, on the cores the
+# program's next kernel needs; 2**4 puts them to sleep at once (a wake-up costs tens of
+# microseconds, against milliseconds for a product that uses them). Read when scipy's BLAS loads.
+_os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 from typing import TYPE_CHECKING, Any
 

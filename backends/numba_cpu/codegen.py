@@ -83,8 +83,9 @@ _HUGEPAGE_MIN_BYTES = 4 << 20
 
 @dataclass(frozen=True)
 class LoweringOptions:
-    #: Elements of work above which a kernel group runs its outer loop in parallel.
-    parallel_threshold: int = 1 << 17
+    #: Elements of work above which a kernel group runs its outer loop in parallel: ~0.2 ms on
+    #: one core, so that waking the pool (tens of microseconds, more on a busy machine) pays.
+    parallel_threshold: int = 1 << 19
     #: Threads to split parallel loops for (chunks per prange).
     num_threads: int = 2
     #: Subtree cost (see ``Rule.cost``) above which a multiply-used value is materialized.
@@ -109,6 +110,9 @@ class GeneratedFunction:
     helpers: list[str] = field(default_factory=list)
     #: Deeply nested blocks split out of the entry function (not parallel).
     blocks: list[str] = field(default_factory=list)
+    #: The function has parallel kernels or large BLAS products: the runtime sets its threads
+    #: before each run (:func:`.threads.apply`).
+    threaded: bool = False
 
 
 def _tuple(parts: Sequence[str]) -> str:
@@ -283,6 +287,8 @@ class Lowering:
         self._cancellable = False
         #: Functions of the module besides the entry (rules add them: collective calls).
         self.helpers: list[str] = []
+        #: Set by rules that emit multi-threaded library calls (large dot products).
+        self.threaded = False
         #: Set by the planner (planner.plan_block): each value's readers, and the loop nests
         #: that read each lazy value.
         self._plan_users: dict[Value, list] = {}
@@ -615,7 +621,8 @@ class Lowering:
         entry = "entry"
         src = [f"def {entry}({', '.join(params)}):", *body]
         return GeneratedFunction("\n".join(src), entry, self.parallel, tuple(in_kinds), tuple(out_kinds),
-                                 dict(self.globals), kernels, self._cancellable, list(self.helpers), blocks)
+                                 dict(self.globals), kernels, self._cancellable, list(self.helpers), blocks,
+                                 threaded=self.threaded or self.parallel)
 
     def _extract_block(self, scope: Scope, form: str, names: "_NameUse", kernels: list[str],
                        blocks: list[str]) -> str:

@@ -112,6 +112,14 @@ def _dtype_from_name(name: str) -> np.dtype:
 _NOT_CANCELLED = np.zeros(1, np.int32)
 
 
+def _set_threads() -> None:
+    import numba
+
+    from .threads import apply
+
+    apply(numba.config.NUMBA_NUM_THREADS)
+
+
 class NumbaProgram:
     """A compiled program: the ``CompiledProgram`` of :mod:`pjrt_hub.backends.cpu_runtime`."""
 
@@ -138,12 +146,20 @@ class NumbaProgram:
         self.cancellable: bool = bool(meta.get("cancellable", False))
         #: A loop may run long or forever (not a short counted loop): never run inline.
         self.unbounded_loops: bool = bool(meta.get("unbounded_loops", self.cancellable))
+        #: Parallel kernels or large BLAS products: threads are set per run (see .threads).
+        self._threaded = bool(meta.get("threaded", False))
+        #: The generated code returns new arrays of the declared types, never an input, a
+        #: constant or one array twice (``Lowering.lower`` copies those): the runtime need not
+        #: check. Collective helpers run Python code; their results are checked.
+        self.fresh_results: bool = not self.uses_collectives
 
     # -- running --
 
     def run(self, args: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None = None, *,
             cancel: np.ndarray | None = None) -> list[np.ndarray]:
         extra = (_NOT_CANCELLED if cancel is None else cancel,) if self.cancellable else ()
+        if self._threaded:
+            _set_threads()
         if self._simple:
             try:
                 results = self._entry(*args, *extra)

@@ -17,8 +17,9 @@ import numpy as np
 from pjrt_hub.backends.stablehlo import Op, Value
 
 from .codegen import Arr, Lowering, Scal, ld_text, st_text
-from .rules import _unsupported_variant, convert_text, kernel, reducer
+from .rules import _simple_reducer, _unsupported_variant, convert_text, kernel, reducer
 from .source import ElementKind, Expr
+from .threads import SMALL_DOT_MACS
 
 __all__: list[str] = []
 
@@ -86,11 +87,21 @@ def _dot_general(ctx: Lowering, op: Op):
         r3, rt = _arrange(ctx, rhs, rb, rc, rf, (B, K, N))
         o3 = ctx.fresh("r")
         ctx.scope.emit(f"{o3} = {out}.reshape(({B}, {M}, {N}))")
+        # A small product runs on this thread alone (see .threads); a large one uses the
+        # threads the runtime sets for the program.
+        small = B * M * N * K < SMALL_DOT_MACS
+        prev = ctx.fresh("nb")
+        if small:
+            ctx.scope.emit(f"{prev} = blas_threads(1)")
+        else:
+            ctx.threaded = True
         b = ctx.fresh("b")
         with ctx.block_scope(f"for {b} in range({B}):"):
             lt_text = f"{l3}[{b}].T" if lt else f"{l3}[{b}]"
             rt_text = f"{r3}[{b}].T" if rt else f"{r3}[{b}]"
             ctx.scope.emit(f"np.dot({lt_text}, {rt_text}, {o3}[{b}])")
+        if small:
+            ctx.scope.emit(f"blas_threads({prev})")
         return [Arr(out, rk)]
     if blas and M * N:
         # Nothing to contract: zeros (numba's fill does not take a 0-d array).
@@ -471,6 +482,156 @@ def _padding(op: Op, rank: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in arr]
 
 
+def scalar_constant(ctx: Lowering, v: Value) -> np.ndarray | None:
+    """The value of a rank-0 ``v`` known at compile time (a constant, maybe broadcast or
+    reshaped to rank 0), else None."""
+    seen = 0
+    while seen < 8:
+        lazy = ctx._defs.get(v)
+        if lazy is None:
+            return None
+        op = lazy.op
+        if op.name == "stablehlo.constant":
+            value = np.asarray(op.attr("value"))
+            return value.reshape(()) if value.size == 1 else None
+        if op.name not in ("stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.broadcast"):
+            return None
+        v = op.operands[0]
+        seen += 1
+    return None
+
+
+def _identity_of(kind_name: str, dtype: np.dtype) -> object:
+    """The value ``e`` with ``a op e == a`` for every ``a``, bit for bit, for one reducer."""
+    if dtype.kind == "b":
+        return {"add": False, "or": False, "xor": False, "max": False, "mul": True, "and": True, "min": True}[kind_name]
+    if dtype.kind == "f":
+        return {"add": 0.0, "mul": 1.0, "max": -np.inf, "min": np.inf}.get(kind_name)
+    info = np.iinfo(dtype)
+    return {"add": 0, "or": 0, "xor": 0, "mul": 1, "and": -1 if dtype.kind == "i" else info.max,
+            "max": info.min, "min": info.max}[kind_name]
+
+
+def _init_is_identity(ctx: Lowering, op: Op) -> bool:
+    """True when the window's init value changes nothing it is combined with: then padding
+    (which contributes init values) can be skipped instead of combined, exactly.
+
+    float add with +0.0: the accumulator starts at +0.0 and a sum is -0.0 only when both
+    operands are, so adding +0.0 never changes it either."""
+    if len(op.results) != 1:
+        return False
+    kind_name = _simple_reducer(op.regions[0], 1)
+    value = scalar_constant(ctx, op.operands[1])
+    if kind_name is None or value is None:
+        return False
+    identity = _identity_of(kind_name, value.dtype)
+    if identity is None:
+        return False
+    if value.dtype.kind == "f":
+        return bool(value == identity)  # +0.0 and -0.0 both
+    return bool(value == np.asarray(identity).astype(value.dtype))
+
+
+def _prefix_scan_dim(shape, wdims, strides, bdil, wdil, pads) -> int | None:
+    """The dimension of a cumulative reduction (``jnp.cumsum`` and friends): one window
+    dimension whose window ends at the output position and starts at or before 0, every other
+    dimension a window of 1 without padding. Output ``i`` is then ``x[0] op ... op x[i]``."""
+    dims = [d for d, w in enumerate(wdims) if w != 1 or pads[d] != (0, 0)]
+    if len(dims) != 1 or any(s != 1 for s in strides) or any(b != 1 for b in bdil) or any(w != 1 for w in wdil):
+        return None
+    d = dims[0]
+    n, w = shape[d], wdims[d]
+    return d if pads[d] == (w - 1, 0) and w >= n >= 1 else None
+
+
+def _emit_prefix_scan(ctx: Lowering, op: Op, d: int) -> list:
+    """Each output from the previous one: ``out[i] = out[i-1] op x[i]``, n steps instead of
+    n*w. The dims after ``d`` are inner loops (contiguous, vectorisable); with none, the
+    running value stays in a scalar."""
+    (x,) = op.operands[:1]
+    shape = tuple(x.tensor_type.shape)
+    name, kind = _new_array(ctx, op.result)
+    combine = reducer(ctx, op)
+    init = ctx.read(op.operands[1], ())
+    pre, post = shape[:d], shape[d + 1:]
+    with ctx.loops(pre) as pidx:
+        if not post:
+            acc = ctx.fresh("acc")
+            ctx.scope.emit(f"{acc} = {init.text}")
+            j = ctx.fresh("j")
+            with ctx.block_scope(f"for {j} in range({shape[d]}):") as body:
+                idx = pidx + (Expr(j, body, j),)
+                (new,) = combine([Expr(acc, body)], [ctx.read(x, idx)])
+                ctx.scope.emit(f"{acc} = {new}")
+                ctx.scope.emit(st_text(name, _parts(idx), kind.store(acc)))
+            return [Arr(name, kind)]
+        zero = Expr("0")
+        with ctx.loops(post) as qidx:
+            idx = pidx + (zero,) + qidx
+            (new,) = combine([init], [ctx.read(x, idx)])
+            ctx.scope.emit(st_text(name, _parts(idx), kind.store(new)))
+        j = ctx.fresh("j")
+        with ctx.block_scope(f"for {j} in range(1, {shape[d]}):") as body:
+            jx = Expr(j, body, j)
+            prev_j = Expr(f"({j} - 1)", body)
+            with ctx.loops(post) as qidx:
+                idx = pidx + (jx,) + qidx
+                prev = Expr(kind.load(ld_text(name, _parts(pidx + (prev_j,) + qidx))), ctx.scope)
+                (new,) = combine([prev], [ctx.read(x, idx)])
+                ctx.scope.emit(st_text(name, _parts(idx), kind.store(new)))
+    return [Arr(name, kind)]
+
+
+def _emit_clipped_window(ctx: Lowering, op: Op, wdims, strides, wdil, pads) -> list:
+    """Windows whose padding can be skipped (the init is an identity): each window loop runs
+    over the positions inside the operand only, computed per output position, so the loop body
+    has no bounds test and no clamped index (and a contiguous window loop vectorises)."""
+    x = op.operands[0]
+    shape = tuple(x.tensor_type.shape)
+    name, kind = _new_array(ctx, op.result)
+    combine = reducer(ctx, op)
+    init = ctx.read(op.operands[1], ())
+    with ctx.loops(op.result.tensor_type.shape) as oidx:
+        acc = ctx.fresh("acc")
+        ctx.scope.emit(f"{acc} = {init.text}")
+        src: list = []  # an Expr per dim; None for a windowed dim until its loop opens
+        ranges: list[tuple[Expr, str, str] | None] = []
+        for dim, (o, w, s, wd, (lo_pad, _)) in enumerate(zip(oidx, wdims, strides, wdil, pads)):
+            start = f"{o.text} * {s} - {lo_pad}" if lo_pad else f"{o.text} * {s}"
+            if w == 1 and lo_pad == 0 and pads[dim][1] == 0:
+                src.append(_ix(f"({start})" if s != 1 else o.text, [o]))
+                ranges.append(None)
+                continue
+            base = ctx.temp(start, [o], prefix="p")
+            # First and last-plus-one window index whose position base + k*wd is in [0, n).
+            if wd == 1:
+                lo = ctx.temp(f"max(0, -{base.text})", [base], prefix="lo")
+                hi = ctx.temp(f"min({w}, {shape[dim]} - {base.text})", [base], prefix="hi")
+            else:
+                lo = ctx.temp(f"max(0, ({wd - 1} - {base.text}) // {wd})", [base], prefix="lo")
+                hi = ctx.temp(f"min({w}, ({shape[dim] - 1} - {base.text}) // {wd} + 1)", [base], prefix="hi")
+            ranges.append((base, lo.text, hi.text))
+            src.append(None)
+        opened = []
+        for dim, r in enumerate(ranges):
+            if r is None:
+                continue
+            base, low, high = r
+            k = ctx.fresh("k")
+            scope = ctx.block_scope(f"for {k} in range({low}, {high}):")
+            body = scope.__enter__()
+            opened.append(scope)
+            kx = Expr(k, body, k)
+            wd = wdil[dim]
+            src[dim] = _ix(f"({base.text} + {k})" if wd == 1 else f"({base.text} + {k} * {wd})", [base, kx])
+        (new,) = combine([Expr(acc, ctx.scope)], [ctx.read(x, src)])
+        ctx.scope.emit(f"{acc} = {new}")
+        for scope in reversed(opened):
+            scope.__exit__(None, None, None)
+        ctx.scope.emit(st_text(name, _parts(oidx), kind.store(acc)))
+    return [Arr(name, kind)]
+
+
 @kernel("stablehlo.reduce_window", lazy_operands=True)
 def _reduce_window(ctx: Lowering, op: Op):
     n = len(op.results)
@@ -482,6 +643,11 @@ def _reduce_window(ctx: Lowering, op: Op):
     wdil = tuple(op.attr("window_dilations") or (1,) * rank)
     pads = _padding(op, rank)
     in_shape = inputs[0].tensor_type.shape
+    if all(b == 1 for b in bdil) and op.results[0].tensor_type.size and _init_is_identity(ctx, op):
+        d = _prefix_scan_dim(in_shape, wdims, strides, bdil, wdil, pads)
+        if d is not None:
+            return _emit_prefix_scan(ctx, op, d)
+        return _emit_clipped_window(ctx, op, wdims, strides, wdil, pads)
     combine = reducer(ctx, op)
     outs = [_new_array(ctx, r) for r in op.results]
     init = [ctx.read(v, ()) for v in inits]

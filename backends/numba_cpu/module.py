@@ -103,6 +103,7 @@ def render_module(module: Module, fn: Function, gen: GeneratedFunction) -> str:
         "cost": cost_analysis(fn),
         "cancellable": gen.cancellable,
         "unbounded_loops": unbounded_loops(fn),
+        "threaded": gen.threaded,
     }
     arg_types = [_nb_array(k, len(a.tensor_type.shape)) for k, a in zip(gen.input_kinds, fn.args)]
     if gen.cancellable:

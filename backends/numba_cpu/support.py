@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit, types
 
 from . import vecmath
+from .threads import blas_threads
 from .intrinsics import (
     advise_hugepages, ld, st,
     bitcast, ctlz, ctpop, f2i, fabs, fcmp_total, fceil, fcopysign, ffloor, fmaximum, fminimum,
@@ -25,16 +26,16 @@ from .intrinsics import (
     irem, isub, ixor, radd, rmax, rmin, rmul, shl, shr_arith, shr_logical,
 )
 from .vecmath import (
-    cbrt_f, erf_f, erf_inv_f, erfc_f, exp_f32, expm1_f32, log1p_f32, log_f32, logistic_f32,
+    cbrt_f, erf_f, erf_f32, erf_inv_f, erfc_f, erfc_f32, exp_f32, expm1_f32, log1p_f32, log_f32, logistic_f32,
     pow_f32, tanh_f32,
 )
 
 __all__ = [
-    "advise_hugepages", "ld", "st", "bitcast", "ctlz", "ctpop", "f2i", "fabs", "fcmp_total", "fceil", "fcopysign", "ffloor",
+    "advise_hugepages", "blas_threads", "ld", "st", "bitcast", "ctlz", "ctpop", "f2i", "fabs", "fcmp_total", "fceil", "fcopysign", "ffloor",
     "fmaximum", "fminimum", "fround_afz", "fround_even", "fsqrt", "ftrunc", "i2f", "i2i", "iadd",
     "iand", "icmp", "idiv", "imul", "inot", "ior", "irem", "isub", "ixor", "radd", "rmax", "rmin",
     "rmul", "shl", "shr_arith", "shr_logical",
-    "cbrt_f", "erf_f", "erf_inv_f", "erfc_f", "exp_f32", "expm1_f32", "log1p_f32", "log_f32",
+    "cbrt_f", "erf_f", "erf_f32", "erf_inv_f", "erfc_f", "erfc_f32", "exp_f32", "expm1_f32", "log1p_f32", "log_f32",
     "logistic_f32", "pow_f32", "tanh_f32",
     "bf16_bits", "bf16_value", "f16_bits", "f16_value", "round_bf16", "round_f16",
     "fsign", "isign", "iabs", "imax", "imin", "ipow", "fpow64", "frem", "isfinite_f",

@@ -3,7 +3,9 @@
 Floating-point ops are computed in float64 and rounded to the result type once, which makes
 ``+ - * / sqrt`` exactly the correctly rounded float32 operations and the transcendental functions
 accurate to the last bit or so (XLA's own approximations are within the corpus tolerances of
-that). bf16/f16 (and the 8-bit floats) are rounded to float32 first and then to their own type,
+that). Two shortcuts give the same bits with less work (:func:`compute_float`): the correctly
+rounded and exact operations run in float32 itself, and numpy's ufuncs run their float64 loop
+writing float32 directly, without float64 copies of the operands. bf16/f16 (and the 8-bit floats) are rounded to float32 first and then to their own type,
 as XLA:CPU computes them in float32. Integer ops keep their type and wrap around like two's
 complement hardware.
 
@@ -52,10 +54,35 @@ def _round_to(values: np.ndarray, dt: np.dtype) -> np.ndarray:
     return np.asarray(values).astype(dt)
 
 
-def compute_float(fn, *xs: np.ndarray, dtype: DTypeLike | None = None) -> np.ndarray:
+#: The types :func:`compute_float` may compute in directly.
+_NATIVE = (np.dtype(np.float32), np.dtype(np.float64))
+#: Elements per block of a float64 computation done a block at a time (256 KiB of float64).
+_BLOCK = 1 << 15
+
+
+def compute_float(fn, *xs: np.ndarray, dtype: DTypeLike | None = None, exact: bool = False,
+                  out: np.ndarray | None = None) -> np.ndarray:
     """Apply ``fn`` in float64 (complex128 for complex inputs) and round to ``dtype`` (default:
-    the first input's dtype)."""
+    the first input's dtype).
+
+    When every input already has the float32/float64 result type, two shortcuts give the same
+    bits: an ``exact`` ``fn`` (IEEE's correctly rounded operations ``+ - * / sqrt``, and the
+    exact ones: fmod, negation, abs, floor/ceil/rint, min/max, select) runs in that type, since
+    rounding a float64 result of float32 operands once to float32 is what float32 arithmetic
+    does (float64 has more than twice float32's precision); and a numpy ufunc runs its float64
+    loop writing the result type directly, converting in small buffers, so a broadcast operand
+    is never materialized in float64. A ufunc writes into ``out`` if given (an operand's storage
+    the interpreter offers, of the result's shape and type)."""
     dt = np.dtype(dtype) if dtype is not None else xs[0].dtype
+    if dt in _NATIVE and all(getattr(x, "dtype", None) == dt for x in xs):
+        ufunc = isinstance(fn, np.ufunc) and fn.nin == len(xs) and fn.nout == 1
+        if exact:
+            return fn(*xs, out=out) if ufunc and out is not None else np.asarray(fn(*xs))
+        if ufunc:
+            if out is None:
+                out = np.empty(np.broadcast_shapes(*(x.shape for x in xs)), dt)
+            fn(*xs, out=out, dtype=np.float64)
+            return out
     wide = np.complex128 if any(x.dtype.kind == "c" for x in xs) else np.float64
     return _round_to(fn(*[np.asarray(x).astype(wide) for x in xs]), dt)
 
@@ -68,27 +95,36 @@ def _signed(dt: np.dtype) -> np.dtype:
     return np.dtype(f"i{dt.itemsize}")
 
 
-def _float_op(fn, name: str):
-    """An op defined on floats (and complex) only."""
+def _float_op(fn, name: str, exact: bool = False, complex_fn=None):
+    """An op defined on floats (and complex) only; ``complex_fn`` (default ``fn``) for complex."""
     def impl(ctx, op, x, *rest):
         if not (is_float_dtype(x.dtype) or x.dtype.kind == "c"):
             raise TypeError(f"{name} needs floating-point operands, got {x.dtype}")
-        return compute_float(fn, x, *rest)
+        if complex_fn is not None and x.dtype.kind == "c":
+            return compute_float(complex_fn, x, *rest)
+        return compute_float(fn, x, *rest, exact=exact, out=_donor(ctx, op))
     return impl
+
+
+def _donor(ctx, op: Op) -> np.ndarray | None:
+    """Storage of an operand the op may write its result into (see ``Execution.donor``)."""
+    ty = op.results[0].tensor_type
+    return ctx.donor(ty.shape, ty.dtype) if ty.dtype in _NATIVE else None
 
 
 # -- unary float functions --------------------------------------------------------------------
 
-def _logistic(x):
-    if np.iscomplexobj(x):
-        return 1.0 / (1.0 + np.exp(-x))
-    return sp.expit(x)
+def _complex_logistic(x):
+    return 1.0 / (1.0 + np.exp(-x))
 
 
-def _cbrt(x):
-    if np.iscomplexobj(x):
-        return x ** (1.0 / 3.0)  # the principal cube root
-    return np.cbrt(x)
+def _complex_cbrt(x):
+    return x ** (1.0 / 3.0)  # the principal cube root
+
+
+#: Complex arguments of functions whose real version is a ufunc that takes none (the ufunc
+#: stays the real one: :func:`compute_float` runs a ufunc without float64 copies).
+_COMPLEX_FORMS = {"stablehlo.logistic": _complex_logistic, "stablehlo.cbrt": _complex_cbrt}
 
 
 def _atan2(y, x):
@@ -106,16 +142,27 @@ def _round_afz(x):
     return np.copysign(np.floor(np.abs(x) + 0.5), x)  # keeps the sign of -0 and of -0.4
 
 
-def ieee_maximum(a, b):
-    """IEEE 754-2019 maximum, the spec's rule: NaN propagates and -0 < +0 (numpy's maximum
-    returns either zero)."""
-    both_zero = (a == 0) & (b == 0)
-    return np.where(both_zero, np.where(np.signbit(a) & np.signbit(b), -0.0, 0.0), np.maximum(a, b))
+def _signed_zero_extreme(fn, largest: bool):
+    """IEEE 754-2019 maximum/minimum, the spec's rule: NaN propagates (numpy's ``maximum``
+    does that) and -0 < +0 (numpy returns either zero). Only a zero result can be a tie of two
+    zeros, so only those places are looked at again (cheaper than testing every pair)."""
+    def impl(a, b):
+        pick = np.asarray(fn(a, b))
+        zero = pick == 0
+        if not zero.any():
+            return pick
+        a, b = np.broadcast_arrays(a, b)
+        za, zb = a[zero], b[zero]
+        keep_a = ~np.signbit(za) if largest else np.signbit(za)
+        if not pick.flags.writeable:
+            pick = pick.copy()
+        pick[zero] = np.where((za == 0) & (zb == 0), np.where(keep_a, za, zb), pick[zero])
+        return pick
+    return impl
 
 
-def ieee_minimum(a, b):
-    both_zero = (a == 0) & (b == 0)
-    return np.where(both_zero, np.where(np.signbit(a) | np.signbit(b), -0.0, 0.0), np.minimum(a, b))
+ieee_maximum = _signed_zero_extreme(np.maximum, largest=True)
+ieee_minimum = _signed_zero_extreme(np.minimum, largest=False)
 
 
 _FLOAT_UNARY = {
@@ -123,18 +170,13 @@ _FLOAT_UNARY = {
     "stablehlo.exponential_minus_one": np.expm1,
     "stablehlo.log": np.log,
     "stablehlo.log_plus_one": np.log1p,
-    "stablehlo.logistic": _logistic,
-    "stablehlo.sqrt": np.sqrt,
-    "stablehlo.rsqrt": _rsqrt,
-    "stablehlo.cbrt": _cbrt,
+    "stablehlo.logistic": sp.expit,
+    "stablehlo.cbrt": np.cbrt,
     "stablehlo.tanh": np.tanh,
     "stablehlo.tan": np.tan,
     "stablehlo.sine": np.sin,
     "stablehlo.cosine": np.cos,
-    "stablehlo.floor": np.floor,
-    "stablehlo.ceil": np.ceil,
     "stablehlo.round_nearest_afz": _round_afz,
-    "stablehlo.round_nearest_even": np.rint,
     "chlo.erf": sp.erf,
     "chlo.erfc": sp.erfc,
     "chlo.erf_inv": sp.erfinv,
@@ -152,14 +194,41 @@ _FLOAT_UNARY = {
     "chlo.bessel_i1e": sp.i1e,
 }
 
+#: Correctly rounded (sqrt) or exact in any float type.
+_FLOAT_UNARY_EXACT = {
+    "stablehlo.sqrt": np.sqrt,
+    "stablehlo.floor": np.floor,
+    "stablehlo.ceil": np.ceil,
+    "stablehlo.round_nearest_even": np.rint,
+}
+
 for _name, _fn in _FLOAT_UNARY.items():
-    register(_name, elementwise=True)(_float_op(_fn, _name))
+    register(_name, elementwise=True)(_float_op(_fn, _name, complex_fn=_COMPLEX_FORMS.get(_name)))
+for _name, _fn in _FLOAT_UNARY_EXACT.items():
+    register(_name, elementwise=True)(_float_op(_fn, _name, exact=True))
+
+
+@register("stablehlo.rsqrt", elementwise=True)
+def _rsqrt_op(ctx, op, x):
+    if not (is_float_dtype(x.dtype) or x.dtype.kind == "c"):
+        raise TypeError(f"stablehlo.rsqrt needs floating-point operands, got {x.dtype}")
+    if x.dtype in _NATIVE:
+        # 1 / sqrt(x) in float64, rounded once; a block at a time, so that the float64 square
+        # roots stay in cache rather than making a float64 copy of x.
+        out = _donor(ctx, op)
+        out = np.empty(x.shape, x.dtype) if out is None else out
+        flat_x, flat_out = x.reshape(-1), out.reshape(-1)
+        for start in range(0, flat_x.size, _BLOCK):
+            block = slice(start, start + _BLOCK)
+            np.divide(1.0, np.sqrt(flat_x[block], dtype=np.float64), out=flat_out[block])
+        return out
+    return compute_float(_rsqrt, x)
 
 
 @register("stablehlo.negate", elementwise=True)
 def _negate(ctx, op, x):
     if is_float_dtype(x.dtype) or x.dtype.kind == "c":
-        return compute_float(np.negative, x)
+        return compute_float(np.negative, x, exact=True, out=_donor(ctx, op))
     return np.negative(x)  # integers wrap: -INT_MIN = INT_MIN
 
 
@@ -168,7 +237,7 @@ def _abs(ctx, op, x):
     if x.dtype.kind == "c":
         return compute_float(np.abs, x, dtype=np.float32 if x.dtype == np.complex64 else np.float64)
     if is_float_dtype(x.dtype):
-        return compute_float(np.abs, x)
+        return compute_float(np.abs, x, exact=True, out=_donor(ctx, op))
     return np.abs(x)  # |INT_MIN| = INT_MIN
 
 
@@ -181,35 +250,40 @@ def _sign(ctx, op, x):
         return compute_float(complex_sign, x)
     if is_float_dtype(x.dtype):
         # sign(+-0.0) keeps the zero's sign; sign(NaN) is NaN.
-        return compute_float(lambda v: np.where(v == 0, v, np.sign(v)), x)
+        return compute_float(lambda v: np.where(v == 0, v, np.sign(v)), x, exact=True)
     return np.sign(x).astype(x.dtype)
 
 
 @register("chlo.square", elementwise=True)
 def _square(ctx, op, x):
     if is_float_dtype(x.dtype) or x.dtype.kind == "c":
-        return compute_float(np.square, x)
+        return compute_float(np.square, x, exact=True)
     return np.multiply(x, x)
+
+
+def _wide(x: np.ndarray) -> np.ndarray:
+    """``x`` as a float numpy tests natively: float32/float64 as they are, others as float64."""
+    return x if x.dtype in _NATIVE else x.astype(np.float64)
 
 
 @register("stablehlo.is_finite", elementwise=True)
 def _is_finite(ctx, op, x):
-    return np.isfinite(x.astype(np.float64))
+    return np.isfinite(_wide(x))
 
 
 @register("chlo.is_inf", elementwise=True)
 def _is_inf(ctx, op, x):
-    return np.isinf(x.astype(np.float64))
+    return np.isinf(_wide(x))
 
 
 @register("chlo.is_pos_inf", elementwise=True)
 def _is_pos_inf(ctx, op, x):
-    return np.isposinf(x.astype(np.float64))
+    return np.isposinf(_wide(x))
 
 
 @register("chlo.is_neg_inf", elementwise=True)
 def _is_neg_inf(ctx, op, x):
-    return np.isneginf(x.astype(np.float64))
+    return np.isneginf(_wide(x))
 
 
 @register("stablehlo.not", elementwise=True)
@@ -315,7 +389,7 @@ def reduce_precision(x: np.ndarray, exponent_bits: int, mantissa_bits: int) -> n
 def _arith(fn_float, fn_int):
     def impl(ctx, op, a, b):
         if is_float_dtype(a.dtype) or a.dtype.kind == "c":
-            return compute_float(fn_float, a, b)
+            return compute_float(fn_float, a, b, exact=True, out=_donor(ctx, op))
         return fn_int(a, b)
     return impl
 
@@ -340,7 +414,7 @@ def _maximum(ctx, op, a, b):
         take_a = (a.real > b.real) | ((a.real == b.real) & (a.imag >= b.imag))
         return np.where(take_a, a, b)
     if is_float_dtype(a.dtype):
-        return compute_float(ieee_maximum, a, b)  # NaN propagates
+        return compute_float(ieee_maximum, a, b, exact=True)  # NaN propagates
     return np.maximum(a, b)
 
 
@@ -350,14 +424,14 @@ def _minimum(ctx, op, a, b):
         take_a = (a.real < b.real) | ((a.real == b.real) & (a.imag <= b.imag))
         return np.where(take_a, a, b)
     if is_float_dtype(a.dtype):
-        return compute_float(ieee_minimum, a, b)
+        return compute_float(ieee_minimum, a, b, exact=True)
     return np.minimum(a, b)
 
 
 @register("stablehlo.divide", elementwise=True)
 def _divide(ctx, op, a, b):
     if is_float_dtype(a.dtype) or a.dtype.kind == "c":
-        return compute_float(np.divide, a, b)
+        return compute_float(np.divide, a, b, exact=True, out=_donor(ctx, op))
     if a.dtype == np.bool_:
         raise TypeError("divide is not defined on booleans")
     a, b = np.broadcast_arrays(a, b)
@@ -378,7 +452,7 @@ def _divide(ctx, op, a, b):
 @register("stablehlo.remainder", elementwise=True)
 def _remainder(ctx, op, a, b):
     if is_float_dtype(a.dtype):
-        return compute_float(np.fmod, a, b)
+        return compute_float(np.fmod, a, b, exact=True)
     if a.dtype.kind == "c":
         # lhs - rhs * trunc(lhs / rhs), the quotient truncated part by part.
         def complex_fmod(x, y):
@@ -399,7 +473,7 @@ def _remainder(ctx, op, a, b):
 @register("stablehlo.power", elementwise=True)
 def _power(ctx, op, a, b):
     if is_float_dtype(a.dtype) or a.dtype.kind == "c":
-        return compute_float(np.power, a, b)
+        return compute_float(np.power, a, b, out=_donor(ctx, op))
     a, b = np.broadcast_arrays(a, b)
     dt = a.dtype
     result = np.ones(a.shape, dtype=dt)
@@ -497,6 +571,8 @@ def _compare(ctx, op: Op, a, b):
     if is_float_dtype(a.dtype):
         if kind == ComparisonType.TOTALORDER:
             return fn(total_order_key(a), total_order_key(b))
+        if a.dtype == b.dtype and a.dtype in _NATIVE:
+            return fn(a, b)
         return fn(a.astype(np.float64), b.astype(np.float64))
     if kind == ComparisonType.UNSIGNED and a.dtype.kind == "i":
         return fn(a.view(_unsigned(a.dtype)), b.view(_unsigned(b.dtype)))
@@ -507,13 +583,14 @@ def _compare(ctx, op: Op, a, b):
 
 @register("stablehlo.select", elementwise=True)
 def _select(ctx, op, pred, on_true, on_false):
-    return np.where(pred, on_true, on_false).astype(on_true.dtype)
+    return np.where(pred, on_true, on_false).astype(on_true.dtype, copy=False)
 
 
 @register("stablehlo.clamp", elementwise=True)
 def _clamp(ctx, op, lo, x, hi):
     if is_float_dtype(x.dtype):
-        return compute_float(lambda low, v, high: ieee_minimum(ieee_maximum(v, low), high), lo, x, hi, dtype=x.dtype)
+        return compute_float(lambda low, v, high: ieee_minimum(ieee_maximum(v, low), high), lo, x, hi, dtype=x.dtype,
+                             exact=True)
     return np.minimum(np.maximum(x, lo), hi).astype(x.dtype)
 
 

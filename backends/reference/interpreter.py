@@ -19,6 +19,7 @@ the run with :class:`~pjrt_hub.abi.Cancelled`.
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -43,6 +44,30 @@ _SCALAR_IDENTITY = frozenset({"stablehlo.broadcast_in_dim", "stablehlo.reshape",
                               "stablehlo.transpose", "stablehlo.reverse"})
 #: Sorting compares all pairs of a row at once while batch * n * n stays below this.
 _PAIRWISE_LIMIT = 1 << 24
+
+
+def _unshared_refs() -> int:
+    """What ``sys.getrefcount`` says, in :meth:`Execution._execute`, of an array only the
+    environment and the operand list hold (measured the same way, on this Python: the loop
+    variable and the call's argument count too)."""
+    env = {0: np.empty(1)}
+    args = [env[0]]
+    for array in args:
+        return sys.getrefcount(array)
+    raise AssertionError("unreachable")
+
+
+_UNSHARED_REFS = _unshared_refs()
+
+
+def _output_refs() -> int:
+    """``sys.getrefcount`` of an output only the outputs list holds (as in ``Interpreter.run``)."""
+    outputs = [np.empty(1)]
+    o = outputs[0]
+    return sys.getrefcount(o)
+
+
+_OUTPUT_REFS = _output_refs()
 
 
 class Results(list):
@@ -81,9 +106,17 @@ class Interpreter:
             arrays.append(array)
         with np.errstate(all="ignore"):
             outputs = Execution(self.module, cancel).call(fn, arrays)
-        # Fresh, contiguous, writable arrays: never views of the inputs or of constants.
-        return [np.array(o, copy=True, order="C") if isinstance(o, np.ndarray) or np.isscalar(o)
-                else o for o in outputs]
+        del arrays
+        # Fresh, contiguous, writable arrays: never views of the inputs or of constants. An
+        # array an op made that nothing else holds is one already.
+        for index in range(len(outputs)):
+            o = outputs[index]
+            if not (isinstance(o, np.ndarray) or np.isscalar(o)):
+                continue
+            if not (type(o) is np.ndarray and o.base is None and o.flags.writeable and o.flags.c_contiguous
+                    and sys.getrefcount(o) <= _OUTPUT_REFS):
+                outputs[index] = np.array(o, copy=True, order="C")
+        return outputs
 
 
 def run_module(module: Module, args: Sequence[np.ndarray], function: str | None = None) -> list[np.ndarray]:
@@ -100,6 +133,8 @@ class Execution:
         self.depth = 0
         #: The runtime's cancel flag, read at every loop iteration (None: nothing stops the run).
         self.cancel = cancel
+        #: Operands of the running op that nothing reads after it (see :meth:`donor`).
+        self._donors: list[np.ndarray] = []
 
     def check_cancel(self) -> None:
         """Stop the run if the runtime asked for it (the runtime reports its own reason)."""
@@ -128,9 +163,24 @@ class Execution:
         env = self.env
         for v, a in zip(block.args, args):
             env[v.id] = a
-        for op in block.ops[:-1]:
-            self._execute(op, env, batched)
+        for op, dead in zip(block.ops[:-1], _dead_after(block)):
+            self._execute(op, env, batched, dead)
+            for vid in dead:
+                del env[vid]
         return [env[v.id] for v in block.ops[-1].operands]
+
+    def donor(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+        """An operand of the running op that may receive its result (``out=``), or None.
+
+        It must be read by nothing after this op, be of the result's shape and type, own its
+        memory, and be referenced by nothing but the interpreter (no view of it, not an argument
+        or a constant): numpy's own rule for reusing temporaries. An op writing into its operand
+        saves a large array's allocation, page faults and cache misses."""
+        for index, array in enumerate(self._donors):
+            if array.shape == shape and array.dtype == dtype:
+                del self._donors[index]
+                return array
+        return None
 
     def combiner(self, block: Block) -> Callable[..., list[np.ndarray]]:
         """A function applying the region ``block`` elementwise to arrays (of any common
@@ -157,8 +207,17 @@ class Execution:
 
     # -- one op ------------------------------------------------------------------------------
 
-    def _execute(self, op: Op, env: dict[int, Any], batched: bool) -> None:
+    def _execute(self, op: Op, env: dict[int, Any], batched: bool, dead: tuple[int, ...] = ()) -> None:
         args = [env[v.id] for v in op.operands]
+        donors = self._donors = []
+        if dead:
+            for index, v in enumerate(op.operands):
+                array = args[index]
+                # References: env, args, ``array``, getrefcount's own; any more is a view or a holder.
+                if (v.id in dead and type(array) is np.ndarray and array.base is None
+                        and array.flags.writeable and array.flags.c_contiguous
+                        and sys.getrefcount(array) <= _UNSHARED_REFS):
+                    donors.append(array)
         try:
             impl = OPS[op.name]
             if batched and op.name in _SCALAR_IDENTITY:
@@ -171,6 +230,8 @@ class Execution:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure becomes an error naming the op
             raise ExecutionError(f"{op.describe()}: {type(exc).__name__}: {exc}") from exc
+        finally:
+            donors.clear()
         if len(op.results) == 1 and not isinstance(out, Results):
             outs = [out]
         else:
@@ -194,6 +255,29 @@ def _checked(op: Op, ty, result: Any, batched: bool) -> Any:
         raise ExecutionError(f"internal error: {op.describe()} produced shape {array.shape}, "
                              f"expected {ty}")
     return array
+
+
+@functools.lru_cache(maxsize=4096)
+def _dead_after(block: Block) -> tuple[tuple[int, ...], ...]:
+    """For each op of ``block`` (its terminator aside), the values of the block read for the last
+    time by it or by its regions: they are dropped once it has run, so that a long chain of ops
+    on large arrays keeps a few of them alive rather than all, and numpy's allocator reuses their
+    memory instead of mapping (and faulting in) fresh pages for every op. Values the block's
+    regions read from enclosing blocks are theirs to drop, not this block's."""
+    ops = block.ops[:-1]
+    defined = {v.id for v in block.args} | {r.id for op in ops for r in op.results}
+    kept = {v.id for v in block.ops[-1].operands}
+    last: dict[int, int] = {}
+    for index, op in enumerate(ops):
+        for inner in op.walk():
+            for v in inner.operands:
+                if v.id in defined:
+                    last[v.id] = index
+    dead: list[list[int]] = [[] for _ in ops]
+    for vid, index in last.items():
+        if vid not in kept:
+            dead[index].append(vid)
+    return tuple(tuple(d) for d in dead)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -277,6 +361,47 @@ def _tree_reduce(combine, xs: list[np.ndarray]) -> list[np.ndarray]:
     return [x[..., 0] for x in xs]
 
 
+#: Reduction bodies that are one op of the two block arguments, as numpy reductions, by the
+#: element kind: float (float32/float64 only; narrow floats round at every step), integer, bool.
+_UFUNC_REDUCERS = {
+    "stablehlo.add": (np.add, np.add, np.logical_or),
+    "stablehlo.multiply": (np.multiply, np.multiply, np.logical_and),
+    "stablehlo.maximum": (np.maximum, np.maximum, np.logical_or),
+    "stablehlo.minimum": (np.minimum, np.minimum, np.logical_and),
+    "stablehlo.and": (None, np.bitwise_and, np.logical_and),
+    "stablehlo.or": (None, np.bitwise_or, np.logical_or),
+    "stablehlo.xor": (None, np.bitwise_xor, np.logical_xor),
+}
+
+
+def _ufunc_reducer(block: Block, dtype: np.dtype) -> np.ufunc | None:
+    """The numpy reduction equal to the body ``return op(a, b)``, if the body is that."""
+    if len(block.ops) != 2 or len(block.args) != 2:
+        return None
+    body, ret = block.ops
+    if set(body.operands) != set(block.args) or tuple(ret.operands) != tuple(body.results):
+        return None
+    kinds = _UFUNC_REDUCERS.get(body.name)
+    if kinds is None:
+        return None
+    if dtype.kind == "f":
+        return kinds[0] if dtype in (np.dtype(np.float32), np.dtype(np.float64)) else None
+    return kinds[2] if dtype == np.bool_ else kinds[1] if dtype.kind in "iu" else None
+
+
+def _signed_zero_extreme_reduce(ufunc: np.ufunc, x: np.ndarray, dims: tuple[int, ...]) -> np.ndarray:
+    """``ufunc.reduce`` for float maximum/minimum, with +0 > -0 as IEEE (and XLA) order them
+    (numpy returns whichever zero it met)."""
+    out = ufunc.reduce(x, axis=dims)
+    zero = out == 0
+    if zero.any():
+        sign_wanted = ufunc is np.minimum  # min: -0 if there is one; max: +0 if there is one
+        present = np.any((x == 0) & (np.signbit(x) == sign_wanted), axis=dims)
+        signed = np.where(present == sign_wanted, np.copysign(np.zeros((), x.dtype), -1), np.zeros((), x.dtype))
+        out = np.where(zero, signed, out)
+    return out
+
+
 @register("stablehlo.reduce")
 def _reduce(ctx: Execution, op: Op, *args):
     n = len(args) // 2
@@ -290,6 +415,16 @@ def _reduce(ctx: Execution, op: Op, *args):
     start = [np.broadcast_to(i, kept_shape) for i in inits]
     if count == 0:
         return Results([np.array(s) for s in start])
+    ufunc = _ufunc_reducer(op.regions[0], inputs[0].dtype) if n == 1 else None
+    if ufunc is not None:
+        # One op of the two arguments: numpy's reduction of the elements (in its own order, a
+        # pairwise one for sums, as the tree below), then the init, as the region would.
+        (x,) = inputs
+        if ufunc in (np.maximum, np.minimum) and x.dtype.kind == "f":
+            partial = [_signed_zero_extreme_reduce(ufunc, x, tuple(dims))]
+        else:
+            partial = [np.asarray(ufunc.reduce(x, axis=tuple(dims), dtype=x.dtype))]
+        return Results(combine(*start, *partial))
     xs = [np.transpose(x, kept + dims).reshape(kept_shape + (count,)) for x in inputs]
     partial = _tree_reduce(combine, xs)
     return Results(combine(*start, *partial))

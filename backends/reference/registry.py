@@ -7,13 +7,16 @@ Implementations marked ``elementwise`` work on arrays of any shape without looki
 static types, which lets the interpreter evaluate a reduction body or a sort comparator on whole
 arrays of element pairs at once instead of element by element.
 
-Adding an op means writing one function here (or in a sibling module) and one test.
+Adding an op means writing one function here (or in a sibling module) and one test; the op must
+be defined in :mod:`pjrt_hub.backends.stablehlo.ops` (a test checks this table against it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
+
+from pjrt_hub.backends.stablehlo.ops import add_rule
 
 __all__ = ["OPS", "OpImpl", "register", "supported_ops"]
 
@@ -30,11 +33,12 @@ OPS: dict[str, OpImpl] = {}
 
 
 def register(*names: str, elementwise: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register the decorated function as the implementation of ``names``. An op registered
+    twice raises :class:`~pjrt_hub.backends.stablehlo.ops.DuplicateOpError` (a ValueError):
+    one op has one implementation (see :mod:`pjrt_hub.backends.stablehlo.ops`)."""
     def add(fn: Callable[..., Any]) -> Callable[..., Any]:
         for name in names:
-            if name in OPS:
-                raise ValueError(f"op {name} is registered twice")
-            OPS[name] = OpImpl(name, fn, elementwise)
+            add_rule(OPS, name, OpImpl(name, fn, elementwise), table="the reference interpreter")
         return fn
     return add
 

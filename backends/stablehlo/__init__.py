@@ -2,13 +2,13 @@
 programs themselves (numba_cpu, the reference interpreter).
 
 ``parse_module(text)`` reads the pretty or the generic MLIR form, ``verify(module)`` checks
-types and shapes; :mod:`.ir` documents the IR both produce.
+types and shapes; :mod:`.ir` documents the IR both produce, and :mod:`.ops` defines each op
+(attributes and defaults, custom form, verifier) for the parser, the verifier and the backends.
 """
 
 from __future__ import annotations
 
 from .ir import (
-    OP_ATTRIBUTES,
     Block,
     ComparisonDirection,
     ComparisonType,
@@ -35,6 +35,7 @@ from .ir import (
     element_dtype,
     frozen_mapping,
 )
+from .ops import OP_ATTRIBUTES
 
 __all__ = [
     "OP_ATTRIBUTES",

@@ -357,13 +357,13 @@ def _check_process_id(op: Op) -> None:
         _fail(f"result must be tensor<ui32>, got {ty}")
 
 
+#: The verifier's rules for collectives, by the name an op definition gives
+#: (:attr:`.ops.OpDef.verifier`).
 CHECKS: dict[str, Callable[[Op], None]] = {
-    "stablehlo.all_reduce": _check_all_reduce,
-    "stablehlo.reduce_scatter": _check_reduce_scatter,
-    "stablehlo.all_gather": _check_all_gather,
-    "stablehlo.all_to_all": _check_all_to_all,
-    "stablehlo.collective_permute": _check_same_type,
-    "stablehlo.collective_broadcast": _check_same_type,
-    "stablehlo.replica_id": _check_process_id,
-    "stablehlo.partition_id": _check_process_id,
+    "all_reduce": _check_all_reduce,
+    "reduce_scatter": _check_reduce_scatter,
+    "all_gather": _check_all_gather,
+    "all_to_all": _check_all_to_all,
+    "collective_same_type": _check_same_type,
+    "process_id": _check_process_id,
 }

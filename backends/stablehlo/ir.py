@@ -51,7 +51,8 @@ LT>`` and the other enums          likewise :class:`ComparisonType`, :class:`Pre
 anything else                      :class:`OpaqueAttr` holding the text as written
 =================================  ================================================================
 
-The attributes each op carries (after defaults are filled in) are listed in :data:`OP_ATTRIBUTES`.
+The attributes each op carries (after defaults are filled in) are listed in :data:`OP_ATTRIBUTES`,
+derived from the op definitions of :mod:`.ops`.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ import enum
 from dataclasses import dataclass, field
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Any, Iterator, Mapping, Union
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Union
 
 import numpy as np
 
@@ -545,67 +546,15 @@ class Module:
             yield from fn.walk()
 
 
-#: Attributes of each op after parsing, with the defaults the parser fills in when the text
-#: omits them (``None`` = no default: the attribute is required, or optional without one).
-#: Ops not listed have no attributes. Derived from the StableHLO spec (docs/spec.md).
-OP_ATTRIBUTES: Mapping[str, Mapping[str, str]] = frozen_mapping({
-    "stablehlo.constant": {"value": "ndarray"},
-    "stablehlo.iota": {"iota_dimension": "int"},
-    "stablehlo.broadcast_in_dim": {"broadcast_dimensions": "tuple[int]"},
-    "stablehlo.transpose": {"permutation": "tuple[int]"},
-    "stablehlo.reverse": {"dimensions": "tuple[int]"},
-    "stablehlo.reduce": {"dimensions": "tuple[int]"},
-    "stablehlo.concatenate": {"dimension": "int"},
-    "stablehlo.slice": {"start_indices": "tuple[int]", "limit_indices": "tuple[int]",
-                        "strides": "tuple[int] (default all 1)"},
-    "stablehlo.dynamic_slice": {"slice_sizes": "tuple[int]"},
-    "stablehlo.pad": {"edge_padding_low": "tuple[int]", "edge_padding_high": "tuple[int]",
-                      "interior_padding": "tuple[int]"},
-    "stablehlo.compare": {"comparison_direction": "ComparisonDirection",
-                          "compare_type": "ComparisonType (default from element type)"},
-    "stablehlo.dot_general": {"dot_dimension_numbers": "DotDimensionNumbers",
-                              "precision_config": "tuple[Precision] (default DEFAULT, DEFAULT)"},
-    "stablehlo.dot": {"precision_config": "tuple[Precision] (default DEFAULT, DEFAULT)"},
-    "stablehlo.convolution": {
-        "window_strides": "tuple[int] (default 1s)",
-        "padding": "ndarray int64 [spatial, 2] (default 0s)",
-        "lhs_dilation": "tuple[int] (default 1s)",
-        "rhs_dilation": "tuple[int] (default 1s)",
-        "window_reversal": "tuple[bool] (default False)",
-        "dimension_numbers": "ConvDimensionNumbers",
-        "feature_group_count": "int (default 1)",
-        "batch_group_count": "int (default 1)",
-        "precision_config": "tuple[Precision] (default DEFAULT, DEFAULT)",
-    },
-    "stablehlo.reduce_window": {
-        "window_dimensions": "tuple[int]",
-        "window_strides": "tuple[int] (default 1s)",
-        "base_dilations": "tuple[int] (default 1s)",
-        "window_dilations": "tuple[int] (default 1s)",
-        "padding": "ndarray int64 [rank, 2] (default 0s)",
-    },
-    "stablehlo.select_and_scatter": {
-        "window_dimensions": "tuple[int] (default 1s)",
-        "window_strides": "tuple[int] (default 1s)",
-        "padding": "ndarray int64 [rank, 2] (default 0s)",
-    },
-    "stablehlo.gather": {"dimension_numbers": "GatherDimensionNumbers",
-                         "slice_sizes": "tuple[int]",
-                         "indices_are_sorted": "bool (default False)"},
-    "stablehlo.scatter": {"scatter_dimension_numbers": "ScatterDimensionNumbers",
-                          "indices_are_sorted": "bool (default False)",
-                          "unique_indices": "bool (default False)"},
-    "stablehlo.sort": {"dimension": "int (default -1, normalised to rank-1)",
-                       "is_stable": "bool (default False)"},
-    "stablehlo.rng_bit_generator": {"rng_algorithm": "RngAlgorithm (default DEFAULT)"},
-    "stablehlo.rng": {"rng_distribution": "RngDistribution"},
-    "stablehlo.reduce_precision": {"exponent_bits": "int", "mantissa_bits": "int"},
-    "stablehlo.get_tuple_element": {"index": "int"},
-    "stablehlo.batch_norm_inference": {"epsilon": "float", "feature_index": "int"},
-    "stablehlo.batch_norm_training": {"epsilon": "float", "feature_index": "int"},
-    "stablehlo.batch_norm_grad": {"epsilon": "float", "feature_index": "int"},
-    "stablehlo.fft": {"fft_type": "FftType", "fft_length": "tuple[int]"},
-    "stablehlo.custom_call": {"call_target_name": "str"},
-    "chlo.top_k": {"k": "int"},
-    "func.call": {"callee": "SymbolRef"},
-})
+if TYPE_CHECKING:  # at run time __getattr__ below gives it
+    from .ops import OP_ATTRIBUTES as OP_ATTRIBUTES
+
+
+def __getattr__(name: str) -> Any:
+    # OP_ATTRIBUTES is derived from the op definitions (.ops), which are built on this module:
+    # read on first use, so that importing the IR does not import the definitions.
+    if name == "OP_ATTRIBUTES":
+        from .ops import OP_ATTRIBUTES
+
+        return OP_ATTRIBUTES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,7 +11,8 @@ UnsupportedOpError for ops it cannot run).
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, NoReturn, Sequence
+from types import MappingProxyType
+from typing import Callable, Iterable, Mapping, NoReturn, Sequence
 
 from pjrt_hub.abi import CompileError
 
@@ -29,8 +30,9 @@ from .ir import (
     Type,
     Value,
 )
+from .ops import OPS
 
-__all__ = ["gather_result_shape", "verify", "verify_function"]
+__all__ = ["VERIFIERS", "gather_result_shape", "verify", "verify_function"]
 
 
 class _Invalid(Exception):
@@ -102,7 +104,7 @@ def _verify_block(block: Block, defined: set[int], module: Module, fn: Function,
             _check_element_class(op)
         except _Invalid as exc:
             raise CompileError(f"{op.describe()} in @{fn.name}: {exc}") from None
-        except (TypeError, IndexError, AttributeError, ValueError) as exc:
+        except (TypeError, IndexError, AttributeError, ValueError, ArithmeticError) as exc:
             raise CompileError(f"{op.describe()} in @{fn.name}: malformed op ({exc})") from None
         for r in op.results:
             defined.add(r.id)
@@ -156,26 +158,6 @@ def _scalar(ty: TensorType) -> TensorType:
 
 
 # -- per-op rules -----------------------------------------------------------------------------
-
-_UNARY_SAME = {
-    "stablehlo.negate", "stablehlo.exponential", "stablehlo.exponential_minus_one", "stablehlo.log",
-    "stablehlo.log_plus_one", "stablehlo.logistic", "stablehlo.sqrt", "stablehlo.rsqrt",
-    "stablehlo.cbrt", "stablehlo.tanh", "stablehlo.tan", "stablehlo.sine", "stablehlo.cosine",
-    "stablehlo.floor", "stablehlo.ceil", "stablehlo.round_nearest_afz",
-    "stablehlo.round_nearest_even", "stablehlo.sign", "stablehlo.not", "stablehlo.popcnt",
-    "stablehlo.count_leading_zeros", "stablehlo.reduce_precision", "chlo.erf", "chlo.erfc",
-    "chlo.erf_inv", "chlo.square", "chlo.lgamma", "chlo.digamma", "chlo.sinh", "chlo.cosh",
-    "chlo.asin", "chlo.acos", "chlo.atan", "chlo.asinh", "chlo.acosh", "chlo.atanh",
-    "chlo.bessel_i1e", "chlo.conj",
-}
-_BINARY_SAME = {
-    "stablehlo.add", "stablehlo.subtract", "stablehlo.multiply", "stablehlo.divide",
-    "stablehlo.remainder", "stablehlo.maximum", "stablehlo.minimum", "stablehlo.power",
-    "stablehlo.atan2", "stablehlo.and", "stablehlo.or", "stablehlo.xor",
-    "stablehlo.shift_left", "stablehlo.shift_right_arithmetic", "stablehlo.shift_right_logical",
-    "chlo.next_after", "chlo.polygamma", "chlo.zeta",
-}
-
 
 def _check_unary(op: Op, module: Module) -> None:
     _count(op, 1, 1)
@@ -526,6 +508,9 @@ def _check_convolution(op: Op, module: Module) -> None:
         _fail(f"kernel output features {k_out} must be divisible by the group counts")
     if x.shape[dn.input_batch_dimension] % bgc:
         _fail(f"input batch {x.shape[dn.input_batch_dimension]} must be divisible by batch_group_count {bgc}")
+    for name in ("window_strides", "lhs_dilation", "rhs_dilation"):
+        if min(list(a[name]) + [1]) <= 0:
+            _fail(f"{name} must be positive, got {list(a[name])}")
     pad = a["padding"]
     expected = [0] * (n + 2)
     expected[dn.output_batch_dimension] = x.shape[dn.input_batch_dimension] // bgc
@@ -716,7 +701,7 @@ def _collective_check(check: Callable[[Op], None]) -> Callable[[Op, Module], Non
 def _collective_checks() -> dict[str, Callable[[Op, Module], None]]:
     from .collectives import CHECKS
 
-    return {name: _collective_check(check) for name, check in CHECKS.items()}
+    return {rule: _collective_check(check) for rule, check in CHECKS.items()}
 
 
 def _check_complex(op: Op, module: Module) -> None:
@@ -749,27 +734,6 @@ def _check_map(op: Op, module: Module) -> None:
     _region_signature(op, 0, scalars, [_scalar(r)], "computation")
 
 
-#: The element types each op takes (by its first operand), from the spec's operand tables:
-#: "f" float, "c" complex, "s" signed integer, "u" unsigned integer, "b" boolean (i1).
-_ELEMENT_CLASSES: dict[str, str] = {
-    **dict.fromkeys(("stablehlo.shift_left", "stablehlo.shift_right_arithmetic", "stablehlo.shift_right_logical",
-                     "stablehlo.popcnt", "stablehlo.count_leading_zeros"), "su"),
-    **dict.fromkeys(("stablehlo.and", "stablehlo.or", "stablehlo.xor", "stablehlo.not"), "sub"),
-    **dict.fromkeys(("stablehlo.floor", "stablehlo.ceil", "stablehlo.round_nearest_afz",
-                     "stablehlo.round_nearest_even", "stablehlo.is_finite", "stablehlo.reduce_precision",
-                     "chlo.erf", "chlo.erfc", "chlo.erf_inv", "chlo.lgamma", "chlo.digamma", "chlo.bessel_i1e",
-                     "chlo.is_inf", "chlo.is_pos_inf", "chlo.is_neg_inf", "chlo.next_after", "chlo.polygamma",
-                     "chlo.zeta"), "f"),
-    **dict.fromkeys(("stablehlo.exponential", "stablehlo.exponential_minus_one", "stablehlo.log",
-                     "stablehlo.log_plus_one", "stablehlo.logistic", "stablehlo.sqrt", "stablehlo.rsqrt",
-                     "stablehlo.cbrt", "stablehlo.tanh", "stablehlo.tan", "stablehlo.sine", "stablehlo.cosine",
-                     "stablehlo.atan2", "stablehlo.real", "stablehlo.imag", "chlo.sinh", "chlo.cosh", "chlo.asin",
-                     "chlo.acos", "chlo.atan", "chlo.asinh", "chlo.acosh", "chlo.atanh", "chlo.tan",
-                     "chlo.conj"), "fc"),
-    **dict.fromkeys(("stablehlo.abs", "stablehlo.sign"), "sfc"),
-    **dict.fromkeys(("stablehlo.subtract", "stablehlo.divide", "stablehlo.remainder", "stablehlo.power",
-                     "stablehlo.negate", "chlo.square"), "sufc"),
-}
 _CLASS_NAMES = {"f": "floating-point", "c": "complex", "s": "signed integer", "u": "unsigned integer",
                 "b": "boolean"}
 
@@ -795,52 +759,53 @@ def _check_element_class(op: Op) -> None:
         _fail(f"takes {kinds} operands, not {t.element_type}")
 
 
-#: Ops that carry regions, and how many (the parser accepts the generic form without them).
-_REGIONS = {"stablehlo.reduce": 1, "stablehlo.reduce_window": 1, "stablehlo.sort": 1, "stablehlo.scatter": 1,
-            "stablehlo.select_and_scatter": 2, "stablehlo.map": 1, "stablehlo.while": 2, "stablehlo.if": 2,
-            "stablehlo.all_reduce": 1, "stablehlo.reduce_scatter": 1}
-
-
-_CHECKS: dict[str, Callable[[Op, Module], None]] = {
+#: The rules an op definition may name (:attr:`.ops.OpDef.verifier`), by name.
+VERIFIERS: Mapping[str, Callable[[Op, Module], None]] = MappingProxyType({
     **_collective_checks(),
-    "stablehlo.complex": _check_complex,
-    "stablehlo.real": _check_real_imag,
-    "stablehlo.imag": _check_real_imag,
-    "stablehlo.map": _check_map,
-    **{name: _check_unary for name in _UNARY_SAME},
-    **{name: _check_binary for name in _BINARY_SAME},
-    "stablehlo.abs": _check_abs,
-    "stablehlo.is_finite": _check_to_bool,
-    "stablehlo.convert": _check_convert,
-    "stablehlo.bitcast_convert": _check_bitcast_convert,
-    "stablehlo.compare": _check_compare,
-    "stablehlo.select": _check_select,
-    "stablehlo.clamp": _check_clamp,
-    "stablehlo.constant": _check_constant,
-    "stablehlo.iota": _check_iota,
-    "stablehlo.broadcast_in_dim": _check_broadcast_in_dim,
-    "stablehlo.reshape": _check_reshape,
-    "stablehlo.transpose": _check_transpose,
-    "stablehlo.reverse": _check_reverse,
-    "stablehlo.slice": _check_slice,
-    "stablehlo.dynamic_slice": _check_dynamic_slice,
-    "stablehlo.dynamic_update_slice": _check_dynamic_update_slice,
-    "stablehlo.concatenate": _check_concatenate,
-    "stablehlo.pad": _check_pad,
-    "stablehlo.dot_general": _check_dot_general,
-    "stablehlo.dot": _check_dot,
-    "stablehlo.reduce": _check_reduce,
-    "stablehlo.reduce_window": _check_reduce_window,
-    "stablehlo.convolution": _check_convolution,
-    "stablehlo.gather": _check_gather,
-    "stablehlo.scatter": _check_scatter,
-    "stablehlo.sort": _check_sort,
-    "stablehlo.while": _check_while,
-    "stablehlo.case": _check_case,
-    "stablehlo.if": _check_if,
-    "func.call": _check_call,
-    "chlo.top_k": _check_top_k,
-    "stablehlo.tuple": _check_tuple,
-    "stablehlo.get_tuple_element": _check_get_tuple_element,
-    "stablehlo.optimization_barrier": _check_optimization_barrier,
-}
+    "unary": _check_unary,
+    "binary": _check_binary,
+    "abs": _check_abs,
+    "to_bool": _check_to_bool,
+    "convert": _check_convert,
+    "bitcast_convert": _check_bitcast_convert,
+    "compare": _check_compare,
+    "select": _check_select,
+    "clamp": _check_clamp,
+    "complex": _check_complex,
+    "real_imag": _check_real_imag,
+    "map": _check_map,
+    "constant": _check_constant,
+    "iota": _check_iota,
+    "broadcast_in_dim": _check_broadcast_in_dim,
+    "reshape": _check_reshape,
+    "transpose": _check_transpose,
+    "reverse": _check_reverse,
+    "slice": _check_slice,
+    "dynamic_slice": _check_dynamic_slice,
+    "dynamic_update_slice": _check_dynamic_update_slice,
+    "concatenate": _check_concatenate,
+    "pad": _check_pad,
+    "dot_general": _check_dot_general,
+    "dot": _check_dot,
+    "reduce": _check_reduce,
+    "reduce_window": _check_reduce_window,
+    "convolution": _check_convolution,
+    "gather": _check_gather,
+    "scatter": _check_scatter,
+    "sort": _check_sort,
+    "while": _check_while,
+    "case": _check_case,
+    "if": _check_if,
+    "call": _check_call,
+    "top_k": _check_top_k,
+    "tuple": _check_tuple,
+    "get_tuple_element": _check_get_tuple_element,
+    "optimization_barrier": _check_optimization_barrier,
+})
+
+# Per op, derived from the op definitions: the rule, the number of regions, the element classes.
+_CHECKS: dict[str, Callable[[Op, Module], None]] = {
+    d.name: VERIFIERS[d.verifier] for d in OPS.values() if d.verifier is not None}
+_REGIONS: dict[str, int] = {d.name: d.regions for d in OPS.values() if d.regions is not None}
+_ELEMENT_CLASSES: dict[str, str] = {
+    d.name: d.element_classes for d in OPS.values() if d.element_classes is not None}

@@ -28,11 +28,6 @@ class JaxLimitation:
 
 JAX_LIMITATIONS: tuple[JaxLimitation, ...] = (
     JaxLimitation(
-        "complex", "complex64/complex128 arrays in a program",
-        "numba_cpu compiles no complex element type (its compiler refuses complex<f32> arguments and its "
-        "parser does not read complex literals such as the infinities of a reduction's init value)",
-        ("numba_cpu",)),
-    JaxLimitation(
         "linalg", "jnp.linalg (inv, solve, cholesky, ...)",
         "on a platform that is not 'cpu', JAX lowers LU and friends to loops ending in "
         "stablehlo.triangular_solve, an op numba_cpu does not implement (on 'cpu' it would emit LAPACK "

@@ -122,6 +122,27 @@ class CorpusProgram:
             with np.load(handle) as npz:
                 return [npz[n] for n in self.input_names], [npz[n] for n in self.output_names]
 
+    def output_mismatch(self, index: int, got: np.ndarray, expected: np.ndarray) -> str | None:
+        """Why output ``index`` is not the expected one within the manifest's tolerances (None
+        when it is): the one tolerance rule of the suite and of ``bench``."""
+        name = self.output_names[index]
+        rtol, atol = self.tolerances[index]
+        if got.dtype != expected.dtype:
+            return f"{self.name} output {index} ({name}) is {got.dtype}, expected {expected.dtype}"
+        if got.shape != expected.shape:
+            return f"{self.name} output {index} ({name}) has shape {list(got.shape)}, expected {list(expected.shape)}"
+        if rtol == 0 and atol == 0 or expected.dtype.kind in "biu":
+            bad = got != expected
+        else:
+            bad = ~np.isclose(got.astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol, equal_nan=False)
+        if not bad.any():
+            return None
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        error = np.abs(got.astype(np.float64) - expected.astype(np.float64))
+        return (f"{self.name} output {index} ({name}): {int(bad.sum())} of {bad.size} elements differ beyond "
+                f"rtol={rtol:g} atol={atol:g}; first at {list(where)}: got {got[where]!r}, expected "
+                f"{expected[where]!r}; max abs error {np.nanmax(error):.3g}")
+
 
 def _manifest_text() -> str:
     try:

@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pjrt_hub.backends.stablehlo.parser import MAX_NESTING
+
 CORPUS = Path(__file__).resolve().parents[2] / "pjrt_hub" / "data" / "corpus" / "public"
 
 ADD = """func.func public @main(%arg0: tensor<4xf32>, %arg1: tensor<4xf32>) -> tensor<4xf32> {
@@ -118,7 +120,7 @@ def _make_files(root: Path) -> None:
     (root / "bytecode.mlir").write_bytes(b"ML\xefR\x00\x01\x02garbage")
     (root / "empty.mlir").write_text("")
     (root / "no_main.mlir").write_text(ADD.replace("@main", "@other"))
-    (root / "deep.mlir").write_text("func.func @main() -> " + "(" * 5000 + ")" * 5000 + " {\n}\n")
+    (root / "deep.mlir").write_text("func.func @main() -> " + "(" * (MAX_NESTING + 1) + ")" * (MAX_NESTING + 1) + " {\n}\n")
     (root / "syntax.mlir").write_text(ADD.replace("%arg0, %arg1 :", "%arg0 %arg1 :"))
     (root / "a_directory.mlir").mkdir()
 
@@ -176,7 +178,7 @@ CASES = [
     Case("program-without-main", ("run", "no_main.mlir", "--plugin", "reference", "--inputs", "good.npz"), 3,
          ("no @main", "@other")),
     Case("program-deep-nesting", ("run", "deep.mlir", "--plugin", "reference", "--inputs", "good.npz"), 3,
-         ("line 1", "nest deeper than 200")),
+         ("line 1", f"nest deeper than {MAX_NESTING} levels")),
     Case("program-syntax", ("run", "syntax.mlir", "--plugin", "reference", "--inputs", "good.npz"), 3,
          ("line 2",)),
     # --out: refused before any work, exit 2; inputs untouched.

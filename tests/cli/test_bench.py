@@ -36,6 +36,48 @@ def test_ratios_and_table():
     assert "4.00x" in text and "10 / 1.0" in text and "tiny add execute: a 3.00 us" in text
 
 
+def test_bench_corpus_json_on_the_reference_plugin(capsys):
+    # broadcast_ops takes a 0-d argument, which must reach the plugin as one (not as shape (1,)).
+    code = main(["bench", "--corpus", "--plugin", "reference", "--program", "broadcast_ops", "--program", "cond",
+                 "--runs", "2", "--no-warm", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == ExitCode.OK
+    assert report["suite"] == "corpus"
+    assert [r["name"] for r in report["programs"]] == ["broadcast_ops", "cond"]
+    assert all(r["outputs_match"] is True and r["runs"] == 2 for r in report["programs"])
+    assert report["summary"] == {"subject": "reference", "vs": {}, "vs_fastest": None}
+
+
+def test_unknown_corpus_program_is_a_usage_error(capsys):
+    try:
+        main(["bench", "--corpus", "--program", "perf_softmax"])
+    except SystemExit as exc:
+        assert exc.code == ExitCode.USAGE
+    assert "unknown corpus program(s) perf_softmax; known: ew_chain" in capsys.readouterr().err
+
+
+def test_summary_geometric_means_and_the_fastest_real_plugin():
+    from pjrt_hub._bench import format_summary, summarise
+
+    def row(name, plugin, ms, match=True):
+        return {"name": name, "plugin": plugin, "execute_ms_median": ms, "outputs_match": match}
+
+    rows = [row("p", "mine", 1.0), row("p", "x1", 4.0), row("p", "x2", 2.0), row("p", "ref", 10.0),
+            row("q", "mine", 3.0), row("q", "x1", 1.0), row("q", "x2", 6.0), row("q", "ref", 30.0),
+            row("r", "mine", 1.0), row("r", "x1", 1.0, match=False)]  # a wrong answer is not compared
+    summary = summarise(rows, ["mine", "x1", "x2", "ref"], fastest_of=["x1", "x2"])
+    assert summary["vs"]["x1"]["programs"] == 2
+    assert abs(summary["vs"]["x1"]["geomean"] - (0.25 * 3.0) ** 0.5) < 1e-12
+    assert summary["vs"]["x1"]["worst"] == {"name": "q", "ratio": 3.0}
+    assert abs(summary["vs"]["ref"]["geomean"] - 0.1) < 1e-12
+    # Per program the faster one: x2 on p (2 ms), x1 on q (1 ms).
+    fastest = summary["vs_fastest"]
+    assert fastest["of"] == ["x1", "x2"] and abs(fastest["geomean"] - (0.5 * 3.0) ** 0.5) < 1e-12
+    text = "\n".join(format_summary(summary))
+    assert "mine / ref: geometric mean 0.100x (so ref / mine 10.00x) over 2 programs" in text
+    assert "mine / fastest of x1, x2: geometric mean 1.225x over 2 programs; worst q 3.00x" in text
+
+
 def test_bench_loads_scalar_and_strided_arguments_as_they_are():
     """A 0-d argument stays 0-d (np.ascontiguousarray made it f32[1]); strided views are copied."""
     import numpy as np

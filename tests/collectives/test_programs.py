@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from pjrt_hub._multi import run_on_devices
-from pjrt_hub.abi import CompileError
 
 from .programs import BF16, all_reduce, groups_attr, module, region
 
@@ -70,14 +69,9 @@ def test_all_reduce_dtypes_and_groups(client, elem, dtype, op, fold, groups, tol
     _check(got, expected, rtol=tol, atol=tol)
 
 
-def test_all_reduce_complex(client, backend):
+def test_all_reduce_complex(client):
     text, inputs, expected = all_reduce("complex<f32>", (4,), "stablehlo.add", [[0, 1, 2, 3]], np.complex64, np.add)
-    try:
-        got = run_on_devices(client, text, inputs, timeout=60).outputs
-    except CompileError as exc:
-        if backend == "numba_cpu" and "complex" in str(exc):
-            pytest.skip(f"numba_cpu does not compute complex<f32> yet: {exc}")
-        raise
+    got = run_on_devices(client, text, inputs, timeout=60).outputs
     _check(got, expected, rtol=1e-5, atol=1e-5)
 
 

@@ -33,7 +33,8 @@ from pjrt_hub.abi import FailedPrecondition  # noqa: E402
 from pjrt_hub.jax import limitation  # noqa: E402
 
 TOLERANCE = {np.dtype(np.float32): (2e-5, 1e-6), np.dtype(np.float64): (1e-12, 1e-14),
-             np.dtype(jnp.bfloat16): (1e-2, 1e-2), np.dtype(np.float16): (2e-3, 1e-3)}
+             np.dtype(jnp.bfloat16): (1e-2, 1e-2), np.dtype(np.float16): (2e-3, 1e-3),
+             np.dtype(np.complex64): (2e-5, 1e-6), np.dtype(np.complex128): (1e-12, 1e-14)}
 
 
 def _on(platform: str, f, *args, device: int = 0):
@@ -51,8 +52,8 @@ def assert_like_xla(f, *args, platform: str = NUMBA):
         assert list(g.devices())[0].platform == platform
         assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
         rtol, atol = TOLERANCE.get(np.dtype(w.dtype), (0, 0))
-        np.testing.assert_allclose(np.asarray(g, dtype=np.float64), np.asarray(w, dtype=np.float64),
-                                   rtol=rtol, atol=atol)
+        wide = np.complex128 if np.issubdtype(w.dtype, np.complexfloating) else np.float64
+        np.testing.assert_allclose(np.asarray(g, dtype=wide), np.asarray(w, dtype=wide), rtol=rtol, atol=atol)
 
 
 @pytest.fixture(scope="module")
@@ -285,12 +286,15 @@ def test_pmap_and_shard_map_run_per_device():
     assert (np.asarray(f(x)) == x - np.repeat(x.reshape(4, 2).mean(axis=1), 2)).all()
 
 
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_complex_numbers(dtype):
+    with jax.enable_x64(dtype == np.complex128):
+        z = (normal(3, 4) + 1j * normal(3, 4)).astype(dtype)
+        w = (normal(4) + 1j * normal(4)).astype(dtype)
+        assert_like_xla(lambda a, b: (a * a + 1, jnp.sum(a, axis=0), a @ b, jnp.abs(a), a.real, jnp.exp(a)), z, w)
+
+
 # -- limitations (strict xfails: a gap that closes fails here until its entry goes) -------------
-
-
-@xfail_limitation("complex")
-def test_complex_numbers():
-    assert_like_xla(lambda a: a * a + 1, (normal(3) + 1j * normal(3)).astype(np.complex64))
 
 
 @xfail_limitation("linalg")

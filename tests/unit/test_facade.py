@@ -68,3 +68,28 @@ def test_gated_objects_are_read_only():
     client = gate(_Client(), plugin="p", plugin_version=ApiVersion(0, 105), call_limit=105)
     with pytest.raises(AttributeError):
         client.platform_name = lambda: "y"
+
+
+def test_execute_hands_the_plugin_the_argument_structure_it_was_given():
+    seen = []
+
+    class _Recording(_Exe):
+        def execute(self, argument_lists, options=None, execute_device=None):
+            seen.append(argument_lists)
+            return ExecuteResult([[_Buffer(0)]], [])
+
+    class _RecordingClient(_Client):
+        def compile(self, program, options=None):
+            return _Recording()
+
+    client = gate(_RecordingClient(), plugin="p", plugin_version=ApiVersion(0, 105), call_limit=105)
+    exe = client.compile(None)
+    b = client.create_view_of_device_buffer(None)
+    exe.execute([[b, [b]], (b,)])
+    exe.execute(((b,),))
+    exe.execute(["ab"])
+    lists, tuples, text = seen
+    assert type(lists[0][0]) is _Buffer and lists[0][1] == [lists[0][0]]  # nested lists walked
+    assert lists[1] == (lists[0][0],) and type(lists[1]) is tuple
+    assert tuples == ((lists[0][0],),)
+    assert text == ["ab"]  # not split into characters: the plugin reports what it was given

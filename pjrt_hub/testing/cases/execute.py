@@ -61,21 +61,9 @@ def replicas(ctx: PluginUnderTest) -> None:
 
 
 def _compare(program: CorpusProgram, index: int, got: np.ndarray, expected: np.ndarray) -> None:
-    name = program.output_names[index]
-    rtol, atol = program.tolerances[index]
-    check(got.dtype == expected.dtype, f"{program.name} output {index} ({name}) is {got.dtype}, expected {expected.dtype}")
-    check(got.shape == expected.shape,
-          f"{program.name} output {index} ({name}) has shape {list(got.shape)}, expected {list(expected.shape)}")
-    if rtol == 0 and atol == 0 or expected.dtype.kind in "biu":
-        bad = got != expected
-    else:
-        bad = ~np.isclose(got.astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol, equal_nan=False)
-    if bad.any():
-        where = tuple(int(i) for i in np.argwhere(bad)[0])
-        error = np.abs(got.astype(np.float64) - expected.astype(np.float64))
-        fail(f"{program.name} output {index} ({name}): {int(bad.sum())} of {bad.size} elements differ beyond "
-             f"rtol={rtol:g} atol={atol:g}; first at {list(where)}: got {got[where]!r}, expected {expected[where]!r}; "
-             f"max abs error {np.nanmax(error):.3g}")
+    problem = program.output_mismatch(index, got, expected)
+    if problem is not None:
+        fail(problem)
 
 
 def _corpus_case(program: CorpusProgram) -> Case:

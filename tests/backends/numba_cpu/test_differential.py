@@ -354,6 +354,49 @@ def test_windows_and_convolution(compiler):
     check(compiler, p, rtol=2e-5, atol=1e-5)
 
 
+def _window(p, x, init, body, attrs, out_type):
+    return p(f""""stablehlo.reduce_window"(%a{x}, {init}) <{{{attrs}}}> ({{
+    ^bb0(%p: {body[1]}, %q: {body[1]}):
+      %m = stablehlo.{body[0]} %p, %q : {body[1]}
+      stablehlo.return %m : {body[1]}
+    }}) : ({out_type[0]}, {body[1]}) -> {out_type[1]}""", out_type[1])
+
+
+def test_window_lowerings(compiler):
+    """Each lowering of reduce_window: running scans (cumulative sums, forwards), windows
+    clipped to the operand (an init that is an identity), and the general form (an init that
+    is not, which the padding must contribute)."""
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(3, 9, 5)).astype(np.float32)
+    ints = rng.integers(-3, 4, size=(4, 6)).astype(np.int32)
+    xt, it = tt(x.shape, np.float32), tt(ints.shape, np.int32)
+    f32, i32 = "tensor<f32>", "tensor<i32>"
+    p = Program(x, ints)
+    ninf = p("stablehlo.constant dense<0xFF800000> : tensor<f32>", out=False)
+    zero = p("stablehlo.constant dense<0.0> : tensor<f32>", out=False)
+    half = p("stablehlo.constant dense<0.5> : tensor<f32>", out=False)
+    one = p("stablehlo.constant dense<1> : tensor<i32>", out=False)
+    izero = p("stablehlo.constant dense<0> : tensor<i32>", out=False)
+    win = "window_dimensions = array<i64: {}>, window_strides = array<i64: {}>, padding = dense<{}> : tensor<3x2xi64>"
+    # Cumulative sum along the last dim (a scalar running value) and the middle one (rows).
+    _window(p, 0, zero, ("add", f32), win.format("1, 1, 5", "1, 1, 1", "[[0, 0], [0, 0], [4, 0]]"), (xt, xt))
+    _window(p, 0, zero, ("add", f32), win.format("1, 9, 1", "1, 1, 1", "[[0, 0], [8, 0], [0, 0]]"), (xt, xt))
+    # A window longer than the dim is still a prefix; reversed (padding high) is not a scan.
+    _window(p, 0, ninf, ("maximum", f32), win.format("1, 12, 1", "1, 1, 1", "[[0, 0], [11, 0], [0, 0]]"), (xt, xt))
+    _window(p, 0, zero, ("add", f32), win.format("1, 9, 1", "1, 1, 1", "[[0, 0], [0, 8], [0, 0]]"), (xt, xt))
+    # Strided, padded both sides, window-dilated: clipped to the operand.
+    _window(p, 0, ninf, ("maximum", f32),
+            win.format("2, 3, 2", "1, 2, 2", "[[1, 0], [2, 3], [1, 1]]") + ", window_dilations = array<i64: 1, 2, 1>",
+            (xt, "tensor<3x5x3xf32>"))
+    # The init 0.5 is not an identity of maximum: padding takes part.
+    _window(p, 0, half, ("maximum", f32), win.format("1, 3, 3", "1, 1, 1", "[[0, 0], [1, 1], [1, 1]]"), (xt, xt))
+    # Integers: a running product over rows and a padded window sum.
+    win2 = "window_dimensions = array<i64: {}>, window_strides = array<i64: {}>, padding = dense<{}> : tensor<2x2xi64>"
+    _window(p, 1, one, ("multiply", i32), win2.format("4, 1", "1, 1", "[[3, 0], [0, 0]]"), (it, it))
+    _window(p, 1, izero, ("add", i32), win2.format("2, 3", "2, 1", "[[1, 1], [2, 0]]"), (it, "tensor<3x6xi32>"))
+    check(compiler, p, rtol=2e-6, atol=1e-6)
+
+
 def test_dot_general_layouts_and_types(compiler):
     rng = np.random.default_rng(5)
     a = rng.normal(size=(3, 4, 2)).astype(np.float32)   # [k, b, m]

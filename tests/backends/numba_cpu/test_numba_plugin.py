@@ -75,3 +75,28 @@ def test_donation_and_dlpack_through_the_gate(client):
     del view
     out.delete()
     assert out.is_deleted()
+
+
+def test_results_that_are_inputs_constants_or_repeated_get_storage_of_their_own(client):
+    # numba_cpu's programs promise fresh results and the runtime does not check them (see
+    # ``fresh_results``): the generated code itself must copy these.
+    text = ("func.func @main(%a: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>,"
+            " tensor<f32>, tensor<f32>) {\n"
+            "  %c = stablehlo.constant dense<[1.0, 2.0, 3.0, 4.0]> : tensor<4xf32>\n"
+            "  %s = stablehlo.constant dense<7.0> : tensor<f32>\n"
+            "  %d = stablehlo.add %a, %a : tensor<4xf32>\n"
+            "  return %a, %c, %d, %d, %s, %s : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>,"
+            " tensor<f32>, tensor<f32>\n}\n")
+    exe = client.compile(Program(text))
+    assert exe.unwrapped.get_executable().program.fresh_results
+    a = client.buffer_from_host_buffer(np.arange(4, dtype=np.float32)).buffer
+    runs = [exe.execute([[a]]).outputs[0] for _ in range(2)]
+    pointers = [b.unsafe_pointer() for outs in runs for b in outs] + [a.unsafe_pointer()]
+    assert len(set(pointers)) == len(pointers)
+    for outs in runs:
+        hosts = []
+        for b in outs:
+            host = b.to_host_buffer()
+            host.event.await_(30)
+            hosts.append(host.array)
+        assert [h.tolist() for h in hosts] == [[0, 1, 2, 3], [1, 2, 3, 4], [0, 2, 4, 6], [0, 2, 4, 6], 7.0, 7.0]

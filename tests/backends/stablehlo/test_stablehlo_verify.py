@@ -81,6 +81,16 @@ def test_ill_typed_ops_are_rejected(body, fragment):
     assert fragment in message
 
 
+@pytest.mark.parametrize("window", ["stride = [0]", "lhs_dilate = [0]", "rhs_dilate = [-1]"])
+def test_a_convolution_window_must_be_positive(window):
+    conv = ("  %0 = stablehlo.convolution(%x, %k) dim_numbers = [b, 0, f]x[0, i, o]->[b, 0, f], "
+            f"window = {{{window}}} {{batch_group_count = 1 : i64, feature_group_count = 1 : i64}} : "
+            "(tensor<1x4x1xf32>, tensor<2x1x1xf32>) -> tensor<1x3x1xf32>\n")
+    text = (f"func.func @main(%x: tensor<1x4x1xf32>, %k: tensor<2x1x1xf32>) -> tensor<1x3x1xf32> {{\n{conv}"
+            "  return %0 : tensor<1x3x1xf32>\n}\n")
+    assert "must be positive" in verify_error(text)
+
+
 def test_return_types_must_match_the_function_signature():
     message = verify_error(program("", ret="%b", result="tensor<2x3xf32>").replace(
         "return %b : tensor<2x3xf32>", "return %b : tensor<3x2xf32>"))
