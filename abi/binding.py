@@ -82,7 +82,7 @@ def api(c_function: str | None) -> Callable[[_F], _F]:
         since = None if c_function is None else introduced_in(c_function)
         if c_function is not None and since is None:
             raise LookupError(f"{c_function} is not in the PJRT C API history")
-        fn.__pjrt_api__ = ApiMethod(fn.__name__, c_function, since)  # type: ignore[attr-defined]
+        fn.__pjrt_api__ = ApiMethod(fn.__name__, c_function, since)  # type: ignore[attr-defined]  # a marker on the function: no Callable type declares it
         return fn
 
     return mark

@@ -168,29 +168,32 @@ def _decode(data: bytes) -> CompileOptions:
     replicas, partitions = 1, 1
     assignment: tuple[tuple[int, ...], ...] | None = None
     overrides: dict[str, str | int | float | bool] = {}
+    # A field's value is an int for a varint and bytes otherwise (_fields): each test of the wire
+    # type below also tests the value's type, which is what lets the type checker follow.
     for number, wire, value in _fields(data):
-        if number == 3 and wire == _LEN:
-            for bnum, bwire, bval in _fields(value):  # type: ignore[arg-type]
-                if bnum == 4 and bwire == _VARINT:
-                    replicas = _signed(bval)  # type: ignore[arg-type]
-                elif bnum == 5 and bwire == _VARINT:
-                    partitions = _signed(bval)  # type: ignore[arg-type]
-                elif bnum == 9 and bwire == _LEN:
-                    assignment = _decode_assignment(bval)  # type: ignore[arg-type]
-        elif number == 7 and wire == _LEN:
-            name, override = "", None
-            for enum_, ewire, evalue in _fields(value):  # type: ignore[arg-type]
-                if enum_ == 1 and ewire == _LEN:
-                    name = evalue.decode()  # type: ignore[union-attr]
-                elif enum_ == 2 and ewire == _LEN:
-                    for onum, owire, ovalue in _fields(evalue):  # type: ignore[arg-type]
-                        if onum == 1 and owire == _LEN:
-                            override = ovalue.decode()  # type: ignore[union-attr]
+        if number == 3 and wire == _LEN and isinstance(value, bytes):
+            for bnum, bwire, bval in _fields(value):
+                if bnum == 4 and bwire == _VARINT and isinstance(bval, int):
+                    replicas = _signed(bval)
+                elif bnum == 5 and bwire == _VARINT and isinstance(bval, int):
+                    partitions = _signed(bval)
+                elif bnum == 9 and bwire == _LEN and isinstance(bval, bytes):
+                    assignment = _decode_assignment(bval)
+        elif number == 7 and wire == _LEN and isinstance(value, bytes):
+            name: str = ""
+            override: str | int | float | bool | None = None
+            for enum_, ewire, evalue in _fields(value):
+                if enum_ == 1 and ewire == _LEN and isinstance(evalue, bytes):
+                    name = evalue.decode()
+                elif enum_ == 2 and ewire == _LEN and isinstance(evalue, bytes):
+                    for onum, owire, ovalue in _fields(evalue):
+                        if onum == 1 and owire == _LEN and isinstance(ovalue, bytes):
+                            override = ovalue.decode()
                         elif onum == 2 and owire == _VARINT:
                             override = bool(ovalue)
-                        elif onum == 3 and owire == _VARINT:
-                            override = _signed(ovalue)  # type: ignore[arg-type]
-                        elif onum == 4 and owire == _I64:
+                        elif onum == 3 and owire == _VARINT and isinstance(ovalue, int):
+                            override = _signed(ovalue)
+                        elif onum == 4 and owire == _I64 and isinstance(ovalue, bytes):
                             override = struct.unpack("<d", ovalue)[0]
             if override is not None:
                 overrides[name] = override
@@ -204,11 +207,11 @@ def _decode(data: bytes) -> CompileOptions:
 def _decode_assignment(data: bytes) -> tuple[tuple[int, ...], ...]:
     replica_count, computations = 0, []
     for number, wire, value in _fields(data):
-        if number == 1 and wire == _VARINT:
-            replica_count = _signed(value)  # type: ignore[arg-type]
-        elif number == 3 and wire == _LEN:
+        if number == 1 and wire == _VARINT and isinstance(value, int):
+            replica_count = _signed(value)
+        elif number == 3 and wire == _LEN and isinstance(value, bytes):
             ids: list[int] = []
-            for cnum, _cwire, cval in _fields(value):  # type: ignore[arg-type]
+            for cnum, _cwire, cval in _fields(value):
                 if cnum == 1:
                     ids.extend(_packed_ints(cval))
             computations.append(ids)

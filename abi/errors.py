@@ -79,6 +79,11 @@ class PjrtError(PjrtHubError):
     """An error with a ``PJRT_Error_Code``; what a ``PJRT_Error*`` becomes in Python."""
 
     code: ErrorCode = ErrorCode.UNKNOWN
+    #: The C API function that returned this error, when it came from a C plugin (the C bridge).
+    c_function: str | None = None
+    #: The code the plugin gave, when pjrt-hub reports the error under another class (the C
+    #: bridge's compile errors: XLA's UNKNOWN for a program it cannot parse is a CompileError).
+    plugin_code: ErrorCode | None = None
 
     def __init__(self, message: str, *, plugin: str | None = None) -> None:
         super().__init__(message)
@@ -246,7 +251,9 @@ class PluginLoadError(PjrtHubError):
 
     def __init__(self, plugin: str, message: str) -> None:
         super().__init__(f"plugin {plugin!r}: {message}")
-        self.plugin = plugin
+        # Always a name here; typed as PjrtError's (str | None), which the version and
+        # extension errors also are.
+        self.plugin: str | None = plugin
         self.reason = message
 
 

@@ -12,6 +12,7 @@ are compared, so that a fast wrong answer shows.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -84,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         max_err = float(np.max(np.abs(ref_out.astype(np.float64) - np_out.astype(np.float64))))
         ref_t, np_t = [], []
         for _ in range(args.rounds):
-            ref_t.append(_timed(lambda: interpreter.run(inputs)))
-            np_t.append(_timed(lambda: eager(*inputs)))
+            ref_t.append(_timed(functools.partial(interpreter.run, inputs)))
+            np_t.append(_timed(functools.partial(eager, *inputs)))
         r, n = statistics.median(ref_t) * 1e3, statistics.median(np_t) * 1e3
         worst = max(worst, r / n)
         print(f"{name:16s} reference {r:8.1f} ms   numpy {n:8.1f} ms   ratio {r / n:5.2f}x   "

@@ -207,13 +207,13 @@ def run_plan(plan: MatrixPlan, plan_path: Path, output: Path, *, cache_dir: Path
         envs = list(dict.fromkeys(c.tox_env for c in tox_cells if c.tox_env))
         log_path = output.parent / "tox.log"
         try:
-            base = _tox_base(project)
+            tox_base = _tox_base(project)
         except MergeError as exc:
             for cell in tox_cells:
                 reports[cell.id] = _environment_failed(plan, cell, str(exc))
                 write_result(reports[cell.id], output)
             return [reports[c.id] for c in plan.cells]
-        command = [*base, "run-parallel", "-p", "auto", "--parallel-no-spinner", "-e", ",".join(envs),
+        command = [*tox_base, "run-parallel", "-p", "auto", "--parallel-no-spinner", "-e", ",".join(envs),
                    *_discover_args(), "--", "--plan", str(plan_path.resolve()), "--output", str(output)]
         command += ["--cache", str(cache_dir.resolve())]
         if refresh:
@@ -236,19 +236,19 @@ def run_plan(plan: MatrixPlan, plan_path: Path, output: Path, *, cache_dir: Path
         text = log_path.read_text(errors="replace")
         for cell in tox_cells:
             path = output / f"{cell.id}.json"
-            report = None
+            cell_report: CellReport | None = None
             if path.exists():
                 try:
-                    report = CellReport.model_validate_json(path.read_text())
+                    cell_report = CellReport.model_validate_json(path.read_text())
                 except ValidationError:
-                    report = None
-            if report is None:
+                    cell_report = None
+            if cell_report is None:
                 env_lines = [line for line in text.splitlines() if cell.tox_env and cell.tox_env in line]
-                report = _environment_failed(
+                cell_report = _environment_failed(
                     plan, cell, f"tox environment {cell.tox_env} gave no result (exit {proc.returncode}; "
                     f"log {log_path}): {_tail(chr(10).join(env_lines) or text)}", time.monotonic() - clock)
-                write_result(report, output)
-            reports[cell.id] = report
+                write_result(cell_report, output)
+            reports[cell.id] = cell_report
     return [reports[c.id] for c in plan.cells]
 
 
@@ -290,6 +290,9 @@ def merge_results(plan: MatrixPlan, results: Sequence[tuple[Path, CellReport]]) 
 
     by_id: dict[str, tuple[Path, CellReport]] = {}
     ids = {c.id for c in plan.cells}
+    # Bound by both loops below; in the second, a job may have no result.
+    path: Path | None
+    result: CellReport | None
     for path, result in results:
         if result.plan_id != plan.plan_id:
             raise MergeError(f"{path} is a result of another plan ({result.plan_id}; this plan is {plan.plan_id})")

@@ -136,6 +136,7 @@ def _command(cell_id: str) -> str:
 def _jobs(environment: str, tox_env: str | None, python: str, plugins: list[str], fixtures: set[str],
           libraries: dict[str, str], wheels: dict[str, str], frameworks: list[str], split: str) -> list[PlanCell]:
     """The jobs of one environment: all its plugins in one, or one per plugin (fixtures together)."""
+    groups: Sequence[tuple[str | None, list[str]]]
     if split == "environment":
         groups = [(None, plugins)]
     else:
@@ -228,12 +229,12 @@ def make_plan(*, frameworks: Sequence[ApiVersion | str] = (), plugins: Sequence[
         wanted = {p.lower() for p in plugins}
         planned = [(e, t, py, [p for p in rows if p.lower() in wanted], w) for e, t, py, rows, w in planned]
     cells: list[PlanCell] = []
-    for environment, tox_env, python, rows, wheels in planned:
+    for environment, tox_env, python, rows, requirements in planned:
         if not rows:
             not_planned.append(EnvironmentInfo(name=environment, python=python, status="missing",
                                                note="none of the selected plugins is in it"))
             continue
-        cells += _jobs(environment, tox_env, python, rows, set(fixture_names), library_names, wheels, versions,
+        cells += _jobs(environment, tox_env, python, rows, set(fixture_names), library_names, requirements, versions,
                        split)
     if not cells:
         why = sorted(set(kept_out.values()))

@@ -91,7 +91,7 @@ def _python_identity(dist_name: str | None, version: str | None) -> str:
     if dist_name.lower().replace("_", "-") == "pjrt-hub":
         return f"pjrt-hub {version} src:{_own_source_hash()}"
     try:
-        files = [Path(md.distribution(dist_name).locate_file(f)) for f in md.distribution(dist_name).files or ()
+        files = [Path(str(md.distribution(dist_name).locate_file(f))) for f in md.distribution(dist_name).files or ()
                  if str(f).endswith(".py")]
     except md.PackageNotFoundError:
         files = []
@@ -106,7 +106,7 @@ def _known_c_libraries() -> list[str]:
             dist = md.distribution(dist_name)
         except md.PackageNotFoundError:
             continue
-        libraries = [Path(dist.locate_file(f)) for f in dist.files or () if f.name.endswith(".so")]
+        libraries = [Path(str(dist.locate_file(f))) for f in dist.files or () if f.name.endswith(".so")]
         libraries = [p for p in libraries if p.is_file()]
         if libraries:
             items.append(f"{plugin_name}:{max(libraries, key=lambda p: p.stat().st_size)}")

@@ -36,7 +36,7 @@ def added(version: int) -> Callable[[_F], _F]:
     """Mark a protocol method as brought by ``version`` of its extension."""
 
     def mark(fn: _F) -> _F:
-        fn.__extension_version__ = version  # type: ignore[attr-defined]
+        fn.__extension_version__ = version  # type: ignore[attr-defined]  # a marker on the function: no Callable type declares it
         return fn
 
     return mark

@@ -10,14 +10,29 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._discovery import Candidate, discover
-    from ._facade import Gated, gate
-    from ._policy import Policy, Verdict, judge, strict_from_environment
-    from ._registry import PluginRegistry, RegistrySettings, default_plugin_name
-    from ._reports import CheckReport, ListReport, Outcome, PluginRecord
-    from .abi.errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, FailedPrecondition,
-                             Internal, InvalidArgument, NotFound, OutOfRange, PermissionDenied, PjrtHubError,
-                             ResourceExhausted, Unauthenticated, Unavailable, Unimplemented, Unknown)
+    # Written `X as X`: the explicit re-export form, for type checkers and linters.
+    from ._discovery import Candidate as Candidate, discover as discover
+    from ._facade import Gated as Gated, gate as gate
+    from ._policy import (
+        Policy as Policy, Verdict as Verdict, judge as judge,
+        strict_from_environment as strict_from_environment,
+    )
+    from ._registry import (
+        PluginRegistry as PluginRegistry, RegistrySettings as RegistrySettings,
+        default_plugin_name as default_plugin_name,
+    )
+    from ._reports import (
+        CheckReport as CheckReport, ListReport as ListReport, Outcome as Outcome,
+        PluginRecord as PluginRecord,
+    )
+    from .abi.errors import (
+        Aborted as Aborted, AlreadyExists as AlreadyExists, Cancelled as Cancelled, DataLoss as DataLoss,
+        DeadlineExceeded as DeadlineExceeded, FailedPrecondition as FailedPrecondition, Internal as Internal,
+        InvalidArgument as InvalidArgument, NotFound as NotFound, OutOfRange as OutOfRange,
+        PermissionDenied as PermissionDenied, PjrtHubError as PjrtHubError, ResourceExhausted as ResourceExhausted,
+        Unauthenticated as Unauthenticated, Unavailable as Unavailable, Unimplemented as Unimplemented,
+        Unknown as Unknown,
+    )
 
 _EXPORTS = {
     "Candidate": "._discovery",

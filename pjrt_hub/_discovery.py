@@ -22,7 +22,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal
+from typing import Any, Iterable, Iterator, Literal, Protocol
 
 __all__ = [
     "C_GROUPS",
@@ -127,7 +127,7 @@ def _library_for_module(module: str, dist: md.Distribution | None) -> Path | Non
         owned = [f for f in dist.files if str(f).startswith(prefix) and _is_shared_library(f.name)]
         if not owned:
             owned = [f for f in dist.files if _is_shared_library(f.name) and "pjrt" in f.name.lower()]
-        found = _pick_library(Path(dist.locate_file(f)) for f in owned)
+        found = _pick_library(Path(str(dist.locate_file(f))) for f in owned)
         if found is not None:
             return found
     for location in _module_locations(module):
@@ -138,7 +138,14 @@ def _library_for_module(module: str, dist: md.Distribution | None) -> Path | Non
     return None
 
 
-def _iter_entry_points(group: str, everything: md.EntryPoints | None = None
+class _EveryEntryPoint(Protocol):
+    """What ``md.entry_points()`` gives: EntryPoints, or on Python 3.11 SelectableGroups; both
+    select by group."""
+
+    def select(self, *, group: str) -> Iterable[md.EntryPoint]: ...
+
+
+def _iter_entry_points(group: str, everything: _EveryEntryPoint | None = None
                        ) -> Iterator[tuple[md.EntryPoint, md.Distribution | None]]:
     """The entry points of ``group``; from ``everything`` (every group, read once by discover:
     each lookup by group reads every distribution's entry_points.txt again)."""
@@ -147,7 +154,7 @@ def _iter_entry_points(group: str, everything: md.EntryPoints | None = None
         yield ep, getattr(ep, "dist", None)
 
 
-def _python_candidates(everything: md.EntryPoints | None = None) -> Iterator[Candidate]:
+def _python_candidates(everything: _EveryEntryPoint | None = None) -> Iterator[Candidate]:
     for ep, dist in _iter_entry_points(PYTHON_GROUP, everything):
         yield Candidate(ep.name, "python", f"entry point {PYTHON_GROUP}", ep, **_dist_facts(dist))
 
@@ -157,7 +164,7 @@ def _python_candidates(everything: md.EntryPoints | None = None) -> Iterator[Can
 _OWN_MODULE_PREFIX = "pjrt_hub."
 
 
-def _c_entry_point_candidates(everything: md.EntryPoints | None = None) -> Iterator[Candidate]:
+def _c_entry_point_candidates(everything: _EveryEntryPoint | None = None) -> Iterator[Candidate]:
     for group in C_GROUPS:
         for ep, dist in _iter_entry_points(group, everything):
             module = ep.value.split(":")[0].strip()

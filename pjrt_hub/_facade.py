@@ -84,11 +84,12 @@ class _Gate:
                          if type(row) is list else unwrap(row) for row in argument_lists]
             else:
                 lists = unwrap(argument_lists)
+            target: Any = self._target  # a LoadedExecutable: this method stands for its execute
             if rest or kwargs:
-                result = self._target.execute(lists, *[unwrap(a) for a in rest],
-                                              **{k: unwrap(v) for k, v in kwargs.items()})
+                result = target.execute(lists, *[unwrap(a) for a in rest],
+                                        **{k: unwrap(v) for k, v in kwargs.items()})
             else:
-                result = self._target.execute(lists)
+                result = target.execute(lists)
             if type(result) is ExecuteResult:
                 return _wrap_execute_result(result, gate_)
             return result if result is None else _wrap(result, gate_)
@@ -103,6 +104,7 @@ class Gated:
     """A plugin object seen through the version gate. Other attribute access is forwarded."""
 
     __slots__ = ("_target", "__weakref__")
+    _target: PjrtObject
     _gate: _Gate
 
     def __getattr__(self, name: str) -> Any:
@@ -113,11 +115,14 @@ class Gated:
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"{type(self._target).__name__} seen through the version gate is read-only")
 
+    # DLPack is no API method: a buffer of a plugin that supports it has these, others do not.
     def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._target.__dlpack__(*args, **kwargs)  # type: ignore[attr-defined]
+        target: Any = self._target
+        return target.__dlpack__(*args, **kwargs)
 
     def __dlpack_device__(self) -> Any:
-        return self._target.__dlpack_device__()  # type: ignore[attr-defined]
+        target: Any = self._target
+        return target.__dlpack_device__()
 
     def __eq__(self, other: object) -> bool:
         return self._target == unwrap(other)
@@ -134,7 +139,9 @@ class Gated:
         return self._target
 
 
-_set_target = Gated._target.__set__  # type: ignore[attr-defined]
+#: The slot's own setter (Gated.__setattr__ refuses every attribute); from the class dict, where
+#: the slot descriptor is, since the type checker reads Gated._target as a PjrtObject.
+_set_target: Callable[[Gated, PjrtObject], None] = Gated.__dict__["_target"].__set__
 
 
 def _proxy(value: PjrtObject, g: _Gate) -> Gated:
@@ -153,8 +160,10 @@ def _event_proxy(event: PjrtObject, g: _Gate) -> Gated:
 
 def _wrap_execute_result(value: ExecuteResult, g: _Gate) -> ExecuteResult:
     events = value.device_complete_events
-    return ExecuteResult([[_proxy(b, g) for b in row] for row in value.outputs],
-                         [_event_proxy(events[0], g)] if len(events) == 1 else [_proxy(e, g) for e in events])
+    # A proxy stands in for the Buffer or Event it wraps: it has the same API methods.
+    outputs: list[list[Any]] = [[_proxy(b, g) for b in row] for row in value.outputs]
+    proxies: list[Any] = [_event_proxy(events[0], g)] if len(events) == 1 else [_proxy(e, g) for e in events]
+    return ExecuteResult(outputs, proxies)
 
 
 def _wrap(value: Any, g: _Gate) -> Any:

@@ -44,7 +44,7 @@ def program_shape(text: str) -> ProgramShape | None:
 
         module = parse_module(text)
         main = module.main
-        signature = tuple((tuple(t.shape), t.dtype) for t in main.arg_types)
+        signature = tuple((tuple(v.tensor_type.shape), v.tensor_type.dtype) for v in main.args)
         return ProgramShape(module.num_replicas, module.num_partitions, signature)
     except Exception:  # noqa: BLE001 - any parser failure just means "no pre-check"
         return None
@@ -85,7 +85,9 @@ def load_process_inputs(arrays: dict[str, np.ndarray], processes: int, prefix: s
 
 
 def save_process_outputs(path: str, outputs: Sequence[Sequence[np.ndarray]], prefix: str) -> None:
-    np.savez(path, **{f"{prefix}{r}_out{j}": a for r, row in enumerate(outputs) for j, a in enumerate(row)})
+    # savez's one keyword of its own is allow_pickle, which no name "<prefix><r>_out<j>" is.
+    members: dict[str, Any] = {f"{prefix}{r}_out{j}": a for r, row in enumerate(outputs) for j, a in enumerate(row)}
+    np.savez(path, **members)
 
 
 @dataclass(frozen=True)
@@ -213,10 +215,10 @@ def run_many(client_for: Any, text: str, arrays: dict[str, np.ndarray], *, timeo
             raise error(f"@main takes {len(signature)} arguments but {len(globals_)} inputs were given")
         local_dtypes = [dtype for _, dtype in body_shape.signature]
         checked = []
-        for i, (array, shape, dtype) in enumerate(zip(globals_, spmd.input_shapes, local_dtypes)):
+        for i, (array, local_shape, dtype) in enumerate(zip(globals_, spmd.input_shapes, local_dtypes)):
             array = _bits_to_dtype(np.asarray(array), np.dtype(dtype))
-            if tuple(array.shape) != tuple(shape) or array.dtype != dtype:
-                raise error(f"input in{i}: @main expects {dtype}{list(shape)}, got {array.dtype}{list(array.shape)}")
+            if tuple(array.shape) != tuple(local_shape) or array.dtype != dtype:
+                raise error(f"input in{i}: @main expects {dtype}{list(local_shape)}, got {array.dtype}{list(array.shape)}")
             checked.append(array)
         per_partition = [[split(a, s)[p] for a, s in zip(checked, spmd.input_slices)]
                          for p in range(spmd.num_partitions)]

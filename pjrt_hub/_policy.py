@@ -24,7 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Mapping
 
 from pjrt_hub.abi import ApiVersion, api_methods, binding, history
 
@@ -36,7 +36,7 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
 
-def strict_from_environment(environ: "os._Environ[str] | dict[str, str] | None" = None) -> str | None:
+def strict_from_environment(environ: "Mapping[str, str] | None" = None) -> str | None:
     """Which environment setting asks for strict mode, or None.
 
     ``PJRT_HUB_STRICT`` is ours; ``ENABLE_PJRT_COMPATIBILITY=false`` is upstream's spelling of the
@@ -180,6 +180,7 @@ def _judge_older(plugin: ApiVersion, policy: Policy, who: str, dist: str, limit:
             f"cannot be computed; the floor minor {floor} applies instead, and {plugin} >= {floor}.",
             *_gated_note(gated, plugin),
         ), gated, limit)
+    assert nxt is not None  # s_date is its date
 
     start = f_date - dt.timedelta(weeks=policy.window_weeks)
     if s_date > start:

@@ -47,7 +47,7 @@ from pjrt_hub.extensions import (
 
 from ._discovery import ENV_LIBRARY_PATHS, Candidate, discover
 from ._facade import Gated, gate
-from ._policy import Policy, Verdict, judge, strict_from_environment
+from ._policy import PluginKind, Policy, Verdict, judge, strict_from_environment
 from ._reports import (
     DeclarationModel,
     NegotiationModel,
@@ -189,12 +189,14 @@ class RegistrySettings:
 
     def completed(self, environ: Mapping[str, str]) -> "RegistrySettings":
         """These settings with the discovery facts they leave open read from ``environ``."""
-        updates: dict[str, str] = {}
-        if self.library_paths is None:
-            updates["library_paths"] = environ.get(ENV_LIBRARY_PATHS) or ""
-        if self.default_plugin is None:
-            updates["default_plugin"] = default_plugin_name(environ)
-        return replace(self, **updates) if updates else self
+        library_paths, default_plugin = self.library_paths, self.default_plugin
+        if library_paths is None:
+            library_paths = environ.get(ENV_LIBRARY_PATHS) or ""
+        if default_plugin is None:
+            default_plugin = default_plugin_name(environ)
+        if (library_paths, default_plugin) == (self.library_paths, self.default_plugin):
+            return self
+        return replace(self, library_paths=library_paths, default_plugin=default_plugin)
 
     def refusal(self, candidate: Candidate) -> str | None:
         """Why the block-list, the allow-list or the request keep ``candidate`` out, or None.
@@ -598,6 +600,7 @@ class PluginRegistry:
             return
         how = ("probe read from the cache (the library is unchanged)" if probe.probe_cache == "hit"
                else "probed in a subprocess")
+        assert entry.record.verdict is not None  # _judge records one
         self._set(entry, Outcome.LOADED, f"{how}; " + entry.record.verdict.reasons[0],
                   verdict=entry.record.verdict, negotiation=entry.record.negotiation,
                   warnings=entry.record.warnings)
@@ -615,11 +618,11 @@ class PluginRegistry:
                 found[name] = value
         return found
 
-    def _judge(self, entry: _Entry, version: ApiVersion, kind: str, min_framework: ApiVersion | None,
+    def _judge(self, entry: _Entry, version: ApiVersion, kind: PluginKind, min_framework: ApiVersion | None,
                requires: Iterable[str], offered: Mapping[str, int]) -> bool:
         """Version policy, distribution pins, extension negotiation; False if refused."""
         record = entry.record
-        verdict = judge(version, self.policy, kind=kind,  # type: ignore[arg-type]
+        verdict = judge(version, self.policy, kind=kind,
                         min_framework=min_framework, name=record.name, distribution=record.distribution)
         entry.verdict = verdict
         self._set(entry, Outcome.FAILED, verdict=VerdictModel(

@@ -100,12 +100,15 @@ class DeclarationModel(_Model):
     @field_validator("extensions")
     @classmethod
     def _check_extensions(cls, value: dict[str, int]) -> dict[str, int]:
+        canonical = {}
         for name, version in value.items():
-            if extension_spec(name) is None:
+            spec = extension_spec(name)
+            if spec is None:
                 raise ValueError(f"unknown extension {name!r}; known: {', '.join(sorted(KNOWN_EXTENSIONS))}")
             if version < 0:
                 raise ValueError(f"extension {name} version must be >= 0, got {version}")
-        return {extension_spec(n).name: v for n, v in value.items()}  # type: ignore[union-attr]
+            canonical[spec.name] = version
+        return canonical
 
     @field_validator("framework_requires")
     @classmethod

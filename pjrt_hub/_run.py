@@ -165,6 +165,7 @@ def _read_member(path: Path, archive: zipfile.ZipFile, member: zipfile.ZipInfo) 
     where = f"input file {path}: array {name!r}"
     try:
         with archive.open(member) as fp:
+            assert isinstance(fp, zipfile.ZipExtFile)  # what open() reads with: it has readinto
             version = np.lib.format.read_magic(fp)
             if version == (1, 0):
                 shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp)
@@ -245,8 +246,10 @@ def write_npz_atomically(out: str | Path, arrays: dict[str, np.ndarray]) -> Path
     out = Path(out)
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
     try:
+        # savez's one keyword of its own is allow_pickle, which no output name ("out<i>") is.
+        members: dict[str, Any] = arrays
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
+            np.savez(f, **members)
             f.flush()
             os.fsync(f.fileno())
         try:
@@ -300,7 +303,7 @@ def main_signature(text: str) -> list[tuple[tuple[int, ...], np.dtype]] | None:
     # way for every plugin: no plugin may run another function in its place.
     main = module.main
     try:
-        return [(tuple(t.shape), t.dtype) for t in main.arg_types]
+        return [(tuple(v.tensor_type.shape), v.tensor_type.dtype) for v in main.args]
     except Exception:  # noqa: BLE001 - an argument type without a numpy dtype: the plugin judges
         return None
 

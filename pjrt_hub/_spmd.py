@@ -20,7 +20,6 @@ or a ``shard_map`` manual over only some mesh axes) get Unimplemented naming wha
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -296,10 +295,12 @@ def _plan_gspmd(module) -> SpmdPlan:
         input_slices[i] = _hlo_slices(_sharding_attr(source), main.args[i].type.shape, partitions, f"input {i}")
         body_args[i] = op.results[0]
         skip.update({id(op), id(source)})
-    for i, a in enumerate(main.args):
-        if body_args[i] is None:
+    entered: list[Slices] = []
+    for i, slices in enumerate(input_slices):
+        if slices is None:  # set with body_args[i], where the argument enters a manual computation
             raise Unimplemented(f"@main argument {i} does not enter a manual computation; it would need "
                                 "sharding propagation")
+        entered.append(slices)
     returned = main.body.ops[-1].operands
     local_results, output_slices = [], []
     for j, v in enumerate(returned):
@@ -325,6 +326,6 @@ def _plan_gspmd(module) -> SpmdPlan:
                 raise Unimplemented(f"{op.describe()} reads @main argument {arg_index[v.id]} outside the "
                                     "manual computation")
     body = _body_text(module, body_args, body_ops, local_results, partitions)
-    return SpmdPlan(body, partitions, tuple(input_slices), tuple(output_slices),  # type: ignore[arg-type]
+    return SpmdPlan(body, partitions, tuple(entered), tuple(output_slices),
                     tuple(tuple(a.type.shape) for a in main.args),
                     tuple(tuple(v.type.shape) for v in returned), "gspmd")

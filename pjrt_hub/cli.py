@@ -420,7 +420,7 @@ def _render_matrix_summary(report: Any, paths: dict[str, str] | None = None) -> 
             why = c.error or "; ".join(f.id for f in c.failures)
             lines.append(f"RED {c.plugin} at {c.framework_version} ({c.environment}): {c.status.value}: "
                          f"{' '.join(why.split())[:300]}")
-    for kind, path in (paths or {}).items():
+    for path in (paths or {}).values():
         lines.append(f"wrote {path}")
     return "\n".join(lines)
 
@@ -648,7 +648,6 @@ def _limit_seconds(text: str) -> float:
 def _run_many(args: argparse.Namespace, registry: Any, name: str, text: str) -> int:
     """``run`` for programs over several devices: replicas (``r{R}_in{I}``), partitions, and
     shard_map's SPMD programs (global ``in{I}``/``out{J}``); see :mod:`pjrt_hub._multi`."""
-    import numpy as np
 
     from pjrt_hub._multi import run_many
     from pjrt_hub._reports import ArrayInfo, RunReport

@@ -67,7 +67,7 @@ def fake_dist(site: Path) -> FakeDist:
              files: dict[str, str | bytes] | None = None, requires: list[str] | None = None) -> Path:
         dist_info = site / f"{name.replace('-', '_')}-{version}.dist-info"
         dist_info.mkdir()
-        meta = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+        meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
         meta += [f"Requires-Dist: {r}" for r in requires or ()]
         (dist_info / "METADATA").write_text("\n".join(meta) + "\n")
         if entry_points:

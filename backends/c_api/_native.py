@@ -41,9 +41,12 @@ _INITIALIZED = False
 class DestroyGates:
     """The native gates of one served struct, and their queue of held-back handles."""
 
-    def __init__(self, engine: Any, addresses: dict[str, int], count_address: int, queue_address: int) -> None:
+    def __init__(self, engine: Any, addresses: dict[str, int], count_address: int, queue_address: int,
+                 names: list[str]) -> None:
         self._engine = engine
         self.addresses = addresses
+        #: The gated function of each gate index (what a queued ``(index, handle)`` destroys).
+        self.names = names
         self._count = ctypes.c_int64.from_address(count_address)
         self._queue = (ctypes.c_uint64 * QUEUE_CAPACITY).from_address(queue_address)
         self._codes = (ctypes.c_uint64 * QUEUE_CAPACITY).from_address(queue_address + 8 * QUEUE_CAPACITY)
@@ -137,10 +140,8 @@ call:
             engine.finalize_object()
             _ENGINES.append(engine)
             addresses = {name: engine.get_function_address(f"gate_{i}") for i, name in enumerate(names)}
-            gates = DestroyGates(engine, addresses, engine.get_global_value_address("count"),
-                                 engine.get_global_value_address("queue"))
-            gates.names = names  # type: ignore[attr-defined]
-            return gates
+            return DestroyGates(engine, addresses, engine.get_global_value_address("count"),
+                                engine.get_global_value_address("queue"), names)
     except Exception as exc:  # noqa: BLE001 - without gates the struct still works
         log.warning("pjrt-hub could not build the native destroy gates (%s): a destroy that arrives while a "
                     "Python exception is in flight will lose that exception", exc)

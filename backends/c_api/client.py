@@ -101,8 +101,9 @@ class CTopologyDescription(TopologyDescription):
             self._owned.close()
 
     def __del__(self) -> None:
-        if getattr(self, "_owned", None) is not None:
-            _close_quietly(self._owned)
+        owned = getattr(self, "_owned", None)
+        if owned is not None:
+            _close_quietly(owned)
 
 
 # -- client ----------------------------------------------------------------------------------
@@ -131,8 +132,8 @@ def _compile_error(lib: PluginLibrary, err: int, c_function: str) -> PjrtError:
     if exc.code not in (ErrorCode.UNKNOWN, ErrorCode.INVALID_ARGUMENT):
         return exc
     compile_error = CompileError(exc.message, plugin=lib.name)
-    compile_error.plugin_code = exc.code  # type: ignore[attr-defined]
-    compile_error.c_function = c_function  # type: ignore[attr-defined]
+    compile_error.plugin_code = exc.code
+    compile_error.c_function = c_function
     compile_error.add_note(f"from {c_function} of plugin {lib.name!r} (PJRT C API {lib.version}), "
                            f"which reported it as {exc.code.name}")
     return compile_error

@@ -96,7 +96,7 @@ class _ClientOwned:
         return self._handle
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other._handle == self._handle  # type: ignore[attr-defined]
+        return type(other) is type(self) and other._handle == self._handle
 
     def __hash__(self) -> int:
         return hash(self._handle)

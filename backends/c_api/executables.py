@@ -327,7 +327,9 @@ class CLoadedExecutable(_Handle, LoadedExecutable):
             if err:
                 raise lib.error(err, "PJRT_LoadedExecutable_Execute")
             client, owner = self._client, self._client._owner
-            outputs = [[CBuffer(client, h) for h in out_row[:plan.num_outputs]] for out_row in plan.out_rows]
+            # A NULL output (a broken plugin) becomes a dead handle, refused when used.
+            outputs: list[list[Buffer]] = [[CBuffer(client, h or 0) for h in out_row[:plan.num_outputs]]
+                                           for out_row in plan.out_rows]
             events = [_event(lib, plan.events[d], owner) for d in range(num_devices)]
             return ExecuteResult(outputs, events)
         finally:

@@ -15,6 +15,7 @@ layout of that size.
 
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import re
 import threading
@@ -128,7 +129,9 @@ class CExtension:
         reason = self.unavailable_reason(c_function)
         if reason is not None:
             raise Unimplemented(reason, plugin=self._lib.name)
-        fn = _FN(ctypes.c_void_p.from_address(self.info.address + self.FUNCTIONS[c_function]).value)
+        address = ctypes.c_void_p.from_address(self.info.address + self.FUNCTIONS[c_function]).value
+        assert address, "unavailable_reason() refuses a NULL function pointer"
+        fn = _FN(address)
         self._functions[c_function] = fn
         return fn
 
@@ -434,7 +437,7 @@ def _c_pointer(value: Any, what: str) -> tuple[int, Any]:
         if not 0 <= value < 1 << 64:
             raise InvalidArgument(f"{what}: {value:#x} is not an address")
         return value, None
-    if isinstance(value, ctypes._CFuncPtr):  # type: ignore[attr-defined]
+    if isinstance(value, _ctypes.CFuncPtr):  # ctypes' function pointer base (ctypes._CFuncPtr)
         return ctypes.cast(value, ctypes.c_void_p).value or 0, value
     try:
         return ctypes.addressof(value), value

@@ -160,7 +160,7 @@ def walk_extensions(head: int | None, minor: int) -> tuple[list[ExtensionInfo], 
     seen: set[int] = set()
     new_layout = minor >= EXTENSION_STRUCT_SIZE_SINCE
     header = 24 if new_layout else 16
-    node = head
+    node: int | None = head
     while node:
         if node in seen:
             return nodes, f"the chain loops back to node {len(nodes)} at {node:#x}"
@@ -221,7 +221,7 @@ def decode_named_values(address: int | None, count: int, *, what: str = "attribu
             pointer = ctypes.c_void_p.from_address(base + 40).value
             if size > MAX_NAMED_VALUES or (size and not maps.readable(pointer or 0, 8 * size)):
                 raise PluginValidationError(plugin, f"{what}: {name!r} points to an unreadable int64 list")
-            value = list((ctypes.c_int64 * size).from_address(pointer)) if size else []
+            value = list((ctypes.c_int64 * size).from_address(pointer or 0)) if size else []  # readable: not NULL
         elif kind == _NV_FLOAT:
             value = ctypes.c_float.from_address(base + 40).value
         elif kind == _NV_BOOL:
@@ -308,7 +308,7 @@ class PluginLibrary:
         self.path = os.path.realpath(path)
         self.name = name or default_plugin_name(path)
         try:
-            self._dll = ctypes.CDLL(self.path, mode=os.RTLD_LOCAL | os.RTLD_NOW)
+            self._dll: ctypes.CDLL | None = ctypes.CDLL(self.path, mode=os.RTLD_LOCAL | os.RTLD_NOW)
         except OSError as exc:
             raise PluginLoadError(self.name, f"cannot load {self.path}: {exc}") from None
         try:
@@ -447,7 +447,7 @@ class PluginLibrary:
         message = _read_string(msg_args.message, msg_args.message_size)
         self.destroy_error(err)
         exc = error_for_code(code, message, plugin=self.name)
-        exc.c_function = c_function  # type: ignore[attr-defined]
+        exc.c_function = c_function
         if c_function:
             exc.add_note(f"from {c_function} of plugin {self.name!r} (PJRT C API {self.version})")
         if "size: expected" in message and message.startswith("Unexpected "):

@@ -147,7 +147,7 @@ class CpuApi(Api):
                 raise DeadlineExceeded(f"PJRT_Client_Create: node {node} of the job did not publish its topology "
                                        f"within {timeout:g} s ({exc.message})") from None
             except (ValueError, KeyError, TypeError):
-                raise InvalidArgument(f"PJRT_Client_Create: node {node} published a topology this plugin cannot read")
+                raise InvalidArgument(f"PJRT_Client_Create: node {node} published a topology this plugin cannot read") from None
         first = sum(counts[:node_id])
         topology = CpuTopologyDescription(
             local, platform_name=self._platform_name, platform_version=self._platform_version,

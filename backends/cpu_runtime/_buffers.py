@@ -26,7 +26,7 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -47,7 +47,8 @@ from pjrt_hub.abi import (
 from ._events import READY, CpuEvent, as_pjrt_error, failed_event
 
 if TYPE_CHECKING:
-    from ._devices import CpuMemory
+    from ._client import CpuClient
+    from ._devices import CpuDevice, CpuMemory
 
 __all__ = ["CpuBuffer", "Layout", "layout_of"]
 
@@ -100,7 +101,12 @@ class Pending:
     def __init__(self, event: CpuEvent) -> None:
         self.event = event
         self.results: list[np.ndarray] | None = None
-        self.reusable: list[bool] | None = None
+        self.reusable: Sequence[bool] | None = None
+
+    def array(self, index: int) -> np.ndarray:
+        """``results[index]``: there once ``event`` is set without an error, which callers await."""
+        assert self.results is not None, "a pending array was read before its event was set"
+        return self.results[index]
 
 
 class CpuBuffer(Buffer):
@@ -109,6 +115,25 @@ class CpuBuffer(Buffer):
     __slots__ = ("_client", "_device", "_memory", "_layout", "_array", "_event", "_state", "_error",
                  "_source", "_index", "_uses", "_ext_refs", "_accounted", "_release", "_mutable",
                  "_donated_to", "__weakref__")
+
+    # The slots' types: a buffer is built by _make (the public constructor refuses), which sets
+    # every one of them.
+    _client: CpuClient
+    _device: CpuDevice
+    _memory: CpuMemory
+    _layout: Layout
+    _array: np.ndarray | None
+    _event: CpuEvent
+    _state: int
+    _error: PjrtError | None
+    _source: Pending | None
+    _index: int
+    _uses: int
+    _ext_refs: int
+    _accounted: int
+    _release: Callable[[], None] | None
+    _mutable: bool
+    _donated_to: str | None
 
     # -- construction (runtime side) ----------------------------------------------------------
 
@@ -303,6 +328,7 @@ class CpuBuffer(Buffer):
             finally:
                 self._unhold()
             return ToHost(dst, READY)
+        assert source is not None  # _hold gives a source whenever it gives no array
         if dst is None:
             try:
                 dst = np.empty(layout.shape, layout.dtype)
@@ -315,7 +341,7 @@ class CpuBuffer(Buffer):
         def copy(error: PjrtError | None) -> None:
             try:
                 if error is None:
-                    np.copyto(target, source.results[index], casting="no")
+                    np.copyto(target, source.array(index), casting="no")
             except Exception as exc:  # noqa: BLE001
                 error = as_pjrt_error(exc, "PJRT_Buffer_ToHostBuffer")
             finally:
@@ -354,12 +380,13 @@ class CpuBuffer(Buffer):
         array, source, index = self._hold(action)
         if array is not None:
             try:
-                copy = array.copy()
+                duplicate = array.copy()
             finally:
                 self._unhold()
             with client._lock:
                 memory._alloc(layout.nbytes)
-            return CpuBuffer._make(memory, layout, copy, READY, layout.nbytes, True)
+            return CpuBuffer._make(memory, layout, duplicate, READY, layout.nbytes, True)
+        assert source is not None  # _hold gives a source whenever it gives no array
         event = CpuEvent()
         pending = Pending(event)
         with client._lock:
@@ -371,7 +398,7 @@ class CpuBuffer(Buffer):
             array = None
             try:
                 if error is None:
-                    array = source.results[index].copy()
+                    array = source.array(index).copy()
                     pending.results = [array]
                     pending.reusable = [True]
             except Exception as exc:  # noqa: BLE001
@@ -400,8 +427,9 @@ class CpuBuffer(Buffer):
         array, source, index = self._hold(action)
         try:
             if array is None:
+                assert source is not None  # _hold gives a source whenever it gives no array
                 source.event.await_()
-                array = source.results[index]
+                array = source.array(index)
         finally:
             self._unhold()
         return array

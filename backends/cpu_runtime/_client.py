@@ -94,7 +94,7 @@ class CpuClient(Client):
         # The devices of the other processes of a job (none in a single-process client).
         self._process_index = process_index
         self._remote = tuple(RemoteCpuDevice(d) for d in remote)
-        self._all_devices: tuple[Device, ...] = tuple(sorted((*self._devices, *self._remote), key=lambda d: d.id))
+        self._all_devices: tuple[CpuDevice | RemoteCpuDevice, ...] = tuple(sorted((*self._devices, *self._remote), key=lambda d: d.id))
         self._node_of_device = {d.id: d.get_description().process_index() for d in self._all_devices}
         #: The engine for collectives that span processes (None in a single-process client).
         self._engine = engine

@@ -429,7 +429,8 @@ def _leader_reduce(run: CollectiveRun, spec: "Collective", groups, meeting: _Mee
     hub = run.hub
     local = set(run.local)
     spanning = sorted(g for g in groups if not set(g) <= local and set(g) & local)
-    ufunc = _UFUNCS[spec.reduction]  # type: ignore[index]
+    assert spec.reduction is not None  # a reducing op without a known reduction is refused at entry
+    ufunc = _UFUNCS[spec.reduction]
     with hub._cond:
         leader = min(meeting.inputs)
         if me != leader:
@@ -442,7 +443,7 @@ def _leader_reduce(run: CollectiveRun, spec: "Collective", groups, meeting: _Mee
             members = [f for f in group if f in local]
             nodes = sorted({run.process_of(f) for f in group})
             results = []
-            for j, dtype in enumerate(spec.operand_dtypes):
+            for j in range(len(spec.operand_dtypes)):
                 partial = np.array(meeting.inputs[members[0]][j], copy=True)
                 if len(members) > 1:
                     _fold(ufunc, [meeting.inputs[m][j] for m in members], partial)
@@ -496,7 +497,8 @@ def _compute(spec: "Collective", run: CollectiveRun, groups, meeting: _Meeting, 
             for k, member in enumerate(group):
                 np.copyto(parts[k], _split(_inputs_of(meeting, member)[j], count, spec.dimension)[pos])
         return
-    ufunc = _UFUNCS[spec.reduction]  # type: ignore[index]
+    assert spec.reduction is not None  # a reducing op without a known reduction is refused at entry
+    ufunc = _UFUNCS[spec.reduction]
     if kind == "reduce_scatter":
         sources = [_split(_inputs_of(meeting, member)[0], n, spec.dimension)[pos] for member in group]
         _fold(ufunc, sources, outputs[0])

@@ -78,6 +78,7 @@ class CpuEvent(Event):
         a wait that runs out stops nothing; ``ExecuteOptions.timeout`` does)."""
         if not self._done:
             latch = self._latch
+            assert latch is not None  # only an event made finished (_finished) has none
             if timeout is None or timeout >= threading.TIMEOUT_MAX:  # inf: no limit, not an OverflowError
                 latch.acquire()
             elif not latch.acquire(timeout=max(timeout, 0.0)):

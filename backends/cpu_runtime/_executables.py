@@ -34,17 +34,19 @@ import struct
 import sys
 import traceback
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
 
 from pjrt_hub.abi import (
+    Buffer,
     BufferType,
     Cancelled,
     CompiledMemoryStats,
     CompileOptions,
     DeadlineExceeded,
     Device,
+    Event,
     Executable,
     ExecuteOptions,
     ExecuteResult,
@@ -272,9 +274,10 @@ def deserialize_executable(serialized: bytes, compiler: Any) -> CpuExecutable:
     if header.get("compiler") != compiler.name:
         raise bad(f"the executable was compiled by {header.get('compiler')!r}; "
                   f"this client compiles with {compiler.name!r}")
-    code: bytes | str | None = body[:code_size] if header.get("has_code") else None
-    if code is not None and header.get("code_is_text"):
-        code = code.decode("utf-8", "replace")
+    raw = body[:code_size] if header.get("has_code") else None
+    code: bytes | str | None = raw
+    if raw is not None and header.get("code_is_text"):
+        code = raw.decode("utf-8", "replace")
     try:
         program = compiler.deserialize(body[code_size:])
     except PjrtError as exc:
@@ -399,12 +402,15 @@ class CpuLoadedExecutable(LoadedExecutable):
 
     # -- execute ---------------------------------------------------------------------------------
 
-    def execute(self, argument_lists: Sequence[Sequence[CpuBuffer]], options: ExecuteOptions | None = None,
+    def execute(self, argument_lists: Sequence[Sequence[Buffer]], options: ExecuteOptions | None = None,
                 execute_device: Device | None = None) -> ExecuteResult:
         if self._deleted or self._client._destroyed:
             what = "was deleted" if self._deleted else "belongs to a destroyed client"
             raise FailedPrecondition(f"PJRT_LoadedExecutable_Execute: the executable {self._name} {what}")
         devices = self._devices if execute_device is None else self._portable_device(execute_device)
+        # Typed as this client's buffers from here: _check refuses any other argument, and
+        # _execute_fast returns None for one, before either uses it as a CpuBuffer.
+        argument_lists = cast("Sequence[Sequence[CpuBuffer]]", argument_lists)
         if len(argument_lists) != len(devices):
             raise InvalidArgument(
                 f"PJRT_LoadedExecutable_Execute: {self._name} runs on {len(devices)} device(s) "
@@ -441,7 +447,8 @@ class CpuLoadedExecutable(LoadedExecutable):
                         except PjrtError:
                             pass
                 return result
-        outputs, events = [], []
+        outputs: list[list[Buffer]] = []
+        events: list[Event] = []
         for launch in launches:
             buffers, event = self._run_inline(launch)
             outputs.append(buffers)
@@ -478,7 +485,7 @@ class CpuLoadedExecutable(LoadedExecutable):
             error = as_pjrt_error(exc, f"{self._name} on {device._label}")
         del arrays
         memory = device._memories[0]
-        outputs = []
+        outputs: list[Buffer] = []
         hooks = None
         with client._lock:
             for buffer in args:
@@ -508,11 +515,13 @@ class CpuLoadedExecutable(LoadedExecutable):
                 f"PJRT_LoadedExecutable_Execute: execute_device is only for single-device "
                 f"executables; {self._name} runs on {len(self._devices)} devices"
             )
-        if getattr(device, "_client", None) is not self._client:
+        from ._devices import CpuDevice
+
+        if not isinstance(device, CpuDevice) or device._client is not self._client:
             raise InvalidArgument(
                 f"PJRT_LoadedExecutable_Execute: execute_device {device!r} is not a device of this client"
             )
-        return (device,)  # type: ignore[return-value]
+        return (device,)
 
     def _check(self, args: Sequence[CpuBuffer], device: "CpuDevice", replica: int,
                non_donatable: Sequence[int]) -> _Launch:
@@ -598,6 +607,7 @@ class CpuLoadedExecutable(LoadedExecutable):
                     if launch.out is None:
                         launch.out = [None] * len(self._outputs)
                     if array is None:
+                        assert buffer._source is not None  # a live buffer without an array is pending
                         launch.out_pending.append((out_index, buffer._source, buffer._index))
                     launch.out[out_index] = array
                     launch.out_accounted[out_index] = buffer._accounted
@@ -648,11 +658,13 @@ class CpuLoadedExecutable(LoadedExecutable):
     # -- running ---------------------------------------------------------------------------------
 
     def _run_program(self, arrays: list[np.ndarray], out: list[np.ndarray | None] | None,
-                     cancel: CancelFlag | None = None) -> tuple[list[np.ndarray], list[bool]]:
+                     cancel: CancelFlag | None = None) -> tuple[list[np.ndarray], Sequence[bool]]:
         """Run and check the results; returns them with, for each, whether it is ours to reuse."""
         # A list of our own: results are replaced below, and the program may keep its list.
         if cancel is not None and self._cancellable:
-            results = list(self._program.run(arrays, out, cancel=cancel.flag))
+            # A cancellable program's run takes cancel= besides the protocol's arguments (compiler.py).
+            run: Callable[..., Sequence[np.ndarray]] = self._program.run
+            results = list(run(arrays, out, cancel=cancel.flag))
         else:
             results = list(self._program.run(arrays, out))
         outputs = self._outputs
@@ -714,7 +726,7 @@ class CpuLoadedExecutable(LoadedExecutable):
                 hooks.append(hook)
         return hooks
 
-    def _compute(self, launch: _Launch) -> tuple[list[np.ndarray], list[bool], PjrtError | None]:
+    def _compute(self, launch: _Launch) -> tuple[list[np.ndarray], Sequence[bool], PjrtError | None]:
         """Wait for inputs still being computed, then run; an error is returned, not raised."""
         participant = launch.participant
         if launch.error is not None:
@@ -725,18 +737,21 @@ class CpuLoadedExecutable(LoadedExecutable):
         try:
             for index, source, position in launch.pending:
                 _wait(source.event, cancel)
-                launch.arrays[index] = source.results[position]
+                launch.arrays[index] = source.array(position)
             for index, source, position in launch.out_pending:
                 _wait(source.event, cancel)
-                if source.reusable[position]:  # type: ignore[index]
-                    launch.out[index] = source.results[position]  # type: ignore[index]
+                # out_pending is filled only where out is made; reusable is set with the results.
+                assert launch.out is not None and source.reusable is not None
+                if source.reusable[position]:
+                    launch.out[index] = source.array(position)
             if cancel is not None and cancel.reason is not None:
                 raise cancel.reason
+            arrays = cast("list[np.ndarray]", launch.arrays)  # the pending inputs are filled in now
             if participant is None:
-                results, reusable = self._run_program(launch.arrays, launch.out, cancel)
+                results, reusable = self._run_program(arrays, launch.out, cancel)
             else:
                 with participating(participant):
-                    results, reusable = self._run_program(launch.arrays, launch.out, cancel)
+                    results, reusable = self._run_program(arrays, launch.out, cancel)
             return results, reusable, None
         except Exception as exc:  # noqa: BLE001 - an execution error goes onto the event
             if cancel is not None and cancel.reason is not None:
@@ -748,12 +763,12 @@ class CpuLoadedExecutable(LoadedExecutable):
                 participant.run.fail(participant.flat, error)
             return [], [], error
 
-    def _run_inline(self, launch: _Launch) -> tuple[list[CpuBuffer], CpuEvent]:
+    def _run_inline(self, launch: _Launch) -> tuple[list[Buffer], CpuEvent]:
         results, reusable, error = self._compute(launch)
         if error is not None:
             _forget_frames(error)
         memory = launch.device._memories[0]
-        outputs = []
+        outputs: list[Buffer] = []
         with self._client._lock:
             hooks = self._give_back(launch)
             self._disarm(launch)
@@ -783,7 +798,8 @@ class CpuLoadedExecutable(LoadedExecutable):
 
     def _submit(self, launches: list[_Launch]) -> ExecuteResult:
         """Create pending outputs and queue each launch on its device. Caller holds the lock."""
-        outputs, events = [], []
+        outputs: list[list[Buffer]] = []
+        events: list[Event] = []
         for launch in launches:
             event = CpuEvent()
             task = _Execution(self, launch, event)
@@ -800,7 +816,7 @@ class CpuLoadedExecutable(LoadedExecutable):
                 buffer._index = index
                 buffers.append(buffer)
             task.outputs = buffers
-            outputs.append(buffers)
+            outputs.append([*buffers])  # the caller's own list: it may change it, the task reads its own
             events.append(event)
             launch.device._worker.submit(task)
         return ExecuteResult(outputs, events)
@@ -814,11 +830,13 @@ class _Execution(Pending):
     def __init__(self, executable: CpuLoadedExecutable, launch: _Launch, event: CpuEvent) -> None:
         super().__init__(event)
         self.executable = executable
-        self.launch = launch
+        #: None once the task has run (it lets go of the argument arrays).
+        self.launch: _Launch | None = launch
         self.outputs: list[CpuBuffer] = []
 
     def __call__(self) -> None:
         executable, launch = self.executable, self.launch
+        assert launch is not None  # a worker runs a task once
         results, reusable, error = executable._compute(launch)
         if error is not None:
             _forget_frames(error)
@@ -841,7 +859,7 @@ class _Execution(Pending):
                         hooks.append(hook)
         # Drop the argument arrays and the outputs before anyone is told: a waiter may check
         # memory right away, and consumers of the results need only ``results``.
-        self.launch = None  # type: ignore[assignment]
+        self.launch = None
         self.outputs = []
         del launch
         for hook in hooks:

@@ -180,8 +180,11 @@ def deserialize_topology(serialized: bytes) -> CpuTopologyDescription:
 
 def read_num_devices(options: NamedValues, default: int = DEFAULT_NUM_DEVICES) -> int:
     """The device count from create options (``num_devices`` or XLA's ``cpu_device_count``)."""
-    given = {name: options[name] for name in DEVICE_COUNT_OPTIONS if name in options}
-    for name, value in given.items():
+    given: dict[str, int] = {}
+    for name in DEVICE_COUNT_OPTIONS:
+        if name not in options:
+            continue
+        value = options[name]
         if isinstance(value, bool) or not isinstance(value, int):
             raise InvalidArgument(
                 f"Option passed to PJRT_Client_Create with name {name} has type "
@@ -189,6 +192,7 @@ def read_num_devices(options: NamedValues, default: int = DEFAULT_NUM_DEVICES) -
             )
         if value < 1:
             raise InvalidArgument(f"create option {name}={value}: the device count must be at least 1")
+        given[name] = value
     if len(set(given.values())) > 1:
         raise InvalidArgument(
             "create options num_devices and cpu_device_count disagree "

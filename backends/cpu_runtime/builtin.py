@@ -7,7 +7,7 @@ and the description differ.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pjrt_hub.abi import FRAMEWORK_VERSION, PluginDeclaration, history
 
@@ -43,7 +43,7 @@ def builtin_api(compiler: ProgramCompiler, backend: str, inline_policy: InlinePo
     from ._api import CpuApi
     from ._extensions import builtin_extensions
 
-    policy = {} if inline_policy is None else {"inline_policy": inline_policy}
+    policy: dict[str, Any] = {} if inline_policy is None else {"inline_policy": inline_policy}
     return CpuApi(compiler, platform_name="cpu", api_version=FRAMEWORK_VERSION,
                   platform_version=f"pjrt-hub {backend}",
                   attributes={"pjrt_hub_backend": backend, **STABLEHLO_ATTRIBUTES},

@@ -292,6 +292,12 @@ class Lowering:
         self._lane_bufs: dict[int, tuple[str, str | None]] = {}
         #: Set by rules that emit multi-threaded library calls (large dot products).
         self.threaded = False
+        #: Set by the planner (planner.plan_block): each value's readers, and the loop nests
+        #: that read each lazy value.
+        self._plan_users: dict[Value, list] = {}
+        self._plan_roots: dict[Value, frozenset] = {}
+        #: Collective ops lowered so far (collective_rules numbers each one's spec).
+        self._collective_count = 0
 
     # ---- names and globals ----
 
@@ -588,7 +594,7 @@ class Lowering:
         out_kinds = []
         outs = []
         seen: set[str] = set()
-        for v, b in zip(fn.body.terminator.operands, results):
+        for v, _b in zip(fn.body.terminator.operands, results):
             kind = self.kind(v)
             out_kinds.append(kind)
             if v.type.rank == 0:
@@ -945,7 +951,7 @@ class Lowering:
                 full = prefix + (Expr(var, child, var),)
                 if body is not None:
                     body(full)
-                for (op, plan, _), is_direct in zip(items, direct):
+                for (op, _plan, _), is_direct in zip(items, direct):
                     # A row in memory is read after this loop has written all of it, within
                     # the current row by construction: no fusion check to log.
                     if not is_direct:

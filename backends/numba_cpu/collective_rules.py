@@ -37,7 +37,7 @@ def _nb_type(kind: ElementKind) -> str:
 def _flat_operand(ctx: Lowering, v: Value) -> str:
     """A C-contiguous array holding ``v``: its own array, or a 1-element one for a scalar."""
     kind = ctx.kind(v)
-    if v.type.rank:
+    if v.tensor_type.rank:
         return ctx.array(v)
     name = ctx.fresh("c")
     ctx.scope.emit(f"{name} = np.empty(1, {kind.np_name})")
@@ -46,8 +46,8 @@ def _flat_operand(ctx: Lowering, v: Value) -> str:
 
 
 def _spec_global(ctx: Lowering, op: Op) -> str:
-    counter = getattr(ctx, "_collective_count", 0)
-    ctx._collective_count = counter + 1  # type: ignore[attr-defined]
+    counter = ctx._collective_count
+    ctx._collective_count = counter + 1
     spec = describe(op, counter)
     data = {
         "kind": spec.kind, "key": spec.key, "groups": [list(g) for g in spec.groups],
@@ -65,9 +65,9 @@ def _spec_global(ctx: Lowering, op: Op) -> str:
 
 def _unflatten(ctx: Lowering, v: Value, flat: str) -> Arr | Scal:
     kind = ctx.kind(v)
-    if v.type.rank:
+    if v.tensor_type.rank:
         name = ctx.fresh("a")
-        ctx.scope.emit(f"{name} = {flat}.reshape({tuple(v.type.shape)!r})")
+        ctx.scope.emit(f"{name} = {flat}.reshape({tuple(v.tensor_type.shape)!r})")
         return Arr(name, kind)
     return Scal(ctx.temp(kind.load(ld_text(flat, ["0"])), []))
 
@@ -100,7 +100,7 @@ def _collective(ctx: Lowering, op: Op):
     out = []
     for r, flat in zip(op.results, flats):
         kind = ctx.kind(r)
-        size = math.prod(r.type.shape)
+        size = math.prod(r.tensor_type.shape)
         result = ctx.fresh("a")
         ctx.scope.emit(f"{result} = np.empty({max(size, 1)}, {kind.np_name})")
         members = ctx.fresh("nk")

@@ -32,12 +32,15 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
 from pjrt_hub.abi import CompileError, CompileOptions, InvalidArgument, PjrtHubError
 from pjrt_hub.backends.cpu_runtime.compiler import TensorSpec
+
+if TYPE_CHECKING:  # .tiers imports this module
+    from .tiers import TieredProgram
 
 __all__ = ["NumbaCompiler", "NumbaProgram", "CacheStats", "default_cache_dir"]
 

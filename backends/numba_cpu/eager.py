@@ -441,7 +441,7 @@ class EagerProgram:
         when it turns true (the compiled program is ready and will answer instead)."""
         env: Env = {_CANCEL: cancel, _OVERTAKEN: overtaken}
         inputs = []
-        for a, x, kind in zip(self.fn.args, args, self._in_kinds):
+        for x, kind in zip(args, self._in_kinds):
             x = np.asarray(x)
             if kind.narrow:
                 bits = x.view(np.uint16)

@@ -30,7 +30,7 @@ import ctypes
 import ctypes.util
 import functools
 import math
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

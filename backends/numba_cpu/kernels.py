@@ -8,6 +8,7 @@ Python control flow inside the same compiled function.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable, Sequence
 
@@ -25,7 +26,7 @@ __all__: list[str] = []
 def _new_array(ctx: Lowering, v: Value) -> tuple[str, ElementKind]:
     name = ctx.fresh("a")
     kind = ctx.kind(v)
-    ctx.alloc(name, v.type.shape, kind)
+    ctx.alloc(name, v.tensor_type.shape, kind)
     return name, kind
 
 
@@ -58,7 +59,9 @@ def _carry(ctx: Lowering, b) -> str:
 @kernel("stablehlo.dot_general", "stablehlo.dot")
 def _dot_general(ctx: Lowering, op: Op):
     lhs, rhs = op.operands
-    lrank, rrank = len(lhs.type.shape), len(rhs.type.shape)
+    lrank, rrank = len(lhs.tensor_type.shape), len(rhs.tensor_type.shape)
+    lb: tuple[int, ...]
+    rb: tuple[int, ...]
     if op.name == "stablehlo.dot":
         lb, rb, lc, rc = (), (), (lrank - 1,), (0,)
     else:
@@ -70,12 +73,12 @@ def _dot_general(ctx: Lowering, op: Op):
     res = op.result
     out, rk = _new_array(ctx, res)
     lk, rkk = ctx.kind(lhs), ctx.kind(rhs)
-    ls, rs = lhs.type.shape, rhs.type.shape
+    ls, rs = lhs.tensor_type.shape, rhs.tensor_type.shape
     B = math.prod(ls[d] for d in lb)
     M = math.prod(ls[d] for d in lf)
     K = math.prod(ls[d] for d in lc)
     N = math.prod(rs[d] for d in rf)
-    if res.type.rank == 0 and lrank == 0:
+    if res.tensor_type.rank == 0 and lrank == 0:
         raise _unsupported_variant(op, "scalar operands")
     blas = rk.cls in "fc" and not rk.narrow and lk == rk and rkk == rk and lrank and rrank
     if blas and M * N and K:
@@ -104,11 +107,11 @@ def _dot_general(ctx: Lowering, op: Op):
         return [Arr(out, rk)]
     if blas and M * N:
         # Nothing to contract: zeros (numba's fill does not take a 0-d array).
-        ctx.scope.emit(f"{out}.reshape(({M * N * B},)).fill(0)" if res.type.rank == 0 else f"{out}.fill(0)")
+        ctx.scope.emit(f"{out}.reshape(({M * N * B},)).fill(0)" if res.tensor_type.rank == 0 else f"{out}.fill(0)")
         return [Arr(out, rk)]
     # Integers, narrow floats, mixed types: loops, accumulating in the result's compute type.
     zero = ctx.const(0, rk)
-    with ctx.loops(res.type.shape) as oidx:
+    with ctx.loops(res.tensor_type.shape) as oidx:
         bvars = oidx[: len(lb)]
         lvars = oidx[len(lb): len(lb) + len(lf)]
         rvars = oidx[len(lb) + len(lf):]
@@ -129,10 +132,10 @@ def _dot_general(ctx: Lowering, op: Op):
                 li[d] = x
             for d, x in zip(rc, cvars):
                 ri[d] = x
-            a = ctx.read(lhs, li)
-            c = ctx.read(rhs, ri)
-            a = convert_text(a, lk, rk)
-            c = convert_text(c, rkk, rk)
+            a_read = ctx.read(lhs, li)
+            c_read = ctx.read(rhs, ri)
+            a = convert_text(a_read, lk, rk)
+            c = convert_text(c_read, rkk, rk)
             a = a.text if isinstance(a, Expr) else a
             c = c.text if isinstance(c, Expr) else c
             if rk.cls in "fc":
@@ -150,7 +153,7 @@ def _arrange(ctx: Lowering, v: Value, batch, first, second, shape3) -> tuple[str
     """A (B, first, second) 3-D array for ``v``: a reshaped view when the dims are already in
     that order (or in (B, second, first) order, returned transposed), else a permuted copy."""
     name = ctx.array(v)
-    rank = len(v.type.shape)
+    rank = len(v.tensor_type.shape)
     b3, f3, s3 = shape3
     if tuple(batch + first + second) == tuple(range(rank)):
         view = ctx.fresh("r")
@@ -162,12 +165,12 @@ def _arrange(ctx: Lowering, v: Value, batch, first, second, shape3) -> tuple[str
         return view, True
     order = tuple(batch + first + second)
     kind = ctx.kind(v)
-    perm_shape = tuple(v.type.shape[d] for d in order)
+    perm_shape = tuple(v.tensor_type.shape[d] for d in order)
     copy = ctx.fresh("a")
     ctx.alloc(copy, perm_shape, kind)
 
     def at(idx):
-        src = [None] * rank
+        src: list = [None] * rank
         for d, x in zip(order, idx):
             src[d] = x
         return ctx.read(v, src)
@@ -186,14 +189,14 @@ def _concatenate(ctx: Lowering, op: Op):
     dim = int(op.attr("dimension"))
     out, kind = _new_array(ctx, op.result)
     offset = 0
-    rank = len(op.result.type.shape)
+    rank = len(op.result.tensor_type.shape)
     for v in op.operands:
-        if v.type.shape[dim] == 0:
+        if v.tensor_type.shape[dim] == 0:
             continue
         offsets = ["0"] * rank
         offsets[dim] = str(offset)
-        ctx.fill(out, kind, v.type.shape, lambda idx, v=v: ctx.read(v, idx), offsets)
-        offset += v.type.shape[dim]
+        ctx.fill(out, kind, v.tensor_type.shape, functools.partial(ctx.read, v), offsets)
+        offset += v.tensor_type.shape[dim]
     return [Arr(out, kind)]
 
 
@@ -207,12 +210,12 @@ def _dynamic_update_slice(ctx: Lowering, op: Op):
         out, kind = b.name, b.kind
     else:
         out, kind = _new_array(ctx, op.result)
-        ctx.fill(out, kind, operand.type.shape, lambda idx: ctx.read(operand, idx))
+        ctx.fill(out, kind, operand.tensor_type.shape, lambda idx: ctx.read(operand, idx))
     offs = []
-    for s, n, u in zip(starts, operand.type.shape, update.type.shape):
+    for s, n, u in zip(starts, operand.tensor_type.shape, update.tensor_type.shape):
         sv = ctx.read(s, ())
         offs.append(ctx.temp(f"clamp_index({sv.text}, {n - u})", [sv], prefix="d").text)
-    ctx.fill(out, kind, update.type.shape, lambda idx: ctx.read(update, idx), offs)
+    ctx.fill(out, kind, update.tensor_type.shape, lambda idx: ctx.read(update, idx), offs)
     return [Arr(out, kind)]
 
 
@@ -225,7 +228,7 @@ def _while(ctx: Lowering, op: Op):
     names = []
     for v in op.operands:
         name = ctx.fresh("w")
-        if v.type.rank == 0:
+        if v.tensor_type.rank == 0:
             ctx.scope.emit(f"{name} = {ctx.read(v, ()).text}")
         else:
             ctx.array(v)
@@ -237,6 +240,7 @@ def _while(ctx: Lowering, op: Op):
         ctx.emit_cancel_check()
         _bind_carried(ctx, cond.args, names, loop)
         (c,) = ctx.lower_block(cond)
+        assert isinstance(c, Scal)  # the condition is a 0-d i1: a scalar binding
         ctx.scope.emit(f"if not {c.expr.text}: break")
         _bind_carried(ctx, body.args, names, loop)
         _assign_results(ctx, names, ctx.lower_block(body))
@@ -284,7 +288,7 @@ def _case(ctx: Lowering, op: Op):
 def _optimization_barrier(ctx: Lowering, op: Op):
     out = []
     for v in op.operands:
-        if v.type.rank:
+        if v.tensor_type.rank:
             ctx.array(v)
             out.append(ctx.env[v])
         else:
@@ -303,7 +307,8 @@ def _emit_sort(ctx: Lowering, operands: Sequence[Value], dim: int,
     ``write(oidx, k, p)`` stores the k-th element of the sorted slice, ``p`` being the index
     (in the original slice) of the element that goes there.
     """
-    shape = operands[0].type.shape
+    assert write is not None  # every caller passes one
+    shape = operands[0].tensor_type.shape
     n = shape[dim]
     rank = len(shape)
     for v in operands:
@@ -355,7 +360,7 @@ def _emit_sort(ctx: Lowering, operands: Sequence[Value], dim: int,
 @kernel("stablehlo.sort")
 def _sort(ctx: Lowering, op: Op):
     dim = int(op.attr("dimension"))
-    rank = len(op.operands[0].type.shape)
+    rank = len(op.operands[0].tensor_type.shape)
     if dim < 0:
         dim += rank
     region = op.regions[0]
@@ -375,7 +380,7 @@ def _sort(ctx: Lowering, op: Op):
             val = ctx.read(v, src)
             ctx.scope.emit(st_text(name, _parts(dst), kind.store(val.text)))
 
-    if op.operands[0].type.shape[dim] > 0:
+    if op.operands[0].tensor_type.shape[dim] > 0:
         _emit_sort(ctx, op.operands, dim, less, write=write)
     return [Arr(name, kind) for name, kind in outs]
 
@@ -384,7 +389,7 @@ def _sort(ctx: Lowering, op: Op):
 def _top_k(ctx: Lowering, op: Op):
     (x,) = op.operands
     k = int(op.attr("k"))
-    rank = len(x.type.shape)
+    rank = len(x.tensor_type.shape)
     kind = ctx.kind(x)
     (vname, vkind), (iname, ikind) = (_new_array(ctx, r) for r in op.results)
 
@@ -418,19 +423,19 @@ def _scatter(ctx: Lowering, op: Op):
     outs = []
     for v, r in zip(inputs, op.results):
         name, kind = _new_array(ctx, r)
-        ctx.fill(name, kind, v.type.shape, lambda idx, v=v: ctx.read(v, idx))
+        ctx.fill(name, kind, v.tensor_type.shape, functools.partial(ctx.read, v))
         outs.append((name, kind))
     for u in updates:
         ctx.array(u)
     combine = reducer(ctx, op)
-    ushape = updates[0].type.shape
+    ushape = updates[0].tensor_type.shape
     urank = len(ushape)
-    shape = inputs[0].type.shape
+    shape = inputs[0].tensor_type.shape
     rank = len(shape)
     uwd = tuple(dn.update_window_dims)
     scatter_dims = [d for d in range(urank) if d not in uwd]
     ivd = dn.index_vector_dim
-    ind_rank = len(indices.type.shape)
+    ind_rank = len(indices.tensor_type.shape)
     with ctx.loops(ushape) as uidx:
         usi = [uidx[d] for d in scatter_dims]
 
@@ -546,7 +551,7 @@ def _emit_prefix_scan(ctx: Lowering, op: Op, d: int) -> list:
     n*w. The dims after ``d`` are inner loops (contiguous, vectorisable); with none, the
     running value stays in a scalar."""
     (x,) = op.operands[:1]
-    shape = tuple(x.type.shape)
+    shape = tuple(x.tensor_type.shape)
     name, kind = _new_array(ctx, op.result)
     combine = reducer(ctx, op)
     init = ctx.read(op.operands[1], ())
@@ -584,14 +589,14 @@ def _emit_clipped_window(ctx: Lowering, op: Op, wdims, strides, wdil, pads) -> l
     over the positions inside the operand only, computed per output position, so the loop body
     has no bounds test and no clamped index (and a contiguous window loop vectorises)."""
     x = op.operands[0]
-    shape = tuple(x.type.shape)
+    shape = tuple(x.tensor_type.shape)
     name, kind = _new_array(ctx, op.result)
     combine = reducer(ctx, op)
     init = ctx.read(op.operands[1], ())
-    with ctx.loops(op.result.type.shape) as oidx:
+    with ctx.loops(op.result.tensor_type.shape) as oidx:
         acc = ctx.fresh("acc")
         ctx.scope.emit(f"{acc} = {init.text}")
-        src: list[Expr] = []
+        src: list = []  # an Expr per dim; None for a windowed dim until its loop opens
         ranges: list[tuple[Expr, str, str] | None] = []
         for dim, (o, w, s, wd, (lo_pad, _)) in enumerate(zip(oidx, wdims, strides, wdil, pads)):
             start = f"{o.text} * {s} - {lo_pad}" if lo_pad else f"{o.text} * {s}"
@@ -608,14 +613,14 @@ def _emit_clipped_window(ctx: Lowering, op: Op, wdims, strides, wdil, pads) -> l
                 lo = ctx.temp(f"max(0, ({wd - 1} - {base.text}) // {wd})", [base], prefix="lo")
                 hi = ctx.temp(f"min({w}, ({shape[dim] - 1} - {base.text}) // {wd} + 1)", [base], prefix="hi")
             ranges.append((base, lo.text, hi.text))
-            src.append(None)  # type: ignore[arg-type]
+            src.append(None)
         opened = []
         for dim, r in enumerate(ranges):
             if r is None:
                 continue
-            base, lo, hi = r
+            base, low, high = r
             k = ctx.fresh("k")
-            scope = ctx.block_scope(f"for {k} in range({lo}, {hi}):")
+            scope = ctx.block_scope(f"for {k} in range({low}, {high}):")
             body = scope.__enter__()
             opened.append(scope)
             kx = Expr(k, body, k)
@@ -633,14 +638,14 @@ def _emit_clipped_window(ctx: Lowering, op: Op, wdims, strides, wdil, pads) -> l
 def _reduce_window(ctx: Lowering, op: Op):
     n = len(op.results)
     inputs, inits = op.operands[:n], op.operands[n:]
-    rank = len(inputs[0].type.shape)
+    rank = len(inputs[0].tensor_type.shape)
     wdims = tuple(op.attr("window_dimensions"))
     strides = tuple(op.attr("window_strides") or (1,) * rank)
     bdil = tuple(op.attr("base_dilations") or (1,) * rank)
     wdil = tuple(op.attr("window_dilations") or (1,) * rank)
     pads = _padding(op, rank)
-    in_shape = inputs[0].type.shape
-    if all(b == 1 for b in bdil) and math.prod(op.results[0].type.shape) and _init_is_identity(ctx, op):
+    in_shape = inputs[0].tensor_type.shape
+    if all(b == 1 for b in bdil) and op.results[0].tensor_type.size and _init_is_identity(ctx, op):
         d = _prefix_scan_dim(in_shape, wdims, strides, bdil, wdil, pads)
         if d is not None:
             return _emit_prefix_scan(ctx, op, d)
@@ -648,7 +653,7 @@ def _reduce_window(ctx: Lowering, op: Op):
     combine = reducer(ctx, op)
     outs = [_new_array(ctx, r) for r in op.results]
     init = [ctx.read(v, ()) for v in inits]
-    with ctx.loops(op.results[0].type.shape) as oidx:
+    with ctx.loops(op.results[0].tensor_type.shape) as oidx:
         accs = [ctx.fresh("acc") for _ in range(n)]
         ctx.scope.emit(f"{', '.join(accs)} = {', '.join(e.text for e in init)}")
         with ctx.loops(wdims) as widx:
@@ -693,8 +698,8 @@ def _convolution(ctx: Lowering, op: Op):
     bgc = int(op.attr("batch_group_count") or 1)
     out, rk = _new_array(ctx, op.result)
     lk, kk = ctx.kind(lhs), ctx.kind(rhs)
-    ls, ks = lhs.type.shape, rhs.type.shape
-    out_shape = op.result.type.shape
+    ls, ks = lhs.tensor_type.shape, rhs.tensor_type.shape
+    out_shape = op.result.tensor_type.shape
     out_f = out_shape[dn.output_feature_dimension]
     kin = ks[dn.kernel_input_feature_dimension]
     in_batch = ls[dn.input_batch_dimension]
@@ -761,17 +766,17 @@ def _if(ctx: Lowering, op: Op):
 @kernel("stablehlo.select_and_scatter", lazy_operands=True)
 def _select_and_scatter(ctx: Lowering, op: Op):
     operand, source, init = op.operands
-    rank = len(operand.type.shape)
+    rank = len(operand.tensor_type.shape)
     wdims = tuple(op.attr("window_dimensions") or (1,) * rank)
     strides = tuple(op.attr("window_strides") or (1,) * rank)
     pads = _padding(op, rank)
-    shape = operand.type.shape
+    shape = operand.tensor_type.shape
     select_region, scatter_region = op.regions
     out, kind = _new_array(ctx, op.result)
     init_e = ctx.read(init, ())
     ctx.fill(out, kind, shape, lambda idx: init_e)
     ctx.array(operand)
-    with ctx.loops(source.type.shape) as sidx:
+    with ctx.loops(source.tensor_type.shape) as sidx:
         best, have = ctx.fresh("best"), ctx.fresh("have")
         pos = [ctx.fresh("bp") for _ in range(rank)]
         ctx.scope.emit(f"{have} = False")
@@ -817,7 +822,7 @@ def _rng_bit_generator(ctx: Lowering, op: Op):
     if skind.storage != np.uint64:
         raise _unsupported_variant(op, f"{skind.element} state")
     algorithm = str(op.attr("rng_algorithm") or "DEFAULT")
-    count = math.prod(values.type.shape)
+    count = math.prod(values.tensor_type.shape)
     itemsize = vkind.storage.itemsize
     words = -(-count * itemsize // 4)
     name = ctx.array(state)
@@ -828,5 +833,5 @@ def _rng_bit_generator(ctx: Lowering, op: Op):
         ctx.scope.emit(f"{st}, {w} = rng_philox({name}, {-(-words // 4)})")
     out = ctx.fresh("a")
     ctx.scope.emit(f"{out} = {w}.view(np.uint8)[:{count * itemsize}].copy().view({vkind.np_name})"
-                   f".reshape({tuple(values.type.shape)!r})")
+                   f".reshape({tuple(values.tensor_type.shape)!r})")
     return [Arr(st, skind), Arr(out, vkind)]

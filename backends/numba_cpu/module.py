@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from pjrt_hub.backends.stablehlo import Function, Module, TensorType, element_dtype, output_aliases
+from pjrt_hub.backends.stablehlo.ir import as_tensor
 from pjrt_hub.backends.stablehlo.loops import unbounded_loops
 
 from .codegen import GeneratedFunction
@@ -62,7 +63,7 @@ def cost_analysis(fn: Function) -> dict[str, float]:
         out = sum(_size(r.type) for r in op.results)
         accessed += sum(_nbytes(v.type) for v in op.operands) + sum(_nbytes(r.type) for r in op.results)
         if op.name in ("stablehlo.dot_general", "stablehlo.dot"):
-            lhs = op.operands[0].type
+            lhs = op.operands[0].tensor_type
             if op.name == "stablehlo.dot":
                 contract = lhs.shape[-1] if lhs.shape else 1
             else:
@@ -70,7 +71,7 @@ def cost_analysis(fn: Function) -> dict[str, float]:
                 contract = math.prod(lhs.shape[d] for d in dn.lhs_contracting_dimensions)
             flops += 2.0 * out * contract
         elif op.name == "stablehlo.convolution":
-            rhs = op.operands[1].type
+            rhs = op.operands[1].tensor_type
             dn = op.attr("dimension_numbers")
             window = math.prod(rhs.shape[d] for d in dn.kernel_spatial_dimensions)
             flops += 2.0 * out * window * rhs.shape[dn.kernel_input_feature_dimension]
@@ -94,8 +95,8 @@ def program_meta(module: Module, fn: Function) -> dict:
         "num_replicas": module.num_replicas,
         "num_partitions": module.num_partitions,
         "uses_collectives": uses_collectives(module),
-        "inputs": [(tuple(a.type.shape), str(element_dtype(a.type.element_type))) for a in fn.args],
-        "outputs": [(tuple(t.shape), str(element_dtype(t.element_type))) for t in fn.result_types],
+        "inputs": [(tuple(a.tensor_type.shape), str(element_dtype(a.tensor_type.element_type))) for a in fn.args],
+        "outputs": [(tuple(t.shape), str(element_dtype(t.element_type))) for t in map(as_tensor, fn.result_types)],
         "aliases": output_aliases(module, fn),
         "cost": cost_analysis(fn),
         # The lowering reads the runtime's cancel flag in every while loop (see .cancel).
@@ -109,12 +110,12 @@ def render_module(module: Module, fn: Function, gen: GeneratedFunction) -> str:
     meta["cancellable"] = gen.cancellable
     meta["threaded"] = gen.threaded
     collectives = meta["uses_collectives"]
-    arg_types = [_nb_array(k, len(a.type.shape)) for k, a in zip(gen.input_kinds, fn.args)]
+    arg_types = [_nb_array(k, len(a.tensor_type.shape)) for k, a in zip(gen.input_kinds, fn.args)]
     if gen.cancellable:
         from .cancel import CANCEL_FLAG_TYPE
 
         arg_types.append(CANCEL_FLAG_TYPE)
-    out_types = [_nb_array(k, len(t.shape)) for k, t in zip(gen.output_kinds, fn.result_types)]
+    out_types = [_nb_array(k, len(t.shape)) for k, t in zip(gen.output_kinds, map(as_tensor, fn.result_types))]
     sig = f"types.Tuple(({', '.join(out_types)}{',' if len(out_types) == 1 else ''}))({', '.join(arg_types)})"
     from .compiler import backend_digest
 

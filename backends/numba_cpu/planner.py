@@ -117,7 +117,7 @@ def plan_block(ctx: Lowering, block: Block) -> list:
     group: _Group | None = None
     for op in ops:
         if _is_lazy(op):
-            members = [_Member("ew", [r], shape=tuple(r.type.shape)) for r in op.results if r in materialize]
+            members = [_Member("ew", [r], shape=tuple(r.tensor_type.shape)) for r in op.results if r in materialize]
         elif op.name == "stablehlo.reduce":
             members = [reduce_member(op)]
         else:
@@ -134,13 +134,14 @@ def plan_block(ctx: Lowering, block: Block) -> list:
 
 
 def reduce_member(op: Op) -> _Member:
-    shape = tuple(op.operands[0].type.shape)
+    shape = tuple(op.operands[0].tensor_type.shape)
     return _Member("reduce", list(op.results), op=op, shape=shape)
 
 
 def natural_outer(m: _Member) -> tuple[int, ...]:
     if m.kind == "ew":
         return m.shape
+    assert m.op is not None  # a reduce member carries its op
     dims = set(m.op.attr("dimensions") or ())
     out = []
     for d, size in enumerate(m.shape):
@@ -174,7 +175,7 @@ def _add_member(ctx: Lowering, items: list, group: _Group | None, m: _Member) ->
             group.members[-1] = merged
             return group
     # A reduction over every inner dim of the previous elementwise loop nest: accumulate in it.
-    if (m.kind == "reduce" and last.kind == "ew" and last.shape == m.shape and group.outer
+    if (m.kind == "reduce" and m.op is not None and last.kind == "ew" and last.shape == m.shape and group.outer
             and natural == group.outer and m.op.attr("dimensions")
             and set(m.op.attr("dimensions")) == set(range(len(natural), len(m.shape)))):
         merged = _Member("ew", last.values + m.values, shape=last.shape, reduces=last.reduces + [m.op])
@@ -217,6 +218,6 @@ def group_local_values(ctx: Lowering, group: _Group) -> set[Value]:
                 ok = False
             if not ok:
                 break
-        if ok and len(v.type.shape) >= len(group.outer):
+        if ok and len(v.tensor_type.shape) >= len(group.outer):
             local.add(v)
     return local

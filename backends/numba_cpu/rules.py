@@ -885,11 +885,11 @@ def emit_reduce_member(ctx: Lowering, op: Op, outer_idx: tuple[Expr, ...]) -> No
         kpos = [iidx[d - r] for d in kept]
         res_idx = outer_idx + tuple(kpos)
         accs = []
-        for v, b in zip(op.results, names):
+        for _v, b in zip(op.results, names):
             accs.append(ctx.temp(b.kind.load(ld_text(b.name, _parts(b, res_idx))), list(full)))
         xs = [ctx.read(v, full) for v in inputs]
         new = combine(accs, xs)
-        for v, b, t in zip(op.results, names, new):
+        for _v, b, t in zip(op.results, names, new):
             ctx.scope.emit(st_text(b.name, _parts(b, res_idx), b.kind.store(t)))
 
 

@@ -36,7 +36,7 @@ class Scope:
         self.parent = parent
         self.header = header
         self.items: list[str | Scope] = []
-        self.depth = 0 if parent is None else parent.depth + 1
+        self.depth: int = 0 if parent is None else parent.depth + 1
         self._insert_at: int | None = None
         #: Render this block as a call to a function of its own (see ``render``'s ``hook``).
         self.extract = False
@@ -87,6 +87,7 @@ class Scope:
                 if item.extract and hook is not None:
                     out.append(pad + hook(item))
                     continue
+                assert item.header is not None  # only a root scope has none, and it is no one's item
                 is_loop = item.header.startswith(("for ", "while "))
                 inner_loops, inner_levels = loops + is_loop, levels + 1
                 if deep is not None and (inner_loops > MAX_LOOPS or inner_levels > MAX_LEVELS):
@@ -107,6 +108,7 @@ class Scope:
         """Every statement and header of this block and the blocks in it."""
         for item in self.items:
             if isinstance(item, Scope):
+                assert item.header is not None  # only a root scope has none, and it is no one's item
                 yield item.header
                 yield from item.lines()
             else:

@@ -26,6 +26,7 @@ code that calls it: a ctypes pointer would be an address of one process. Without
 
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import os
 import threading
@@ -52,7 +53,7 @@ def _no_blas_threads(n):  # pragma: no cover - compiled, not run by Python
     return 0
 
 
-def _openblas_local() -> "ctypes._CFuncPtr | None":
+def _openblas_local() -> "_ctypes.CFuncPtr | None":
     """``openblas_set_num_threads_local`` of the BLAS numba calls (scipy's), if it has one."""
     try:
         from scipy.linalg import cython_blas

@@ -56,6 +56,6 @@ def _collective(ctx, op: Op, *args):
             acc = parts[0]
             for k in range(1, parts.shape[0]):
                 (acc,) = combine(acc, parts[k])
-            results.append(np.asarray(acc, dtype=r.type.dtype).reshape(r.type.shape))
+            results.append(np.asarray(acc, dtype=r.tensor_type.dtype).reshape(r.tensor_type.shape))
         return Results(results)
     return Results(run_collective(spec, operands))

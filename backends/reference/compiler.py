@@ -176,21 +176,21 @@ def _op_flops(op: Op) -> float:
     if op.name in _NO_FLOPS:
         return 0.0
     if op.name == "stablehlo.dot_general":
-        a, b = op.operand_types
+        a = op.operands[0].tensor_type
         dn = op.attributes["dot_dimension_numbers"]
         k = 1
         for d in dn.lhs_contracting_dimensions:
             k *= a.shape[d]
         return 2.0 * _elements(op.result_types[0]) * k
     if op.name == "stablehlo.dot":
-        return 2.0 * _elements(op.result_types[0]) * op.operand_types[0].shape[-1]
+        return 2.0 * _elements(op.result_types[0]) * op.operands[0].tensor_type.shape[-1]
     if op.name == "stablehlo.convolution":
-        k = op.operand_types[1]
+        kernel = op.operands[1].tensor_type
         dn = op.attributes["dimension_numbers"]
         taps = 1
         for d in dn.kernel_spatial_dimensions:
-            taps *= k.shape[d]
-        return 2.0 * _elements(op.result_types[0]) * taps * k.shape[dn.kernel_input_feature_dimension]
+            taps *= kernel.shape[d]
+        return 2.0 * _elements(op.result_types[0]) * taps * kernel.shape[dn.kernel_input_feature_dimension]
     if op.name in ("stablehlo.reduce", "stablehlo.reduce_window", "stablehlo.scatter", "stablehlo.sort"):
         body = max(1, len(op.regions[0].ops) - 1) if op.regions else 1
         return float(sum(_elements(t) for t in op.operand_types[: max(1, len(op.operands) // 2)])) * body

@@ -29,6 +29,7 @@ tests/backends/reference):
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import DTypeLike
 import scipy.special as sp
 
 from pjrt_hub.backends.stablehlo import ComparisonDirection, ComparisonType, Op
@@ -59,7 +60,7 @@ _NATIVE = (np.dtype(np.float32), np.dtype(np.float64))
 _BLOCK = 1 << 15
 
 
-def compute_float(fn, *xs: np.ndarray, dtype: np.dtype | None = None, exact: bool = False,
+def compute_float(fn, *xs: np.ndarray, dtype: DTypeLike | None = None, exact: bool = False,
                   out: np.ndarray | None = None) -> np.ndarray:
     """Apply ``fn`` in float64 (complex128 for complex inputs) and round to ``dtype`` (default:
     the first input's dtype).
@@ -107,7 +108,7 @@ def _float_op(fn, name: str, exact: bool = False, complex_fn=None):
 
 def _donor(ctx, op: Op) -> np.ndarray | None:
     """Storage of an operand the op may write its result into (see ``Execution.donor``)."""
-    ty = op.results[0].type
+    ty = op.results[0].tensor_type
     return ctx.donor(ty.shape, ty.dtype) if ty.dtype in _NATIVE else None
 
 
@@ -588,7 +589,7 @@ def _select(ctx, op, pred, on_true, on_false):
 @register("stablehlo.clamp", elementwise=True)
 def _clamp(ctx, op, lo, x, hi):
     if is_float_dtype(x.dtype):
-        return compute_float(lambda l, v, h: ieee_minimum(ieee_maximum(v, l), h), lo, x, hi, dtype=x.dtype,
+        return compute_float(lambda low, v, high: ieee_minimum(ieee_maximum(v, low), high), lo, x, hi, dtype=x.dtype,
                              exact=True)
     return np.minimum(np.maximum(x, lo), hi).astype(x.dtype)
 
@@ -677,7 +678,9 @@ def _widen(x: np.ndarray) -> np.ndarray:
 
 
 def _wrap(values: np.ndarray, dt: np.dtype) -> np.ndarray:
-    bits, signed = _sub_byte(dt)
+    info = _sub_byte(dt)
+    assert info is not None, f"{dt} is not a sub-byte integer type"
+    bits, signed = info
     u = np.asarray(values).astype(np.int64) & ((1 << bits) - 1)
     if signed:
         u = np.where(u >= 1 << (bits - 1), u - (1 << bits), u)
@@ -695,13 +698,13 @@ def involves_sub_byte(op: Op, args) -> bool:
 
 def sub_byte_call(fn, ctx, op: Op, args):
     """Run an elementwise op (or ``convert``) that reads or writes sub-byte integers."""
-    out_type = op.results[0].type
-    dst = getattr(out_type, "dtype", None)
+    dst = op.results[0].tensor_type.dtype  # elementwise ops and convert make one tensor
     name = op.name
     src_info = _sub_byte(args[0].dtype) if args else None
-    if name == "stablehlo.convert" and _sub_byte(dst) is not None:
+    dst_info = _sub_byte(dst)
+    if name == "stablehlo.convert" and dst_info is not None:
         x = _widen(args[0])
-        bits, signed = _sub_byte(dst)
+        bits, signed = dst_info
         if is_float_dtype(x.dtype) or x.dtype.kind == "c":
             lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
             f = np.real(np.asarray(x)).astype(np.float64)
@@ -713,9 +716,9 @@ def sub_byte_call(fn, ctx, op: Op, args):
         a = _pattern(args[0], bits)
         if name == "stablehlo.shift_right_arithmetic":
             # Fill with the top bit of the N-bit pattern (unsigned types too).
-            signed = a.astype(np.int64) - np.where(a >= 1 << (bits - 1), 1 << bits, 0)
+            filled = a.astype(np.int64) - np.where(a >= 1 << (bits - 1), 1 << bits, 0)
             amount = _pattern(args[1], bits).astype(np.int64)
-            return _wrap(signed >> np.minimum(amount, bits - 1), dst)
+            return _wrap(filled >> np.minimum(amount, bits - 1), dst)
         if name == "stablehlo.popcnt":
             return _wrap(np.bitwise_count(a), dst)
         if name == "stablehlo.count_leading_zeros":
@@ -723,6 +726,6 @@ def sub_byte_call(fn, ctx, op: Op, args):
         amount = _pattern(args[1], bits)
         return _wrap(np.where(amount < bits, a >> np.minimum(amount, bits - 1), 0), dst)
     out = fn(ctx, op, *[_widen(a) for a in args])
-    if _sub_byte(dst) is not None:
+    if dst_info is not None:
         return _wrap(out, dst)
     return out

@@ -185,7 +185,7 @@ class Execution:
     def combiner(self, block: Block) -> Callable[..., list[np.ndarray]]:
         """A function applying the region ``block`` elementwise to arrays (of any common
         broadcast shape) standing for its scalar arguments."""
-        result_types = [v.type for v in block.ops[-1].operands]
+        result_types = [v.tensor_type for v in block.ops[-1].operands]
         if _vectorizable(block):
             def batched(*xs: np.ndarray) -> list[np.ndarray]:
                 shape = np.broadcast_shapes(*(np.shape(x) for x in xs))
@@ -438,7 +438,7 @@ def _reduce_window(ctx: Execution, op: Op, *args):
     window, strides = a["window_dimensions"], a["window_strides"]
     base, wdil = a["base_dilations"], a["window_dilations"]
     pad = np.asarray(a["padding"]).reshape(-1, 2)
-    out_shape = op.results[0].type.shape
+    out_shape = op.results[0].tensor_type.shape
     combine = ctx.combiner(op.regions[0])
     padded = [pad_array(x, init, [int(p) for p in pad[:, 0]], [int(p) for p in pad[:, 1]],
                         [b - 1 for b in base]) for x, init in zip(inputs, inits)]
@@ -500,6 +500,7 @@ def _select_and_scatter(ctx: Execution, op: Op, operand, source, init):
         if best_val is None:
             best_val, best_pos = cand_val.copy(), cand_pos.copy()
             continue
+        assert best_pos is not None  # set with best_val
         keep = select(best_val, cand_val)[0]
         take = (~keep & (cand_pos >= 0)) | (best_pos < 0)
         best_val = np.where(take, cand_val, best_val)
@@ -552,7 +553,7 @@ def _sort(ctx: Execution, op: Op, *inputs):
                 args += [np.asarray(f[b, j]), np.asarray(f[b, i])]
             return 1 if bool(np.asarray(ctx.region(comparator, args)[0])) else 0
         for b in range(batch):
-            order[b] = sorted(range(n), key=functools.cmp_to_key(lambda i, j: compare(b, i, j)))
+            order[b] = sorted(range(n), key=functools.cmp_to_key(functools.partial(compare, b)))
     results = []
     for f, m in zip(flat, moved):
         sorted_rows = np.take_along_axis(f, order, axis=1).reshape(m.shape)

@@ -75,7 +75,7 @@ def _reverse(ctx, op, x):
 @register("stablehlo.slice")
 def _slice(ctx, op, x):
     a = op.attributes
-    return x[tuple(slice(s, l, st) for s, l, st in zip(a["start_indices"], a["limit_indices"], a["strides"]))]
+    return x[tuple(slice(s, lim, st) for s, lim, st in zip(a["start_indices"], a["limit_indices"], a["strides"]))]
 
 
 def clamp_start(indices, operand_shape, sizes) -> list[int]:
@@ -201,7 +201,7 @@ def _convolution(ctx, op, lhs, rhs):
                   [0] * (n + 2))
     reversed_axes = [2 + i for i, r in enumerate(a["window_reversal"]) if r]
     if reversed_axes:
-        k = np.flip(k, axis=reversed_axes)
+        k = np.flip(k, axis=tuple(reversed_axes))
     strides, rdil = a["window_strides"], a["rhs_dilation"]
     fgc, bgc = a["feature_group_count"], a["batch_group_count"]
     batch, channels = x.shape[:2]
@@ -270,8 +270,8 @@ def gather(operand: np.ndarray, indices: np.ndarray, dn: GatherDimensionNumbers,
             shape[j] = offset_sizes[j]
             start = start + np.arange(offset_sizes[j], dtype=np.int64).reshape((1,) * nb + tuple(shape))
         index.append(start)
-    index = np.broadcast_arrays(*index)
-    gathered = operand[tuple(index)]  # (*batch, *offsets)
+    broadcast = np.broadcast_arrays(*index)
+    gathered = operand[tuple(broadcast)]  # (*batch, *offsets)
     rank = nb + no
     batch_dims = [d for d in range(rank) if d not in dn.offset_dims]
     source = [0] * rank
@@ -319,10 +319,10 @@ def scatter_destinations(operand_shape, indices: np.ndarray, update_shape, dn) -
             shape[j] = window_sizes[j]
             start = start + np.arange(window_sizes[j], dtype=np.int64).reshape((1,) * nb + tuple(shape))
         index.append(start)
-    index = np.broadcast_arrays(*index)
+    broadcast = np.broadcast_arrays(*index)
     full = tuple(batch_shape) + tuple(window_sizes)
     mask = np.broadcast_to(valid.reshape(batch_shape + (1,) * nw), full)
-    clipped = [np.clip(i, 0, max(s - 1, 0)) for i, s in zip(index, operand_shape)]
+    clipped = [np.clip(i, 0, max(s - 1, 0)) for i, s in zip(broadcast, operand_shape)]
     flat = np.ravel_multi_index(clipped, operand_shape) if rank else np.zeros(full, dtype=np.int64)
     return flat.reshape(-1), mask.reshape(-1), perm
 
@@ -424,6 +424,7 @@ def _fft(ctx, op, x):
     kind = FftType(op.attributes["fft_type"])
     lengths = tuple(op.attributes["fft_length"])
     axes = tuple(range(x.ndim - len(lengths), x.ndim))
+    result: np.ndarray
     if kind == FftType.FFT:
         result = np.fft.fftn(x.astype(np.complex128), axes=axes)
     elif kind == FftType.IFFT:

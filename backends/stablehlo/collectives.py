@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NoReturn
 
 import numpy as np
 
@@ -238,9 +238,9 @@ def describe(op: Op, key: int) -> Collective:
         concat_dimension=_int(op.attr("concat_dimension"), -1),
         split_count=_int(op.attr("split_count"), 0),
         reduction=reduction,
-        operand_dtypes=tuple(v.type.dtype for v in operands),
-        operand_shapes=tuple(tuple(v.type.shape) for v in operands),
-        result_shapes=tuple(tuple(v.type.shape) for v in op.results),
+        operand_dtypes=tuple(v.tensor_type.dtype for v in operands),
+        operand_shapes=tuple(tuple(v.tensor_type.shape) for v in operands),
+        result_shapes=tuple(tuple(v.tensor_type.shape) for v in op.results),
         where=op.where or "",
     )
 
@@ -253,7 +253,7 @@ def uses_collectives(module: Module) -> bool:
 # -- static checks, used by the verifier -----------------------------------------------------------
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     raise _Invalid(message)
 
 
@@ -272,8 +272,8 @@ def _check_all_reduce(op: Op) -> None:
     if len(op.operands) != len(op.results) or not op.operands:
         _fail(f"expects as many results as operands (at least one), got {len(op.operands)} and {len(op.results)}")
     for v, r in zip(op.operands, op.results):
-        if v.type.shape != r.type.shape:
-            _fail(f"result {r.name} has shape {list(r.type.shape)}, the operand {list(v.type.shape)}")
+        if v.tensor_type.shape != r.tensor_type.shape:
+            _fail(f"result {r.name} has shape {list(r.tensor_type.shape)}, the operand {list(v.tensor_type.shape)}")
     _check_region(op)
 
 
@@ -282,7 +282,7 @@ def _check_region(op: Op) -> None:
         _fail("needs one reduction region")
     region = op.regions[0]
     for r in op.results:
-        scalar = TensorType((), r.type.element_type)
+        scalar = TensorType((), r.tensor_type.element_type)
         args = tuple(a.type for a in region.args)
         if args != (scalar, scalar) * (len(args) // 2) or len(args) != 2:
             _fail(f"the reduction region takes ({', '.join(map(str, args))}), expected ({scalar}, {scalar})")
@@ -295,9 +295,9 @@ def _check_reduce_scatter(op: Op) -> None:
     _check_region(op)
     dim = _int(op.attr("scatter_dimension"), -1)
     (x,), (r,) = op.operands, op.results
-    if not 0 <= dim < x.type.rank:
-        _fail(f"scatter_dimension {dim} out of range for rank {x.type.rank}")
-    _same_but(x.type.shape, r.type.shape, dim, "scatter_dimension", divides=True)
+    if not 0 <= dim < x.tensor_type.rank:
+        _fail(f"scatter_dimension {dim} out of range for rank {x.tensor_type.rank}")
+    _same_but(x.tensor_type.shape, r.tensor_type.shape, dim, "scatter_dimension", divides=True)
 
 
 def _same_but(operand: tuple[int, ...], result: tuple[int, ...], dim: int, what: str, divides: bool) -> None:
@@ -314,10 +314,10 @@ def _check_all_gather(op: Op) -> None:
         _fail("expects as many results as operands (at least one)")
     dim = _int(op.attr("all_gather_dim"), -1)
     for x, r in zip(op.operands, op.results):
-        if not 0 <= dim < x.type.rank:
-            _fail(f"all_gather_dim {dim} out of range for rank {x.type.rank}")
-        _same_but(x.type.shape, r.type.shape, dim, "all_gather_dim", divides=False)
-        if x.type.element_type != r.type.element_type:
+        if not 0 <= dim < x.tensor_type.rank:
+            _fail(f"all_gather_dim {dim} out of range for rank {x.tensor_type.rank}")
+        _same_but(x.tensor_type.shape, r.tensor_type.shape, dim, "all_gather_dim", divides=False)
+        if x.tensor_type.element_type != r.tensor_type.element_type:
             _fail("results must have the operands' element types")
 
 
@@ -330,16 +330,16 @@ def _check_all_to_all(op: Op) -> None:
     if count <= 0:
         _fail(f"split_count must be positive, got {count}")
     for x, r in zip(op.operands, op.results):
-        rank = x.type.rank
+        rank = x.tensor_type.rank
         if not (0 <= split < rank and 0 <= concat < rank):
             _fail(f"split_dimension {split} / concat_dimension {concat} out of range for rank {rank}")
-        if x.type.shape[split] % count:
-            _fail(f"dimension {split} of size {x.type.shape[split]} does not split into {count} parts")
-        expected = list(x.type.shape)
+        if x.tensor_type.shape[split] % count:
+            _fail(f"dimension {split} of size {x.tensor_type.shape[split]} does not split into {count} parts")
+        expected = list(x.tensor_type.shape)
         expected[split] //= count
         expected[concat] *= count
-        if list(r.type.shape) != expected:
-            _fail(f"result shape {list(r.type.shape)}, expected {expected}")
+        if list(r.tensor_type.shape) != expected:
+            _fail(f"result shape {list(r.tensor_type.shape)}, expected {expected}")
 
 
 def _check_same_type(op: Op) -> None:

@@ -61,7 +61,7 @@ import enum
 from dataclasses import dataclass, field
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Any, Iterator, Mapping, Union
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Union
 
 import numpy as np
 
@@ -90,6 +90,7 @@ __all__ = [
     "TupleType",
     "Type",
     "Value",
+    "as_tensor",
     "element_dtype",
     "frozen_mapping",
 ]
@@ -213,6 +214,13 @@ class TokenType:
 
 
 Type = Union[TensorType, TupleType, TokenType]
+
+
+def as_tensor(t: Type) -> TensorType:
+    """``t`` where it must be a tensor type (see :attr:`Value.tensor_type`)."""
+    if not isinstance(t, TensorType):
+        raise TypeError(f"{t} is not a tensor type")
+    return t
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,6 +386,15 @@ class Value:
     #: Unique within the module; stable across parses of the same text.
     id: int
 
+    @property
+    def tensor_type(self) -> TensorType:
+        """``type`` where it must be a tensor: every operand and result except those of the tuple
+        and token ops, as the verifier has checked, so a lowering that reads a shape or an element
+        type asks for this instead of narrowing ``type`` at each use."""
+        if not isinstance(self.type, TensorType):
+            raise TypeError(f"{self.name} is a {self.type}, not a tensor")
+        return self.type
+
     def __repr__(self) -> str:
         return f"Value({self.name}: {self.type})"
 
@@ -527,6 +544,10 @@ class Module:
     def walk(self) -> Iterator[Op]:
         for fn in self.functions.values():
             yield from fn.walk()
+
+
+if TYPE_CHECKING:  # at run time __getattr__ below gives it
+    from .ops import OP_ATTRIBUTES as OP_ATTRIBUTES
 
 
 def __getattr__(name: str) -> Any:

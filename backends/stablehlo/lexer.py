@@ -121,7 +121,7 @@ class Cursor:
     def peek_keyword(self, word: str) -> bool:
         self.skip()
         m = _BARE_ID.match(self.text, self.pos)
-        return bool(m) and m.group(0) == word
+        return m is not None and m.group(0) == word
 
     def accept_keyword(self, word: str) -> bool:
         if self.peek_keyword(word):

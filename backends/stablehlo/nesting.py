@@ -53,13 +53,15 @@ def run_deep(fn: Callable[..., T], *args, **kwargs) -> T:
     except Exception as exc:  # noqa: BLE001 - re-raised unless it was the stack running out
         if not _from_recursion(exc) or threading.current_thread().name == _DEEP_THREAD:
             raise  # already on the deep stack: there is no deeper one to try
-    box: dict[str, object] = {}
+    # What the thread gives back: its result, or the exception it raised.
+    results: list[T] = []
+    errors: list[BaseException] = []
 
     def target() -> None:
         try:
-            box["result"] = fn(*args, **kwargs)
+            results.append(fn(*args, **kwargs))
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-            box["error"] = exc
+            errors.append(exc)
 
     with _lock:
         old_limit = sys.getrecursionlimit()
@@ -73,13 +75,13 @@ def run_deep(fn: Callable[..., T], *args, **kwargs) -> T:
             threading.stack_size(old_stack)
         thread.join()
         sys.setrecursionlimit(old_limit)
-    if "error" in box:
-        error = box["error"]
-        if _from_recursion(error):  # type: ignore[arg-type]
+    if errors:
+        error = errors[0]
+        if _from_recursion(error):
             raise CompileError(f"the program nests deeper than pjrt-hub's limit of {MAX_NESTING} levels "
                                "(calls or regions inside one another)") from None
-        raise error  # type: ignore[misc]
-    return box["result"]  # type: ignore[return-value]
+        raise error
+    return results[0]
 
 
 def call_depth(module: Module) -> int:

@@ -12,7 +12,7 @@ UnsupportedOpError for ops it cannot run).
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, NoReturn, Sequence
 
 from pjrt_hub.abi import CompileError
 
@@ -39,7 +39,7 @@ class _Invalid(Exception):
     """Raised by a checker; turned into a CompileError that names the op."""
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     raise _Invalid(message)
 
 
@@ -47,7 +47,7 @@ def verify(module: Module) -> Module:
     """Check ``module``; return it unchanged so calls can be chained. Raises CompileError."""
     if not module.functions:
         raise CompileError("module has no functions")
-    module.main  # raises CompileError when there is no entry point
+    _ = module.main  # raises CompileError when there is no entry point
     for fn in module.functions.values():
         verify_function(fn, module)
     return module
@@ -447,7 +447,7 @@ def _check_reduce(op: Op, module: Module) -> None:
         _fail(f"init values must be scalars: {_types(inits)}")
     _dims_in_range(dims, len(shape), "dimensions")
     kept = tuple(s for d, s in enumerate(shape) if d not in dims)
-    for i, (r, init) in enumerate(zip(op.results, inits)):
+    for i, (r, _init) in enumerate(zip(op.results, inits)):
         rt = _tensor(r, "result")
         if rt.shape != kept:
             _fail(f"result {i} must have shape {kept}, got {rt.shape}")
@@ -729,7 +729,7 @@ def _check_map(op: Op, module: Module) -> None:
     r = _tensor(op.results[0], "result")
     for i, v in enumerate(op.operands):
         if _tensor(v, f"operand {i}").shape != r.shape:
-            _fail(f"operand {i} has shape {v.type.shape}, the result {r.shape}")
+            _fail(f"operand {i} has shape {v.tensor_type.shape}, the result {r.shape}")
     scalars = [_scalar(_tensor(v, "operand")) for v in op.operands]
     _region_signature(op, 0, scalars, [_scalar(r)], "computation")
 

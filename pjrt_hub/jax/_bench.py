@@ -167,7 +167,7 @@ def bench_via_jax(plugins: Sequence[str], programs: Sequence[str] | None = None,
         for plugin in plugins:
             say(f"measuring {plugin} directly through pjrt-hub ...")
             with tempfile.TemporaryDirectory(prefix="pjrt-hub-bench-") as cache:
-                measured = _measure_in_child(plugin, names, runs, (), cache, verbose=False)
+                measured = _measure_in_child(plugin, names, runs, (), cache)
             direct_rows[plugin] = {"tiny_execute_us": measured.get("tiny_us"),
                                    "programs": {r["name"]: r for r in measured["rows"]}}
     return {"plugins": list(plugins), "programs": names, "through_jax": results, "direct": direct_rows,
@@ -203,7 +203,7 @@ def format_jax_report(report: dict[str, Any]) -> str:
     for name in report["programs"]:
         cells = [name]
         for r in by_platform.values():
-            row = next((p for p in r.get("programs", []) if p["name"] == name), {})
+            row: dict[str, Any] = next((p for p in r.get("programs", []) if p["name"] == name), {})
             if "error" in row:
                 cells += ["error", row["error"][:40]]
                 continue

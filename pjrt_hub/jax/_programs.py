@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from pjrt_hub.abi import InvalidArgument, Unimplemented
 from pjrt_hub.abi.compile_options import _int_field, _len_field, _varint
@@ -213,7 +213,7 @@ def _new_context() -> Any:
         return ctx
 
 
-def is_bytecode(code: bytes | str) -> bool:
+def is_bytecode(code: bytes | str) -> TypeGuard[bytes]:
     return isinstance(code, (bytes, bytearray, memoryview)) and bytes(code[:4]) == b"ML\xefR"
 
 

@@ -15,13 +15,26 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._case import CASES, GROUPS, Case, CaseFailure, CaseSkipped, suite_version
-    from ._context import PluginUnderTest
-    from ._limitations import C_PLUGIN_LIMITATIONS, KnownLimitations
-    from ._mutation import Base, Mutant, MutationReport, run_mutation
-    from ._report import CaseOutcome, CaseResult, ConformanceReport, Counts, PluginConformance
-    from ._run import ConformanceRunError, run_conformance
-    from ._runner import run_case
+    # Written `X as X`: the explicit re-export form, for type checkers and linters.
+    from ._case import (
+        CASES as CASES, GROUPS as GROUPS, Case as Case, CaseFailure as CaseFailure,
+        CaseSkipped as CaseSkipped, suite_version as suite_version,
+    )
+    from ._context import PluginUnderTest as PluginUnderTest
+    from ._limitations import (
+        C_PLUGIN_LIMITATIONS as C_PLUGIN_LIMITATIONS, KnownLimitations as KnownLimitations,
+    )
+    from ._mutation import (
+        Base as Base, Mutant as Mutant, MutationReport as MutationReport,
+        run_mutation as run_mutation,
+    )
+    from ._report import (
+        CaseOutcome as CaseOutcome, CaseResult as CaseResult,
+        ConformanceReport as ConformanceReport, Counts as Counts,
+        PluginConformance as PluginConformance,
+    )
+    from ._run import ConformanceRunError as ConformanceRunError, run_conformance as run_conformance
+    from ._runner import run_case as run_case
 
 _EXPORTS = {
     "CASES": "._case", "GROUPS": "._case", "Case": "._case", "CaseFailure": "._case",

@@ -16,7 +16,7 @@ import fnmatch
 import hashlib
 import inspect
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, NoReturn, Sequence
 
 from pjrt_hub.abi import ErrorCode, PjrtError
 
@@ -60,11 +60,11 @@ class CaseSkipped(Exception):
     """The case does not apply to this plugin (or cannot run here); the message says why."""
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     raise CaseFailure(message)
 
 
-def skip(reason: str) -> None:
+def skip(reason: str) -> NoReturn:
     raise CaseSkipped(reason)
 
 

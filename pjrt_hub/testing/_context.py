@@ -119,7 +119,7 @@ class PluginUnderTest:
 
     @property
     def limitations(self) -> tuple[Limitation, ...]:
-        declared = ()
+        declared: tuple[Limitation, ...] = ()
         if self.declaration is not None:
             declared = tuple(Limitation(x.description, tuple(x.cases)) for x in self.declaration.limitations)
         return declared + known_limitations(self.record, self.probe)
@@ -242,7 +242,7 @@ class PluginUnderTest:
         if not event.is_ready():
             raise CaseFailure(f"{what}: PJRT_Event_Await returned, but PJRT_Event_IsReady is false")
 
-    def put(self, array: np.ndarray, *, device: Any = None, memory: Any = None,
+    def put(self, array: np.ndarray | np.generic, *, device: Any = None, memory: Any = None,
             semantics: HostBufferSemantics = HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL,
             wait: bool = True) -> Any:
         """``PJRT_Client_BufferFromHostBuffer`` and wait until the host array is free again."""

@@ -44,6 +44,7 @@ from pjrt_hub.abi import (
     HostBufferSemantics,
     HostTransfer,
     InvalidArgument,
+    KeyValueStore,
     Limitation,
     LoadedExecutable,
     Memory,
@@ -636,7 +637,11 @@ class ToyLoadedExecutable(LoadedExecutable):
         if self.deleted:
             raise FailedPrecondition("PJRT_LoadedExecutable_Execute: the executable was deleted")
         options = options or ExecuteOptions()
-        devices = [execute_device] if execute_device is not None else self.devices
+        devices = self.devices
+        if execute_device is not None:
+            if not isinstance(execute_device, ToyDevice):
+                raise InvalidArgument(f"PJRT_LoadedExecutable_Execute: {execute_device!r} is not a device of this client")
+            devices = [execute_device]
         if len(argument_lists) != len(devices):
             raise InvalidArgument(f"PJRT_LoadedExecutable_Execute: {len(argument_lists)} argument lists "
                                   f"for {len(devices)} devices")
@@ -645,7 +650,8 @@ class ToyLoadedExecutable(LoadedExecutable):
         checked = [self._arguments(program, args, device) for args, device in zip(argument_lists, devices)]
         for args in argument_lists:
             self._check_donation(args, donated)
-        outputs, events = [], []
+        outputs: list[list[Buffer]] = []
+        events: list[Event] = []
         for device, args, arrays in zip(devices, argument_lists, checked):
             error: PjrtError | None = None
             try:
@@ -671,13 +677,13 @@ class ToyLoadedExecutable(LoadedExecutable):
     def _check_donation(args: Sequence[Buffer], donated: Sequence[int]) -> None:
         for index in donated:
             buffer = args[index]
-            if buffer._external_references:  # type: ignore[attr-defined]
+            if isinstance(buffer, ToyBuffer) and buffer._external_references:  # _arguments took no other
                 raise InvalidArgument("Donation requested for buffer with external reference")
             if any(other is buffer for i, other in enumerate(args) if i != index):
                 raise InvalidArgument("Attempt to donate a buffer which is also used by the same call to Execute()")
 
     @staticmethod
-    def _arguments(program: ToyProgram, args: Sequence[Buffer], device: Device | None = None) -> list[np.ndarray]:
+    def _arguments(program: ToyProgram, args: Sequence[Buffer], device: ToyDevice | None = None) -> list[np.ndarray]:
         if len(args) != len(program.inputs):
             raise InvalidArgument(f"PJRT_LoadedExecutable_Execute: @main takes {len(program.inputs)} "
                                   f"arguments, got {len(args)}")
@@ -802,7 +808,7 @@ class ToyClient(Client):
             target = device if device is not None else memory.devices[0]
             if target not in memory.devices:
                 raise InvalidArgument(f"memory {memory.to_string()} is not addressable by {target!r}")
-            return target, memory  # type: ignore[return-value]
+            return target, memory
         target = device if device is not None else self.devices_list[0]
         if not isinstance(target, ToyDevice):
             raise InvalidArgument(f"{target!r} is not a device of this client")
@@ -888,7 +894,10 @@ class ToyApi(Api):
         return {"toy_version": "1.0", "stablehlo_current_version": [1, 0, 0],
                 "stablehlo_minimum_version": [1, 0, 0]}
 
-    def client_create(self, options: Mapping[str, Any] | None = None) -> Client:
+    def client_create(self, options: Mapping[str, Any] | None = None, *,
+                      kv_store: KeyValueStore | None = None) -> Client:
+        if kv_store is not None:
+            raise InvalidArgument("PJRT_Client_Create: the toy plugin runs in one process; it takes no kv_store")
         return self.client_class(int(dict(options or {}).get("num_devices", self.plugin.num_devices)))
 
     def topology_deserialize(self, serialized: bytes) -> TopologyDescription:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import pytest
 
 from pjrt_hub.abi import Aborted, DeadlineExceeded, ExecutionError, Program
 from pjrt_hub.backends.cpu_runtime import CpuApi, TensorSpec

@@ -69,7 +69,7 @@ def test_all_reduce_complex(client):
 def test_all_reduce_scalar_and_other_region(client):
     # Two operands (a scalar and a matrix); the region is max spelled as compare + select, which
     # no engine recognises, so the backend folds it itself.
-    t0, t1 = "tensor<f32>", "tensor<2x3xi32>"
+    t0 = "tensor<f32>"
     body = (
         '    %0:2 = "stablehlo.all_reduce"(%arg0, %arg1) <{replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>}> ({\n'
         "    ^bb0(%a: tensor<f32>, %b: tensor<f32>):\n"

@@ -653,7 +653,7 @@ def _launch_loop_reads_the_first_list(self: ToyLoadedExecutable, argument_lists:
                                       execute_device: Any = None) -> Any:
     """Each device's launch reads argument_lists[0]: every replica computes replica 0's inputs."""
     outputs, events = [], []
-    for index, arguments in enumerate(argument_lists):
+    for index in range(len(argument_lists)):
         result = ToyLoadedExecutable.execute(self, [argument_lists[0]], options, self.devices[0])
         for buffer in result.outputs[0]:
             device = self.devices[index]
@@ -783,7 +783,7 @@ def _pending_inputs_read_as_zeros() -> Callable[..., Any]:
 
     def check(self: Any, args: Any, device: Any, replica: int, non_donatable: Any) -> Any:
         launch = original(self, args, device, replica, non_donatable)
-        for index, source, position in launch.pending:
+        for index, _source, _position in launch.pending:
             layout = self._inputs[index]
             launch.arrays[index] = np.zeros(layout.shape, layout.dtype)
         launch.pending = []

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import ml_dtypes
 import numpy as np
-import pytest
 
 from pjrt_hub.testing._programs import Tolerance, load_corpus, perf_mismatch
 

@@ -37,8 +37,8 @@ def test_negative_parts_are_refused(major, minor):
 
 def test_non_int_parts_are_refused():
     with pytest.raises(TypeError):
-        ApiVersion(0, "5")  # type: ignore[arg-type]
+        ApiVersion(0, "5")  # type: ignore[arg-type]  # the wrong type is what is tested
     with pytest.raises(TypeError):
-        ApiVersion(0, True)  # type: ignore[arg-type]
+        ApiVersion(0, True)  # type: ignore[arg-type]  # the wrong type is what is tested
     with pytest.raises(TypeError):
-        ApiVersion.parse(0.5)  # type: ignore[arg-type]
+        ApiVersion.parse(0.5)  # type: ignore[arg-type]  # the wrong type is what is tested

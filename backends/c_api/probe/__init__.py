@@ -57,7 +57,7 @@ def resolve_library(path_or_name: str) -> str:
     if os.path.isfile(path_or_name):
         return os.path.abspath(path_or_name)
     folder = path_or_name if os.path.isdir(path_or_name) else None
-    if folder is None and not os.sep in path_or_name:
+    if folder is None and os.sep not in path_or_name:
         try:
             spec = importlib.util.find_spec(path_or_name)
         except (ImportError, ValueError):
@@ -154,7 +154,8 @@ def _probe_here(path: str, *, initialize: bool, emit: Callable[[dict[str, Any]],
 
     stage("functions")
     report["slot_layout_verified"] = minor not in history.UNSTABLE_SLOT_LAYOUT_MINORS
-    functions, nulls = [], []
+    functions: list[str] = []
+    nulls: list[str] = []
     for slot in range(lib.num_slots):
         name = lib.slot_names[slot] if slot < len(lib.slot_names) else None
         if name is None:

@@ -10,7 +10,7 @@ import functools
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from pjrt_hub.extensions import extension_spec
 from ..buffers import PACKED_TYPES
 from ..library import API_HEADER_SIZE, encode_named_values
 from ..structs import layout
+
+if TYPE_CHECKING:
+    from .._native import DestroyGates
 
 log = logging.getLogger("pjrt_hub.c_api.server")
 
@@ -263,7 +266,8 @@ class _Base:
         self.implemented: dict[str, bool] = {}
         #: Where each function's pointer is written (slot or extension node), by C name.
         self._locations: dict[str, int] = {}
-        self._gates = None
+        self._gates: DestroyGates | None = None
+        self._gate_names: list[str] = []
         for slot, c_name in enumerate(self.slot_names[:self.num_slots]):
             location = base + API_HEADER_SIZE + 8 * slot
             ctypes.c_void_p.from_address(location).value = self._callback(c_name)
@@ -276,6 +280,19 @@ class _Base:
         self._capsule: Any = None
         #: True once :meth:`retire` pointed the slots away from Python (interpreter exit).
         self.retired = False
+
+    if TYPE_CHECKING:
+        # Look-ups one group of functions defines and the others call; ServedApi has them all.
+        def _client(self, handle: int, what: str) -> Any: ...
+        def _device(self, handle: int, what: str) -> Any: ...
+        def _memory(self, handle: int, what: str) -> Any: ...
+        def _buffer(self, handle: int, what: str) -> Any: ...
+        def _topology(self, handle: int, what: str) -> Any: ...
+        def _executable_entry(self, handle: int, what: str) -> _Entry: ...
+        def _program(self, address: int, what: str, read: bool = True) -> Program: ...
+        def _device_handle(self, device: Any) -> int: ...
+        def _memory_handle(self, memory: Any) -> int: ...
+        def _loaded_handle(self, loaded: Any, options: bytes) -> int: ...
 
     # -- what a C caller gets ----------------------------------------------------------------
 
@@ -425,7 +442,7 @@ class _Base:
                 self._serial_deleter = gate
             else:
                 ctypes.c_void_p.from_address(self._locations[c_name]).value = gate
-        self._gate_names = gates.names  # type: ignore[attr-defined]
+        self._gate_names = gates.names
         self._gates = gates
 
     def _drain(self) -> None:
@@ -622,10 +639,10 @@ class _MemoryDescription:
 # -- module helpers ----------------------------------------------------------------------------
 
 
-_STRUCT_INFO: dict[str, tuple[type, int]] = {}
+_STRUCT_INFO: dict[str, tuple[type[ctypes.Structure], int]] = {}
 
 
-def _struct_info(name: str) -> tuple[type, int]:
+def _struct_info(name: str) -> tuple[type[ctypes.Structure], int]:
     """The ctypes class of an Args struct and the smallest ``struct_size`` we accept: the end of
     its oldest fields (those every header has)."""
     info = _STRUCT_INFO.get(name)
@@ -637,7 +654,7 @@ def _struct_info(name: str) -> tuple[type, int]:
         if oldest:
             member = getattr(cls, oldest[-1].name)
             minimum = member.offset + member.size
-        for first, _last, field_name in spec.stale:
+        for _first, _last, field_name in spec.stale:
             member = getattr(cls, field_name)
             minimum = min(minimum, member.offset + member.size)
         info = _STRUCT_INFO[name] = (cls, minimum if spec.has_head else 0)
@@ -651,7 +668,7 @@ def _field_end(struct: str, field_name: str) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def _pointers(count: int) -> type:
+def _pointers(count: int) -> type[ctypes.Array[ctypes.c_void_p]]:
     """``void*[count]`` (ctypes makes a new array type per length; the hot path reuses them)."""
     return ctypes.c_void_p * count
 
@@ -707,12 +724,12 @@ def _host_array(address: int | None, kind: BufferType, dims: Sequence[int], byte
         raise InvalidArgument(f"{what}: {len(byte_strides)} byte strides for {len(dims)} dimensions")
     if byte_strides is None:
         extent = count * dtype.itemsize
-        raw = (ctypes.c_char * extent).from_address(address)
+        raw = memoryview((ctypes.c_char * extent).from_address(address))
         array = np.frombuffer(raw, dtype=dtype).reshape(tuple(dims))
     else:
         low = sum(min(0, s * (d - 1)) for s, d in zip(byte_strides, dims))
         high = sum(max(0, s * (d - 1)) for s, d in zip(byte_strides, dims)) + dtype.itemsize
-        raw = (ctypes.c_char * (high - low)).from_address(address + low)
+        raw = memoryview((ctypes.c_char * (high - low)).from_address(address + low))
         array = np.ndarray(tuple(dims), dtype=dtype, buffer=raw, offset=-low, strides=tuple(byte_strides))
     if not writable:
         array.flags.writeable = False

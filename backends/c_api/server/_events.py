@@ -92,4 +92,5 @@ class _PluginEventSlots(_Base):
             from pjrt_hub.abi import error_for_code
 
             error = error_for_code(args.error_code, message)
+        assert isinstance(event, CpuEvent)  # PJRT_Event_Create made it
         event.set(error)

@@ -94,12 +94,17 @@ class _ExecutableSlots(_Base):
         outer = _pointers(num_devices).from_address(args.argument_lists) if num_devices else ()
         row_type = _pointers(num_args)
         for d in range(num_devices):
-            row = row_type.from_address(outer[d]) if num_args else ()
+            row: ctypes.Array[ctypes.c_void_p] | tuple[()] = ()
+            if num_args:
+                row_address = outer[d]
+                if not row_address:
+                    raise InvalidArgument(f"{what}: the argument list of device {d} is NULL")
+                row = row_type.from_address(row_address)
             buffers = []
             for i, handle in enumerate(row):
                 entry = get_buffer(handle or 0)
-                if entry is None or entry.kind != "buffer":
-                    self._handles.entry(handle, "buffer", f"{what}: argument {i} of device {d}")
+                if entry is None or entry.kind != "buffer":  # entry() raises, naming what the handle is
+                    entry = self._handles.entry(handle, "buffer", f"{what}: argument {i} of device {d}")
                 buffers.append(entry.obj)
             argument_lists.append(buffers)
         options = None
@@ -119,7 +124,12 @@ class _ExecutableSlots(_Base):
         new = self._handles.new
         out_outer = _pointers(num_devices).from_address(args.output_lists) if num_devices else ()
         for d, buffers in enumerate(outputs):
-            out_row = _pointers(len(buffers)).from_address(out_outer[d]) if buffers else ()
+            if not buffers:
+                continue
+            out_address = out_outer[d]
+            if not out_address:
+                raise InvalidArgument(f"{what}: the output list of device {d} is NULL")
+            out_row = _pointers(len(buffers)).from_address(out_address)
             for i, buffer in enumerate(buffers):
                 out_row[i] = new("buffer", buffer)
         if args.device_complete_events:

@@ -11,6 +11,7 @@ model for is kept as written (:class:`~..ir.OpaqueAttr`), never dropped.
 
 from __future__ import annotations
 
+import enum
 import re
 from typing import Any
 
@@ -39,7 +40,7 @@ from .type_syntax import SCALAR_TYPE, TypeReader
 __all__ = ["AttributeReader"]
 
 #: The enums written ``#stablehlo<kind VALUE>``, by kind.
-_ENUM_KINDS: dict[str, type] = {
+_ENUM_KINDS: dict[str, type[enum.Enum]] = {
     "comparison_direction": ComparisonDirection,
     "comparison_type": ComparisonType,
     "precision": Precision,
@@ -100,6 +101,8 @@ class AttributeReader(TypeReader):
             return text
         if c == "@":
             name = cur.symbol()
+            if name is None:
+                raise cur.expected("a symbol name after '@'")
             while cur.accept("::"):
                 nested = cur.symbol()
                 if nested is None:

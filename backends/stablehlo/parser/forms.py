@@ -11,6 +11,7 @@ the structure reader turns into an :class:`~..ir.Op`.
 
 from __future__ import annotations
 
+import enum
 import functools
 import re
 from abc import abstractmethod
@@ -148,7 +149,7 @@ class OpFormReader(LocationReader):
             return word.group(0)
         return self.parse_attribute(typed=False)
 
-    def _enum_word(self, enum_type: type) -> Any:
+    def _enum_word(self, enum_type: type[enum.Enum]) -> Any:
         cur = self.cur
         pos = cur.pos
         word = cur.bare_id(f"a {enum_type.__name__} value")
@@ -161,7 +162,7 @@ class OpFormReader(LocationReader):
     def _parse_precision_list(self) -> tuple[Precision, ...]:
         cur = self.cur
         cur.expect("[")
-        values = []
+        values: list[Precision] = []
         while not cur.accept("]"):
             if values:
                 cur.expect(",")
@@ -379,7 +380,7 @@ class OpFormReader(LocationReader):
             cur.expect("=")
             if key == "pad":
                 cur.expect("[")
-                rows = []
+                rows: list[tuple[int, ...]] = []
                 while not cur.accept("]"):
                     if rows:
                         cur.expect(",")

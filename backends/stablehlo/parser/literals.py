@@ -49,9 +49,9 @@ def scalar_value(text: str, ty: Any, cur: Cursor, pos: int) -> Any:
             raise cur.error(f"expected an integer for type {ty}, got {text}", pos)
         return float(text)
     value = int(text, 16) if is_hex else int(text)
-    bits = _integer_bits(ty)
+    width = _integer_bits(ty)
     # Signless integers hold either reading of their bits, as in MLIR.
-    if bits is not None and not -(1 << (bits - 1)) * (ty[0] != "u") <= value < 1 << (bits - (ty[0] == "s")):
+    if width is not None and not -(1 << (width - 1)) * (ty[0] != "u") <= value < 1 << (width - (ty[0] == "s")):
         raise cur.error(f"{text} does not fit in {ty}", pos)
     return value
 
@@ -146,12 +146,12 @@ def dense_from_literal(literal: Any, ty: TensorType, *, splat: bool) -> np.ndarr
     elif dtype.kind == "c":
         array[:] = [_element_from_token(t, dtype, False) for t in tokens]
     else:
-        values = [_element_from_token(t, dtype, ty.is_bool) for t in tokens]
+        integers = [_element_from_token(t, dtype, ty.is_bool) for t in tokens]
         info = None if ty.is_bool else np.iinfo(dtype)
-        for v in values:
+        for v in integers:
             if info is not None and not (info.min <= v <= info.max):
                 raise OverflowError(f"{v} does not fit in {ty.element_type}")
-        array[:] = values
+        array[:] = integers
     if splat:
         return np.full(ty.shape, array[0], dtype=dtype)
     if tuple(shape) != ty.shape:

@@ -86,6 +86,8 @@ class LocationReader(AttributeReader):
             return None
         if cur.peek("#"):
             name = cur.hash_id()
+            if name is None:
+                raise cur.expected("an alias name after '#'")
             value = self._resolve_alias("#", name, start)
             if value is not None and not isinstance(value, _Loc):
                 raise cur.error(f"alias #{name} is not a location", start)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -252,7 +252,9 @@ class Parser(OpFormReader):
                 f"function @{name}: block arguments ({', '.join(str(a.type) for a in body.args)}) "
                 f"do not match function_type {fn_type}", start)
         n_in, n_out = len(fn_type.inputs), len(fn_type.results)
-        arg_attrs, res_attrs = attrs.pop("arg_attrs", ()), attrs.pop("res_attrs", ())
+        # Checked just below: each a list of dictionaries.
+        arg_attrs: Sequence[Mapping[str, Any]] = attrs.pop("arg_attrs", ())
+        res_attrs: Sequence[Mapping[str, Any]] = attrs.pop("res_attrs", ())
         for key, value in (("arg_attrs", arg_attrs), ("res_attrs", res_attrs)):
             if not isinstance(value, (list, tuple)) or not all(isinstance(a, Mapping) for a in value):
                 raise cur.error(f"function @{name}: {key} must be a list of dictionaries like "

@@ -94,6 +94,7 @@ class TypeReader(Reader):
         cur = self.cur
         cur.expect("<", "'<' after 'tensor'")
         m = _DIMS.match(self.text, cur.pos)
+        assert m is not None  # _DIMS matches the empty string too
         dims_text = m.group(0)
         cur.pos = m.end()
         if "?" in dims_text or "*" in dims_text:

@@ -355,7 +355,7 @@ for _kind in _types_with_numpy():
 # -- transfers: strides, independent copies, views, DLPack ---------------------------------------
 
 
-def _strided_variants() -> list[tuple[str, np.ndarray]]:
+def _strided_variants() -> list[tuple[str, np.ndarray | np.generic]]:
     base = np.arange(24, dtype=np.float32).reshape(4, 6) - 7.5
     wide = np.arange(60, dtype=np.float64).reshape(3, 4, 5)
     small = (np.arange(30) * 7 % 251).astype(np.uint8).reshape(5, 6)
@@ -394,7 +394,8 @@ def strided_host_arrays(ctx: PluginUnderTest) -> None:
         expected = np.array(host, order="C", copy=True)  # np.ascontiguousarray makes a 0-d array 1-d
         check(back.shape == expected.shape and back.dtype == expected.dtype.newbyteorder("=")
               and np.array_equal(back, expected),
-              lambda: f"{label} (strides {host.strides}) arrived as {back.tolist()}, expected {expected.tolist()}: "
+              # check() calls the message lambda at once, inside this iteration.
+              lambda: f"{label} (strides {host.strides}) arrived as {back.tolist()}, expected {expected.tolist()}: "  # noqa: B023
                       "PJRT_Client_BufferFromHostBuffer reads the host array in its logical order, whatever its "
                       "strides (byte_strides), not in the order of its memory")
 

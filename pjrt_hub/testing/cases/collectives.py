@@ -9,6 +9,7 @@ bug in the case.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from importlib import resources
@@ -84,9 +85,9 @@ def spec_programs() -> list[MultiProgram]:
             f"tensor<1x2xi64>}}> : ({t}) -> {t}\n    return %0 : {t}\n")
     out.append(MultiProgram("collective_permute_without_source", _module("permute_partial", t, [t], body, 2), 2,
                             [[a] for a in x], [[np.zeros_like(x[0])], [x[0]]], ((0, 0),)))
-    body = (f"    %0 = stablehlo.replica_id : tensor<ui32>\n    return %0 : tensor<ui32>\n")
+    body = ("    %0 = stablehlo.replica_id : tensor<ui32>\n    return %0 : tensor<ui32>\n")
     out.append(MultiProgram("replica_id", _module("replica_id", t, ["tensor<ui32>"], body, 2), 2,
-                            [[a] for a in x], [[np.uint32(0)], [np.uint32(1)]], ((0, 0),)))
+                            [[a] for a in x], [[np.array(0, np.uint32)], [np.array(1, np.uint32)]], ((0, 0),)))
     return out
 
 
@@ -143,11 +144,11 @@ def _register() -> None:
     for program in spec_programs():
         add_case(Case("collectives", program.name,
                       f"{program.name} over 2 replicas gives the StableHLO spec's results on each replica",
-                      lambda ctx, p=program: run_case(ctx, p)))
+                      functools.partial(run_case, program=program)))
     for program in corpus_programs():
         add_case(Case("collectives", f"corpus_{program.name}",
                       f"the collectives corpus's {program.name} ({program.replicas} replicas, from jax.pmap) "
-                      "matches XLA:CPU's outputs", lambda ctx, p=program: run_case(ctx, p)))
+                      "matches XLA:CPU's outputs", functools.partial(run_case, program=program)))
 
 
 _register()

@@ -9,6 +9,7 @@ everything before ``Execute`` returns has nothing pending to observe: those case
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from typing import Any
@@ -278,7 +279,7 @@ def execution_error_reaches_every_event_and_output(ctx: PluginUnderTest) -> None
             return copy.array
 
         what = f"PJRT_Buffer_ToHostBuffer of output {index} of the failed execution"
-        expect_error(lambda: ctx.call(read, what=what), what=what)
+        expect_error(functools.partial(ctx.call, read, what=what), what=what)
 
 
 def _await_error(ctx: PluginUnderTest, event: Any, what: str) -> None:

@@ -14,10 +14,11 @@ only the absence of an error is demanded; every other lane of the same result is
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import ml_dtypes
 import numpy as np
+from numpy.typing import DTypeLike
 
 from pjrt_hub.abi import ErrorCode, PjrtError
 
@@ -153,7 +154,8 @@ def integer_division(ctx: PluginUnderTest) -> None:
     """Integer divide truncates toward zero and remainder takes the dividend's sign, for every
     width; dividing by zero and MIN / -1 (values the spec leaves to the implementation) do not
     fail the execution."""
-    arrays, mlirs, steps, lanes = [], [], [], []
+    arrays: list[np.ndarray] = []
+    mlirs, steps, lanes = [], [], []
     for pjrt, mlir, dtype in INTEGERS:
         info = np.iinfo(dtype)
         if info.min < 0:
@@ -170,14 +172,14 @@ def integer_division(ctx: PluginUnderTest) -> None:
         steps += [("divide", (base, base + 1)), ("remainder", (base, base + 1))]
         lanes.append((pjrt, dtype, np.array(defined)))
     got = run_program(ctx, "jit_integer_division", arrays, steps, mlirs, "integer divide/remainder")
-    for index, (pjrt, dtype, defined) in enumerate(lanes):
-        a, b = arrays[2 * index], arrays[2 * index + 1]
-        pairs = [_truncated_division(int(x), int(y)) if ok else (0, 0) for x, y, ok in zip(a, b, defined)]
+    for index, (pjrt, dtype, mask) in enumerate(lanes):
+        lhs, rhs = arrays[2 * index], arrays[2 * index + 1]
+        pairs = [_truncated_division(int(x), int(y)) if ok else (0, 0) for x, y, ok in zip(lhs, rhs, mask)]
         for offset, op in enumerate(("divide", "remainder")):
             expected = _wrapped([p[offset] for p in pairs], dtype)
-            compare(f"{pjrt} {op}", got[2 * index + offset], expected, [a, b], op,
+            compare(f"{pjrt} {op}", got[2 * index + offset], expected, [lhs, rhs], op,
                     "integer divide truncates toward zero and remainder has the sign of the dividend "
-                    "(C semantics), not Python's floor division", lanes=defined)
+                    "(C semantics), not Python's floor division", lanes=mask)
 
 
 def _float_cases(pjrt: str, dtype: type) -> tuple[np.ndarray, np.ndarray]:
@@ -213,7 +215,8 @@ def nan_propagation(ctx: PluginUnderTest) -> None:
     """NaN propagates through maximum, minimum, add and multiply in either operand position, and
     inf - inf and 0 * inf are NaN, for f16, bf16 and f32."""
     nan, inf = np.nan, np.inf
-    arrays, mlirs, steps, names = [], [], [], []
+    arrays: list[np.ndarray] = []
+    mlirs, steps, names = [], [], []
     for index, (pjrt, mlir, dtype) in enumerate(IEEE_FLOATS):
         arrays += [np.array([nan, 1.0, nan, -inf, inf, 0.0], dtype), np.array([1.0, nan, nan, nan, inf, inf], dtype)]
         mlirs += [mlir, mlir]
@@ -236,7 +239,8 @@ def nan_propagation(ctx: PluginUnderTest) -> None:
 def signed_zero(ctx: PluginUnderTest) -> None:
     """Signed zeros come out as IEEE-754 says: -(+0) = -0, |-0| = +0, -0 + -0 = -0, x - x = +0,
     -0 * 3 = -0, maximum(-0, +0) = +0 and minimum(-0, +0) = -0 in either order."""
-    arrays, mlirs, steps, names = [], [], [], []
+    arrays: list[np.ndarray] = []
+    mlirs, steps, names = [], [], []
     for index, (pjrt, mlir, dtype) in enumerate(IEEE_FLOATS):
         arrays += [np.array([0.0, -0.0, -0.0, 0.0, 1.5], dtype), np.array([-0.0, 0.0, -0.0, 0.0, 1.5], dtype)]
         mlirs += [mlir, mlir]
@@ -252,7 +256,7 @@ def signed_zero(ctx: PluginUnderTest) -> None:
         keep_a = ~np.signbit(a) if largest else np.signbit(a)
         return np.where(zeros, np.where(keep_a, a, b), pick)
 
-    expected_of = {"negate": lambda a, b: -a, "abs": lambda a, b: np.abs(a), "add": np.add,
+    expected_of: dict[str, Callable[[np.ndarray, np.ndarray], Any]] = {"negate": lambda a, b: -a, "abs": lambda a, b: np.abs(a), "add": np.add,
                    "subtract": np.subtract, "multiply": np.multiply,
                    "maximum": lambda a, b: extreme(a, b, True), "minimum": lambda a, b: extreme(a, b, False)}
     for g, (pjrt, op, index, arity) in zip(got, names):
@@ -266,7 +270,7 @@ def signed_zero(ctx: PluginUnderTest) -> None:
 # -- rounding of the narrow floats --------------------------------------------------------------
 
 
-def _rounding_operands(dtype: type) -> tuple[np.ndarray, np.ndarray]:
+def _rounding_operands(dtype: DTypeLike) -> tuple[np.ndarray, np.ndarray]:
     """Operands whose exact results sit on or next to a rounding boundary of ``dtype``: ties
     (round half to even), values just past a tie, overflow to infinity, results that a narrower
     mantissa, a narrower exponent range or truncation would get wrong."""
@@ -282,7 +286,7 @@ def _rounding_operands(dtype: type) -> tuple[np.ndarray, np.ndarray]:
     return np.array(a, np.float64).astype(dtype), np.array(b, np.float64).astype(dtype)
 
 
-def _rounding_case(pjrt: str, mlir: str, dtype: type) -> Case:
+def _rounding_case(pjrt: str, mlir: str, dtype: DTypeLike) -> Case:
     def run(ctx: PluginUnderTest) -> None:
         a, b = _rounding_operands(dtype)
         steps = [("add", (0, 1)), ("subtract", (0, 1)), ("multiply", (0, 1)), ("divide", (0, 1)),

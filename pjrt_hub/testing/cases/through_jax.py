@@ -52,7 +52,7 @@ def transfers(ctx: PluginUnderTest) -> None:
     jax, found = _devices(ctx)
     import ml_dtypes
 
-    samples = [np.arange(6, dtype=np.float32).reshape(2, 3), np.arange(4).astype(ml_dtypes.bfloat16),
+    samples: list[np.ndarray | np.generic] = [np.arange(6, dtype=np.float32).reshape(2, 3), np.arange(4).astype(ml_dtypes.bfloat16),
                np.array([-3, 0, 7], np.int8), np.array([True, False]), np.float32(1.5),
                np.zeros((0, 4), np.float32)]
     for host in samples:

@@ -299,3 +299,13 @@ def test_events_the_caller_makes_are_the_only_ones_it_sets(served, client):
     ready = client.buffer_from_host_buffer(np.ones(2, np.float32)).buffer.ready_event()
     with pytest.raises(InvalidArgument, match="only events made by PJRT_Event_Create can be set"):
         lib.call("PJRT_Event_Set", lib.args("PJRT_Event_Set_Args", event=ready.handle))
+
+
+def test_a_null_argument_list_is_an_invalid_argument_naming_the_device(served, client):
+    executable = client.compile(Program(ADD))
+    lib = PluginLibrary.from_address(served.address, "reference", "served")
+    lists = (ctypes.c_void_p * 1)(None)  # device 0's argument list: NULL
+    args = lib.args("PJRT_LoadedExecutable_Execute_Args", executable=executable._owned.handle,
+                    num_devices=1, num_args=2, argument_lists=ctypes.addressof(lists))
+    with pytest.raises(InvalidArgument, match="PJRT_LoadedExecutable_Execute: the argument list of device 0 is NULL"):
+        lib.call("PJRT_LoadedExecutable_Execute", args)

@@ -440,13 +440,13 @@ def test_a_host_copy_of_a_buffer_another_thread_donates_is_whole_or_refused(clie
         a = put_on(client, np.zeros(n, np.float32))
         start = threading.Barrier(2)
 
-        def donate():
+        def donate(start, a):
             start.wait()
             result = donating.execute([[a, ones]])
             for event in result.device_complete_events:
                 event.await_(timeout=30)
 
-        thread = threading.Thread(target=donate)
+        thread = threading.Thread(target=donate, args=(start, a))
         thread.start()
         start.wait()
         try:

@@ -80,7 +80,7 @@ class FortranCompiler(MiniCompiler):
         def fortran_run(args: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None = None) -> list:
             return [np.array(r, order="F") for r in run(args, out)]
 
-        program.run = fortran_run  # type: ignore[method-assign]
+        program.run = fortran_run  # type: ignore[method-assign]  # this one program returns Fortran-order arrays
         return program
 
 
@@ -131,14 +131,14 @@ def test_default_layouts_are_what_a_new_buffer_gets(client, api):
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda l, c: l.buffer_memory_layout(np.zeros(3)), "expected a buffer of this plugin"),
-    (lambda l, c: l.client_default_layout(object(), BufferType.F32, (2,)), "expected a client of this plugin"),
-    (lambda l, c: l.client_default_layout(c, 12345, (2,)), "element_type 12345 is not a PJRT_Buffer_Type"),
-    (lambda l, c: l.client_default_layout(c, BufferType.TOKEN, (2,)), "has no numpy dtype"),
-    (lambda l, c: l.client_default_layout(c, BufferType.F32, (2, -1)), "non-negative ints"),
-    (lambda l, c: l.client_default_layout(c, BufferType.F32, 3), "a sequence of ints"),
-    (lambda l, c: l.executable_output_layouts("program"), "expected an executable of this plugin"),
-    (lambda l, c: l.topology_default_layout(c, BufferType.F32, (2,)), "expected a topology of this plugin"),
+    (lambda layouts, c: layouts.buffer_memory_layout(np.zeros(3)), "expected a buffer of this plugin"),
+    (lambda layouts, c: layouts.client_default_layout(object(), BufferType.F32, (2,)), "expected a client of this plugin"),
+    (lambda layouts, c: layouts.client_default_layout(c, 12345, (2,)), "element_type 12345 is not a PJRT_Buffer_Type"),
+    (lambda layouts, c: layouts.client_default_layout(c, BufferType.TOKEN, (2,)), "has no numpy dtype"),
+    (lambda layouts, c: layouts.client_default_layout(c, BufferType.F32, (2, -1)), "non-negative ints"),
+    (lambda layouts, c: layouts.client_default_layout(c, BufferType.F32, 3), "a sequence of ints"),
+    (lambda layouts, c: layouts.executable_output_layouts("program"), "expected an executable of this plugin"),
+    (lambda layouts, c: layouts.topology_default_layout(c, BufferType.F32, (2,)), "expected a topology of this plugin"),
 ])
 def test_bad_arguments_are_invalid_arguments_naming_the_call(client, call, message):
     with pytest.raises(InvalidArgument, match=message):

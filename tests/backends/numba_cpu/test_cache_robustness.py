@@ -14,7 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 PROGRAM = """func.func @main(%a: tensor<4x33xf32>) -> (tensor<4x33xf32>, tensor<4xf32>) {

@@ -42,7 +42,7 @@ def test_op_result_and_enum_text():
     assert op.result is v
     assert op.attr("comparison_direction") == "LT"
     with pytest.raises(ValueError):
-        Op("stablehlo.while", (), (v, v)).result
+        _ = Op("stablehlo.while", (), (v, v)).result
 
 
 def test_parsed_ir_is_read_only():

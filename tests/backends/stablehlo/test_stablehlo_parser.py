@@ -402,6 +402,9 @@ def _parse_error(text):
     ("  %0:2 = stablehlo.negate %a : tensor<f32>\n", 2, 3, "2 result names for 1 results"),
     ("  %0 = foo.bar %a : tensor<f32>\n", 2, 8, "unknown operation 'foo.bar'"),
     ("  %0 = stablehlo.add %a, %a : tensor<f32> loc(#nope)\n", 2, 47, "undefined alias '#nope'"),
+    ("  %0 = stablehlo.add %a, %a : tensor<f32> loc(#)\n", 2, 47, "expected an alias name after '#'"),
+    ('  %0 = "func.call"(%a) {callee = @} : (tensor<f32>) -> tensor<f32>\n', 2, 34,
+     "expected a symbol name after '@'"),
     ('  %0 = "stablehlo.case"(%i) ({\n  ^bb0:\n    stablehlo.return %a : tensor<f32>\n  ^bb1:\n', 5, 3, "more than one block"),
 ])
 def test_malformed_programs_give_line_and_column(body, line, col, fragment):
