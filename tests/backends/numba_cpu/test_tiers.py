@@ -27,6 +27,7 @@ from pjrt_hub.backends.numba_cpu.eager import EagerUnsupported, NeedsCompiled
 from pjrt_hub.backends.numba_cpu.lanes import lane_count, reduce_lanes
 from pjrt_hub.backends.numba_cpu.tiers import TieredProgram
 from ...corpus import program_text, public_arrays, public_programs
+from ...loop_programs import NEVER_ENDING
 from .tier_helpers import assert_same_bits, eager_program
 
 PROGRAMS = {p["name"]: p for p in public_programs()}
@@ -531,22 +532,6 @@ def test_eager_results_have_storage_of_their_own(tmp_path):
         assert all(x.flags.writeable and x.flags.c_contiguous for x in outs)
 
 
-_FOREVER = """module @jit_forever {
-  func.func public @main(%arg0: tensor<i32>) -> tensor<i32> {
-    %0 = stablehlo.while(%i = %arg0) : tensor<i32>
-    cond {
-      %t = stablehlo.constant dense<true> : tensor<i1>
-      stablehlo.return %t : tensor<i1>
-    } do {
-      %c1 = stablehlo.constant dense<1> : tensor<i32>
-      %1 = stablehlo.add %i, %c1 : tensor<i32>
-      stablehlo.return %1 : tensor<i32>
-    }
-    return %0 : tensor<i32>
-  }
-}"""
-
-
 def test_a_timeout_stops_a_never_ending_loop_on_the_eager_tier(tmp_path, monkeypatch):
     from pjrt_hub import PluginRegistry, RegistrySettings
     from pjrt_hub.abi import DeadlineExceeded, ExecuteOptions, Program
@@ -556,7 +541,7 @@ def test_a_timeout_stops_a_never_ending_loop_on_the_eager_tier(tmp_path, monkeyp
     registry.load()
     client = registry.create_client("numba_cpu")
     try:
-        executable = client.compile(Program(_FOREVER))
+        executable = client.compile(Program(NEVER_ENDING))
         program = executable.unwrapped.get_executable().program
         assert isinstance(program, TieredProgram) and program.cancellable
         x = client.buffer_from_host_buffer(np.asarray(np.int32(0))).buffer
