@@ -171,6 +171,10 @@ def _small_float_tables() -> dict[str, np.ndarray]:
 
     tables = {}
     for element, name in SMALL_FLOATS.items():
+        if not hasattr(ml_dtypes, name):
+            # An older ml_dtypes (0.4 has no float8_e4m3): no program can hold the type, which
+            # element_dtype refuses by name, so its tables are never read.
+            continue
         dtype = np.dtype(getattr(ml_dtypes, name))
         tables[f"SF_{element}_V"] = np.arange(256, dtype=np.uint8).view(dtype).astype(np.float32)
         for tag, sign in (("P", 1.0), ("N", -1.0)):
