@@ -198,12 +198,13 @@ def make_plan(*, frameworks: Sequence[ApiVersion | str] = (), plugins: Sequence[
                                                    and requirement[n] in wheels}))
         not_planned += [EnvironmentInfo(name=here, status="missing", note=note) for note in notes]
     else:
-        if c_plugins:
-            raise PlanError("--c-plugins takes the real C plugins from the wheel cache with --no-tox; "
-                            "the tox environment matrix-py311-cplugins installs them")
         builtins, from_env = _builtin_plugins(), _env_var_plugins()
         explicit |= set(from_env)
-        for env in (MatrixEnvironment.from_name(n) for n in environments) if environments else DEFAULT_ENVIRONMENTS:
+        # The real C plugins' environment downloads their wheels and tests other vendors' code: it
+        # runs when asked for (--c-plugins, or by name with --env), as with --no-tox.
+        chosen = [MatrixEnvironment.from_name(n) for n in environments] if environments else \
+            [e for e in DEFAULT_ENVIRONMENTS if c_plugins or not e.c_plugins]
+        for env in chosen:
             if available_only and not _has_interpreter(env.python):
                 not_planned.append(EnvironmentInfo(
                     name=env.name, python=env.python, status="missing",

@@ -1006,11 +1006,11 @@ def _add_matrix_selection(p: argparse.ArgumentParser) -> None:
                    help="also a PJRT C plugin library (repeatable)")
     p.add_argument("--no-fixtures", action="store_true", help="leave out the toy fixture plugins")
     p.add_argument("--c-plugins", action="store_true",
-                   help="with --no-tox: also the real CPU plugins xla-cpu-pjrt (0.81), fastatomstruct-xla-cpu "
-                        "(0.106) and lammps-jax-pjrt-cpu (0.115) from the wheel cache ($PJRT_HUB_CACHE/wheels, else "
+                   help="also the real CPU plugins xla-cpu-pjrt (0.81), fastatomstruct-xla-cpu (0.106) and "
+                        "lammps-jax-pjrt-cpu (0.115): with tox, the environment matrix-py311-cplugins, which "
+                        "installs them; with --no-tox, from the wheel cache ($PJRT_HUB_CACHE/wheels, else "
                         "~/.cache/pjrt-hub/wheels; downloaded on first use, about 63 MB each) where this "
-                        "environment has not installed them (the tox environment matrix-py311-cplugins "
-                        "installs them)")
+                        "environment has not installed them")
     p.add_argument("--case", action="append", default=[], metavar="PATTERN",
                    help="only conformance cases matching this pattern (repeatable)")
     p.add_argument("--no-tox", action="store_true",

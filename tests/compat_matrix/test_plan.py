@@ -24,6 +24,10 @@ def test_the_default_plan_has_a_job_per_plugin_group_of_every_environment():
     plan = make_plan()
     ids = [c.id for c in plan.cells]
     assert len(ids) == len(set(ids))
+    # The real C plugins' environment (downloads, other vendors' code) runs when asked for.
+    assert {c.environment for c in plan.cells} == {e.name for e in DEFAULT_ENVIRONMENTS if not e.c_plugins}
+    assert not any(c.environment == "matrix-py311-cplugins" for c in plan.cells)
+    plan = make_plan(c_plugins=True)
     assert {c.environment for c in plan.cells} == {e.name for e in DEFAULT_ENVIRONMENTS}
     fixtures = plan.job("py311-numbalatest.fixtures")
     assert fixtures.plugins == [f.name for f in FIXTURE_PLUGINS] == fixtures.fixtures
@@ -33,12 +37,13 @@ def test_the_default_plan_has_a_job_per_plugin_group_of_every_environment():
         ["xla_cpu_pjrt"], ["fastatomstruct_xla_cpu"], ["lammps_jax_pjrt_cpu"]]
     assert all(c.frameworks == ["0.81", "0.95", "0.106", "0.115", plan.frameworks[-1]] for c in plan.cells)
     # The id is the content's: the same selection plans the same, another one differs.
-    assert make_plan().plan_id == plan.plan_id
-    assert make_plan(frameworks=["0.81"]).plan_id != plan.plan_id
+    assert make_plan(c_plugins=True).plan_id == plan.plan_id
+    assert make_plan(c_plugins=True, frameworks=["0.81"]).plan_id != plan.plan_id
+    assert make_plan().plan_id != plan.plan_id
 
 
 def test_split_by_environment_gives_one_job_each():
-    plan = make_plan(split="environment")
+    plan = make_plan(split="environment", c_plugins=True)
     assert [c.id for c in plan.cells] == [e.name.removeprefix("matrix-") for e in DEFAULT_ENVIRONMENTS]
     assert plan.job("py311-numbamin").plugins == [f.name for f in FIXTURE_PLUGINS] + ["numba_cpu", "reference"]
 
@@ -97,8 +102,6 @@ def test_an_unknown_plugin_is_exit_5_with_one_line(command, tmp_path, capsys):
 
 
 def test_options_that_do_not_apply_are_usage_errors(capsys):
-    assert main(["matrix", "plan", "--c-plugins"]) == ExitCode.USAGE
-    assert "--c-plugins takes the real C plugins from the wheel cache with --no-tox" in capsys.readouterr().err
     assert main(["matrix", "plan", "--no-tox", "--env", "matrix-py311-numbamin"]) == ExitCode.USAGE
 
 
