@@ -134,12 +134,18 @@ def run_cases_on(plugin: Any, name: str, patterns: Sequence[str], *,
     from pjrt_hub import PluginRegistry, RegistrySettings
 
     from ._context import PluginUnderTest
-    from ._runner import run_case
-    from . import cases as _cases  # noqa: F401 - registers the cases
 
     registry = PluginRegistry(RegistrySettings(autoload=False), environ={})
     registry.register(plugin, name)
-    ctx = PluginUnderTest(registry, name, timeout_scale=timeout_scale)
+    return run_matching(PluginUnderTest(registry, name, timeout_scale=timeout_scale), patterns)
+
+
+def run_matching(ctx: Any, patterns: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """Run the cases matching ``patterns`` on ``ctx`` (a ``PluginUnderTest``), without pytest:
+    case id -> (outcome, message), as :func:`run_cases_on` says."""
+    from ._runner import run_case
+    from . import cases as _cases  # noqa: F401 - registers the cases
+
     results: dict[str, tuple[str, str]] = {}
     for case_id, item in CASES.items():
         if not matching(case_id, patterns):

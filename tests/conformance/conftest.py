@@ -14,8 +14,8 @@ import pytest
 
 from pjrt_hub import Policy, PluginRegistry, RegistrySettings
 from pjrt_hub.abi import ApiVersion
-from pjrt_hub.testing import CASES, CaseFailure, CaseSkipped, PluginUnderTest, run_case
-from pjrt_hub.testing._case import matching
+from pjrt_hub.testing import PluginUnderTest
+from pjrt_hub.testing._mutation import run_matching
 
 from ..real_plugins import skip_extra_unless_asked
 
@@ -33,21 +33,7 @@ def run_direct(name: str, patterns: tuple[str, ...] = ("*",), *, framework: str 
     """
     policy = Policy(framework=ApiVersion.parse(framework)) if framework else Policy()
     registry = PluginRegistry(RegistrySettings(policy=policy), environ={})
-    ctx = PluginUnderTest(registry, name, timeout_scale=timeout_scale)
-    results = {}
-    for case_id, item in CASES.items():
-        if not matching(case_id, patterns):
-            continue
-        limited = ctx.limitation_for(item) is not None
-        try:
-            run_case(item, ctx)
-        except CaseSkipped as exc:
-            results[case_id] = ("skipped", str(exc))
-        except CaseFailure as exc:
-            results[case_id] = ("xfailed" if limited else "failed", str(exc))
-        else:
-            results[case_id] = ("xpassed" if limited else "passed", "")
-    return results
+    return run_matching(PluginUnderTest(registry, name, timeout_scale=timeout_scale), patterns)
 
 
 @pytest.fixture
