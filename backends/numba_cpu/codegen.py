@@ -29,7 +29,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -37,6 +37,9 @@ from pjrt_hub.abi import CompileError, UnsupportedOpError
 from pjrt_hub.backends.stablehlo import Block, Function, Op, TensorType, Value
 
 from .source import ElementKind, Expr, Scope, deepest, element_kind
+
+if TYPE_CHECKING:  # .planner imports this module
+    from .planner import Reader
 
 __all__ = ["Lowering", "LoweringOptions", "GeneratedFunction"]
 
@@ -292,10 +295,14 @@ class Lowering:
         self._lane_bufs: dict[int, tuple[str, str | None]] = {}
         #: Set by rules that emit multi-threaded library calls (large dot products).
         self.threaded = False
-        #: Set by the planner (planner.plan_block): each value's readers, and the loop nests
-        #: that read each lazy value.
-        self._plan_users: dict[Value, list] = {}
-        self._plan_roots: dict[Value, frozenset] = {}
+        #: The plans (planner.BlockPlan) of the blocks lowered so far, merged: each value's
+        #: readers and each lazy value's loop nests. A nested block is planned when its op is
+        #: lowered, and its entries replace those of the outer values it reads.
+        self.readers: dict[Value, tuple[Reader, ...]] = {}
+        self.roots: dict[Value, frozenset[Op | Value]] = {}
+        #: The defining op of every lazy value planned so far (kept when a value is
+        #: materialized, so that the op can still be evaluated at an index).
+        self.lazy_definitions: dict[Value, Lazy] = {}
         #: Collective ops lowered so far (collective_rules numbers each one's spec).
         self._collective_count = 0
 
@@ -433,7 +440,7 @@ class Lowering:
         b = self.env.get(v)
         if isinstance(b, Lazy):
             return b
-        lazy = self._defs.get(v)
+        lazy = self.lazy_definitions.get(v)
         if lazy is None:
             raise CompileError(f"internal: {v.name} has no lazy definition")
         return lazy
@@ -459,8 +466,13 @@ class Lowering:
         return not b.is_global and b.name not in self._arg_names and b.name not in self._maybe_arg
 
     def sole_user(self, v: Value, op: Op) -> bool:
-        users = getattr(self, "_plan_users", {}).get(v, ())
+        users = self.readers.get(v, ())
         return len(users) == 1 and users[0] is op
+
+    def define_lazy(self, v: Value, lazy: Lazy) -> None:
+        """Bind ``v`` to its lazy definition (the planner does, for every lazy value)."""
+        self.env[v] = lazy
+        self.lazy_definitions[v] = lazy
 
     def note_assignment(self, targets: Sequence[str], texts: Sequence[str]) -> None:
         """Record ``targets = texts`` for :attr:`_maybe_arg` (control-flow result variables)."""
@@ -571,7 +583,6 @@ class Lowering:
     def lower(self) -> GeneratedFunction:
         fn = self.fn
         self._base = self.scope
-        self._defs: dict[Value, Lazy] = {}
         self._arg_names: set[str] = set()
         #: Variables that may hold an argument array at run time (a loop-carried value or a
         #: branch result initialised from one): results copy them, never hand out an input.
@@ -688,8 +699,10 @@ class Lowering:
         bindings of the terminator's operands are returned (materialized as arrays/scalars)."""
         from .planner import plan_block
 
-        items = plan_block(self, block)
-        for item in items:
+        plan = plan_block(self, block)
+        self.readers.update(plan.readers)
+        self.roots.update(plan.roots)
+        for item in plan.items:
             if isinstance(item, _Group):
                 self.emit_group(item)
             else:
@@ -744,7 +757,7 @@ class Lowering:
 
         outer = group.outer
         base = self.scope
-        local = group_local_values(self, group)
+        local = group_local_values(group, self.readers, self.roots)
         work = max((math.prod(m.shape) for m in group.members), default=1)
         parallel = bool(outer) and outer[0] >= 2 and work * len(group.members) >= self.options.parallel_threshold
         # Arrays that outlive the group.

@@ -489,7 +489,7 @@ def scalar_constant(ctx: Lowering, v: Value) -> np.ndarray | None:
     reshaped to rank 0), else None."""
     seen = 0
     while seen < 8:
-        lazy = ctx._defs.get(v)
+        lazy = ctx.lazy_definitions.get(v)
         if lazy is None:
             return None
         op = lazy.op

@@ -10,12 +10,32 @@ what will be emitted.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
+from typing import Literal, Mapping, Sequence
 
 from pjrt_hub.backends.stablehlo import Block, Op, TensorType, Value
 
 from .codegen import RULES, Lazy, Lowering, _Group, _Member, _unsupported
 
-__all__ = ["plan_block", "group_local_values", "natural_outer", "reduce_member"]
+__all__ = ["BlockPlan", "Reader", "plan_block", "group_local_values", "natural_outer", "reduce_member"]
+
+#: Who reads a value: an op of the block, the block's terminator, or an op in a region nested
+#: in one of the block's ops.
+Reader = Op | Literal["term", "region"]
+
+
+@dataclass(frozen=True)
+class BlockPlan:
+    """What :func:`plan_block` decided for one block."""
+
+    #: The block's kernels in program order: fusion groups, and ops lowered by their own rule.
+    items: tuple[_Group | Op, ...]
+    #: Each value read in the block (its own values and outer ones) -> its readers there.
+    readers: Mapping[Value, tuple[Reader, ...]]
+    #: Each lazy value of the block -> the loop nests that read it: the ops (not lazy
+    #: themselves) that read it through a chain of lazy ops, or the value itself when it is
+    #: materialized.
+    roots: Mapping[Value, frozenset[Op | Value]]
 
 #: Longest chain of lazy ops read through before one is materialized.
 _MAX_CHAIN = 60
@@ -30,11 +50,11 @@ def _rank(v: Value) -> int:
     return len(v.type.shape) if isinstance(v.type, TensorType) else 0
 
 
-def plan_block(ctx: Lowering, block: Block) -> list:
+def plan_block(ctx: Lowering, block: Block) -> BlockPlan:
+    """Plan ``block``: its lazy values are bound in ``ctx`` (fusion checks read them)."""
     ops = block.ops[:-1]
     term = block.terminator
-    defined: set[Value] = set(block.args)
-    users: dict[Value, list] = defaultdict(list)
+    users: dict[Value, list[Reader]] = defaultdict(list)
     for op in ops:
         rule = RULES.get(op.name)
         if rule is None:
@@ -47,9 +67,7 @@ def plan_block(ctx: Lowering, block: Block) -> list:
                     users[o].append("region")
         if _is_lazy(op):
             for i, r in enumerate(op.results):
-                ctx.env[r] = Lazy(op, i)
-                ctx._defs[r] = Lazy(op, i)
-        defined.update(op.results)
+                ctx.define_lazy(r, Lazy(op, i))
     for o in term.operands:
         users[o].append("term")
 
@@ -60,7 +78,7 @@ def plan_block(ctx: Lowering, block: Block) -> list:
             continue
         for r in op.results:
             for u in users[r]:
-                if u in ("term", "region"):
+                if isinstance(u, str):  # the terminator, or a nested region
                     materialize.add(r)
                 elif not _is_lazy(u) and u.name != "stablehlo.reduce" and not RULES[u.name].lazy_operands:
                     if _rank(r) > 0:
@@ -86,7 +104,7 @@ def plan_block(ctx: Lowering, block: Block) -> list:
 
     # Which loop nests (roots) read each lazy value; expensive values read by several are
     # materialized once instead.
-    roots: dict[Value, frozenset] = {}
+    roots: dict[Value, frozenset[Op | Value]] = {}
     limit = ctx.options.recompute_limit
     for op in reversed(ops):
         if not _is_lazy(op):
@@ -95,7 +113,7 @@ def plan_block(ctx: Lowering, block: Block) -> list:
             if r in materialize:
                 roots[r] = frozenset([r])
                 continue
-            rs: set = set()
+            rs: set[Op | Value] = set()
             for u in users[r]:
                 if isinstance(u, Op) and _is_lazy(u):
                     for ur in u.results:
@@ -107,13 +125,8 @@ def plan_block(ctx: Lowering, block: Block) -> list:
                 roots[r] = frozenset([r])
             else:
                 roots[r] = frozenset(rs)
-    ctx._plan_users = getattr(ctx, "_plan_users", {})
-    ctx._plan_users.update(users)
-    ctx._plan_roots = getattr(ctx, "_plan_roots", {})
-    ctx._plan_roots.update(roots)
-
     # Kernels in program order, fused into groups where the outer loops can be shared.
-    items: list = []
+    items: list[_Group | Op] = []
     group: _Group | None = None
     for op in ops:
         if _is_lazy(op):
@@ -130,7 +143,7 @@ def plan_block(ctx: Lowering, block: Block) -> list:
             group = _add_member(ctx, items, group, m)
     if group is not None:
         items.append(group)
-    return items
+    return BlockPlan(tuple(items), {v: tuple(us) for v, us in users.items()}, roots)
 
 
 def reduce_member(op: Op) -> _Member:
@@ -160,7 +173,7 @@ def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _add_member(ctx: Lowering, items: list, group: _Group | None, m: _Member) -> _Group:
+def _add_member(ctx: Lowering, items: list[_Group | Op], group: _Group | None, m: _Member) -> _Group:
     natural = natural_outer(m)
     if group is None:
         return _Group(natural, [m])
@@ -193,26 +206,29 @@ def _add_member(ctx: Lowering, items: list, group: _Group | None, m: _Member) ->
     return _Group(natural, [m])
 
 
-def group_local_values(ctx: Lowering, group: _Group) -> set[Value]:
-    """Member values nothing outside the group reads: they get row buffers, not arrays."""
+def group_local_values(group: _Group, readers: Mapping[Value, Sequence[Reader]],
+                       roots: Mapping[Value, frozenset[Op | Value]]) -> set[Value]:
+    """Member values nothing outside the group reads: they get row buffers, not arrays.
+
+    ``readers`` and ``roots`` are those of the plans of the block of the group and of the blocks
+    it is nested in (:attr:`Lowering.readers`)."""
     if not group.outer:
         return set()
     members = {v for m in group.members for v in m.values}
-    reduce_ops = {m.op for m in group.members if m.kind == "reduce"}
+    reduce_ops = {m.op for m in group.members if m.kind == "reduce" and m.op is not None}
     reduce_ops |= {op for m in group.members for op in m.reduces}
-    users = ctx._plan_users
-    roots = ctx._plan_roots
+    inside: set[Op | Value] = {*members, *reduce_ops}
     local = set()
     for v in members:
         ok = True
-        for u in users.get(v, ()):
-            if u in ("term", "region"):
+        for u in readers.get(v, ()):
+            if isinstance(u, str):  # the terminator, or a nested region
                 ok = False
             elif u in reduce_ops:
                 continue
             elif _is_lazy(u):
                 for r in u.results:
-                    if not roots.get(r, frozenset()) <= (members | reduce_ops):
+                    if not roots.get(r, frozenset()) <= inside:
                         ok = False
             else:
                 ok = False
