@@ -261,6 +261,61 @@ class _NameUse:
                 {n for n, c in self.total_loaded.items() if c > loaded.get(n, 0)})
 
 
+class LoopNest:
+    """``with ctx.loops(shape) as idx:``: one ``for`` loop per dimension, innermost last;
+    ``idx`` holds the loop variables. Closed in reverse on exit."""
+
+    def __init__(self, ctx: "Lowering", shape: Sequence[int]) -> None:
+        self.ctx = ctx
+        self.shape = tuple(shape)
+        self.opened: list[tuple[Scope, Scope]] = []
+
+    def __enter__(self) -> tuple[Expr, ...]:
+        ctx = self.ctx
+        idx = []
+        for d in self.shape:
+            var = ctx.fresh("i")
+            parent = ctx.scope
+            child = parent.open(f"for {var} in range({d}):")
+            self.opened.append((parent, child))
+            ctx.scope = child
+            idx.append(Expr(var, child, var))
+        return tuple(idx)
+
+    def __exit__(self, *exc: object) -> None:
+        for parent, child in reversed(self.opened):
+            parent.close(child)
+            self.ctx.scope = parent
+
+
+class BlockScope:
+    """``with ctx.block_scope(header) as scope:``: statements go into a child block (a branch,
+    a loop body) under ``header``, which is also the outermost scope temporaries are hoisted to
+    (never out of a branch, or out of a loop whose variables change)."""
+
+    def __init__(self, ctx: "Lowering", header: str) -> None:
+        self.ctx = ctx
+        self.header = header
+        #: While open: the enclosing scope, the block, and the base to restore on exit.
+        self._open: tuple[Scope, Scope, Scope] | None = None
+
+    def __enter__(self) -> Scope:
+        ctx = self.ctx
+        child = ctx.scope.open(self.header)
+        self._open = (ctx.scope, child, ctx._base)
+        ctx.scope = child
+        ctx._base = child
+        return child
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._open is not None  # entered first
+        parent, child, base = self._open
+        parent.close(child)
+        self.ctx.scope = parent
+        self.ctx._base = base
+        self._open = None
+
+
 def round_accumulators(ctx: "Lowering", op: Op, names: Sequence[str]) -> None:
     """Round reduction accumulators of narrow float type once, after the reduction loop: they
     accumulate in float32, as XLA:CPU reduces bf16 and f16."""
@@ -281,13 +336,24 @@ class Lowering:
         self.globals: dict[str, str] = {}
         self._global_keys: dict[tuple, str] = {}
         self._names = itertools.count()
+        #: Where statements are emitted now.
         self.scope = Scope()
+        #: The outermost scope temporaries may be hoisted to: the current kernel group's or
+        #: control-flow block's (:meth:`temp`).
+        self._base: Scope = self.scope
         self.parallel = False
+        #: During a fusion check (:meth:`try_member`), the values whose reads are logged.
         self._watch: set[Value] | None = None
         self._watch_log: list[tuple[Value, tuple[Expr, ...]]] = []
-        self._views: dict = {}
-        self._view_scopes: dict = {}
+        #: Reshaped views of arrays, by (value id, shape), and the scope each was made in.
+        self._views: dict[tuple[int, tuple[int, ...]], str] = {}
+        self._view_scopes: dict[tuple[int, tuple[int, ...]], Scope] = {}
         self._cancellable = False
+        #: Names of the entry's array parameters.
+        self._arg_names: set[str] = set()
+        #: Variables that may hold an argument array at run time (a loop-carried value or a
+        #: branch result initialised from one): results copy them, never hand out an input.
+        self._maybe_arg: set[str] = set()
         #: Functions of the module besides the entry (rules add them: collective calls).
         self.helpers: list[str] = []
         #: Lane reductions (see :mod:`.lanes`): op id -> (lanes buffer, scratch row or None),
@@ -303,8 +369,8 @@ class Lowering:
         #: The defining op of every lazy value planned so far (kept when a value is
         #: materialized, so that the op can still be evaluated at an index).
         self.lazy_definitions: dict[Value, Lazy] = {}
-        #: Collective ops lowered so far (collective_rules numbers each one's spec).
-        self._collective_count = 0
+        #: Collective ops lowered so far (:meth:`number_collective`).
+        self._collectives = 0
 
     # ---- names and globals ----
 
@@ -469,6 +535,12 @@ class Lowering:
         users = self.readers.get(v, ())
         return len(users) == 1 and users[0] is op
 
+    def number_collective(self) -> int:
+        """A number for the next collective op of this function (its spec's name and key)."""
+        number = self._collectives
+        self._collectives += 1
+        return number
+
     def define_lazy(self, v: Value, lazy: Lazy) -> None:
         """Bind ``v`` to its lazy definition (the planner does, for every lazy value)."""
         self.env[v] = lazy
@@ -525,31 +597,9 @@ class Lowering:
                 parts = [i.text for i in idx]
             self.scope.emit(st_text(name, parts, kind.store(val.text)))
 
-    class _Loops:
-        def __init__(self, ctx: "Lowering", shape) -> None:
-            self.ctx, self.shape = ctx, tuple(shape)
-            self.opened: list[tuple[Scope, Scope]] = []
-
-        def __enter__(self) -> tuple[Expr, ...]:
-            ctx = self.ctx
-            idx = []
-            for d in self.shape:
-                var = ctx.fresh("i")
-                parent = ctx.scope
-                child = parent.open(f"for {var} in range({d}):")
-                self.opened.append((parent, child))
-                ctx.scope = child
-                idx.append(Expr(var, child, var))
-            return tuple(idx)
-
-        def __exit__(self, *exc) -> None:
-            for parent, child in reversed(self.opened):
-                parent.close(child)
-                self.ctx.scope = parent
-
-    def loops(self, shape: Sequence[int]) -> "Lowering._Loops":
+    def loops(self, shape: Sequence[int]) -> LoopNest:
         """``with ctx.loops(shape) as idx:`` opens one loop per dimension."""
-        return Lowering._Loops(self, shape)
+        return LoopNest(self, shape)
 
     def emit_cancel_check(self) -> None:
         """Stop here if the runtime asks: the top of every loop that may never end."""
@@ -558,35 +608,14 @@ class Lowering:
         self._cancellable = True
         self.scope.emit(cancel_check())
 
-    def block_scope(self, header: str):
+    def block_scope(self, header: str) -> BlockScope:
         """``with ctx.block_scope("if c:"):`` emits the body into a child block."""
-        ctx = self
-
-        class _B:
-            def __enter__(self_inner):
-                self_inner.parent = ctx.scope
-                self_inner.child = ctx.scope.open(header)
-                ctx.scope = self_inner.child
-                self_inner.base = ctx._base
-                ctx._base = self_inner.child
-                return self_inner.child
-
-            def __exit__(self_inner, *exc):
-                self_inner.parent.close(self_inner.child)
-                ctx.scope = self_inner.parent
-                ctx._base = self_inner.base
-
-        return _B()
+        return BlockScope(self, header)
 
     # ---- entry point ----
 
     def lower(self) -> GeneratedFunction:
         fn = self.fn
-        self._base = self.scope
-        self._arg_names: set[str] = set()
-        #: Variables that may hold an argument array at run time (a loop-carried value or a
-        #: branch result initialised from one): results copy them, never hand out an input.
-        self._maybe_arg: set[str] = set()
         in_kinds = []
         params = []
         for i, a in enumerate(fn.args):

@@ -46,8 +46,7 @@ def _flat_operand(ctx: Lowering, v: Value) -> str:
 
 
 def _spec_global(ctx: Lowering, op: Op) -> str:
-    counter = ctx._collective_count
-    ctx._collective_count = counter + 1
+    counter = ctx.number_collective()
     spec = describe(op, counter)
     data = {
         "kind": spec.kind, "key": spec.key, "groups": [list(g) for g in spec.groups],
