@@ -29,7 +29,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Literal, Sequence
 
 import numpy as np
 
@@ -41,7 +41,8 @@ from .source import ElementKind, Expr, Scope, deepest, element_kind
 if TYPE_CHECKING:  # .planner imports this module
     from .planner import Reader
 
-__all__ = ["Lowering", "LoweringOptions", "GeneratedFunction"]
+__all__ = ["Lowering", "LoweringOptions", "GeneratedFunction", "FusionGroup", "FusionMember", "LoopNest", "BlockScope",
+           "unsupported_op"]
 
 # -- bindings ---------------------------------------------------------------------------------
 
@@ -78,6 +79,9 @@ class Row:
 
 
 Binding = Arr | Scal | Lazy | Row
+
+#: A fusion member's loop nest: elementwise values ("ew"), or one reduce.
+MemberKind = Literal["ew", "reduce"]
 
 
 #: Arrays from this size on are advised to use transparent huge pages (numpy's threshold too).
@@ -171,7 +175,8 @@ def supported_ops() -> list[str]:
     return sorted(set(RULES) | set(STRUCTURAL_OPS))
 
 
-def _unsupported(op: Op) -> UnsupportedOpError:
+def unsupported_op(op: Op) -> UnsupportedOpError:
+    """The error for an op this backend has no rule for (listing the ops it has)."""
     return UnsupportedOpError(op.name, location=op.where, supported=supported_ops(), backend="numba_cpu")
 
 
@@ -179,12 +184,17 @@ def _unsupported(op: Op) -> UnsupportedOpError:
 
 
 @dataclass
-class _Member:
-    """One loop nest inside a group: elementwise roots, or one reduce."""
+class FusionMember:
+    """One loop nest inside a :class:`FusionGroup`: the materialized values of elementwise
+    ops computed at each index of ``shape``, or one ``reduce``. The planner builds them, the
+    lowering emits them (:meth:`Lowering.emit_member`)."""
 
-    kind: str  # "ew" | "reduce"
+    kind: MemberKind
+    #: The values this loop nest writes (a reduce member: the op's results).
     values: list[Value]
-    op: Op | None = None  # the reduce op
+    #: The reduce op of a "reduce" member; None for an "ew" one.
+    op: Op | None = None
+    #: The loop nest's full index space (a reduce member: its operand's shape).
     shape: tuple[int, ...] = ()
     #: Reductions over all the inner dims folded into an "ew" member's loop nest (softmax's
     #: sum of exponentials accumulates while they are computed); their results are in values.
@@ -192,9 +202,13 @@ class _Member:
 
 
 @dataclass
-class _Group:
+class FusionGroup:
+    """Consecutive kernels fused under shared outer loops: ``outer`` holds the sizes of the
+    leading dimensions every member iterates over together (empty: no loop is shared), each
+    member adding its own inner loops per outer index (:meth:`Lowering.emit_group`)."""
+
     outer: tuple[int, ...]
-    members: list[_Member] = field(default_factory=list)
+    members: list[FusionMember] = field(default_factory=list)
 
 
 class _RejectFusion(Exception):
@@ -488,7 +502,7 @@ class Lowering:
         op = b.op
         rule = RULES.get(op.name)
         if rule is None:
-            raise _unsupported(op)
+            raise unsupported_op(op)
         if rule.elementwise is not None:
             args = []
             for o in op.operands:
@@ -732,7 +746,7 @@ class Lowering:
         self.readers.update(plan.readers)
         self.roots.update(plan.roots)
         for item in plan.items:
-            if isinstance(item, _Group):
+            if isinstance(item, FusionGroup):
                 self.emit_group(item)
             else:
                 self.emit_kernel(item)
@@ -750,7 +764,7 @@ class Lowering:
     def emit_kernel(self, op: Op) -> None:
         rule = RULES.get(op.name)
         if rule is None or rule.kernel is None:
-            raise _unsupported(op)
+            raise unsupported_op(op)
         if not rule.lazy_operands:
             for o in op.operands:
                 if isinstance(o.type, TensorType) and o.type.rank > 0:
@@ -769,7 +783,7 @@ class Lowering:
         for op in block.ops[:-1]:
             rule = RULES.get(op.name)
             if rule is None:
-                raise _unsupported(op)
+                raise unsupported_op(op)
             if any(isinstance(r.type, TensorType) and r.type.rank for r in op.results) or (
                 rule.elementwise is None and rule.index is None):
                 raise UnsupportedOpError(
@@ -781,7 +795,7 @@ class Lowering:
 
     # ---- kernel groups ----
 
-    def emit_group(self, group: _Group) -> None:
+    def emit_group(self, group: FusionGroup) -> None:
         from .planner import group_local_values
 
         outer = group.outer
@@ -853,7 +867,7 @@ class Lowering:
                 self.scope = parent
             self._base = old_base
 
-    def emit_member(self, m: _Member, outer_idx: tuple[Expr, ...]) -> None:
+    def emit_member(self, m: FusionMember, outer_idx: tuple[Expr, ...]) -> None:
         if m.kind == "ew":
             from .lanes import lane_reduction
             from .rules import reducer
@@ -879,7 +893,7 @@ class Lowering:
                         continue
                     e = self.compute(v, full)
                     self.memo[(v.id, tuple(i.text for i in full))] = e
-                    self._store(v, full, e)
+                    self.store(v, full, e)
                 for op, names, combine in accs:
                     xs = [self.read(v, full) for v in op.operands[: len(names)]]
                     new = combine([Expr(a, self.scope) for a in names], xs)
@@ -894,20 +908,20 @@ class Lowering:
             key = tuple(i.text for i in outer_idx)
             for (op, _, _), e in zip(lanes, lane_results):
                 self.memo[(op.result.id, key)] = e
-                self._store(op.result, outer_idx, e)
+                self.store(op.result, outer_idx, e)
             for op, names, _ in accs:
                 round_accumulators(self, op, names)
             for op, names, _ in accs:
                 for v, a in zip(op.results, names):
                     e = Expr(a, self.scope)
                     self.memo[(v.id, key)] = e
-                    self._store(v, outer_idx, e)
+                    self.store(v, outer_idx, e)
         else:
             from .rules import emit_reduce_member
 
             emit_reduce_member(self, m.op, outer_idx)
 
-    def _store(self, v: Value, idx: tuple[Expr, ...], e: Expr) -> None:
+    def store(self, v: Value, idx: tuple[Expr, ...], e: Expr) -> None:
         b = self.env.get(v)
         if v.type.rank == 0:
             name = self.fresh("s")
@@ -924,7 +938,7 @@ class Lowering:
 
     # ---- lane reductions (see .lanes) ----
 
-    def _alloc_lane_buffers(self, group: _Group, scope: Scope) -> None:
+    def _alloc_lane_buffers(self, group: FusionGroup, scope: Scope) -> None:
         """Lanes (and, for values not in memory, a scratch row) for each lane reduction of the
         group, in ``scope``: once per chunk, so that every thread has its own."""
         from .lanes import BLOCK, lane_reduction
@@ -1039,7 +1053,7 @@ class Lowering:
 
     # ---- fusion checks (used by the planner) ----
 
-    def try_member(self, group: _Group, member: _Member, produced: set[Value], same_member: set[Value],
+    def try_member(self, group: FusionGroup, member: FusionMember, produced: set[Value], same_member: set[Value],
                    new: set[Value] = frozenset()) -> bool:
         """Generate ``member`` into a scratch scope as if it joined ``group`` and check that it
         reads values produced earlier in the group only within the current row (and values of

@@ -42,7 +42,7 @@ from pjrt_hub.backends.cpu_runtime.compiler import TensorSpec
 if TYPE_CHECKING:  # .tiers imports this module
     from .tiers import TieredProgram
 
-__all__ = ["NumbaCompiler", "NumbaProgram", "CacheStats", "default_cache_dir"]
+__all__ = ["NumbaCompiler", "NumbaProgram", "CacheStats", "default_cache_dir", "dtype_from_name", "numba_loaded"]
 
 #: Bump when the cache layout changes.
 CODEGEN_VERSION = "1"
@@ -160,7 +160,8 @@ def _is_narrow(dt: np.dtype) -> bool:
     return dt == np.float16 or dt.type.__module__.startswith("ml_dtypes")
 
 
-def _dtype_from_name(name: str) -> np.dtype:
+def dtype_from_name(name: str) -> np.dtype:
+    """The numpy dtype of a name in a program's metadata (``"float32"``, ``"bfloat16"``...)."""
     try:
         return np.dtype(name)
     except TypeError:
@@ -191,8 +192,8 @@ class NumbaProgram:
         self._cache_dir = cache_dir
         self.name: str = meta["name"]
         self.fingerprint = fingerprint
-        self.inputs = tuple(TensorSpec(tuple(s), _dtype_from_name(d)) for s, d in meta["inputs"])
-        self.outputs = tuple(TensorSpec(tuple(s), _dtype_from_name(d)) for s, d in meta["outputs"])
+        self.inputs = tuple(TensorSpec(tuple(s), dtype_from_name(d)) for s, d in meta["inputs"])
+        self.outputs = tuple(TensorSpec(tuple(s), dtype_from_name(d)) for s, d in meta["outputs"])
         self.aliases: Mapping[int, int] = {int(k): int(v) for k, v in meta["aliases"].items()}
         self._cost = dict(meta["cost"])
         self.num_replicas = int(meta.get("num_replicas", 1))
@@ -366,7 +367,7 @@ class NumbaCompiler:
             if prog is not None:
                 self.stats.memory_hits += 1
                 return prog
-            if tiered and not _numba_loaded():
+            if tiered and not numba_loaded():
                 # Loading even a cached program would import numba first: the eager tier
                 # answers, unless it would take longer than that (a large cached program).
                 prog = self._tiered_program(text, lopts, text_key)
@@ -575,7 +576,7 @@ def _fingerprint_of(source: str) -> str:
     return hashlib.sha256("\0".join([CODEGEN_VERSION, _numba_version(), source]).encode("utf-8")).hexdigest()[:32]
 
 
-def _numba_loaded() -> bool:
+def numba_loaded() -> bool:
     """numba and the helper modules are imported: loading a cached program costs milliseconds."""
     return "pjrt_hub.backends.numba_cpu.support" in sys.modules
 

@@ -757,9 +757,9 @@ def _optimization_barrier(program: EagerProgram, op: Op):
 def _exact_in_any_order(op: Op) -> bool:
     """A one-op reducer whose result does not depend on the order of its steps: integer and
     boolean ops (wrapping arithmetic is associative), and float max/min."""
-    from .rules import _simple_reducer
+    from .rules import simple_reducer
 
-    simple = _simple_reducer(op.regions[0], len(op.results))
+    simple = simple_reducer(op.regions[0], len(op.results))
     if simple is None:
         return False
     kind = element_kind(op.regions[0].args[0].type)
@@ -805,9 +805,9 @@ def _reduce(program: EagerProgram, op: Op):
     exact = _exact_in_any_order(op)
     kinds = [_kind(r) for r in op.results]
     sums = None
-    from .rules import _simple_reducer
+    from .rules import simple_reducer
 
-    simple = _simple_reducer(op.regions[0], n)
+    simple = simple_reducer(op.regions[0], n)
     if simple in ("add", "mul") and kinds[0].cls == "f" and not kinds[0].narrow and n == 1:
         sums = np.add if simple == "add" else np.multiply
     results = op.results

@@ -17,7 +17,7 @@ import numpy as np
 from pjrt_hub.backends.stablehlo import Op, Value
 
 from .codegen import Arr, Lowering, Scal, ld_text, st_text
-from .rules import _simple_reducer, _unsupported_variant, convert_text, kernel, reducer
+from .rules import simple_reducer, unsupported_variant, convert_text, kernel, reducer
 from .source import ElementKind, Expr
 
 __all__: list[str] = []
@@ -79,7 +79,7 @@ def _dot_general(ctx: Lowering, op: Op):
     K = math.prod(ls[d] for d in lc)
     N = math.prod(rs[d] for d in rf)
     if res.tensor_type.rank == 0 and lrank == 0:
-        raise _unsupported_variant(op, "scalar operands")
+        raise unsupported_variant(op, "scalar operands")
     blas = rk.cls in "fc" and not rk.narrow and lk == rk and rkk == rk and lrank and rrank
     if blas and M * N and K:
         l3, lt = _arrange(ctx, lhs, lb, lf, lc, (B, M, K))
@@ -522,7 +522,7 @@ def _init_is_identity(ctx: Lowering, op: Op) -> bool:
     operands are, so adding +0.0 never changes it either."""
     if len(op.results) != 1:
         return False
-    kind_name = _simple_reducer(op.regions[0], 1)
+    kind_name = simple_reducer(op.regions[0], 1)
     value = scalar_constant(ctx, op.operands[1])
     if kind_name is None or value is None:
         return False
@@ -820,7 +820,7 @@ def _rng_bit_generator(ctx: Lowering, op: Op):
     new_state, values = op.results
     skind, vkind = ctx.kind(state), ctx.kind(values)
     if skind.storage != np.uint64:
-        raise _unsupported_variant(op, f"{skind.element} state")
+        raise unsupported_variant(op, f"{skind.element} state")
     algorithm = str(op.attr("rng_algorithm") or "DEFAULT")
     count = math.prod(values.tensor_type.shape)
     itemsize = vkind.storage.itemsize

@@ -106,11 +106,11 @@ class LanePlan:
 def lane_reduction(op) -> LanePlan | None:
     """The lane plan of a ``stablehlo.reduce`` op, or None when it reduces sequentially (or in
     an order that does not matter). A property of the op alone, never of how it is fused."""
-    from .rules import _simple_reducer
+    from .rules import simple_reducer
 
     if op.name != "stablehlo.reduce" or len(op.results) != 1:
         return None
-    simple = _simple_reducer(op.regions[0], 1)
+    simple = simple_reducer(op.regions[0], 1)
     if simple not in ("add", "mul"):
         return None
     ty = op.operands[0].type

@@ -15,7 +15,7 @@ from typing import Literal, Mapping, Sequence
 
 from pjrt_hub.backends.stablehlo import Block, Op, TensorType, Value
 
-from .codegen import RULES, Lazy, Lowering, _Group, _Member, _unsupported
+from .codegen import RULES, Lazy, Lowering, FusionGroup, FusionMember, unsupported_op
 
 __all__ = ["BlockPlan", "Reader", "plan_block", "group_local_values", "natural_outer", "reduce_member"]
 
@@ -29,7 +29,7 @@ class BlockPlan:
     """What :func:`plan_block` decided for one block."""
 
     #: The block's kernels in program order: fusion groups, and ops lowered by their own rule.
-    items: tuple[_Group | Op, ...]
+    items: tuple[FusionGroup | Op, ...]
     #: Each value read in the block (its own values and outer ones) -> its readers there.
     readers: Mapping[Value, tuple[Reader, ...]]
     #: Each lazy value of the block -> the loop nests that read it: the ops (not lazy
@@ -58,7 +58,7 @@ def plan_block(ctx: Lowering, block: Block) -> BlockPlan:
     for op in ops:
         rule = RULES.get(op.name)
         if rule is None:
-            raise _unsupported(op)
+            raise unsupported_op(op)
         for o in op.operands:
             users[o].append(op)
         for region in op.regions:
@@ -126,11 +126,11 @@ def plan_block(ctx: Lowering, block: Block) -> BlockPlan:
             else:
                 roots[r] = frozenset(rs)
     # Kernels in program order, fused into groups where the outer loops can be shared.
-    items: list[_Group | Op] = []
-    group: _Group | None = None
+    items: list[FusionGroup | Op] = []
+    group: FusionGroup | None = None
     for op in ops:
         if _is_lazy(op):
-            members = [_Member("ew", [r], shape=tuple(r.tensor_type.shape)) for r in op.results if r in materialize]
+            members = [FusionMember("ew", [r], shape=tuple(r.tensor_type.shape)) for r in op.results if r in materialize]
         elif op.name == "stablehlo.reduce":
             members = [reduce_member(op)]
         else:
@@ -146,12 +146,12 @@ def plan_block(ctx: Lowering, block: Block) -> BlockPlan:
     return BlockPlan(tuple(items), {v: tuple(us) for v, us in users.items()}, roots)
 
 
-def reduce_member(op: Op) -> _Member:
+def reduce_member(op: Op) -> FusionMember:
     shape = tuple(op.operands[0].tensor_type.shape)
-    return _Member("reduce", list(op.results), op=op, shape=shape)
+    return FusionMember("reduce", list(op.results), op=op, shape=shape)
 
 
-def natural_outer(m: _Member) -> tuple[int, ...]:
+def natural_outer(m: FusionMember) -> tuple[int, ...]:
     if m.kind == "ew":
         return m.shape
     assert m.op is not None  # a reduce member carries its op
@@ -173,16 +173,16 @@ def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _add_member(ctx: Lowering, items: list[_Group | Op], group: _Group | None, m: _Member) -> _Group:
+def _add_member(ctx: Lowering, items: list[FusionGroup | Op], group: FusionGroup | None, m: FusionMember) -> FusionGroup:
     natural = natural_outer(m)
     if group is None:
-        return _Group(natural, [m])
+        return FusionGroup(natural, [m])
     produced = {v for mm in group.members for v in mm.values}
     last = group.members[-1]
     # Same loop nest as the previous elementwise member: shares loads and temporaries.
     if m.kind == "ew" and last.kind == "ew" and last.shape == m.shape and m.shape and not last.reduces:
-        merged = _Member("ew", last.values + m.values, shape=m.shape)
-        trial = _Group(group.outer, group.members[:-1])
+        merged = FusionMember("ew", last.values + m.values, shape=m.shape)
+        trial = FusionGroup(group.outer, group.members[:-1])
         earlier = produced - set(last.values)
         if ctx.try_member(trial, merged, earlier, set(last.values), new=set(m.values)):
             group.members[-1] = merged
@@ -191,22 +191,22 @@ def _add_member(ctx: Lowering, items: list[_Group | Op], group: _Group | None, m
     if (m.kind == "reduce" and m.op is not None and last.kind == "ew" and last.shape == m.shape and group.outer
             and natural == group.outer and m.op.attr("dimensions")
             and set(m.op.attr("dimensions")) == set(range(len(natural), len(m.shape)))):
-        merged = _Member("ew", last.values + m.values, shape=last.shape, reduces=last.reduces + [m.op])
-        trial = _Group(group.outer, group.members[:-1])
+        merged = FusionMember("ew", last.values + m.values, shape=last.shape, reduces=last.reduces + [m.op])
+        trial = FusionGroup(group.outer, group.members[:-1])
         earlier = produced - set(last.values)
         if ctx.try_member(trial, merged, earlier, set(last.values), new=set(m.values)):
             group.members[-1] = merged
             return group
     outer = _common_prefix(group.outer, natural)
-    if outer and ctx.try_member(_Group(outer, group.members), m, produced, set(), new=set(m.values)):
+    if outer and ctx.try_member(FusionGroup(outer, group.members), m, produced, set(), new=set(m.values)):
         group.outer = outer
         group.members.append(m)
         return group
     items.append(group)
-    return _Group(natural, [m])
+    return FusionGroup(natural, [m])
 
 
-def group_local_values(group: _Group, readers: Mapping[Value, Sequence[Reader]],
+def group_local_values(group: FusionGroup, readers: Mapping[Value, Sequence[Reader]],
                        roots: Mapping[Value, frozenset[Op | Value]]) -> set[Value]:
     """Member values nothing outside the group reads: they get row buffers, not arrays.
 

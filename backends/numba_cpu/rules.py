@@ -19,14 +19,15 @@ from typing import Callable, Sequence
 import numpy as np
 
 from pjrt_hub.abi import CompileError, UnsupportedOpError
-from pjrt_hub.backends.stablehlo import Op, Value
+from pjrt_hub.backends.stablehlo import Block, Op, Value
 from pjrt_hub.backends.stablehlo.ops import add_rule
 
 from .codegen import RULES, Arr, Lowering, Row, Rule, ld_text, round_accumulators, st_text, supported_ops
 from .lanes import lane_reduction
 from .source import ElementKind, Expr, element_kind
 
-__all__ = ["elementwise", "index_map", "kernel", "emit_reduce_member"]
+__all__ = ["elementwise", "index_map", "kernel", "emit_reduce_member", "reducer", "simple_reducer", "convert_text",
+           "unsupported_variant"]
 
 
 # An op registered twice, by any of the three, raises DuplicateOpError: one op has one rule
@@ -60,7 +61,9 @@ def kernel(*names: str, lazy_operands: bool = False):
     return register
 
 
-def _unsupported_variant(op: Op, what: str) -> UnsupportedOpError:
+def unsupported_variant(op: Op, what: str) -> UnsupportedOpError:
+    """The error for an op this backend has a rule for, but not for this variant of it
+    (``what``: the operand types, an attribute...)."""
     return UnsupportedOpError(f"{op.name} ({what})", location=op.where, supported=supported_ops(),
                               backend="numba_cpu")
 
@@ -88,11 +91,11 @@ def _float_or_int(op_text: Callable[[str, str], str], int_fn: str, bool_text: st
             return kind.rounded(op_text(a, b))
         if kind.cls == "c":
             if complex_text is None:
-                raise _unsupported_variant(op, f"{kind.element} operands")
+                raise unsupported_variant(op, f"{kind.element} operands")
             return complex_text(a, b)
         if kind.cls == "b":
             if bool_text is None:
-                raise _unsupported_variant(op, "boolean operands")
+                raise unsupported_variant(op, "boolean operands")
             return bool_text.format(a=a, b=b)
         return kind.rounded(f"{int_fn}({a}, {b})")
 
@@ -129,7 +132,7 @@ def _remainder(ctx, op, args):
     if kind.cls == "f":
         return kind.rounded(f"np.{kind.compute_dtype.name}(frem({a}, {b}))")
     if kind.cls in "bc":
-        raise _unsupported_variant(op, f"{kind.element} operands")
+        raise unsupported_variant(op, f"{kind.element} operands")
     return kind.rounded(f"irem({a}, {b})")
 
 
@@ -144,7 +147,7 @@ def _power(ctx, op, args):
     if kind.cls == "c":
         return f"{kind.nb.replace('types.', 'np.')}(cpow({a}, {b}))"
     if kind.cls == "b":
-        raise _unsupported_variant(op, "boolean operands")
+        raise unsupported_variant(op, "boolean operands")
     return kind.rounded(f"ipow({a}, {b}, {_c(ctx, 0, kind)}, {_c(ctx, 1, kind)})")
 
 
@@ -155,7 +158,7 @@ def _bitwise(int_fn: str, bool_op: str):
         if kind.cls == "b":
             return f"({a} {bool_op} {b})"
         if kind.cls in "fc":
-            raise _unsupported_variant(op, f"{kind.element} operands")
+            raise unsupported_variant(op, f"{kind.element} operands")
         return f"{int_fn}({a}, {b})"
 
     return rule
@@ -170,7 +173,7 @@ elementwise("stablehlo.xor")(_bitwise("ixor", "^"))
 def _not(ctx, op, args):
     kind = _k(ctx, op.result)
     if kind.cls in "fc":
-        raise _unsupported_variant(op, f"{kind.element} operand")
+        raise unsupported_variant(op, f"{kind.element} operand")
     return kind.rounded(f"inot({args[0].text})")
 
 
@@ -178,7 +181,7 @@ def _shift(fn: str):
     def rule(ctx, op, args):
         kind = _k(ctx, op.result)
         if kind.cls not in "iu":
-            raise _unsupported_variant(op, f"{kind.element} operands")
+            raise unsupported_variant(op, f"{kind.element} operands")
         a, b = args[0].text, args[1].text
         if kind.narrow and kind.cls == "i" and fn == "shr_logical":
             # A logical shift of a sub-byte value shifts its own bits in zeros, not the int8's.
@@ -205,7 +208,7 @@ def _sub_byte_bits(kind: ElementKind, a: str) -> str:
 
 def _int_only(op: Op, kind: ElementKind) -> None:
     if kind.cls not in "iu":
-        raise _unsupported_variant(op, f"{kind.element} operand")
+        raise unsupported_variant(op, f"{kind.element} operand")
 
 
 @elementwise("stablehlo.popcnt")
@@ -279,7 +282,7 @@ def _float_unary(f32: str, f64: str, *, via64: bool = False, complex_fn: str | N
         if kind.cls == "c" and complex_fn is not None:
             return f"{kind.nb.replace('types.', 'np.')}({complex_fn}({a}))"
         if kind.cls != "f":
-            raise _unsupported_variant(op, f"{kind.element} operand")
+            raise unsupported_variant(op, f"{kind.element} operand")
         if kind.bits == 64:
             return f"{f64}({a})"
         if via64:
@@ -325,7 +328,7 @@ def _rsqrt(ctx, op, args):
     if kind.cls == "c":
         return f"{kind.nb.replace('types.', 'np.')}(crsqrt({args[0].text}))"
     if kind.cls != "f":
-        raise _unsupported_variant(op, f"{kind.element} operand")
+        raise unsupported_variant(op, f"{kind.element} operand")
     one = _c(ctx, 1, kind)
     return kind.rounded(f"({one} / fsqrt({args[0].text}))")
 
@@ -347,14 +350,14 @@ def _square(ctx, op, args):
 def _atan2(ctx, op, args):
     kind = _k(ctx, op.result)
     if kind.cls != "f":
-        raise _unsupported_variant(op, f"{kind.element} operands")
+        raise unsupported_variant(op, f"{kind.element} operands")
     text = f"atan2_f({args[0].text}, {args[1].text})"
     return text if kind.bits == 64 else kind.rounded(f"np.float32({text})")
 
 
 def _float_operand(op: Op, kind: ElementKind) -> None:
     if kind.cls != "f":
-        raise _unsupported_variant(op, f"{kind.element} operand")
+        raise unsupported_variant(op, f"{kind.element} operand")
 
 
 @elementwise("chlo.is_inf")
@@ -388,7 +391,7 @@ def _clamp(ctx, op, args):
     kind = _k(ctx, op.result)
     lo, x, hi = (a.text for a in args)
     if kind.cls == "c":
-        raise _unsupported_variant(op, f"{kind.element} operands")
+        raise unsupported_variant(op, f"{kind.element} operands")
     if kind.cls == "f":
         return f"fminimum(fmaximum({x}, {lo}), {hi})"
     if kind.cls == "b":
@@ -407,7 +410,7 @@ def _compare(ctx, op, args):
     a, b = args[0].text, args[1].text
     if kind.cls == "c":
         if direction not in ("EQ", "NE"):
-            raise _unsupported_variant(op, f"{direction} on {kind.element} operands")
+            raise unsupported_variant(op, f"{direction} on {kind.element} operands")
         return f"({a} {_CMP_SYMBOL[direction]} {b})"
     if kind.cls == "f":
         if ctype == "TOTALORDER":
@@ -465,7 +468,7 @@ def _bitcast_convert(ctx, op, args):
     dst = _k(ctx, op.result)
     if (src.bits != dst.bits or src.cls in "bc" or dst.cls in "bc" or src.bits < 8
             or src.narrow == "int" or dst.narrow == "int"):
-        raise _unsupported_variant(op, f"{src.element} -> {dst.element}")
+        raise unsupported_variant(op, f"{src.element} -> {dst.element}")
     x = args[0].text
     width = src.bits
     # To the raw unsigned bits, then to the target.
@@ -483,7 +486,7 @@ def _reduce_precision(ctx, op, args):
     kind = _k(ctx, op.result)
     e, m = int(op.attr("exponent_bits")), int(op.attr("mantissa_bits"))
     if kind.cls != "f" or kind.bits < 16:
-        raise _unsupported_variant(op, f"{kind.element} operand")
+        raise unsupported_variant(op, f"{kind.element} operand")
     wide = 64 if kind.bits == 64 else 32
     src_mant, src_exp = (52, 11) if wide == 64 else (23, 8)
     uk = element_kind(f"ui{wide}")
@@ -526,7 +529,7 @@ def _imag(ctx, op, args):
 def _complex(ctx, op, args):
     kind = _k(ctx, op.result)
     if kind.cls != "c":
-        raise _unsupported_variant(op, f"{kind.element} result")
+        raise unsupported_variant(op, f"{kind.element} result")
     return f"{kind.nb.replace('types.', 'np.')}(complex({args[0].text}, {args[1].text}))"
 
 
@@ -769,8 +772,10 @@ _ASSOC = {"stablehlo.add": "add", "stablehlo.multiply": "mul", "stablehlo.maximu
           "stablehlo.minimum": "min", "stablehlo.and": "and", "stablehlo.or": "or", "stablehlo.xor": "xor"}
 
 
-def _simple_reducer(block, n: int) -> str | None:
-    """The associative op of a single-op body ``return op(acc, x)``, if that is what it is."""
+def simple_reducer(block: Block, n: int) -> str | None:
+    """The associative op of a single-op body ``return op(acc, x)``, if that is what it is:
+    ``"add"``, ``"mul"``, ``"max"``... (``n``: the reduction's number of inputs, which must be
+    one). The lane reductions (:mod:`.lanes`) and the eager tier read it too."""
     if n != 1 or len(block.ops) != 2:
         return None
     body, ret = block.ops
@@ -810,7 +815,7 @@ def reducer(ctx: Lowering, op: Op, region_index: int = 0):
     """``combine(accs, xs) -> list[str]``: one reduction step for an op's body region."""
     block = op.regions[region_index]
     n = len(block.args) // 2
-    simple = _simple_reducer(block, n)
+    simple = simple_reducer(block, n)
     if simple is not None:
         ek = element_kind(block.args[0].type)
 
@@ -848,7 +853,7 @@ def emit_reduce_member(ctx: Lowering, op: Op, outer_idx: tuple[Expr, ...]) -> No
             (e,) = ctx.lane_rows([shape[d] for d in red], outer_idx + kidx, [(op, plan, init[0])], None)
             res_idx = outer_idx + kidx
             ctx.memo[(op.result.id, tuple(x.text for x in res_idx))] = e
-            ctx._store(op.result, res_idx, e)
+            ctx.store(op.result, res_idx, e)
         return
     if suffix:
         with ctx.loops([shape[d] for d in kept]) as kidx:
@@ -867,7 +872,7 @@ def emit_reduce_member(ctx: Lowering, op: Op, outer_idx: tuple[Expr, ...]) -> No
             for v, a in zip(op.results, accs):
                 e = Expr(a, ctx.scope)
                 ctx.memo[(v.id, tuple(x.text for x in res_idx))] = e
-                ctx._store(v, res_idx, e)
+                ctx.store(v, res_idx, e)
         return
     # Reduced dims interleaved with kept ones: accumulate in the result arrays.
     names = []
@@ -879,7 +884,7 @@ def emit_reduce_member(ctx: Lowering, op: Op, outer_idx: tuple[Expr, ...]) -> No
     with ctx.loops([shape[d] for d in kept]) as kidx:
         res_idx = outer_idx + kidx
         for v, e in zip(op.results, init):
-            ctx._store(v, res_idx, e)
+            ctx.store(v, res_idx, e)
     with ctx.loops([shape[d] for d in range(r, rank)]) as iidx:
         full = outer_idx + iidx
         kpos = [iidx[d - r] for d in kept]
@@ -903,9 +908,9 @@ def _parts(b, idx: Sequence[Expr]) -> list[str]:
 @kernel("stablehlo.reduce", lazy_operands=True)
 def _reduce_kernel(ctx, op):
     """A reduce on its own (the planner normally fuses it into a group with its neighbours)."""
-    from .codegen import _Group
+    from .codegen import FusionGroup
     from .planner import natural_outer, reduce_member
 
     member = reduce_member(op)
-    ctx.emit_group(_Group(natural_outer(member), [member]))
+    ctx.emit_group(FusionGroup(natural_outer(member), [member]))
     return [ctx.env[r] for r in op.results]

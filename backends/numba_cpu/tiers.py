@@ -89,7 +89,7 @@ _EAGER_RUNS = _EagerRuns()
 
 
 def _dtype_from_name(name: str) -> np.dtype:
-    from .compiler import _dtype_from_name as convert
+    from .compiler import dtype_from_name as convert
 
     return convert(name)
 
@@ -301,9 +301,9 @@ class _Background:
                 job.done.set()
 
     def _load(self, job: _Job) -> "NumbaProgram | None":
-        from .compiler import _numba_loaded
+        from .compiler import numba_loaded
 
-        if not _numba_loaded() and not job.eager_slower:
+        if not numba_loaded() and not job.eager_slower:
             _EAGER_RUNS.wait_idle(lambda: self._stopping)
         if self._stopping:
             raise CompileError("numba_cpu: the process is exiting")
