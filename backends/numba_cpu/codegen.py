@@ -29,7 +29,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable, Literal, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Literal, Protocol, Sequence
 
 import numpy as np
 
@@ -48,7 +48,7 @@ __all__ = ["Lowering", "LoweringOptions", "GeneratedFunction", "FusionGroup", "F
 
 
 @dataclass(frozen=True, slots=True)
-class Arr:
+class ArrayBinding:
     """A materialized array (rank >= 1), or a global constant array."""
 
     name: str
@@ -57,7 +57,7 @@ class Arr:
 
 
 @dataclass(frozen=True, slots=True)
-class Scal:
+class ScalarBinding:
     """A rank-0 value held in a scalar variable (or any scalar expression)."""
 
     expr: Expr
@@ -70,7 +70,7 @@ class Lazy:
 
 
 @dataclass(frozen=True, slots=True)
-class Row:
+class RowBuffer:
     """A group-local buffer holding one row (the dims after the group's outer dims)."""
 
     name: str
@@ -78,7 +78,7 @@ class Row:
     n_outer: int
 
 
-Binding = Arr | Scal | Lazy | Row
+Binding = ArrayBinding | ScalarBinding | Lazy | RowBuffer
 
 #: A fusion member's loop nest: elementwise values ("ew"), or one reduce.
 MemberKind = Literal["ew", "reduce"]
@@ -122,6 +122,12 @@ class GeneratedFunction:
     threaded: bool = False
 
 
+def index_expr(text: str, deps: Sequence[Expr]) -> Expr:
+    """An index computed from ``deps`` (loop variables, other indices): valid in the innermost
+    scope any of them belongs to."""
+    return Expr(text, deepest(deps))
+
+
 def _tuple(parts: Sequence[str]) -> str:
     parts = list(parts)
     if not parts:
@@ -129,17 +135,37 @@ def _tuple(parts: Sequence[str]) -> str:
     return f"({parts[0]},)" if len(parts) == 1 else f"({', '.join(parts)})"
 
 
-def ld_text(name: str, parts: Sequence[str]) -> str:
+def load_text(name: str, parts: Sequence[str]) -> str:
     """Generated code reading ``name[parts]`` (see :func:`.intrinsics.ld`)."""
     return f"ld({name}, {_tuple(parts)})"
 
 
-def st_text(name: str, parts: Sequence[str], value: str) -> str:
+def store_text(name: str, parts: Sequence[str], value: str) -> str:
     """Generated statement ``name[parts] = value`` (see :func:`.intrinsics.st`)."""
     return f"st({name}, {_tuple(parts)}, {value})"
 
 
 # -- op rules ---------------------------------------------------------------------------------
+
+
+class ScalarContext(Protocol):
+    """What an elementwise rule and a reduction step (:func:`.rules.reducer`) use of their
+    context: :class:`Lowering` provides it, and so does the eager tier's formula builder
+    (``eager._Text``), which writes its numpy formulas with the same rules."""
+
+    def kind(self, v: Value) -> ElementKind: ...
+
+    def const(self, value: object, kind: ElementKind) -> Expr: ...
+
+    def lower_scalar_region(self, block: Block, args: Sequence[Expr]) -> list[Expr]: ...
+
+
+#: ``(ctx, op, args) -> the result at one index``: a formula, or an expression as it is.
+ElementwiseRule = Callable[[ScalarContext, Op, Sequence[Expr]], "str | Expr"]
+#: ``(ctx, op, result_index, idx) -> the result at idx``.
+IndexRule = Callable[["Lowering", Op, int, tuple[Expr, ...]], Expr]
+#: ``(ctx, op) -> the results' bindings``, after emitting the op's code.
+KernelRule = Callable[["Lowering", Op], Sequence[Binding]]
 
 
 @dataclass(frozen=True)
@@ -154,9 +180,9 @@ class Rule:
       (unless ``lazy_operands``), the rule emits code and returns the results' bindings.
     """
 
-    elementwise: Callable | None = None
-    index: Callable | None = None
-    kernel: Callable | None = None
+    elementwise: ElementwiseRule | None = None
+    index: IndexRule | None = None
+    kernel: KernelRule | None = None
     #: Relative cost of computing one element, to decide recomputation vs materialization.
     cost: int = 1
     #: Kernel rules that read their operands through ``ctx.read`` (fusing the producers).
@@ -391,7 +417,7 @@ class Lowering:
     def fresh(self, prefix: str = "t") -> str:
         return f"{prefix}{next(self._names)}"
 
-    def const(self, value, kind: ElementKind) -> Expr:
+    def const(self, value: object, kind: ElementKind) -> Expr:
         """A module-level scalar constant of the kind's computation type."""
         v = np.asarray(value).reshape(())
         if kind.cls == "f":
@@ -479,18 +505,18 @@ class Lowering:
             if self._watch is None:
                 raise CompileError(f"internal: value {v.name} read before it was defined")
             # Fusion probe during planning: kernels before the group are not emitted yet.
-            b = Arr(f"_probe{v.id}", self.kind(v)) if v.type.rank else Scal(Expr(f"_probe{v.id}"))
-        if isinstance(b, Scal):
+            b = ArrayBinding(f"_probe{v.id}", self.kind(v)) if v.type.rank else ScalarBinding(Expr(f"_probe{v.id}"))
+        if isinstance(b, ScalarBinding):
             e = b.expr
-        elif isinstance(b, (Arr, Row)):
+        elif isinstance(b, (ArrayBinding, RowBuffer)):
             if self._watch is not None and v in self._watch:
                 self._watch_log.append((v, idx))
-            if isinstance(b, Row):
+            if isinstance(b, RowBuffer):
                 inner = idx[b.n_outer:]
                 parts = [i.text for i in inner] or ["0"]
-                e = self.temp(b.kind.load(ld_text(b.name, parts)), inner or idx[: b.n_outer])
+                e = self.temp(b.kind.load(load_text(b.name, parts)), inner or idx[: b.n_outer])
             else:
-                e = self.temp(b.kind.load(ld_text(b.name, [i.text for i in idx])), idx)
+                e = self.temp(b.kind.load(load_text(b.name, [i.text for i in idx])), idx)
         else:
             e = self.compute(v, idx, b)
         self.memo[key] = e
@@ -530,7 +556,7 @@ class Lowering:
     def array(self, v: Value) -> str:
         """The name of an array holding ``v`` (rank >= 1), materializing it if it is lazy."""
         b = self.env[v]
-        if isinstance(b, Arr):
+        if isinstance(b, ArrayBinding):
             return b.name
         if len(v.type.shape) == 0:
             raise CompileError(f"internal: array() of rank-0 value {v.name}")
@@ -538,10 +564,10 @@ class Lowering:
         kind = self.kind(v)
         self.alloc(name, v.type.shape, kind)
         self.fill(name, kind, v.type.shape, lambda idx: self.read(v, idx))
-        self.env[v] = Arr(name, kind)
+        self.env[v] = ArrayBinding(name, kind)
         return name
 
-    def owns(self, b: Arr) -> bool:
+    def owns(self, b: ArrayBinding) -> bool:
         """True when the array is this function's to overwrite (not an input or a constant)."""
         return not b.is_global and b.name not in self._arg_names and b.name not in self._maybe_arg
 
@@ -574,7 +600,7 @@ class Lowering:
         if math.prod(shape) * kind.storage.itemsize >= _HUGEPAGE_MIN_BYTES:
             scope.emit(f"advise_hugepages({name})")
 
-    def reshape_view(self, v: Value, b: Arr, shape: tuple[int, ...]) -> str:
+    def reshape_view(self, v: Value, b: ArrayBinding, shape: tuple[int, ...]) -> str:
         """A reshaped view of a materialized (C-contiguous) array, made once."""
         key = (v.id, shape)
         name = self._views.get(key)
@@ -609,7 +635,7 @@ class Lowering:
                 parts = [f"{i.text} + {o}" if o != "0" else i.text for i, o in zip(idx, offsets)]
             else:
                 parts = [i.text for i in idx]
-            self.scope.emit(st_text(name, parts, kind.store(val.text)))
+            self.scope.emit(store_text(name, parts, kind.store(val.text)))
 
     def loops(self, shape: Sequence[int]) -> LoopNest:
         """``with ctx.loops(shape) as idx:`` opens one loop per dimension."""
@@ -641,9 +667,9 @@ class Lowering:
             params.append(name)
             self._arg_names.add(name)
             if a.type.rank == 0:
-                self.env[a] = Scal(self.temp(kind.load(f"{name}[()]"), [], prefix="s"))
+                self.env[a] = ScalarBinding(self.temp(kind.load(f"{name}[()]"), [], prefix="s"))
             else:
-                self.env[a] = Arr(name, kind)
+                self.env[a] = ArrayBinding(name, kind)
         results = self.lower_block(fn.body)
         out_kinds = []
         outs = []
@@ -755,7 +781,7 @@ class Lowering:
             if not isinstance(v.type, TensorType):
                 raise CompileError(f"{block.terminator.describe()}: {v.type} values are not supported by numba_cpu")
             if v.type.rank == 0:
-                out.append(Scal(self.read(v, ())))
+                out.append(ScalarBinding(self.read(v, ())))
             else:
                 self.array(v)
                 out.append(self.env[v])
@@ -776,7 +802,7 @@ class Lowering:
     def lower_scalar_region(self, block: Block, args: Sequence[Expr]) -> list[Expr]:
         """Inline a region whose values are all rank-0 (reduce bodies, sort comparators)."""
         for a, e in zip(block.args, args):
-            self.env[a] = Scal(e)
+            self.env[a] = ScalarBinding(e)
         inner = [r for op in block.ops for r in op.results]
         for r in inner:
             self.memo.pop((r.id, ()), None)
@@ -810,7 +836,7 @@ class Lowering:
                     name = self.fresh("a")
                     kind = self.kind(v)
                     self.alloc(name, v.type.shape, kind, base)
-                    self.env[v] = Arr(name, kind)
+                    self.env[v] = ArrayBinding(name, kind)
         opened: list[tuple[Scope, Scope]] = []
 
         def open_(header: str) -> Scope:
@@ -852,7 +878,7 @@ class Lowering:
                         inner = v.type.shape[len(outer):]
                         name = self.fresh("row")
                         chunk_scope.emit(f"{name} = np.empty({tuple(inner) or (1,)!r}, {kind.np_name})")
-                        self.env[v] = Row(name, kind, len(outer))
+                        self.env[v] = RowBuffer(name, kind, len(outer))
             self._alloc_lane_buffers(group, chunk_scope)
         else:
             self._alloc_lane_buffers(group, base)
@@ -926,13 +952,13 @@ class Lowering:
         if v.type.rank == 0:
             name = self.fresh("s")
             self.scope.emit(f"{name} = {e.text}")
-            self.env[v] = Scal(Expr(name, self.scope))
+            self.env[v] = ScalarBinding(Expr(name, self.scope))
             return
-        if isinstance(b, Row):
+        if isinstance(b, RowBuffer):
             inner = idx[b.n_outer:]
-            self.scope.emit(st_text(b.name, [i.text for i in inner] or ["0"], b.kind.store(e.text)))
-        elif isinstance(b, Arr):
-            self.scope.emit(st_text(b.name, [i.text for i in idx], b.kind.store(e.text)))
+            self.scope.emit(store_text(b.name, [i.text for i in inner] or ["0"], b.kind.store(e.text)))
+        elif isinstance(b, ArrayBinding):
+            self.scope.emit(store_text(b.name, [i.text for i in idx], b.kind.store(e.text)))
         else:
             raise CompileError(f"internal: no storage for {v.name}")
 
@@ -953,7 +979,7 @@ class Lowering:
                 lanes = self.fresh("lanes")
                 scope.emit(f"{lanes} = np.empty({plan.k}, {np_name})")
                 scratch = None
-                if not isinstance(self.env.get(op.operands[0]), (Arr, Row)):
+                if not isinstance(self.env.get(op.operands[0]), (ArrayBinding, RowBuffer)):
                     scratch = self.fresh("scratch")
                     scope.emit(f"{scratch} = np.empty({max(1, min(plan.width, BLOCK))}, {np_name})")
                 self._lane_bufs[id(op)] = (lanes, scratch)
@@ -974,7 +1000,7 @@ class Lowering:
         from .lanes import BLOCK
 
         width = inner[-1]
-        direct = [isinstance(self.env.get(op.operands[0]), (Arr, Row)) for op, _, _ in items]
+        direct = [isinstance(self.env.get(op.operands[0]), (ArrayBinding, RowBuffer)) for op, _, _ in items]
         blocked = not all(direct) and width > BLOCK
         # One row, one call: the lanes stay in registers.
         in_registers = len(inner) == 1 and not blocked
@@ -1013,7 +1039,7 @@ class Lowering:
                     if not is_direct:
                         x = self.read(op.operands[0], full)
                         offset = f"({var} - {lo})" if blocked else var
-                        self.scope.emit(st_text(self.lane_buffers(op)[1], [offset], x.text))
+                        self.scope.emit(store_text(self.lane_buffers(op)[1], [offset], x.text))
                 parent, child = opened.pop()
                 parent.close(child)
                 self.scope = parent
@@ -1042,7 +1068,7 @@ class Lowering:
         """The array holding ``v`` and the flat offset of element ``prefix + (lo,)`` in it."""
         b = self.env[v]
         shape = tuple(v.type.shape)
-        if isinstance(b, Row):
+        if isinstance(b, RowBuffer):
             prefix, shape = prefix[b.n_outer:], shape[b.n_outer:]
         flat = ""
         for x, n in zip(prefix, shape[:-1]):
@@ -1075,7 +1101,7 @@ class Lowering:
                 b = self.env.get(v)
                 if isinstance(b, Lazy) or b is None:
                     kind = self.kind(v)
-                    self.env[v] = Arr(f"_probe{v.id}", kind) if v.type.rank else Scal(Expr(f"_probe{v.id}", scratch))
+                    self.env[v] = ArrayBinding(f"_probe{v.id}", kind) if v.type.rank else ScalarBinding(Expr(f"_probe{v.id}", scratch))
             if member.kind == "ew":
                 self.emit_member(member, tuple(outer_idx))
             else:

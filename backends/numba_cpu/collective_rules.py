@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Sequence
 
 import numpy as np
 
 from pjrt_hub.backends.stablehlo import Op, Value
 from pjrt_hub.backends.stablehlo.collectives import COLLECTIVE_OPS, describe
 
-from .codegen import Arr, Lowering, Scal, ld_text, st_text
+from .codegen import ArrayBinding, Binding, KernelRule, Lowering, ScalarBinding, load_text, store_text
 from .rules import kernel, reducer
 from .source import ElementKind, Expr
 
@@ -62,17 +63,17 @@ def _spec_global(ctx: Lowering, op: Op) -> str:
     return name
 
 
-def _unflatten(ctx: Lowering, v: Value, flat: str) -> Arr | Scal:
+def _unflatten(ctx: Lowering, v: Value, flat: str) -> ArrayBinding | ScalarBinding:
     kind = ctx.kind(v)
     if v.tensor_type.rank:
         name = ctx.fresh("a")
         ctx.scope.emit(f"{name} = {flat}.reshape({tuple(v.tensor_type.shape)!r})")
-        return Arr(name, kind)
-    return Scal(ctx.temp(kind.load(ld_text(flat, ["0"])), []))
+        return ArrayBinding(name, kind)
+    return ScalarBinding(ctx.temp(kind.load(load_text(flat, ["0"])), []))
 
 
 @kernel(*sorted(COLLECTIVE_OPS), lazy_operands=True)
-def _collective(ctx: Lowering, op: Op):
+def _collective(ctx: Lowering, op: Op) -> Sequence[Binding]:
     spec = _spec_global(ctx, op)
     n = len(op.results)
     operands = [_flat_operand(ctx, v) for v in op.operands[:n]]
@@ -106,27 +107,27 @@ def _collective(ctx: Lowering, op: Op):
         ctx.scope.emit(f"{members} = {flat}.size // {max(size, 1)}")
         i, k, acc = ctx.fresh("i"), ctx.fresh("k"), ctx.fresh("acc")
         with ctx.block_scope(f"for {i} in range({size}):") as outer:
-            first = ctx.temp(kind.load(ld_text(flat, [i])), [Expr(i, outer)])
+            first = ctx.temp(kind.load(load_text(flat, [i])), [Expr(i, outer)])
             ctx.scope.emit(f"{acc} = {first.text}")
             with ctx.block_scope(f"for {k} in range(1, {members}):") as inner:
-                x = ctx.temp(kind.load(ld_text(flat, [f"{k} * {size} + {i}"])),
+                x = ctx.temp(kind.load(load_text(flat, [f"{k} * {size} + {i}"])),
                              [Expr(i, outer), Expr(k, inner)])
                 (new,) = combine([Expr(acc, inner)], [x])
                 ctx.scope.emit(f"{acc} = {new}")
-            ctx.scope.emit(st_text(result, [i], kind.store(acc)))
+            ctx.scope.emit(store_text(result, [i], kind.store(acc)))
         out.append(_unflatten(ctx, r, result))
     return out
 
 
-def _process_id(fn: str):
-    def rule(ctx: Lowering, op: Op):
+def _process_id(fn: str) -> KernelRule:
+    def rule(ctx: Lowering, op: Op) -> Sequence[Binding]:
         helper = f"current_{fn}"
         if not any(h.startswith(f"def {helper}(") for h in ctx.helpers):
             ctx.helpers.append(f"def {helper}():\n    with objmode(p='uint32'):\n"
                                f"        p = np.uint32({fn}())\n    return p")
         name = ctx.fresh("pid")
         ctx.scope.emit(f"{name} = {helper}()")
-        return [Scal(Expr(name, ctx.scope))]
+        return [ScalarBinding(Expr(name, ctx.scope))]
 
     return rule
 

@@ -16,9 +16,9 @@ import numpy as np
 
 from pjrt_hub.backends.stablehlo import Op, Value
 
-from .codegen import Arr, Lowering, Scal, ld_text, st_text
-from .rules import simple_reducer, unsupported_variant, convert_text, kernel, reducer
-from .source import ElementKind, Expr
+from .codegen import ArrayBinding, Binding, Lowering, ScalarBinding, index_expr, load_text, store_text
+from .rules import convert_text, kernel, reducer, simple_reducer, unsupported_variant
+from .source import ElementKind, Expr, Scope
 
 __all__: list[str] = []
 
@@ -34,17 +34,9 @@ def _parts(idx: Sequence[Expr]) -> list[str]:
     return [x.text for x in idx]
 
 
-def _ix(text: str, deps: Sequence[Expr]) -> Expr:
-    scope = None
-    for d in deps:
-        if d.scope is not None and (scope is None or d.scope.depth > scope.depth):
-            scope = d.scope
-    return Expr(text, scope)
-
-
 def _carry(ctx: Lowering, b) -> str:
     """Text of a binding to assign to a loop-carried or branch result variable."""
-    if isinstance(b, Arr):
+    if isinstance(b, ArrayBinding):
         if b.is_global:
             name = ctx.fresh("a")
             ctx.scope.emit(f"{name} = {b.name}.copy()")
@@ -57,7 +49,7 @@ def _carry(ctx: Lowering, b) -> str:
 
 
 @kernel("stablehlo.dot_general", "stablehlo.dot")
-def _dot_general(ctx: Lowering, op: Op):
+def _dot_general(ctx: Lowering, op: Op) -> Sequence[Binding]:
     lhs, rhs = op.operands
     lrank, rrank = len(lhs.tensor_type.shape), len(rhs.tensor_type.shape)
     lb: tuple[int, ...]
@@ -104,11 +96,11 @@ def _dot_general(ctx: Lowering, op: Op):
             ctx.scope.emit(f"np.dot({lt_text}, {rt_text}, {o3}[{b}])")
         if small:
             ctx.scope.emit(f"blas_threads({prev})")
-        return [Arr(out, rk)]
+        return [ArrayBinding(out, rk)]
     if blas and M * N:
         # Nothing to contract: zeros (numba's fill does not take a 0-d array).
         ctx.scope.emit(f"{out}.reshape(({M * N * B},)).fill(0)" if res.tensor_type.rank == 0 else f"{out}.fill(0)")
-        return [Arr(out, rk)]
+        return [ArrayBinding(out, rk)]
     # Integers, narrow floats, mixed types: loops, accumulating in the result's compute type.
     zero = ctx.const(0, rk)
     with ctx.loops(res.tensor_type.shape) as oidx:
@@ -145,8 +137,8 @@ def _dot_general(ctx: Lowering, op: Op):
             else:
                 step = f"iadd({acc}, imul({a}, {c}))"
             ctx.scope.emit(f"{acc} = {step}")
-        ctx.scope.emit(st_text(out, _parts(oidx), rk.store(rk.rounded(acc))))
-    return [Arr(out, rk)]
+        ctx.scope.emit(store_text(out, _parts(oidx), rk.store(rk.rounded(acc))))
+    return [ArrayBinding(out, rk)]
 
 
 def _arrange(ctx: Lowering, v: Value, batch, first, second, shape3) -> tuple[str, bool]:
@@ -185,7 +177,7 @@ def _arrange(ctx: Lowering, v: Value, batch, first, second, shape3) -> tuple[str
 
 
 @kernel("stablehlo.concatenate", lazy_operands=True)
-def _concatenate(ctx: Lowering, op: Op):
+def _concatenate(ctx: Lowering, op: Op) -> Sequence[Binding]:
     dim = int(op.attr("dimension"))
     out, kind = _new_array(ctx, op.result)
     offset = 0
@@ -197,14 +189,14 @@ def _concatenate(ctx: Lowering, op: Op):
         offsets[dim] = str(offset)
         ctx.fill(out, kind, v.tensor_type.shape, functools.partial(ctx.read, v), offsets)
         offset += v.tensor_type.shape[dim]
-    return [Arr(out, kind)]
+    return [ArrayBinding(out, kind)]
 
 
 @kernel("stablehlo.dynamic_update_slice", lazy_operands=True)
-def _dynamic_update_slice(ctx: Lowering, op: Op):
+def _dynamic_update_slice(ctx: Lowering, op: Op) -> Sequence[Binding]:
     operand, update, *starts = op.operands
     b = ctx.env.get(operand)
-    if isinstance(b, Arr) and ctx.owns(b) and ctx.sole_user(operand, op):
+    if isinstance(b, ArrayBinding) and ctx.owns(b) and ctx.sole_user(operand, op):
         # Nothing else reads the operand: update it in place (scan's stacked outputs would
         # otherwise be copied whole at every step).
         out, kind = b.name, b.kind
@@ -216,14 +208,14 @@ def _dynamic_update_slice(ctx: Lowering, op: Op):
         sv = ctx.read(s, ())
         offs.append(ctx.temp(f"clamp_index({sv.text}, {n - u})", [sv], prefix="d").text)
     ctx.fill(out, kind, update.tensor_type.shape, lambda idx: ctx.read(update, idx), offs)
-    return [Arr(out, kind)]
+    return [ArrayBinding(out, kind)]
 
 
 # -- control flow -----------------------------------------------------------------------------------
 
 
 @kernel("stablehlo.while", lazy_operands=True)
-def _while(ctx: Lowering, op: Op):
+def _while(ctx: Lowering, op: Op) -> Sequence[Binding]:
     cond, body = op.regions
     names = []
     for v in op.operands:
@@ -240,24 +232,24 @@ def _while(ctx: Lowering, op: Op):
         ctx.emit_cancel_check()
         _bind_carried(ctx, cond.args, names, loop)
         (c,) = ctx.lower_block(cond)
-        assert isinstance(c, Scal)  # the condition is a 0-d i1: a scalar binding
+        assert isinstance(c, ScalarBinding)  # the condition is a 0-d i1: a scalar binding
         ctx.scope.emit(f"if not {c.expr.text}: break")
         _bind_carried(ctx, body.args, names, loop)
         _assign_results(ctx, names, ctx.lower_block(body))
     return [_named(ctx, v, name, ctx.scope) for v, name in zip(op.results, names)]
 
 
-def _bind_carried(ctx: Lowering, args, names, scope) -> None:
+def _bind_carried(ctx: Lowering, args: Sequence[Value], names: Sequence[str], scope: Scope) -> None:
     for a, name in zip(args, names):
         ctx.env[a] = _named(ctx, a, name, scope)
 
 
-def _named(ctx: Lowering, value, name: str, scope):
+def _named(ctx: Lowering, value: Value, name: str, scope: Scope) -> ArrayBinding | ScalarBinding:
     """The variable ``name`` holding ``value``: an array, or a scalar of ``scope``."""
-    return Arr(name, ctx.kind(value)) if value.type.rank else Scal(Expr(name, scope))
+    return ArrayBinding(name, ctx.kind(value)) if value.tensor_type.rank else ScalarBinding(Expr(name, scope))
 
 
-def _assign_results(ctx: Lowering, names: list[str], results) -> None:
+def _assign_results(ctx: Lowering, names: list[str], results: Sequence[Binding]) -> None:
     """Assign a region's results to the op's result variables (loop carries, branch outputs)."""
     texts = [_carry(ctx, b) for b in results]
     ctx.note_assignment(names, texts)
@@ -266,7 +258,7 @@ def _assign_results(ctx: Lowering, names: list[str], results) -> None:
 
 
 @kernel("stablehlo.case", lazy_operands=True)
-def _case(ctx: Lowering, op: Op):
+def _case(ctx: Lowering, op: Op) -> Sequence[Binding]:
     index = ctx.read(op.operands[0], ())
     names = [ctx.fresh("w") for _ in op.results]
     n = len(op.regions)
@@ -285,14 +277,14 @@ def _case(ctx: Lowering, op: Op):
 
 
 @kernel("stablehlo.optimization_barrier", lazy_operands=True)
-def _optimization_barrier(ctx: Lowering, op: Op):
+def _optimization_barrier(ctx: Lowering, op: Op) -> Sequence[Binding]:
     out = []
     for v in op.operands:
         if v.tensor_type.rank:
             ctx.array(v)
             out.append(ctx.env[v])
         else:
-            out.append(Scal(ctx.read(v, ())))
+            out.append(ScalarBinding(ctx.read(v, ())))
     return out
 
 
@@ -358,7 +350,7 @@ def _emit_sort(ctx: Lowering, operands: Sequence[Value], dim: int,
 
 
 @kernel("stablehlo.sort")
-def _sort(ctx: Lowering, op: Op):
+def _sort(ctx: Lowering, op: Op) -> Sequence[Binding]:
     dim = int(op.attr("dimension"))
     rank = len(op.operands[0].tensor_type.shape)
     if dim < 0:
@@ -378,15 +370,15 @@ def _sort(ctx: Lowering, op: Op):
         src = at(p)
         for v, (name, kind) in zip(op.operands, outs):
             val = ctx.read(v, src)
-            ctx.scope.emit(st_text(name, _parts(dst), kind.store(val.text)))
+            ctx.scope.emit(store_text(name, _parts(dst), kind.store(val.text)))
 
     if op.operands[0].tensor_type.shape[dim] > 0:
         _emit_sort(ctx, op.operands, dim, less, write=write)
-    return [Arr(name, kind) for name, kind in outs]
+    return [ArrayBinding(name, kind) for name, kind in outs]
 
 
 @kernel("chlo.top_k")
-def _top_k(ctx: Lowering, op: Op):
+def _top_k(ctx: Lowering, op: Op) -> Sequence[Binding]:
     (x,) = op.operands
     k = int(op.attr("k"))
     rank = len(x.tensor_type.shape)
@@ -402,19 +394,19 @@ def _top_k(ctx: Lowering, op: Op):
     def write(oidx, kk, p, at):
         dst = at(kk)
         val = ctx.read(x, at(p))
-        ctx.scope.emit(st_text(vname, _parts(dst), vkind.store(val.text)))
-        ctx.scope.emit(st_text(iname, _parts(dst), f"i2i({p.text}, {ikind.nb})"))
+        ctx.scope.emit(store_text(vname, _parts(dst), vkind.store(val.text)))
+        ctx.scope.emit(store_text(iname, _parts(dst), f"i2i({p.text}, {ikind.nb})"))
 
     if k > 0:
         _emit_sort(ctx, [x], rank - 1, less, take=k, write=write)
-    return [Arr(vname, vkind), Arr(iname, ikind)]
+    return [ArrayBinding(vname, vkind), ArrayBinding(iname, ikind)]
 
 
 # -- scatter ----------------------------------------------------------------------------------------
 
 
 @kernel("stablehlo.scatter", lazy_operands=True)
-def _scatter(ctx: Lowering, op: Op):
+def _scatter(ctx: Lowering, op: Op) -> Sequence[Binding]:
     n = len(op.results)
     inputs = op.operands[:n]
     indices = op.operands[n]
@@ -463,14 +455,14 @@ def _scatter(ctx: Lowering, op: Op):
             ridx.append(ctx.temp(text, deps, prefix="s"))
         cond = " and ".join(f"0 <= {x.text} < {shape[d]}" for d, x in enumerate(ridx)) or "True"
         with ctx.block_scope(f"if {cond}:"):
-            cur = [ctx.temp(kind.load(ld_text(name, _parts(ridx))), ridx) for name, kind in outs]
+            cur = [ctx.temp(kind.load(load_text(name, _parts(ridx))), ridx) for name, kind in outs]
             upd = [ctx.read(u, uidx) for u in updates]
             # The combiner reads the current value, so it must not be hoisted or memoised.
             cur = [Expr(c.text, ctx.scope) for c in cur]
             new = combine(cur, upd)
             for (name, kind), t in zip(outs, new):
-                ctx.scope.emit(st_text(name, _parts(ridx), kind.store(t)))
-    return [Arr(name, kind) for name, kind in outs]
+                ctx.scope.emit(store_text(name, _parts(ridx), kind.store(t)))
+    return [ArrayBinding(name, kind) for name, kind in outs]
 
 
 # -- windows ------------------------------------------------------------------------------------------
@@ -565,23 +557,23 @@ def _emit_prefix_scan(ctx: Lowering, op: Op, d: int) -> list:
                 idx = pidx + (Expr(j, body, j),)
                 (new,) = combine([Expr(acc, body)], [ctx.read(x, idx)])
                 ctx.scope.emit(f"{acc} = {new}")
-                ctx.scope.emit(st_text(name, _parts(idx), kind.store(acc)))
-            return [Arr(name, kind)]
+                ctx.scope.emit(store_text(name, _parts(idx), kind.store(acc)))
+            return [ArrayBinding(name, kind)]
         zero = Expr("0")
         with ctx.loops(post) as qidx:
             idx = pidx + (zero,) + qidx
             (new,) = combine([init], [ctx.read(x, idx)])
-            ctx.scope.emit(st_text(name, _parts(idx), kind.store(new)))
+            ctx.scope.emit(store_text(name, _parts(idx), kind.store(new)))
         j = ctx.fresh("j")
         with ctx.block_scope(f"for {j} in range(1, {shape[d]}):") as body:
             jx = Expr(j, body, j)
             prev_j = Expr(f"({j} - 1)", body)
             with ctx.loops(post) as qidx:
                 idx = pidx + (jx,) + qidx
-                prev = Expr(kind.load(ld_text(name, _parts(pidx + (prev_j,) + qidx))), ctx.scope)
+                prev = Expr(kind.load(load_text(name, _parts(pidx + (prev_j,) + qidx))), ctx.scope)
                 (new,) = combine([prev], [ctx.read(x, idx)])
-                ctx.scope.emit(st_text(name, _parts(idx), kind.store(new)))
-    return [Arr(name, kind)]
+                ctx.scope.emit(store_text(name, _parts(idx), kind.store(new)))
+    return [ArrayBinding(name, kind)]
 
 
 def _emit_clipped_window(ctx: Lowering, op: Op, wdims, strides, wdil, pads) -> list:
@@ -601,7 +593,7 @@ def _emit_clipped_window(ctx: Lowering, op: Op, wdims, strides, wdil, pads) -> l
         for dim, (o, w, s, wd, (lo_pad, _)) in enumerate(zip(oidx, wdims, strides, wdil, pads)):
             start = f"{o.text} * {s} - {lo_pad}" if lo_pad else f"{o.text} * {s}"
             if w == 1 and lo_pad == 0 and pads[dim][1] == 0:
-                src.append(_ix(f"({start})" if s != 1 else o.text, [o]))
+                src.append(index_expr(f"({start})" if s != 1 else o.text, [o]))
                 ranges.append(None)
                 continue
             base = ctx.temp(start, [o], prefix="p")
@@ -625,17 +617,17 @@ def _emit_clipped_window(ctx: Lowering, op: Op, wdims, strides, wdil, pads) -> l
             opened.append(scope)
             kx = Expr(k, body, k)
             wd = wdil[dim]
-            src[dim] = _ix(f"({base.text} + {k})" if wd == 1 else f"({base.text} + {k} * {wd})", [base, kx])
+            src[dim] = index_expr(f"({base.text} + {k})" if wd == 1 else f"({base.text} + {k} * {wd})", [base, kx])
         (new,) = combine([Expr(acc, ctx.scope)], [ctx.read(x, src)])
         ctx.scope.emit(f"{acc} = {new}")
         for scope in reversed(opened):
             scope.__exit__(None, None, None)
-        ctx.scope.emit(st_text(name, _parts(oidx), kind.store(acc)))
-    return [Arr(name, kind)]
+        ctx.scope.emit(store_text(name, _parts(oidx), kind.store(acc)))
+    return [ArrayBinding(name, kind)]
 
 
 @kernel("stablehlo.reduce_window", lazy_operands=True)
-def _reduce_window(ctx: Lowering, op: Op):
+def _reduce_window(ctx: Lowering, op: Op) -> Sequence[Binding]:
     n = len(op.results)
     inputs, inits = op.operands[:n], op.operands[n:]
     rank = len(inputs[0].tensor_type.shape)
@@ -670,7 +662,7 @@ def _reduce_window(ctx: Lowering, op: Op):
                 else:
                     q = f"min(max({p.text}, 0), {in_shape[d] - 1})"
                 conds.append(c)
-                src.append(_ix(q, [p]))
+                src.append(index_expr(q, [p]))
             valid = ctx.temp(" and ".join(conds) or "True", list(oidx) + list(widx), prefix="m")
             xs = []
             for v, e in zip(inputs, init):
@@ -680,12 +672,12 @@ def _reduce_window(ctx: Lowering, op: Op):
             new = combine(in_loop, xs)
             ctx.scope.emit(f"{', '.join(accs)} = {', '.join(new)}")
         for (name, kind), a in zip(outs, accs):
-            ctx.scope.emit(st_text(name, _parts(oidx), kind.store(a)))
-    return [Arr(name, kind) for name, kind in outs]
+            ctx.scope.emit(store_text(name, _parts(oidx), kind.store(a)))
+    return [ArrayBinding(name, kind) for name, kind in outs]
 
 
 @kernel("stablehlo.convolution")
-def _convolution(ctx: Lowering, op: Op):
+def _convolution(ctx: Lowering, op: Op) -> Sequence[Binding]:
     lhs, rhs = op.operands
     dn = op.attr("dimension_numbers")
     nsp = len(dn.input_spatial_dimensions)
@@ -733,11 +725,11 @@ def _convolution(ctx: Lowering, op: Op):
                 else:
                     q = f"min(max({p.text}, 0), {n_in - 1})"
                 conds.append(c)
-                lidx[dn.input_spatial_dimensions[s]] = _ix(q, [p])
-                kpos = _ix(f"({ksp[s] - 1} - {wsp[s].text})", [wsp[s]]) if rev[s] else wsp[s]
+                lidx[dn.input_spatial_dimensions[s]] = index_expr(q, [p])
+                kpos = index_expr(f"({ksp[s] - 1} - {wsp[s].text})", [wsp[s]]) if rev[s] else wsp[s]
                 kidx[dn.kernel_spatial_dimensions[s]] = kpos
             lidx[dn.input_batch_dimension] = bsrc
-            lidx[dn.input_feature_dimension] = _ix(f"({fbase.text} + {ci.text})", [fbase, ci])
+            lidx[dn.input_feature_dimension] = index_expr(f"({fbase.text} + {ci.text})", [fbase, ci])
             kidx[dn.kernel_input_feature_dimension] = ci
             kidx[dn.kernel_output_feature_dimension] = of
             valid = ctx.temp(" and ".join(conds) or "True", list(oidx) + list(widx), prefix="m")
@@ -749,12 +741,12 @@ def _convolution(ctx: Lowering, op: Op):
                 ctx.scope.emit(f"if {valid.text}: {acc} = {acc} + {a} * {b}")
             else:
                 ctx.scope.emit(f"if {valid.text}: {acc} = iadd({acc}, imul({a}, {b}))")
-        ctx.scope.emit(st_text(out, _parts(oidx), rk.store(rk.rounded(acc))))
-    return [Arr(out, rk)]
+        ctx.scope.emit(store_text(out, _parts(oidx), rk.store(rk.rounded(acc))))
+    return [ArrayBinding(out, rk)]
 
 
 @kernel("stablehlo.if", lazy_operands=True)
-def _if(ctx: Lowering, op: Op):
+def _if(ctx: Lowering, op: Op) -> Sequence[Binding]:
     pred = ctx.read(op.operands[0], ())
     names = [ctx.fresh("w") for _ in op.results]
     for header, region in ((f"if {pred.text}:", op.regions[0]), ("else:", op.regions[1])):
@@ -764,7 +756,7 @@ def _if(ctx: Lowering, op: Op):
 
 
 @kernel("stablehlo.select_and_scatter", lazy_operands=True)
-def _select_and_scatter(ctx: Lowering, op: Op):
+def _select_and_scatter(ctx: Lowering, op: Op) -> Sequence[Binding]:
     operand, source, init = op.operands
     rank = len(operand.tensor_type.shape)
     wdims = tuple(op.attr("window_dimensions") or (1,) * rank)
@@ -805,15 +797,15 @@ def _select_and_scatter(ctx: Lowering, op: Op):
                         ctx.scope.emit(f"{p} = {q.text}")
                 del inside
         with ctx.block_scope(f"if {have}:"):
-            cur = ctx.temp(kind.load(ld_text(out, pos)), [])
+            cur = ctx.temp(kind.load(load_text(out, pos)), [])
             src = ctx.read(source, sidx)
             (new,) = ctx.lower_scalar_region(scatter_region, [Expr(cur.text, ctx.scope), src])
-            ctx.scope.emit(st_text(out, pos, kind.store(new.text)))
-    return [Arr(out, kind)]
+            ctx.scope.emit(store_text(out, pos, kind.store(new.text)))
+    return [ArrayBinding(out, kind)]
 
 
 @kernel("stablehlo.rng_bit_generator")
-def _rng_bit_generator(ctx: Lowering, op: Op):
+def _rng_bit_generator(ctx: Lowering, op: Op) -> Sequence[Binding]:
     from pjrt_hub.backends.stablehlo import RngAlgorithm
 
     (state,) = op.operands
@@ -834,4 +826,4 @@ def _rng_bit_generator(ctx: Lowering, op: Op):
     out = ctx.fresh("a")
     ctx.scope.emit(f"{out} = {w}.view(np.uint8)[:{count * itemsize}].copy().view({vkind.np_name})"
                    f".reshape({tuple(values.tensor_type.shape)!r})")
-    return [Arr(st, skind), Arr(out, vkind)]
+    return [ArrayBinding(st, skind), ArrayBinding(out, vkind)]

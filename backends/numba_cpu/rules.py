@@ -22,7 +22,24 @@ from pjrt_hub.abi import CompileError, UnsupportedOpError
 from pjrt_hub.backends.stablehlo import Block, Op, Value
 from pjrt_hub.backends.stablehlo.ops import add_rule
 
-from .codegen import RULES, Arr, Lowering, Row, Rule, ld_text, round_accumulators, st_text, supported_ops
+from .codegen import (
+    RULES,
+    ArrayBinding,
+    Binding,
+    ElementwiseRule,
+    FusionGroup,
+    IndexRule,
+    KernelRule,
+    Lowering,
+    RowBuffer,
+    Rule,
+    ScalarContext,
+    index_expr,
+    load_text,
+    round_accumulators,
+    store_text,
+    supported_ops,
+)
 from .lanes import lane_reduction
 from .source import ElementKind, Expr, element_kind
 
@@ -34,8 +51,8 @@ __all__ = ["elementwise", "index_map", "kernel", "emit_reduce_member", "reducer"
 # (see pjrt_hub.backends.stablehlo.ops).
 
 
-def elementwise(*names: str, cost: int = 1):
-    def register(fn):
+def elementwise(*names: str, cost: int = 1) -> Callable[[ElementwiseRule], ElementwiseRule]:
+    def register(fn: ElementwiseRule) -> ElementwiseRule:
         for name in names:
             add_rule(RULES, name, Rule(elementwise=fn, cost=cost), table="numba_cpu")
         return fn
@@ -43,8 +60,8 @@ def elementwise(*names: str, cost: int = 1):
     return register
 
 
-def index_map(*names: str, cost: int = 0):
-    def register(fn):
+def index_map(*names: str, cost: int = 0) -> Callable[[IndexRule], IndexRule]:
+    def register(fn: IndexRule) -> IndexRule:
         for name in names:
             add_rule(RULES, name, Rule(index=fn, cost=cost), table="numba_cpu")
         return fn
@@ -52,8 +69,8 @@ def index_map(*names: str, cost: int = 0):
     return register
 
 
-def kernel(*names: str, lazy_operands: bool = False):
-    def register(fn):
+def kernel(*names: str, lazy_operands: bool = False) -> Callable[[KernelRule], KernelRule]:
+    def register(fn: KernelRule) -> KernelRule:
         for name in names:
             add_rule(RULES, name, Rule(kernel=fn, lazy_operands=lazy_operands), table="numba_cpu")
         return fn
@@ -68,11 +85,8 @@ def unsupported_variant(op: Op, what: str) -> UnsupportedOpError:
                               backend="numba_cpu")
 
 
-def _k(ctx: Lowering, v: Value) -> ElementKind:
-    return ctx.kind(v)
-
-
-def _c(ctx: Lowering, value, kind: ElementKind) -> str:
+def _const_text(ctx: ScalarContext, value: object, kind: ElementKind) -> str:
+    """The name of a module-level constant of ``kind`` (see :meth:`Lowering.const`)."""
     return ctx.const(value, kind).text
 
 
@@ -80,12 +94,12 @@ def _c(ctx: Lowering, value, kind: ElementKind) -> str:
 
 
 def _float_or_int(op_text: Callable[[str, str], str], int_fn: str, bool_text: str | None = None,
-                  complex_text: Callable[[str, str], str] | None = None):
+                  complex_text: Callable[[str, str], str] | None = None) -> ElementwiseRule:
     """A binary rule: ``op_text`` for floats, ``int_fn`` for integers (wrapped to a sub-byte
     width), ``bool_text`` for booleans, ``complex_text`` for complex (None: refused)."""
 
-    def rule(ctx, op, args):
-        kind = _k(ctx, op.result)
+    def rule(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+        kind = ctx.kind(op.result)
         a, b = args[0].text, args[1].text
         if kind.cls == "f":
             return kind.rounded(op_text(a, b))
@@ -113,11 +127,11 @@ _float_divide = _float_or_int(_plain("/"), "idiv")
 
 
 @elementwise("stablehlo.divide", cost=4)
-def _divide(ctx, op, args):
+def _divide(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
     # Always a division, correctly rounded as the spec and XLA:CPU have it: multiplying by a
     # loop-invariant divisor's reciprocal was off by one ulp for some quotients, and depended
     # on how the divide was fused, which the eager tier (.eager) could not reproduce.
-    kind = _k(ctx, op.result)
+    kind = ctx.kind(op.result)
     if kind.cls == "c":  # numba's own complex division raises ZeroDivisionError
         return f"{kind.nb.replace('types.', 'np.')}(cdiv({args[0].text}, {args[1].text}))"
     return _float_divide(ctx, op, args)
@@ -126,8 +140,8 @@ elementwise("stablehlo.minimum")(_float_or_int(lambda a, b: f"fminimum({a}, {b})
 
 
 @elementwise("stablehlo.remainder", cost=8)
-def _remainder(ctx, op, args):
-    kind = _k(ctx, op.result)
+def _remainder(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+    kind = ctx.kind(op.result)
     a, b = args[0].text, args[1].text
     if kind.cls == "f":
         return kind.rounded(f"np.{kind.compute_dtype.name}(frem({a}, {b}))")
@@ -137,8 +151,8 @@ def _remainder(ctx, op, args):
 
 
 @elementwise("stablehlo.power", cost=20)
-def _power(ctx, op, args):
-    kind = _k(ctx, op.result)
+def _power(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+    kind = ctx.kind(op.result)
     a, b = args[0].text, args[1].text
     if kind.cls == "f":
         if kind.bits == 64:
@@ -148,12 +162,12 @@ def _power(ctx, op, args):
         return f"{kind.nb.replace('types.', 'np.')}(cpow({a}, {b}))"
     if kind.cls == "b":
         raise unsupported_variant(op, "boolean operands")
-    return kind.rounded(f"ipow({a}, {b}, {_c(ctx, 0, kind)}, {_c(ctx, 1, kind)})")
+    return kind.rounded(f"ipow({a}, {b}, {_const_text(ctx, 0, kind)}, {_const_text(ctx, 1, kind)})")
 
 
-def _bitwise(int_fn: str, bool_op: str):
-    def rule(ctx, op, args):
-        kind = _k(ctx, op.result)
+def _bitwise(int_fn: str, bool_op: str) -> ElementwiseRule:
+    def rule(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+        kind = ctx.kind(op.result)
         a, b = args[0].text, args[1].text
         if kind.cls == "b":
             return f"({a} {bool_op} {b})"
@@ -170,16 +184,16 @@ elementwise("stablehlo.xor")(_bitwise("ixor", "^"))
 
 
 @elementwise("stablehlo.not")
-def _not(ctx, op, args):
-    kind = _k(ctx, op.result)
+def _not(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+    kind = ctx.kind(op.result)
     if kind.cls in "fc":
         raise unsupported_variant(op, f"{kind.element} operand")
     return kind.rounded(f"inot({args[0].text})")
 
 
-def _shift(fn: str):
-    def rule(ctx, op, args):
-        kind = _k(ctx, op.result)
+def _shift(fn: str) -> ElementwiseRule:
+    def rule(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+        kind = ctx.kind(op.result)
         if kind.cls not in "iu":
             raise unsupported_variant(op, f"{kind.element} operands")
         a, b = args[0].text, args[1].text
@@ -212,8 +226,8 @@ def _int_only(op: Op, kind: ElementKind) -> None:
 
 
 @elementwise("stablehlo.popcnt")
-def _popcnt(ctx, op, args):
-    kind = _k(ctx, op.result)
+def _popcnt(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+    kind = ctx.kind(op.result)
     _int_only(op, kind)
     if kind.narrow:
         return f"i2i(ctpop({_sub_byte_bits(kind, args[0].text)}), {kind.nb})"
@@ -221,8 +235,8 @@ def _popcnt(ctx, op, args):
 
 
 @elementwise("stablehlo.count_leading_zeros")
-def _clz(ctx, op, args):
-    kind = _k(ctx, op.result)
+def _clz(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+    kind = ctx.kind(op.result)
     _int_only(op, kind)
     if kind.narrow:
         return f"i2i(isub(ctlz({_sub_byte_bits(kind, args[0].text)}), np.uint8({8 - kind.bits})), {kind.nb})"
@@ -230,19 +244,19 @@ def _clz(ctx, op, args):
 
 
 @elementwise("stablehlo.negate")
-def _negate(ctx, op, args):
-    kind = _k(ctx, op.result)
+def _negate(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+    kind = ctx.kind(op.result)
     a = args[0].text
     if kind.cls in "fc":
         return f"(-{a})"
     if kind.cls == "b":
         return a
-    return kind.rounded(f"isub({_c(ctx, 0, kind)}, {a})")
+    return kind.rounded(f"isub({_const_text(ctx, 0, kind)}, {a})")
 
 
 @elementwise("stablehlo.abs")
-def _abs(ctx, op, args):
-    kind = _k(ctx, _operand0(op))
+def _abs(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+    kind = ctx.kind(_operand0(op))
     a = args[0].text
     if kind.cls == "f":
         return f"fabs({a})"
@@ -250,7 +264,7 @@ def _abs(ctx, op, args):
         return f"np.{kind.real.storage.name}(abs({a}))"
     if kind.cls == "u" or kind.cls == "b":
         return a
-    return kind.rounded(f"iabs({a}, {_c(ctx, 0, kind)})")
+    return kind.rounded(f"iabs({a}, {_const_text(ctx, 0, kind)})")
 
 
 def _operand0(op: Op) -> Value:
@@ -258,26 +272,26 @@ def _operand0(op: Op) -> Value:
 
 
 @elementwise("stablehlo.sign")
-def _sign(ctx, op, args):
-    kind = _k(ctx, op.result)
+def _sign(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+    kind = ctx.kind(op.result)
     a = args[0].text
     if kind.cls == "f":
-        return f"fsign({a}, {_c(ctx, 1, kind)})"
+        return f"fsign({a}, {_const_text(ctx, 1, kind)})"
     if kind.cls == "c":
         return f"csign({a})"
     if kind.cls == "u":
-        return f"({_c(ctx, 1, kind)} if {a} != {_c(ctx, 0, kind)} else {_c(ctx, 0, kind)})"
+        return f"({_const_text(ctx, 1, kind)} if {a} != {_const_text(ctx, 0, kind)} else {_const_text(ctx, 0, kind)})"
     if kind.cls == "b":
         return a
-    return f"isign({a}, {_c(ctx, 0, kind)}, {_c(ctx, 1, kind)})"
+    return f"isign({a}, {_const_text(ctx, 0, kind)}, {_const_text(ctx, 1, kind)})"
 
 
-def _float_unary(f32: str, f64: str, *, via64: bool = False, complex_fn: str | None = None):
+def _float_unary(f32: str, f64: str, *, via64: bool = False, complex_fn: str | None = None) -> ElementwiseRule:
     """``f32``/``f64`` are function names; ``via64`` functions return float64 for any input;
     ``complex_fn`` computes a complex operand (None: refused)."""
 
-    def rule(ctx, op, args):
-        kind = _k(ctx, op.result)
+    def rule(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+        kind = ctx.kind(op.result)
         a = args[0].text
         if kind.cls == "c" and complex_fn is not None:
             return f"{kind.nb.replace('types.', 'np.')}({complex_fn}({a}))"
@@ -323,19 +337,19 @@ elementwise("stablehlo.sqrt", cost=4)(_float_unary("fsqrt", "fsqrt", complex_fn=
 
 
 @elementwise("stablehlo.rsqrt", cost=5)
-def _rsqrt(ctx, op, args):
-    kind = _k(ctx, op.result)
+def _rsqrt(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+    kind = ctx.kind(op.result)
     if kind.cls == "c":
         return f"{kind.nb.replace('types.', 'np.')}(crsqrt({args[0].text}))"
     if kind.cls != "f":
         raise unsupported_variant(op, f"{kind.element} operand")
-    one = _c(ctx, 1, kind)
+    one = _const_text(ctx, 1, kind)
     return kind.rounded(f"({one} / fsqrt({args[0].text}))")
 
 
 @elementwise("chlo.square")
-def _square(ctx, op, args):
-    kind = _k(ctx, op.result)
+def _square(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+    kind = ctx.kind(op.result)
     a = args[0].text
     if kind.cls == "f":
         return kind.rounded(f"({a} * {a})")
@@ -347,8 +361,8 @@ def _square(ctx, op, args):
 
 
 @elementwise("stablehlo.atan2", cost=20)
-def _atan2(ctx, op, args):
-    kind = _k(ctx, op.result)
+def _atan2(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+    kind = ctx.kind(op.result)
     if kind.cls != "f":
         raise unsupported_variant(op, f"{kind.element} operands")
     text = f"atan2_f({args[0].text}, {args[1].text})"
@@ -361,34 +375,34 @@ def _float_operand(op: Op, kind: ElementKind) -> None:
 
 
 @elementwise("chlo.is_inf")
-def _is_inf(ctx, op, args):
+def _is_inf(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
     return f"(fabs({args[0].text}) == np.inf)"
 
 
 @elementwise("chlo.is_pos_inf")
-def _is_pos_inf(ctx, op, args):
+def _is_pos_inf(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
     return f"({args[0].text} == np.inf)"
 
 
 @elementwise("chlo.is_neg_inf")
-def _is_neg_inf(ctx, op, args):
+def _is_neg_inf(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
     return f"({args[0].text} == -np.inf)"
 
 
 @elementwise("stablehlo.is_finite")
-def _is_finite(ctx, op, args):
-    _float_operand(op, _k(ctx, op.operands[0]))
+def _is_finite(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+    _float_operand(op, ctx.kind(op.operands[0]))
     return f"isfinite_f({args[0].text})"
 
 
 @elementwise("stablehlo.select")
-def _select(ctx, op, args):
+def _select(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
     return f"({args[1].text} if {args[0].text} else {args[2].text})"
 
 
 @elementwise("stablehlo.clamp")
-def _clamp(ctx, op, args):
-    kind = _k(ctx, op.result)
+def _clamp(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+    kind = ctx.kind(op.result)
     lo, x, hi = (a.text for a in args)
     if kind.cls == "c":
         raise unsupported_variant(op, f"{kind.element} operands")
@@ -403,10 +417,10 @@ _CMP_SYMBOL = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": "
 
 
 @elementwise("stablehlo.compare")
-def _compare(ctx, op, args):
+def _compare(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
     direction = str(op.attr("comparison_direction"))
     ctype = str(op.attr("compare_type") or "")
-    kind = _k(ctx, op.operands[0])
+    kind = ctx.kind(op.operands[0])
     a, b = args[0].text, args[1].text
     if kind.cls == "c":
         if direction not in ("EQ", "NE"):
@@ -421,9 +435,9 @@ def _compare(ctx, op, args):
 
 
 @elementwise("stablehlo.convert")
-def _convert(ctx, op, args):
-    src = _k(ctx, op.operands[0])
-    dst = _k(ctx, op.result)
+def _convert(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+    src = ctx.kind(op.operands[0])
+    dst = ctx.kind(op.result)
     return convert_text(args[0], src, dst)
 
 
@@ -463,9 +477,9 @@ def convert_text(a: Expr, src: ElementKind, dst: ElementKind) -> str | Expr:
 
 
 @elementwise("stablehlo.bitcast_convert")
-def _bitcast_convert(ctx, op, args):
-    src = _k(ctx, op.operands[0])
-    dst = _k(ctx, op.result)
+def _bitcast_convert(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+    src = ctx.kind(op.operands[0])
+    dst = ctx.kind(op.result)
     if (src.bits != dst.bits or src.cls in "bc" or dst.cls in "bc" or src.bits < 8
             or src.narrow == "int" or dst.narrow == "int"):
         raise unsupported_variant(op, f"{src.element} -> {dst.element}")
@@ -482,8 +496,8 @@ def _bitcast_convert(ctx, op, args):
 
 
 @elementwise("stablehlo.reduce_precision")
-def _reduce_precision(ctx, op, args):
-    kind = _k(ctx, op.result)
+def _reduce_precision(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+    kind = ctx.kind(op.result)
     e, m = int(op.attr("exponent_bits")), int(op.attr("mantissa_bits"))
     if kind.cls != "f" or kind.bits < 16:
         raise unsupported_variant(op, f"{kind.element} operand")
@@ -493,7 +507,7 @@ def _reduce_precision(ctx, op, args):
     drop = max(src_mant - m, 0)
     src_bias = (1 << (src_exp - 1)) - 1
     dst_bias = (1 << (e - 1)) - 1 if e > 0 else 0
-    c = lambda v: _c(ctx, v, uk)  # noqa: E731
+    c = lambda v: _const_text(ctx, v, uk)  # noqa: E731
     text = (f"reduce_precision{wide}({args[0].text}, {c(drop)}, {c(1 << drop)}, "
             f"{c(((src_bias + dst_bias) << src_mant) % (1 << wide))}, {c(max(src_bias - dst_bias, 0) << src_mant)}, "
             f"{e < src_exp}, {m > 0})")
@@ -502,14 +516,14 @@ def _reduce_precision(ctx, op, args):
 
 
 @elementwise("stablehlo.map", cost=10)
-def _map(ctx, op, args):
+def _map(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
     (result,) = ctx.lower_scalar_region(op.regions[0], list(args))
     return result
 
 
 @elementwise("stablehlo.real")
-def _real(ctx, op, args):
-    kind = _k(ctx, op.operands[0])
+def _real(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+    kind = ctx.kind(op.operands[0])
     if kind.cls == "c":
         return f"{args[0].text}.real"
     _float_operand(op, kind)
@@ -517,25 +531,25 @@ def _real(ctx, op, args):
 
 
 @elementwise("stablehlo.imag")
-def _imag(ctx, op, args):
-    kind = _k(ctx, op.operands[0])
+def _imag(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+    kind = ctx.kind(op.operands[0])
     if kind.cls == "c":
         return f"{args[0].text}.imag"
     _float_operand(op, kind)
-    return ctx.const(0, _k(ctx, op.result))
+    return ctx.const(0, ctx.kind(op.result))
 
 
 @elementwise("stablehlo.complex")
-def _complex(ctx, op, args):
-    kind = _k(ctx, op.result)
+def _complex(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+    kind = ctx.kind(op.result)
     if kind.cls != "c":
         raise unsupported_variant(op, f"{kind.element} result")
     return f"{kind.nb.replace('types.', 'np.')}(complex({args[0].text}, {args[1].text}))"
 
 
 @elementwise("chlo.conj")
-def _conj(ctx, op, args):
-    kind = _k(ctx, op.result)
+def _conj(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+    kind = ctx.kind(op.result)
     if kind.cls == "c":
         return f"{args[0].text}.conjugate()"
     _float_operand(op, kind)
@@ -547,24 +561,16 @@ def _conj(ctx, op, args):
 _ZERO = Expr("0")
 
 
-def _int_index(text: str, deps: Sequence[Expr]) -> Expr:
-    scope = None
-    for d in deps:
-        if d.scope is not None and (scope is None or d.scope.depth > scope.depth):
-            scope = d.scope
-    return Expr(text, scope)
-
-
 @index_map("stablehlo.get_dimension_size")
-def _get_dimension_size(ctx, op, i, idx):
+def _get_dimension_size(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> Expr:
     d = int(op.attr("dimension"))
-    return ctx.const(op.operands[0].type.shape[d], _k(ctx, op.result))
+    return ctx.const(op.operands[0].type.shape[d], ctx.kind(op.result))
 
 
 @index_map("stablehlo.constant")
-def _constant(ctx, op, i, idx):
+def _constant(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> Expr:
     value = np.asarray(op.attr("value"))
-    kind = _k(ctx, op.result)
+    kind = ctx.kind(op.result)
     flat = value.reshape(-1)
     if flat.size == 0:
         return ctx.const(0, kind)
@@ -576,12 +582,12 @@ def _constant(ctx, op, i, idx):
     if same:
         return ctx.const(first, kind)
     name = ctx.global_array(value, kind)
-    return ctx.temp(kind.load(ld_text(name, [x.text for x in idx])), idx)
+    return ctx.temp(kind.load(load_text(name, [x.text for x in idx])), idx)
 
 
 @index_map("stablehlo.iota")
-def _iota(ctx, op, i, idx):
-    kind = _k(ctx, op.result)
+def _iota(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> Expr:
+    kind = ctx.kind(op.result)
     d = int(op.attr("iota_dimension"))
     x = idx[d]
     if kind.cls == "f":
@@ -594,7 +600,7 @@ def _iota(ctx, op, i, idx):
 
 
 @index_map("stablehlo.broadcast_in_dim")
-def _broadcast_in_dim(ctx, op, i, idx):
+def _broadcast_in_dim(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> Expr:
     operand = op.operands[0]
     dims = op.attr("broadcast_dimensions")
     src = []
@@ -607,14 +613,14 @@ def _broadcast_in_dim(ctx, op, i, idx):
 
 
 @index_map("stablehlo.broadcast")
-def _broadcast(ctx, op, i, idx):
+def _broadcast(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> Expr:
     operand = op.operands[0]
     extra = len(op.result.type.shape) - len(operand.type.shape)
     return ctx.read(operand, idx[extra:])
 
 
 @index_map("stablehlo.transpose")
-def _transpose(ctx, op, i, idx):
+def _transpose(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> Expr:
     perm = op.attr("permutation")
     src = [None] * len(perm)
     for d, p in enumerate(perm):
@@ -623,15 +629,15 @@ def _transpose(ctx, op, i, idx):
 
 
 @index_map("stablehlo.reverse")
-def _reverse(ctx, op, i, idx):
+def _reverse(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> Expr:
     dims = set(op.attr("dimensions"))
     shape = op.result.type.shape
-    src = [(_int_index(f"({shape[d] - 1} - {x.text})", [x]) if d in dims else x) for d, x in enumerate(idx)]
+    src = [(index_expr(f"({shape[d] - 1} - {x.text})", [x]) if d in dims else x) for d, x in enumerate(idx)]
     return ctx.read(op.operands[0], src)
 
 
 @index_map("stablehlo.slice")
-def _slice(ctx, op, i, idx):
+def _slice(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> Expr:
     start = op.attr("start_indices")
     strides = op.attr("strides") or (1,) * len(start)
     src = []
@@ -640,17 +646,17 @@ def _slice(ctx, op, i, idx):
             src.append(x)
         else:
             text = x.text if st == 1 else f"{x.text} * {st}"
-            src.append(_int_index(f"({text} + {s})" if s else f"({text})", [x]))
+            src.append(index_expr(f"({text} + {s})" if s else f"({text})", [x]))
     return ctx.read(op.operands[0], src)
 
 
 @index_map("stablehlo.reshape")
-def _reshape(ctx, op, i, idx):
+def _reshape(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> Expr:
     operand = op.operands[0]
     src_shape = tuple(operand.type.shape)
     dst_shape = tuple(op.result.type.shape)
     if not math.prod(src_shape):
-        return ctx.const(0, _k(ctx, op.result))  # nothing is ever read from a zero-size value
+        return ctx.const(0, ctx.kind(op.result))  # nothing is ever read from a zero-size value
     # Only unit dimensions added or removed: the other indices carry over.
     if [d for d in src_shape if d != 1] == [d for d in dst_shape if d != 1]:
         carried = [x for x, d in zip(idx, dst_shape) if d != 1]
@@ -658,9 +664,9 @@ def _reshape(ctx, op, i, idx):
         src = [_ZERO if d == 1 else next(it) for d in src_shape]
         return ctx.read(operand, src)
     b = ctx.env.get(operand)
-    if isinstance(b, Arr):
+    if isinstance(b, ArrayBinding):
         view = ctx.reshape_view(operand, b, dst_shape)
-        return ctx.temp(b.kind.load(ld_text(view, [x.text for x in idx])), idx)
+        return ctx.temp(b.kind.load(load_text(view, [x.text for x in idx])), idx)
     # General case: through the flat index.
     terms = []
     stride = 1
@@ -676,12 +682,12 @@ def _reshape(ctx, op, i, idx):
         if d == 1:
             src.append(_ZERO)
         else:
-            src.append(_int_index(f"(({flat.text} // {stride}) % {d})" if stride > 1 else f"({flat.text} % {d})", [flat]))
+            src.append(index_expr(f"(({flat.text} // {stride}) % {d})" if stride > 1 else f"({flat.text} % {d})", [flat]))
     return ctx.read(operand, src)
 
 
 @index_map("stablehlo.pad")
-def _pad(ctx, op, i, idx):
+def _pad(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> Expr:
     operand, padding = op.operands
     lows = op.attr("edge_padding_low")
     interiors = op.attr("interior_padding")
@@ -702,7 +708,7 @@ def _pad(ctx, op, i, idx):
         else:
             pos = f"min(max({q}, 0), {n - 1})"
         conds.append(f"({c})")
-        src.append(_int_index(pos, [x]))
+        src.append(index_expr(pos, [x]))
     cond = ctx.temp(" & ".join(conds) or "True", idx, prefix="m")
     if any(n == 0 for n in shape):
         return ctx.read(padding, ())
@@ -712,7 +718,7 @@ def _pad(ctx, op, i, idx):
 
 
 @index_map("stablehlo.dynamic_slice")
-def _dynamic_slice(ctx, op, i, idx):
+def _dynamic_slice(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> Expr:
     operand = op.operands[0]
     starts = op.operands[1:]
     sizes = op.attr("slice_sizes")
@@ -720,12 +726,12 @@ def _dynamic_slice(ctx, op, i, idx):
     for x, s, size, n in zip(idx, starts, sizes, operand.type.shape):
         sv = ctx.read(s, ())
         start = ctx.temp(f"clamp_index({sv.text}, {n - size})", [sv], prefix="d")
-        src.append(_int_index(f"({start.text} + {x.text})", [start, x]))
+        src.append(index_expr(f"({start.text} + {x.text})", [start, x]))
     return ctx.read(operand, src)
 
 
 @index_map("stablehlo.gather", cost=2)
-def _gather(ctx, op, i, idx):
+def _gather(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> Expr:
     operand, indices = op.operands
     dn = op.attr("dimension_numbers")
     sizes = op.attr("slice_sizes")
@@ -749,7 +755,7 @@ def _gather(ctx, op, i, idx):
         full[d] = ctx.temp(f"clamp_index({sv.text}, {operand.type.shape[d] - sizes[d]})", [sv], prefix="g")
     for ob, sb in zip(dn.operand_batching_dims, dn.start_indices_batching_dims):
         pos = sb if sb < ivd else sb - 1
-        full[ob] = _int_index(f"np.int64({batch_idx[pos].text})", [batch_idx[pos]])
+        full[ob] = index_expr(f"np.int64({batch_idx[pos].text})", [batch_idx[pos]])
     offset_operand_dims = [d for d in range(op_rank)
                            if d not in dn.collapsed_slice_dims and d not in dn.operand_batching_dims]
     offsets = {d: idx[od] for d, od in zip(offset_operand_dims, offset_dims)}
@@ -762,7 +768,7 @@ def _gather(ctx, op, i, idx):
         elif off is None:
             src.append(start)
         else:
-            src.append(_int_index(f"({start.text} + {off.text})", [start, off]))
+            src.append(index_expr(f"({start.text} + {off.text})", [start, off]))
     return ctx.read(operand, src)
 
 
@@ -811,7 +817,12 @@ def _combine_text(kind_name: str, ek: ElementKind, acc: str, x: str) -> str:
                        "xor": f"ixor({acc}, {x})"}[kind_name])
 
 
-def reducer(ctx: Lowering, op: Op, region_index: int = 0):
+#: ``combine(accs, xs) -> new accs``: one reduction step, as formulas of the accumulators and
+#: the elements combined into them.
+Combine = Callable[[Sequence[Expr], Sequence[Expr]], list[str]]
+
+
+def reducer(ctx: ScalarContext, op: Op, region_index: int = 0) -> Combine:
     """``combine(accs, xs) -> list[str]``: one reduction step for an op's body region."""
     block = op.regions[region_index]
     n = len(block.args) // 2
@@ -878,7 +889,7 @@ def emit_reduce_member(ctx: Lowering, op: Op, outer_idx: tuple[Expr, ...]) -> No
     names = []
     for v in op.results:
         b = ctx.env.get(v)
-        if not isinstance(b, (Arr, Row)):
+        if not isinstance(b, (ArrayBinding, RowBuffer)):
             raise CompileError(f"internal: reduce result {v.name} has no array")
         names.append(b)
     with ctx.loops([shape[d] for d in kept]) as kidx:
@@ -891,24 +902,23 @@ def emit_reduce_member(ctx: Lowering, op: Op, outer_idx: tuple[Expr, ...]) -> No
         res_idx = outer_idx + tuple(kpos)
         accs = []
         for _v, b in zip(op.results, names):
-            accs.append(ctx.temp(b.kind.load(ld_text(b.name, _parts(b, res_idx))), list(full)))
+            accs.append(ctx.temp(b.kind.load(load_text(b.name, _parts(b, res_idx))), list(full)))
         xs = [ctx.read(v, full) for v in inputs]
         new = combine(accs, xs)
         for _v, b, t in zip(op.results, names, new):
-            ctx.scope.emit(st_text(b.name, _parts(b, res_idx), b.kind.store(t)))
+            ctx.scope.emit(store_text(b.name, _parts(b, res_idx), b.kind.store(t)))
 
 
 def _parts(b, idx: Sequence[Expr]) -> list[str]:
-    """Index of a result element in its Arr (all dims) or Row (dims after the outer ones)."""
+    """Index of a result element in its ArrayBinding (all dims) or RowBuffer (dims after the outer ones)."""
     n_outer = getattr(b, "n_outer", 0)
     inner = [x.text for x in idx[n_outer:]]
     return inner or (["0"] if n_outer else [])
 
 
 @kernel("stablehlo.reduce", lazy_operands=True)
-def _reduce_kernel(ctx, op):
+def _reduce_kernel(ctx: Lowering, op: Op) -> Sequence[Binding]:
     """A reduce on its own (the planner normally fuses it into a group with its neighbours)."""
-    from .codegen import FusionGroup
     from .planner import natural_outer, reduce_member
 
     member = reduce_member(op)
