@@ -284,7 +284,7 @@ class _NameUse:
 
         stored: Counter[str] = Counter()
         loaded: Counter[str] = Counter()
-        lines = [scope.header] if with_header else []
+        lines = [scope.header] if with_header and scope.header is not None else []
         for line in [*lines, *scope.lines()]:
             s, lo = self.line(line)
             stored.update(s)
@@ -420,6 +420,7 @@ class Lowering:
     def const(self, value: object, kind: ElementKind) -> Expr:
         """A module-level scalar constant of the kind's computation type."""
         v = np.asarray(value).reshape(())
+        key: tuple[object, ...]
         if kind.cls == "f":
             dt = np.float64 if kind.bits == 64 else np.float32
             # bf16/f16 constants are exact in float32, the type they are computed in.
@@ -437,9 +438,9 @@ class Lowering:
                     f"float.fromhex({c.imag.hex()!r})))")
         else:
             iv = int(v)
-            name = kind.compute_dtype.name
-            key = ("i", name, iv)
-            text = f"np.{name}({iv})"
+            dtype_name = kind.compute_dtype.name
+            key = ("i", dtype_name, iv)
+            text = f"np.{dtype_name}({iv})"
         name = self._global_keys.get(key)
         if name is None:
             name = f"K{len(self._global_keys)}"
@@ -505,7 +506,7 @@ class Lowering:
             if self._watch is None:
                 raise CompileError(f"internal: value {v.name} read before it was defined")
             # Fusion probe during planning: kernels before the group are not emitted yet.
-            b = ArrayBinding(f"_probe{v.id}", self.kind(v)) if v.type.rank else ScalarBinding(Expr(f"_probe{v.id}"))
+            b = ArrayBinding(f"_probe{v.id}", self.kind(v)) if v.tensor_type.rank else ScalarBinding(Expr(f"_probe{v.id}"))
         if isinstance(b, ScalarBinding):
             e = b.expr
         elif isinstance(b, (ArrayBinding, RowBuffer)):
@@ -532,7 +533,7 @@ class Lowering:
         if rule.elementwise is not None:
             args = []
             for o in op.operands:
-                rank = len(o.type.shape)
+                rank = len(o.tensor_type.shape)
                 args.append(self.read(o, idx if rank else ()))
             text = rule.elementwise(self, op, args)
             if isinstance(text, Expr):
@@ -558,12 +559,12 @@ class Lowering:
         b = self.env[v]
         if isinstance(b, ArrayBinding):
             return b.name
-        if len(v.type.shape) == 0:
+        if len(v.tensor_type.shape) == 0:
             raise CompileError(f"internal: array() of rank-0 value {v.name}")
         name = self.fresh("a")
         kind = self.kind(v)
-        self.alloc(name, v.type.shape, kind)
-        self.fill(name, kind, v.type.shape, lambda idx: self.read(v, idx))
+        self.alloc(name, v.tensor_type.shape, kind)
+        self.fill(name, kind, v.tensor_type.shape, lambda idx: self.read(v, idx))
         self.env[v] = ArrayBinding(name, kind)
         return name
 
@@ -616,7 +617,7 @@ class Lowering:
         or ownership differ from fresh arrays: loop-carried values and results need that)."""
         name = self.array(v)
         b = self.env[v]
-        if b.is_global or name in self._arg_names or name in self._maybe_arg:
+        if (isinstance(b, ArrayBinding) and b.is_global) or name in self._arg_names or name in self._maybe_arg:
             copy = self.fresh("a")
             self.scope.emit(f"{copy} = {name}.copy()")
             return copy
@@ -666,7 +667,7 @@ class Lowering:
             name = f"arg{i}"
             params.append(name)
             self._arg_names.add(name)
-            if a.type.rank == 0:
+            if a.tensor_type.rank == 0:
                 self.env[a] = ScalarBinding(self.temp(kind.load(f"{name}[()]"), [], prefix="s"))
             else:
                 self.env[a] = ArrayBinding(name, kind)
@@ -677,7 +678,7 @@ class Lowering:
         for v, _b in zip(fn.body.terminator.operands, results):
             kind = self.kind(v)
             out_kinds.append(kind)
-            if v.type.rank == 0:
+            if v.tensor_type.rank == 0:
                 name = self.fresh("o")
                 self.scope.emit(f"{name} = np.empty((), {kind.np_name})")
                 self.scope.emit(f"{name}[()] = {kind.store(self.read(v, ()).text)}")
@@ -745,6 +746,7 @@ class Lowering:
 
         from . import support
 
+        assert scope.header is not None  # a loop statement
         lines = [scope.header, *scope.render(1)]
         tree = ast.parse("\n".join(lines))
         stored, loaded = set(), []
@@ -780,7 +782,7 @@ class Lowering:
         for v in block.terminator.operands:
             if not isinstance(v.type, TensorType):
                 raise CompileError(f"{block.terminator.describe()}: {v.type} values are not supported by numba_cpu")
-            if v.type.rank == 0:
+            if v.tensor_type.rank == 0:
                 out.append(ScalarBinding(self.read(v, ())))
             else:
                 self.array(v)
@@ -832,10 +834,10 @@ class Lowering:
         # Arrays that outlive the group.
         for m in group.members:
             for v in m.values:
-                if v.type.rank and v not in local:
+                if v.tensor_type.rank and v not in local:
                     name = self.fresh("a")
                     kind = self.kind(v)
-                    self.alloc(name, v.type.shape, kind, base)
+                    self.alloc(name, v.tensor_type.shape, kind, base)
                     self.env[v] = ArrayBinding(name, kind)
         opened: list[tuple[Scope, Scope]] = []
 
@@ -873,9 +875,9 @@ class Lowering:
             # Row buffers for group-local values: one per chunk (per thread).
             for m in group.members:
                 for v in m.values:
-                    if v in local and v.type.rank:
+                    if v in local and v.tensor_type.rank:
                         kind = self.kind(v)
-                        inner = v.type.shape[len(outer):]
+                        inner = v.tensor_type.shape[len(outer):]
                         name = self.fresh("row")
                         chunk_scope.emit(f"{name} = np.empty({tuple(inner) or (1,)!r}, {kind.np_name})")
                         self.env[v] = RowBuffer(name, kind, len(outer))
@@ -945,11 +947,12 @@ class Lowering:
         else:
             from .rules import emit_reduce_member
 
+            assert m.op is not None  # a reduce member carries its op
             emit_reduce_member(self, m.op, outer_idx)
 
     def store(self, v: Value, idx: tuple[Expr, ...], e: Expr) -> None:
         b = self.env.get(v)
-        if v.type.rank == 0:
+        if v.tensor_type.rank == 0:
             name = self.fresh("s")
             self.scope.emit(f"{name} = {e.text}")
             self.env[v] = ScalarBinding(Expr(name, self.scope))
@@ -970,7 +973,10 @@ class Lowering:
         from .lanes import BLOCK, lane_reduction
 
         for m in group.members:
-            ops = [m.op] if m.kind == "reduce" else list(m.reduces)
+            ops = list(m.reduces)
+            if m.kind == "reduce":
+                assert m.op is not None  # a reduce member carries its op
+                ops = [m.op]
             for op in ops:
                 plan = lane_reduction(op)
                 if plan is None:
@@ -1039,7 +1045,9 @@ class Lowering:
                     if not is_direct:
                         x = self.read(op.operands[0], full)
                         offset = f"({var} - {lo})" if blocked else var
-                        self.scope.emit(store_text(self.lane_buffers(op)[1], [offset], x.text))
+                        scratch = self.lane_buffers(op)[1]
+                        assert scratch is not None  # allocated for every operand not in memory
+                        self.scope.emit(store_text(scratch, [offset], x.text))
                 parent, child = opened.pop()
                 parent.close(child)
                 self.scope = parent
@@ -1067,7 +1075,8 @@ class Lowering:
     def _flat_row(self, v: Value, prefix: tuple[Expr, ...], lo: str) -> tuple[str, str]:
         """The array holding ``v`` and the flat offset of element ``prefix + (lo,)`` in it."""
         b = self.env[v]
-        shape = tuple(v.type.shape)
+        assert isinstance(b, (ArrayBinding, RowBuffer))  # read from memory only when it is there
+        shape = tuple(v.tensor_type.shape)
         if isinstance(b, RowBuffer):
             prefix, shape = prefix[b.n_outer:], shape[b.n_outer:]
         flat = ""
@@ -1080,7 +1089,7 @@ class Lowering:
     # ---- fusion checks (used by the planner) ----
 
     def try_member(self, group: FusionGroup, member: FusionMember, produced: set[Value], same_member: set[Value],
-                   new: set[Value] = frozenset()) -> bool:
+                   new: Iterable[Value] = ()) -> bool:
         """Generate ``member`` into a scratch scope as if it joined ``group`` and check that it
         reads values produced earlier in the group only within the current row (and values of
         its own loop nest only at the very index it computes)."""
@@ -1101,12 +1110,13 @@ class Lowering:
                 b = self.env.get(v)
                 if isinstance(b, Lazy) or b is None:
                     kind = self.kind(v)
-                    self.env[v] = ArrayBinding(f"_probe{v.id}", kind) if v.type.rank else ScalarBinding(Expr(f"_probe{v.id}", scratch))
+                    self.env[v] = ArrayBinding(f"_probe{v.id}", kind) if v.tensor_type.rank else ScalarBinding(Expr(f"_probe{v.id}", scratch))
             if member.kind == "ew":
                 self.emit_member(member, tuple(outer_idx))
             else:
                 from .rules import emit_reduce_member
 
+                assert member.op is not None  # a reduce member carries its op
                 emit_reduce_member(self, member.op, tuple(outer_idx))
             for v, idx in self._watch_log:
                 if v in same_member:

@@ -523,6 +523,8 @@ class NumbaCompiler:
                 return prog
         modname = f"pjrt_hub_numba_cache.p_{fingerprint}"
         spec = importlib.util.spec_from_file_location(modname, path)
+        if spec is None or spec.loader is None:  # a .py path always has a spec and a loader
+            raise CompileError(f"cannot import the generated module {path}")
         module = importlib.util.module_from_spec(spec)
         # numba finds a function's module through sys.modules, and reloading cached machine
         # code re-imports it by name: the module must be registered before it runs.
@@ -606,7 +608,7 @@ def _forget_module(name: str, module: ModuleType) -> None:
 
 def _verifier():
     try:
-        from pjrt_hub.backends.stablehlo import verify  # type: ignore[attr-defined]
+        from pjrt_hub.backends.stablehlo import verify
     except ImportError:
         return None
     return verify

@@ -127,7 +127,7 @@ _float_divide = _float_or_int(_plain("/"), "idiv")
 
 
 @elementwise("stablehlo.divide", cost=4)
-def _divide(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+def _divide(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str | Expr:
     # Always a division, correctly rounded as the spec and XLA:CPU have it: multiplying by a
     # loop-invariant divisor's reciprocal was off by one ulp for some quotients, and depended
     # on how the divide was fused, which the eager tier (.eager) could not reproduce.
@@ -435,7 +435,7 @@ def _compare(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
 
 
 @elementwise("stablehlo.convert")
-def _convert(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+def _convert(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str | Expr:
     src = ctx.kind(op.operands[0])
     dst = ctx.kind(op.result)
     return convert_text(args[0], src, dst)
@@ -516,13 +516,13 @@ def _reduce_precision(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
 
 
 @elementwise("stablehlo.map", cost=10)
-def _map(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+def _map(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str | Expr:
     (result,) = ctx.lower_scalar_region(op.regions[0], list(args))
     return result
 
 
 @elementwise("stablehlo.real")
-def _real(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+def _real(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str | Expr:
     kind = ctx.kind(op.operands[0])
     if kind.cls == "c":
         return f"{args[0].text}.real"
@@ -531,7 +531,7 @@ def _real(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
 
 
 @elementwise("stablehlo.imag")
-def _imag(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+def _imag(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str | Expr:
     kind = ctx.kind(op.operands[0])
     if kind.cls == "c":
         return f"{args[0].text}.imag"
@@ -548,7 +548,7 @@ def _complex(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
 
 
 @elementwise("chlo.conj")
-def _conj(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+def _conj(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str | Expr:
     kind = ctx.kind(op.result)
     if kind.cls == "c":
         return f"{args[0].text}.conjugate()"
@@ -564,7 +564,7 @@ _ZERO = Expr("0")
 @index_map("stablehlo.get_dimension_size")
 def _get_dimension_size(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> Expr:
     d = int(op.attr("dimension"))
-    return ctx.const(op.operands[0].type.shape[d], ctx.kind(op.result))
+    return ctx.const(op.operands[0].tensor_type.shape[d], ctx.kind(op.result))
 
 
 @index_map("stablehlo.constant")
@@ -576,7 +576,7 @@ def _constant(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> Expr:
         return ctx.const(0, kind)
     first = flat[0]
     if value.dtype.kind == "f":
-        same = np.all(flat.view(np.uint8).reshape(flat.size, -1) == flat[:1].view(np.uint8).reshape(1, -1))
+        same = bool(np.all(flat.view(np.uint8).reshape(flat.size, -1) == flat[:1].view(np.uint8).reshape(1, -1)))
     else:
         same = bool(np.all(flat == first))
     if same:
@@ -605,7 +605,7 @@ def _broadcast_in_dim(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> E
     dims = op.attr("broadcast_dimensions")
     src = []
     for k, d in enumerate(dims):
-        if operand.type.shape[k] == 1 and op.result.type.shape[d] != 1:
+        if operand.tensor_type.shape[k] == 1 and op.result.tensor_type.shape[d] != 1:
             src.append(_ZERO)
         else:
             src.append(idx[d])
@@ -615,14 +615,14 @@ def _broadcast_in_dim(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> E
 @index_map("stablehlo.broadcast")
 def _broadcast(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> Expr:
     operand = op.operands[0]
-    extra = len(op.result.type.shape) - len(operand.type.shape)
+    extra = len(op.result.tensor_type.shape) - len(operand.tensor_type.shape)
     return ctx.read(operand, idx[extra:])
 
 
 @index_map("stablehlo.transpose")
 def _transpose(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> Expr:
     perm = op.attr("permutation")
-    src = [None] * len(perm)
+    src = [_ZERO] * len(perm)  # every entry is set: perm is a permutation
     for d, p in enumerate(perm):
         src[p] = idx[d]
     return ctx.read(op.operands[0], src)
@@ -631,7 +631,7 @@ def _transpose(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> Expr:
 @index_map("stablehlo.reverse")
 def _reverse(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> Expr:
     dims = set(op.attr("dimensions"))
-    shape = op.result.type.shape
+    shape = op.result.tensor_type.shape
     src = [(index_expr(f"({shape[d] - 1} - {x.text})", [x]) if d in dims else x) for d, x in enumerate(idx)]
     return ctx.read(op.operands[0], src)
 
@@ -653,8 +653,8 @@ def _slice(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> Expr:
 @index_map("stablehlo.reshape")
 def _reshape(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> Expr:
     operand = op.operands[0]
-    src_shape = tuple(operand.type.shape)
-    dst_shape = tuple(op.result.type.shape)
+    src_shape = tuple(operand.tensor_type.shape)
+    dst_shape = tuple(op.result.tensor_type.shape)
     if not math.prod(src_shape):
         return ctx.const(0, ctx.kind(op.result))  # nothing is ever read from a zero-size value
     # Only unit dimensions added or removed: the other indices carry over.
@@ -691,7 +691,7 @@ def _pad(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> Expr:
     operand, padding = op.operands
     lows = op.attr("edge_padding_low")
     interiors = op.attr("interior_padding")
-    shape = operand.type.shape
+    shape = operand.tensor_type.shape
     conds = []
     src = []
     for x, lo, it, n in zip(idx, lows, interiors, shape):
@@ -723,7 +723,7 @@ def _dynamic_slice(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> Expr
     starts = op.operands[1:]
     sizes = op.attr("slice_sizes")
     src = []
-    for x, s, size, n in zip(idx, starts, sizes, operand.type.shape):
+    for x, s, size, n in zip(idx, starts, sizes, operand.tensor_type.shape):
         sv = ctx.read(s, ())
         start = ctx.temp(f"clamp_index({sv.text}, {n - size})", [sv], prefix="d")
         src.append(index_expr(f"({start.text} + {x.text})", [start, x]))
@@ -735,11 +735,11 @@ def _gather(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> Expr:
     operand, indices = op.operands
     dn = op.attr("dimension_numbers")
     sizes = op.attr("slice_sizes")
-    out_rank = len(op.result.type.shape)
+    out_rank = len(op.result.tensor_type.shape)
     offset_dims = tuple(dn.offset_dims)
     batch_dims = [d for d in range(out_rank) if d not in offset_dims]
     ivd = dn.index_vector_dim
-    ind_rank = len(indices.type.shape)
+    ind_rank = len(indices.tensor_type.shape)
     batch_idx = [idx[d] for d in batch_dims]
 
     def index_at(k: int | None) -> list[Expr]:
@@ -748,11 +748,11 @@ def _gather(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> Expr:
             pos.insert(ivd, Expr(str(k)) if k is not None else _ZERO)
         return pos
 
-    op_rank = len(operand.type.shape)
-    full = [None] * op_rank
+    op_rank = len(operand.tensor_type.shape)
+    full: list[Expr | None] = [None] * op_rank
     for k, d in enumerate(dn.start_index_map):
         sv = ctx.read(indices, index_at(k))
-        full[d] = ctx.temp(f"clamp_index({sv.text}, {operand.type.shape[d] - sizes[d]})", [sv], prefix="g")
+        full[d] = ctx.temp(f"clamp_index({sv.text}, {operand.tensor_type.shape[d] - sizes[d]})", [sv], prefix="g")
     for ob, sb in zip(dn.operand_batching_dims, dn.start_indices_batching_dims):
         pos = sb if sb < ivd else sb - 1
         full[ob] = index_expr(f"np.int64({batch_idx[pos].text})", [batch_idx[pos]])
@@ -793,26 +793,26 @@ def simple_reducer(block: Block, n: int) -> str | None:
     return kind
 
 
-def _combine_text(kind_name: str, ek: ElementKind, acc: str, x: str) -> str:
-    if ek.cls == "f":
+def _combine_text(kind_name: str, element: ElementKind, acc: str, x: str) -> str:
+    if element.cls == "f":
         # Float sums and products outside lane reductions are sequential (see .lanes): a plain
         # step, which LLVM may not reorder. max/min are exact in any order.
         fn = {"add": "({acc} + {x})", "mul": "({acc} * {x})", "max": "rmax({acc}, {x})",
               "min": "rmin({acc}, {x})"}.get(kind_name)
         if fn is None:
-            raise CompileError(f"bitwise reduction over {ek.element}")
+            raise CompileError(f"bitwise reduction over {element.element}")
         # Narrow floats accumulate in float32 and are rounded once, when the result is stored
         # (as XLA:CPU reduces bf16/f16: a sum of 1000 bf16 ones is 1000, not 256).
         return fn.format(acc=acc, x=x)
-    if ek.cls == "c":
+    if element.cls == "c":
         if kind_name not in ("add", "mul"):
-            raise CompileError(f"{kind_name} reduction over {ek.element} is not supported by numba_cpu")
+            raise CompileError(f"{kind_name} reduction over {element.element} is not supported by numba_cpu")
         return f"({acc} {'+' if kind_name == 'add' else '*'} {x})"
-    if ek.cls == "b":
+    if element.cls == "b":
         return {"add": f"({acc} | {x})", "or": f"({acc} | {x})", "max": f"({acc} | {x})",
                 "mul": f"({acc} & {x})", "and": f"({acc} & {x})", "min": f"({acc} & {x})",
                 "xor": f"({acc} ^ {x})"}[kind_name]
-    return ek.rounded({"add": f"iadd({acc}, {x})", "mul": f"imul({acc}, {x})", "max": f"imax({acc}, {x})",
+    return element.rounded({"add": f"iadd({acc}, {x})", "mul": f"imul({acc}, {x})", "max": f"imax({acc}, {x})",
                        "min": f"imin({acc}, {x})", "and": f"iand({acc}, {x})", "or": f"ior({acc}, {x})",
                        "xor": f"ixor({acc}, {x})"}[kind_name])
 
@@ -828,17 +828,17 @@ def reducer(ctx: ScalarContext, op: Op, region_index: int = 0) -> Combine:
     n = len(block.args) // 2
     simple = simple_reducer(block, n)
     if simple is not None:
-        ek = element_kind(block.args[0].type)
+        element = element_kind(block.args[0].type)
 
-        def combine(accs, xs):
-            return [_combine_text(simple, ek, accs[0].text, xs[0].text)]
+        def combine_simple(accs: Sequence[Expr], xs: Sequence[Expr]) -> list[str]:
+            return [_combine_text(simple, element, accs[0].text, xs[0].text)]
 
-        return combine
+        return combine_simple
 
-    def combine(accs, xs):
+    def combine_region(accs: Sequence[Expr], xs: Sequence[Expr]) -> list[str]:
         return [e.text for e in ctx.lower_scalar_region(block, list(accs) + list(xs))]
 
-    return combine
+    return combine_region
 
 
 def emit_reduce_member(ctx: Lowering, op: Op, outer_idx: tuple[Expr, ...]) -> None:
@@ -846,7 +846,7 @@ def emit_reduce_member(ctx: Lowering, op: Op, outer_idx: tuple[Expr, ...]) -> No
     n = len(op.results)
     inputs, inits = op.operands[:n], op.operands[n:]
     dims = set(op.attr("dimensions"))
-    shape = tuple(inputs[0].type.shape)
+    shape = tuple(inputs[0].tensor_type.shape)
     rank = len(shape)
     r = len(outer_idx)
     kept = [d for d in range(r, rank) if d not in dims]
@@ -871,7 +871,8 @@ def emit_reduce_member(ctx: Lowering, op: Op, outer_idx: tuple[Expr, ...]) -> No
             accs = [ctx.fresh("acc") for _ in range(n)]
             ctx.scope.emit(f"{', '.join(accs)} = {', '.join(e.text for e in init)}")
             with ctx.loops([shape[d] for d in red]) as ridx:
-                full = list(outer_idx) + [None] * (rank - r)
+                # Every dim after the outer ones is kept or reduced: all entries are set.
+                full = list(outer_idx) + [_ZERO] * (rank - r)
                 for d, x in [*zip(kept, kidx), *zip(red, ridx)]:
                     full[d] = x
                 xs = [ctx.read(v, full) for v in inputs]
@@ -897,21 +898,21 @@ def emit_reduce_member(ctx: Lowering, op: Op, outer_idx: tuple[Expr, ...]) -> No
         for v, e in zip(op.results, init):
             ctx.store(v, res_idx, e)
     with ctx.loops([shape[d] for d in range(r, rank)]) as iidx:
-        full = outer_idx + iidx
+        element_idx = outer_idx + iidx
         kpos = [iidx[d - r] for d in kept]
         res_idx = outer_idx + tuple(kpos)
-        accs = []
+        current = []
         for _v, b in zip(op.results, names):
-            accs.append(ctx.temp(b.kind.load(load_text(b.name, _parts(b, res_idx))), list(full)))
-        xs = [ctx.read(v, full) for v in inputs]
-        new = combine(accs, xs)
+            current.append(ctx.temp(b.kind.load(load_text(b.name, _parts(b, res_idx))), list(element_idx)))
+        xs = [ctx.read(v, element_idx) for v in inputs]
+        new = combine(current, xs)
         for _v, b, t in zip(op.results, names, new):
             ctx.scope.emit(store_text(b.name, _parts(b, res_idx), b.kind.store(t)))
 
 
-def _parts(b, idx: Sequence[Expr]) -> list[str]:
-    """Index of a result element in its ArrayBinding (all dims) or RowBuffer (dims after the outer ones)."""
-    n_outer = getattr(b, "n_outer", 0)
+def _parts(b: ArrayBinding | RowBuffer, idx: Sequence[Expr]) -> list[str]:
+    """Index of a result element in its array (all dims) or row buffer (dims after the outer ones)."""
+    n_outer = b.n_outer if isinstance(b, RowBuffer) else 0
     inner = [x.text for x in idx[n_outer:]]
     return inner or (["0"] if n_outer else [])
 

@@ -17,7 +17,7 @@ from typing import Iterator
 import numpy as np
 
 from pjrt_hub.abi import CompileError
-from pjrt_hub.backends.stablehlo import TensorType
+from pjrt_hub.backends.stablehlo import Type
 
 __all__ = ["Expr", "Scope", "ElementKind", "element_kind"]
 
@@ -246,7 +246,9 @@ for _w in (2, 4):
     _kind(f"ui{_w}", "types.uint8", np.uint8, "u", _w, "int")
 
 
-def element_kind(ty: TensorType | str, *, where: str = "") -> ElementKind:
+def element_kind(ty: Type | str, *, where: str = "") -> ElementKind:
+    """The element kind of a tensor type or element type name; CompileError for any other
+    type (a tuple, a token) or an element type this backend does not support."""
     element = ty if isinstance(ty, str) else getattr(ty, "element_type", None)
     kind = _KINDS.get(element) if element is not None else None
     if kind is None:
