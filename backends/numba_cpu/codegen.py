@@ -80,8 +80,8 @@ class RowBuffer:
 
 Binding = ArrayBinding | ScalarBinding | Lazy | RowBuffer
 
-#: A fusion member's loop nest: elementwise values ("ew"), or one reduce.
-MemberKind = Literal["ew", "reduce"]
+#: What a fusion member's loop nest computes: materialized values of elementwise ops, or one reduce.
+MemberKind = Literal["elementwise", "reduce"]
 
 
 #: Arrays from this size on are advised to use transparent huge pages (numpy's threshold too).
@@ -218,11 +218,11 @@ class FusionMember:
     kind: MemberKind
     #: The values this loop nest writes (a reduce member: the op's results).
     values: list[Value]
-    #: The reduce op of a "reduce" member; None for an "ew" one.
+    #: The reduce op of a "reduce" member; None for an "elementwise" one.
     op: Op | None = None
     #: The loop nest's full index space (a reduce member: its operand's shape).
     shape: tuple[int, ...] = ()
-    #: Reductions over all the inner dims folded into an "ew" member's loop nest (softmax's
+    #: Reductions over all the inner dims folded into an "elementwise" member's loop nest (softmax's
     #: sum of exponentials accumulates while they are computed); their results are in values.
     reduces: list[Op] = field(default_factory=list)
 
@@ -859,14 +859,14 @@ class Lowering:
                 var = self.fresh("i")
                 if d == split and parallel:
                     self.parallel = True
-                    nch = min(n, max(1, self.options.num_threads))
-                    c = self.fresh("c")
-                    open_(f"for {c} in prange({nch}):").extract = True
+                    chunks = min(n, max(1, self.options.num_threads))
+                    chunk = self.fresh("c")
+                    open_(f"for {chunk} in prange({chunks}):").extract = True
                     lo, hi = self.fresh("lo"), self.fresh("hi")
                     # max(0, .): lets LLVM see the index is non-negative and drop numba's
                     # negative-index fix-up, which would keep the loop from vectorising.
-                    self.scope.emit(f"{lo} = max(0, ({c} * {n}) // {nch})")
-                    self.scope.emit(f"{hi} = (({c} + 1) * {n}) // {nch}")
+                    self.scope.emit(f"{lo} = max(0, ({chunk} * {n}) // {chunks})")
+                    self.scope.emit(f"{hi} = (({chunk} + 1) * {n}) // {chunks}")
                     chunk_scope = self.scope
                     open_(f"for {var} in range({lo}, {hi}):")
                 else:
@@ -896,7 +896,7 @@ class Lowering:
             self._base = old_base
 
     def emit_member(self, m: FusionMember, outer_idx: tuple[Expr, ...]) -> None:
-        if m.kind == "ew":
+        if m.kind == "elementwise":
             from .lanes import lane_reduction
             from .rules import reducer
 
@@ -1111,7 +1111,7 @@ class Lowering:
                 if isinstance(b, Lazy) or b is None:
                     kind = self.kind(v)
                     self.env[v] = ArrayBinding(f"_probe{v.id}", kind) if v.tensor_type.rank else ScalarBinding(Expr(f"_probe{v.id}", scratch))
-            if member.kind == "ew":
+            if member.kind == "elementwise":
                 self.emit_member(member, tuple(outer_idx))
             else:
                 from .rules import emit_reduce_member

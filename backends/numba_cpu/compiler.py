@@ -32,14 +32,17 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
 from pjrt_hub.abi import CompileError, CompileOptions, InvalidArgument, PjrtHubError
 from pjrt_hub.backends.cpu_runtime.compiler import TensorSpec
 
-if TYPE_CHECKING:  # .tiers imports this module
+if TYPE_CHECKING:  # .tiers imports this module; the rest is imported when first needed
+    from pjrt_hub.backends.stablehlo import Function, Module
+
+    from .codegen import LoweringOptions
     from .tiers import TieredProgram
 
 __all__ = ["NumbaCompiler", "NumbaProgram", "CacheStats", "default_cache_dir", "dtype_from_name", "numba_loaded"]
@@ -238,7 +241,7 @@ class NumbaProgram:
                 results[i] = o
         return results
 
-    def _run_narrow(self, args, extra=()):
+    def _run_narrow(self, args: Sequence[np.ndarray], extra: tuple[np.ndarray, ...] = ()) -> list[np.ndarray]:
         args = list(self._coerce(args))
         for i in self._narrow_in:
             args[i] = args[i].view(f"u{args[i].dtype.itemsize}")
@@ -328,7 +331,7 @@ class NumbaCompiler:
 
     # -- options --
 
-    def _lowering_options(self, options: CompileOptions | None):
+    def _lowering_options(self, options: CompileOptions | None) -> LoweringOptions:
         from .codegen import LoweringOptions
 
         env = dict(getattr(options, "env_option_overrides", None) or {})
@@ -346,14 +349,14 @@ class NumbaCompiler:
         return str(value).strip().lower() not in ("0", "false", "no", "off")
 
     @staticmethod
-    def text_key(text: str, lopts) -> str:
+    def text_key(text: str, lopts: LoweringOptions) -> str:
         return hashlib.sha256(
             "\0".join([CODEGEN_VERSION, backend_digest(), _numba_version(), repr(lopts), text]).encode("utf-8")
         ).hexdigest()
 
     # -- compile --
 
-    def compile(self, code: str | bytes, options: CompileOptions | bytes | None = None):
+    def compile(self, code: str | bytes, options: CompileOptions | bytes | None = None) -> NumbaProgram | TieredProgram:
         text = code.decode("utf-8") if isinstance(code, (bytes, bytearray, memoryview)) else code
         if isinstance(options, (bytes, bytearray, memoryview)):
             from pjrt_hub.abi import decode_compile_options
@@ -387,7 +390,7 @@ class NumbaCompiler:
             self._programs[text_key] = prog
             return prog
 
-    def _tiered_program(self, text: str, lopts, text_key: str):
+    def _tiered_program(self, text: str, lopts: LoweringOptions, text_key: str) -> TieredProgram | None:
         """The eager tier's program with a background compile to switch to, or None when the
         eager tier does not cover the program."""
         from .eager import EagerProgram, EagerUnsupported
@@ -410,7 +413,7 @@ class NumbaCompiler:
         self.stats.eager_programs += 1
         return TieredProgram(self, meta, eager, text, lopts, text_key)
 
-    def _generate(self, text: str, lopts) -> str:
+    def _generate(self, text: str, lopts: LoweringOptions) -> str:
         from .codegen import Lowering
         from .module import render_module
 
@@ -418,7 +421,7 @@ class NumbaCompiler:
         gen = Lowering(fn, lopts).lower()
         return render_module(module, fn, gen)
 
-    def compile_to_cache(self, text: str, lopts, text_key: str) -> str:
+    def compile_to_cache(self, text: str, lopts: LoweringOptions, text_key: str) -> str:
         """Compile a program into the disk cache (what the background compile process does);
         returns the module's fingerprint."""
         with self._lock:
@@ -583,7 +586,7 @@ def numba_loaded() -> bool:
     return "pjrt_hub.backends.numba_cpu.support" in sys.modules
 
 
-def _front_end(text: str):
+def _front_end(text: str) -> tuple[Module, Function]:
     """Parse, verify and inline: the module and its one call-free function."""
     from pjrt_hub.backends.stablehlo import parse_module
     from pjrt_hub.backends.stablehlo.nesting import call_depth
@@ -606,7 +609,7 @@ def _forget_module(name: str, module: ModuleType) -> None:
         del sys.modules[name]
 
 
-def _verifier():
+def _verifier() -> Callable[[Module], object] | None:
     try:
         from pjrt_hub.backends.stablehlo import verify
     except ImportError:

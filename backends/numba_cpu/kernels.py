@@ -52,6 +52,8 @@ def _carry(ctx: Lowering, b) -> str:
 def _dot_general(ctx: Lowering, op: Op) -> Sequence[Binding]:
     lhs, rhs = op.operands
     lrank, rrank = len(lhs.tensor_type.shape), len(rhs.tensor_type.shape)
+    # Dimensions of lhs (l) and rhs (r): batch (lb, rb), contracting (lc, rc) and free, the
+    # others (lf, rf). The product is B batches of (M x K) @ (K x N).
     lb: tuple[int, ...]
     rb: tuple[int, ...]
     if op.name == "stablehlo.dot":
@@ -63,8 +65,8 @@ def _dot_general(ctx: Lowering, op: Op) -> Sequence[Binding]:
     lf = tuple(d for d in range(lrank) if d not in lb + lc)
     rf = tuple(d for d in range(rrank) if d not in rb + rc)
     res = op.result
-    out, rk = _new_array(ctx, res)
-    lk, rkk = ctx.kind(lhs), ctx.kind(rhs)
+    out, out_kind = _new_array(ctx, res)
+    lhs_kind, rhs_kind = ctx.kind(lhs), ctx.kind(rhs)
     ls, rs = lhs.tensor_type.shape, rhs.tensor_type.shape
     B = math.prod(ls[d] for d in lb)
     M = math.prod(ls[d] for d in lf)
@@ -72,7 +74,7 @@ def _dot_general(ctx: Lowering, op: Op) -> Sequence[Binding]:
     N = math.prod(rs[d] for d in rf)
     if res.tensor_type.rank == 0 and lrank == 0:
         raise unsupported_variant(op, "scalar operands")
-    blas = rk.cls in "fc" and not rk.narrow and lk == rk and rkk == rk and lrank and rrank
+    blas = out_kind.cls in "fc" and not out_kind.narrow and lhs_kind == out_kind and rhs_kind == out_kind and lrank and rrank
     if blas and M * N and K:
         l3, lt = _arrange(ctx, lhs, lb, lf, lc, (B, M, K))
         r3, rt = _arrange(ctx, rhs, rb, rc, rf, (B, K, N))
@@ -96,13 +98,13 @@ def _dot_general(ctx: Lowering, op: Op) -> Sequence[Binding]:
             ctx.scope.emit(f"np.dot({lt_text}, {rt_text}, {o3}[{b}])")
         if small:
             ctx.scope.emit(f"blas_threads({prev})")
-        return [ArrayBinding(out, rk)]
+        return [ArrayBinding(out, out_kind)]
     if blas and M * N:
         # Nothing to contract: zeros (numba's fill does not take a 0-d array).
         ctx.scope.emit(f"{out}.reshape(({M * N * B},)).fill(0)" if res.tensor_type.rank == 0 else f"{out}.fill(0)")
-        return [ArrayBinding(out, rk)]
+        return [ArrayBinding(out, out_kind)]
     # Integers, narrow floats, mixed types: loops, accumulating in the result's compute type.
-    zero = ctx.const(0, rk)
+    zero = ctx.const(0, out_kind)
     with ctx.loops(res.tensor_type.shape) as oidx:
         bvars = oidx[: len(lb)]
         lvars = oidx[len(lb): len(lb) + len(lf)]
@@ -126,19 +128,19 @@ def _dot_general(ctx: Lowering, op: Op) -> Sequence[Binding]:
                 ri[d] = x
             a_read = ctx.read(lhs, li)
             c_read = ctx.read(rhs, ri)
-            a = convert_text(a_read, lk, rk)
-            c = convert_text(c_read, rkk, rk)
+            a = convert_text(a_read, lhs_kind, out_kind)
+            c = convert_text(c_read, rhs_kind, out_kind)
             a = a.text if isinstance(a, Expr) else a
             c = c.text if isinstance(c, Expr) else c
-            if rk.cls in "fc":
+            if out_kind.cls in "fc":
                 step = f"{acc} + {a} * {c}"
-            elif rk.cls == "b":
+            elif out_kind.cls == "b":
                 step = f"{acc} | ({a} & {c})"
             else:
                 step = f"iadd({acc}, imul({a}, {c}))"
             ctx.scope.emit(f"{acc} = {step}")
-        ctx.scope.emit(store_text(out, _parts(oidx), rk.store(rk.rounded(acc))))
-    return [ArrayBinding(out, rk)]
+        ctx.scope.emit(store_text(out, _parts(oidx), out_kind.store(out_kind.rounded(acc))))
+    return [ArrayBinding(out, out_kind)]
 
 
 def _arrange(ctx: Lowering, v: Value, batch, first, second, shape3) -> tuple[str, bool]:
@@ -688,14 +690,14 @@ def _convolution(ctx: Lowering, op: Op) -> Sequence[Binding]:
     rev = tuple(op.attr("window_reversal") or (False,) * nsp)
     fgc = int(op.attr("feature_group_count") or 1)
     bgc = int(op.attr("batch_group_count") or 1)
-    out, rk = _new_array(ctx, op.result)
-    lk, kk = ctx.kind(lhs), ctx.kind(rhs)
+    out, out_kind = _new_array(ctx, op.result)
+    lhs_kind, kernel_kind = ctx.kind(lhs), ctx.kind(rhs)
     ls, ks = lhs.tensor_type.shape, rhs.tensor_type.shape
     out_shape = op.result.tensor_type.shape
     out_f = out_shape[dn.output_feature_dimension]
     kin = ks[dn.kernel_input_feature_dimension]
     in_batch = ls[dn.input_batch_dimension]
-    zero = ctx.const(0, rk)
+    zero = ctx.const(0, out_kind)
     with ctx.loops(out_shape) as oidx:
         ob = oidx[dn.output_batch_dimension]
         of = oidx[dn.output_feature_dimension]
@@ -733,16 +735,16 @@ def _convolution(ctx: Lowering, op: Op) -> Sequence[Binding]:
             kidx[dn.kernel_input_feature_dimension] = ci
             kidx[dn.kernel_output_feature_dimension] = of
             valid = ctx.temp(" and ".join(conds) or "True", list(oidx) + list(widx), prefix="m")
-            a = convert_text(ctx.read(lhs, lidx), lk, rk)
-            b = convert_text(ctx.read(rhs, kidx), kk, rk)
+            a = convert_text(ctx.read(lhs, lidx), lhs_kind, out_kind)
+            b = convert_text(ctx.read(rhs, kidx), kernel_kind, out_kind)
             a = a.text if isinstance(a, Expr) else a
             b = b.text if isinstance(b, Expr) else b
-            if rk.cls == "f":
+            if out_kind.cls == "f":
                 ctx.scope.emit(f"if {valid.text}: {acc} = {acc} + {a} * {b}")
             else:
                 ctx.scope.emit(f"if {valid.text}: {acc} = iadd({acc}, imul({a}, {b}))")
-        ctx.scope.emit(store_text(out, _parts(oidx), rk.store(rk.rounded(acc))))
-    return [ArrayBinding(out, rk)]
+        ctx.scope.emit(store_text(out, _parts(oidx), out_kind.store(out_kind.rounded(acc))))
+    return [ArrayBinding(out, out_kind)]
 
 
 @kernel("stablehlo.if", lazy_operands=True)

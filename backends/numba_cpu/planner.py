@@ -93,14 +93,14 @@ def plan_block(ctx: Lowering, block: Block) -> BlockPlan:
     for op in ops:
         if _is_lazy(op):
             lazy_operands = [o for o in op.operands if o not in materialize]
-            c = RULES[op.name].cost + sum(cost.get(o, 0) for o in lazy_operands)
-            d = 1 + max((depth.get(o, 0) for o in lazy_operands), default=0)
+            op_cost = RULES[op.name].cost + sum(cost.get(o, 0) for o in lazy_operands)
+            op_depth = 1 + max((depth.get(o, 0) for o in lazy_operands), default=0)
             for r in op.results:
-                if d > _MAX_CHAIN:
+                if op_depth > _MAX_CHAIN:
                     materialize.add(r)
                     cost[r], depth[r] = 0, 0
                 else:
-                    cost[r], depth[r] = c, d
+                    cost[r], depth[r] = op_cost, op_depth
 
     # Which loop nests (roots) read each lazy value; expensive values read by several are
     # materialized once instead.
@@ -113,24 +113,24 @@ def plan_block(ctx: Lowering, block: Block) -> BlockPlan:
             if r in materialize:
                 roots[r] = frozenset([r])
                 continue
-            rs: set[Op | Value] = set()
+            nests: set[Op | Value] = set()
             for u in users[r]:
                 if isinstance(u, Op) and _is_lazy(u):
                     for ur in u.results:
-                        rs |= roots.get(ur, frozenset())
+                        nests |= roots.get(ur, frozenset())
                 elif isinstance(u, Op):
-                    rs.add(u)
-            if len(rs) >= 2 and cost[r] >= limit and _rank(r) > 0:
+                    nests.add(u)
+            if len(nests) >= 2 and cost[r] >= limit and _rank(r) > 0:
                 materialize.add(r)
                 roots[r] = frozenset([r])
             else:
-                roots[r] = frozenset(rs)
+                roots[r] = frozenset(nests)
     # Kernels in program order, fused into groups where the outer loops can be shared.
     items: list[FusionGroup | Op] = []
     group: FusionGroup | None = None
     for op in ops:
         if _is_lazy(op):
-            members = [FusionMember("ew", [r], shape=tuple(r.tensor_type.shape)) for r in op.results if r in materialize]
+            members = [FusionMember("elementwise", [r], shape=tuple(r.tensor_type.shape)) for r in op.results if r in materialize]
         elif op.name == "stablehlo.reduce":
             members = [reduce_member(op)]
         else:
@@ -147,12 +147,15 @@ def plan_block(ctx: Lowering, block: Block) -> BlockPlan:
 
 
 def reduce_member(op: Op) -> FusionMember:
+    """The loop nest of one ``reduce``, over its operand's shape."""
     shape = tuple(op.operands[0].tensor_type.shape)
     return FusionMember("reduce", list(op.results), op=op, shape=shape)
 
 
 def natural_outer(m: FusionMember) -> tuple[int, ...]:
-    if m.kind == "ew":
+    """The outer loops a member could share with others: all of an elementwise member's dims,
+    a reduce's dims before the first reduced one."""
+    if m.kind == "elementwise":
         return m.shape
     assert m.op is not None  # a reduce member carries its op
     dims = set(m.op.attr("dimensions") or ())
@@ -174,24 +177,27 @@ def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _add_member(ctx: Lowering, items: list[FusionGroup | Op], group: FusionGroup | None, m: FusionMember) -> FusionGroup:
+    """Fuse ``m`` into ``group`` if a generated trial passes the fusion check (into the last
+    member's loop nest, else under shared outer loops); otherwise close ``group`` (appended to
+    ``items``) and start a new one. Returns the group now open."""
     natural = natural_outer(m)
     if group is None:
         return FusionGroup(natural, [m])
     produced = {v for mm in group.members for v in mm.values}
     last = group.members[-1]
     # Same loop nest as the previous elementwise member: shares loads and temporaries.
-    if m.kind == "ew" and last.kind == "ew" and last.shape == m.shape and m.shape and not last.reduces:
-        merged = FusionMember("ew", last.values + m.values, shape=m.shape)
+    if m.kind == "elementwise" and last.kind == "elementwise" and last.shape == m.shape and m.shape and not last.reduces:
+        merged = FusionMember("elementwise", last.values + m.values, shape=m.shape)
         trial = FusionGroup(group.outer, group.members[:-1])
         earlier = produced - set(last.values)
         if ctx.try_member(trial, merged, earlier, set(last.values), new=set(m.values)):
             group.members[-1] = merged
             return group
     # A reduction over every inner dim of the previous elementwise loop nest: accumulate in it.
-    if (m.kind == "reduce" and m.op is not None and last.kind == "ew" and last.shape == m.shape and group.outer
+    if (m.kind == "reduce" and m.op is not None and last.kind == "elementwise" and last.shape == m.shape and group.outer
             and natural == group.outer and m.op.attr("dimensions")
             and set(m.op.attr("dimensions")) == set(range(len(natural), len(m.shape)))):
-        merged = FusionMember("ew", last.values + m.values, shape=last.shape, reduces=last.reduces + [m.op])
+        merged = FusionMember("elementwise", last.values + m.values, shape=last.shape, reduces=last.reduces + [m.op])
         trial = FusionGroup(group.outer, group.members[:-1])
         earlier = produced - set(last.values)
         if ctx.try_member(trial, merged, earlier, set(last.values), new=set(m.values)):

@@ -774,7 +774,7 @@ def _gather(ctx: Lowering, op: Op, i: int, idx: tuple[Expr, ...]) -> Expr:
 
 # -- reductions -------------------------------------------------------------------------------------
 
-_ASSOC = {"stablehlo.add": "add", "stablehlo.multiply": "mul", "stablehlo.maximum": "max",
+_ASSOCIATIVE = {"stablehlo.add": "add", "stablehlo.multiply": "mul", "stablehlo.maximum": "max",
           "stablehlo.minimum": "min", "stablehlo.and": "and", "stablehlo.or": "or", "stablehlo.xor": "xor"}
 
 
@@ -785,7 +785,7 @@ def simple_reducer(block: Block, n: int) -> str | None:
     if n != 1 or len(block.ops) != 2:
         return None
     body, ret = block.ops
-    kind = _ASSOC.get(body.name)
+    kind = _ASSOCIATIVE.get(body.name)
     if kind is None or ret.operands != (body.result,):
         return None
     if set(body.operands) != set(block.args) or len(block.args) != 2:
