@@ -65,6 +65,9 @@ class ScalarBinding:
 
 @dataclass(frozen=True, slots=True)
 class Lazy:
+    """A value computed where it is read: result ``index`` of ``op``, an elementwise or
+    index-mapping op (:meth:`Lowering.compute`)."""
+
     op: Op
     index: int = 0
 
@@ -235,10 +238,6 @@ class FusionGroup:
 
     outer: tuple[int, ...]
     members: list[FusionMember] = field(default_factory=list)
-
-
-class _RejectFusion(Exception):
-    pass
 
 
 class _NameUse:
@@ -1124,7 +1123,5 @@ class Lowering:
                 if len(idx) < len(outer_idx) or any(i.var != o.var for i, o in zip(idx, outer_idx)):
                     return False
             return True
-        except _RejectFusion:
-            return False
         finally:
             self.scope, self._base, self.memo, self.env, self._watch, self._watch_log = saved
