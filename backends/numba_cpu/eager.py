@@ -33,12 +33,16 @@ import ctypes
 import functools
 import math
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from types import CodeType
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, cast
 
 import numpy as np
 
 from pjrt_hub.abi import Cancelled, CompileError
 from pjrt_hub.backends.stablehlo import Block, Function, Op, TensorType, Value
+
+if TYPE_CHECKING:
+    from .codegen import Lowering
 
 from . import kernels as _kernels_module  # noqa: F401  (registers the kernel rules)
 from . import lanes as _lanes
@@ -67,7 +71,19 @@ MAX_STEPS = 1 << 16
 #: Sorts compare all pairs of a row at once while rows * n * n stays below this.
 PAIRWISE_LIMIT = 1 << 22
 
-Env = dict  # Value -> np.ndarray
+
+class Env(dict[Value, np.ndarray]):
+    """The values of one run (each op's results, by SSA value), with the run's cancel flag
+    (the runtime's, asked in while loops) and ``overtaken()`` check (asked between steps)."""
+
+    def __init__(self, cancel: np.ndarray | None, overtaken: Callable[[], bool] | None) -> None:
+        super().__init__()
+        self.cancel = cancel
+        self.overtaken = overtaken
+
+
+#: One op's work in a run: reads its operands from the environment, stores its results there.
+Step = Callable[[Env], None]
 
 
 # -- elementwise text ------------------------------------------------------------------------------
@@ -82,8 +98,8 @@ class _Rewrite(ast.NodeTransformer):
 
     def visit_BoolOp(self, node: ast.BoolOp) -> ast.AST:
         self.generic_visit(node)
-        op = ast.BitAnd() if isinstance(node.op, ast.And) else ast.BitOr()
-        out = node.values[0]
+        op: ast.operator = ast.BitAnd() if isinstance(node.op, ast.And) else ast.BitOr()
+        out: ast.expr = node.values[0]
         for v in node.values[1:]:
             out = ast.BinOp(out, op, v)
         return out
@@ -103,14 +119,14 @@ class _Rewrite(ast.NodeTransformer):
         for op, right in zip(node.ops, node.comparators):
             parts.append(ast.Compare(left, [op], [right]))
             left = right
-        out = parts[0]
+        out: ast.expr = parts[0]
         for p in parts[1:]:
             out = ast.BinOp(out, ast.BitAnd(), p)
         return out
 
 
 @functools.lru_cache(maxsize=4096)
-def _compile_text(text: str):
+def _compile_text(text: str) -> CodeType:
     tree = ast.parse(text, mode="eval")
     tree = ast.fix_missing_locations(_Rewrite().visit(tree))
     code = compile(tree, "<numba_cpu eager>", "eval")
@@ -118,7 +134,7 @@ def _compile_text(text: str):
     return code
 
 
-_NAMES: dict = {}
+_NAMES: dict[CodeType, frozenset[str]] = {}
 
 
 class _Text:
@@ -137,19 +153,21 @@ class _Text:
         return f"_{prefix}{self._n}"
 
     def kind(self, v: Value) -> ElementKind:
-        return element_kind(v.type, where=v.name)
+        return element_kind(v.tensor_type, where=v.name)
 
-    def const(self, value, kind: ElementKind) -> Expr:
+    def const(self, value: object, kind: ElementKind) -> Expr:
         from .codegen import Lowering
 
-        return Lowering.const(self, value, kind)  # type: ignore[arg-type]
+        # The lowering's own method, so that constants are written exactly as in compiled code;
+        # it reads only ``globals`` and ``_global_keys``, which this class has too.
+        return Lowering.const(self, value, kind)  # type: ignore[arg-type]  # a duck-typed self
 
-    def temp(self, text: str, deps=(), prefix: str = "t") -> Expr:
+    def temp(self, text: str, deps: Iterable[Expr] = (), prefix: str = "t") -> Expr:
         name = self.fresh(prefix)
         self.stmts.append((name, text))
         return Expr(name)
 
-    def read(self, v: Value, idx=()) -> Expr:
+    def read(self, v: Value, idx: Sequence[Expr] = ()) -> Expr:
         e = self.env.get(v)
         if e is None:
             raise EagerUnsupported(f"{v.name} read in a scalar formula before it is defined")
@@ -241,19 +259,20 @@ def _no_narrow_accumulators(op: Op) -> None:
             raise EagerUnsupported(f"{op.name} with {kind.element} results")
 
 
-def _elementwise(op: Op) -> Callable[[Env], None]:
+def _elementwise(op: Op) -> Step:
     from .codegen import RULES
 
-    rule = RULES[op.name]
+    formula = RULES[op.name].elementwise
+    assert formula is not None, "EagerProgram._step sends only ops with an elementwise rule"
     t = _Text()
     names = [f"a{i}" for i in range(len(op.operands))]
     for o, n in zip(op.operands, names):
         t.env[o] = Expr(n)
-    out = rule.elementwise(t, op, [Expr(n) for n in names])
+    out = formula(t, op, [Expr(n) for n in names])
     result = out if isinstance(out, Expr) else Expr(t.temp(out).text)
     fn = t.function(names, [result])
     kind = t.kind(op.result)
-    shape = tuple(op.result.type.shape)
+    shape = tuple(op.result.tensor_type.shape)
     operands, res = op.operands, op.result
     # One element of zeros through the formula now: a helper that does not take these types
     # (numba would refuse to compile it) declines the program here rather than at run time.
@@ -281,11 +300,13 @@ def _step_function(op: Op, region_index: int = 0) -> Callable[[list, list], list
     t = _Text()
     accs = [Expr(f"acc{i}") for i in range(n)]
     xs = [Expr(f"x{i}") for i in range(n)]
-    combine = reducer(t, op, region_index)
+    # The rules annotate their context as the Lowering; _Text is the part of it that a scalar
+    # formula uses (kind, const, temp, read, lower_scalar_region), which is all reducer calls.
+    combine = reducer(cast("Lowering", t), op, region_index)
     texts = combine(accs, xs)
     results = [Expr(x) if isinstance(x, str) else x for x in texts]
     fn = t.function([e.text for e in accs + xs], results)
-    kinds = [element_kind(a.type) for a in block.args[:n]]
+    kinds = [element_kind(a.tensor_type) for a in block.args[:n]]
 
     def step(acc_values: list, x_values: list) -> list:
         out = fn(*acc_values, *x_values)
@@ -353,7 +374,7 @@ def estimate_cost(fn: Function) -> float:
         if name == "stablehlo.power":
             return 60.0 * n
         if name in ("stablehlo.dot_general", "stablehlo.dot"):
-            lhs = op.operands[0].type.shape
+            lhs = op.operands[0].tensor_type.shape
             if name == "stablehlo.dot":
                 k = lhs[-1] if lhs else 1
             else:
@@ -364,7 +385,7 @@ def estimate_cost(fn: Function) -> float:
             return n * k * (0.05 if blas else 3.0) + size(op.operands[0]) + size(op.operands[1])
         if name == "stablehlo.convolution":
             dn = op.attr("dimension_numbers")
-            kshape = op.operands[1].type.shape
+            kshape = op.operands[1].tensor_type.shape
             window = math.prod(kshape[d] for d in dn.kernel_spatial_dimensions) * kshape[dn.kernel_input_feature_dimension]
             return 6.0 * n * window
         if name in ("stablehlo.reduce", "stablehlo.scatter"):
@@ -373,7 +394,7 @@ def estimate_cost(fn: Function) -> float:
             window = math.prod(op.attr("window_dimensions") or (1,))
             return inner * window * max(n, size(op.operands[0]))
         if name == "stablehlo.sort":
-            shape = op.operands[0].type.shape
+            shape = op.operands[0].tensor_type.shape
             dim = int(op.attr("dimension")) % max(1, len(shape))
             return inner * size(op.operands[0]) * (shape[dim] if shape else 1)
         return inner * n
@@ -401,7 +422,7 @@ class _Plan:
 
     def __init__(self, program: "EagerProgram", block: Block) -> None:
         self.block = block
-        self.steps: list[Callable[[Env], None]] = []
+        self.steps: list[Step] = []
         for op in block.ops[:-1]:
             for v in op.results:
                 _kind(v)
@@ -411,7 +432,7 @@ class _Plan:
     def run(self, env: Env, args: Sequence[np.ndarray]) -> list[np.ndarray]:
         for a, x in zip(self.block.args, args):
             env[a] = x
-        overtaken = env.get(_OVERTAKEN)
+        overtaken = env.overtaken
         for step in self.steps:
             if overtaken is not None and overtaken():
                 raise Overtaken()
@@ -424,9 +445,7 @@ class EagerProgram:
 
     def __init__(self, fn: Function) -> None:
         self.fn = fn
-        for a in fn.args:
-            _kind(a)
-        self._in_kinds = [element_kind(a.type) for a in fn.args]
+        self._in_kinds = [_kind(a) for a in fn.args]
         self._out_kinds = [_kind(v) for v in fn.body.terminator.operands]
         self._body = _Plan(self, fn.body)
         #: Element operations of one run (see :func:`estimate_cost`).
@@ -439,7 +458,7 @@ class EagerProgram:
         """The outputs, as the compiled entry returns them (16-bit floats as their uint16
         bits). ``overtaken()``, asked between steps, stops the run with :class:`Overtaken`
         when it turns true (the compiled program is ready and will answer instead)."""
-        env: Env = {_CANCEL: cancel, _OVERTAKEN: overtaken}
+        env = Env(cancel, overtaken)
         inputs = []
         for x, kind in zip(args, self._in_kinds):
             x = np.asarray(x)
@@ -458,7 +477,7 @@ class EagerProgram:
             x = np.asarray(x)
             if kind.narrow:
                 fn = NAMESPACE["bf16_bits"] if kind.narrow == "bf16" else NAMESPACE["f16_bits"]
-                x = np.asarray(fn(x), np.uint16).reshape(v.type.shape)
+                x = np.asarray(fn(x), np.uint16).reshape(v.tensor_type.shape)
             else:
                 x = x.astype(kind.storage, copy=False)
             # Fresh, C-contiguous arrays the caller may keep: never a view of an input, a
@@ -472,7 +491,7 @@ class EagerProgram:
 
     # -- planning --
 
-    def _step(self, op: Op) -> Callable[[Env], None]:
+    def _step(self, op: Op) -> Step:
         from .codegen import RULES
 
         impl = _KERNELS.get(op.name)
@@ -492,15 +511,14 @@ class EagerProgram:
         return _Plan(self, block)
 
 
-#: The environment keys of the runtime's cancel flag and of the overtaken() check.
-_CANCEL = object()
-_OVERTAKEN = object()
+#: Plans an op: its step, or EagerUnsupported.
+Kernel = Callable[[EagerProgram, Op], Step]
 
-_KERNELS: dict[str, Callable[[EagerProgram, Op], Callable[[Env], None]]] = {}
+_KERNELS: dict[str, Kernel] = {}
 
 
-def _kernel(*names: str):
-    def register(fn):
+def _kernel(*names: str) -> Callable[[Kernel], Kernel]:
+    def register(fn: Kernel) -> Kernel:
         for n in names:
             _KERNELS[n] = fn
         return fn
@@ -508,9 +526,9 @@ def _kernel(*names: str):
     return register
 
 
-def _single(op: Op, fn: Callable[..., np.ndarray]) -> Callable[[Env], None]:
+def _single(op: Op, fn: Callable[..., np.ndarray]) -> Step:
     kind = _kind(op.result)
-    shape = tuple(op.result.type.shape)
+    shape = tuple(op.result.tensor_type.shape)
     operands, res = op.operands, op.result
 
     def step(env: Env) -> None:
@@ -528,7 +546,7 @@ def _constant(program: EagerProgram, op: Op):
     value = np.asarray(op.attr("value"))
     # 16-bit float constants become exact float32 values, as the kernels hold them.
     data = value.astype(_compute_dtype(kind))
-    shape = tuple(op.result.type.shape)
+    shape = tuple(op.result.tensor_type.shape)
     if data.size == 1 and math.prod(shape) != 1:
         data = np.broadcast_to(data.reshape(()), shape)
     else:
@@ -545,7 +563,7 @@ def _constant(program: EagerProgram, op: Op):
 @_kernel("stablehlo.iota")
 def _iota(program: EagerProgram, op: Op):
     kind = _kind(op.result)
-    shape = tuple(op.result.type.shape)
+    shape = tuple(op.result.tensor_type.shape)
     d = int(op.attr("iota_dimension"))
     idx = np.arange(shape[d], dtype=np.int64)
     if kind.cls == "f":
@@ -568,7 +586,7 @@ def _iota(program: EagerProgram, op: Op):
 @_kernel("stablehlo.get_dimension_size")
 def _get_dimension_size(program: EagerProgram, op: Op):
     kind = _kind(op.result)
-    value = np.asarray(op.operands[0].type.shape[int(op.attr("dimension"))]).astype(kind.storage)
+    value = np.asarray(op.operands[0].tensor_type.shape[int(op.attr("dimension"))]).astype(kind.storage)
     res = op.result
 
     def step(env: Env) -> None:
@@ -580,10 +598,10 @@ def _get_dimension_size(program: EagerProgram, op: Op):
 @_kernel("stablehlo.broadcast_in_dim")
 def _broadcast_in_dim(program: EagerProgram, op: Op):
     dims = tuple(op.attr("broadcast_dimensions"))
-    out_shape = tuple(op.result.type.shape)
+    out_shape = tuple(op.result.tensor_type.shape)
     view = [1] * len(out_shape)
     for k, d in enumerate(dims):
-        view[d] = op.operands[0].type.shape[k]
+        view[d] = op.operands[0].tensor_type.shape[k]
     order = np.argsort(dims) if dims else np.array([], int)
 
     def fn(x):
@@ -596,13 +614,13 @@ def _broadcast_in_dim(program: EagerProgram, op: Op):
 
 @_kernel("stablehlo.broadcast")
 def _broadcast(program: EagerProgram, op: Op):
-    out_shape = tuple(op.result.type.shape)
+    out_shape = tuple(op.result.tensor_type.shape)
     return _single(op, lambda x: np.broadcast_to(x, out_shape))
 
 
 @_kernel("stablehlo.reshape")
 def _reshape(program: EagerProgram, op: Op):
-    shape = tuple(op.result.type.shape)
+    shape = tuple(op.result.tensor_type.shape)
     return _single(op, lambda x: np.reshape(x, shape))
 
 
@@ -631,8 +649,8 @@ def _slice(program: EagerProgram, op: Op):
 def _pad(program: EagerProgram, op: Op):
     lows = tuple(op.attr("edge_padding_low"))
     interiors = tuple(op.attr("interior_padding"))
-    shape = tuple(op.operands[0].type.shape)
-    out_shape = tuple(op.result.type.shape)
+    shape = tuple(op.operands[0].tensor_type.shape)
+    out_shape = tuple(op.result.tensor_type.shape)
     srcs, valids = [], []
     for x, lo, it, n in zip(out_shape, lows, interiors, shape):
         q = np.arange(x) - lo
@@ -659,13 +677,13 @@ def _pad(program: EagerProgram, op: Op):
 
 
 def _clamp_starts(values: Sequence[np.ndarray], limits: Sequence[int]) -> list[int]:
-    return [int(min(max(np.int64(np.asarray(v)), 0), hi)) for v, hi in zip(values, limits)]
+    return [min(max(int(np.int64(np.asarray(v))), 0), hi) for v, hi in zip(values, limits)]
 
 
 @_kernel("stablehlo.dynamic_slice")
 def _dynamic_slice(program: EagerProgram, op: Op):
     sizes = tuple(op.attr("slice_sizes"))
-    shape = op.operands[0].type.shape
+    shape = op.operands[0].tensor_type.shape
     limits = [n - s for n, s in zip(shape, sizes)]
 
     def fn(x, *starts):
@@ -678,8 +696,8 @@ def _dynamic_slice(program: EagerProgram, op: Op):
 @_kernel("stablehlo.dynamic_update_slice")
 def _dynamic_update_slice(program: EagerProgram, op: Op):
     operand, update = op.operands[:2]
-    limits = [n - u for n, u in zip(operand.type.shape, update.type.shape)]
-    ushape = update.type.shape
+    limits = [n - u for n, u in zip(operand.tensor_type.shape, update.tensor_type.shape)]
+    ushape = update.tensor_type.shape
 
     def fn(x, u, *starts):
         st = _clamp_starts(starts, limits)
@@ -701,13 +719,13 @@ def _gather(program: EagerProgram, op: Op):
     operand, indices = op.operands
     dn = op.attr("dimension_numbers")
     sizes = tuple(op.attr("slice_sizes"))
-    out_shape = tuple(op.result.type.shape)
+    out_shape = tuple(op.result.tensor_type.shape)
     out_rank = len(out_shape)
     offset_dims = tuple(dn.offset_dims)
     batch_dims = [d for d in range(out_rank) if d not in offset_dims]
     ivd = dn.index_vector_dim
-    ind_rank = len(indices.type.shape)
-    op_shape = operand.type.shape
+    ind_rank = len(indices.tensor_type.shape)
+    op_shape = operand.tensor_type.shape
     op_rank = len(op_shape)
     grid = np.indices(out_shape, sparse=True) if out_shape else []
     batch_idx = [grid[d] for d in batch_dims]
@@ -718,14 +736,14 @@ def _gather(program: EagerProgram, op: Op):
     def fn(x, ind):
         full: list[Any] = [None] * op_rank
         for k, d in enumerate(dn.start_index_map):
-            pos = list(batch_idx)
+            pos: list[np.ndarray | int] = list(batch_idx)
             if ivd < ind_rank:
                 pos.insert(ivd, k)
             sv = ind[tuple(pos)] if pos else ind
             full[d] = np.minimum(np.maximum(np.asarray(sv).astype(np.int64), 0), op_shape[d] - sizes[d])
         for ob, sb in zip(dn.operand_batching_dims, dn.start_indices_batching_dims):
-            pos = sb if sb < ivd else sb - 1
-            full[ob] = batch_idx[pos]
+            batch = sb if sb < ivd else sb - 1
+            full[ob] = batch_idx[batch]
         src = []
         for d in range(op_rank):
             start, off = full[d], offsets.get(d)
@@ -762,7 +780,7 @@ def _exact_in_any_order(op: Op) -> bool:
     simple = simple_reducer(op.regions[0], len(op.results))
     if simple is None:
         return False
-    kind = element_kind(op.regions[0].args[0].type)
+    kind = element_kind(op.regions[0].args[0].tensor_type)
     return simple in ("max", "min") or kind.cls in "iub"
 
 
@@ -795,11 +813,11 @@ def _reduce(program: EagerProgram, op: Op):
     n = len(op.results)
     inputs, inits = op.operands[:n], op.operands[n:]
     dims = sorted(int(d) for d in op.attr("dimensions"))
-    rank = len(inputs[0].type.shape)
+    rank = len(inputs[0].tensor_type.shape)
     kept = [d for d in range(rank) if d not in dims]
     perm = kept + dims
-    kept_shape = tuple(inputs[0].type.shape[d] for d in kept)
-    steps = math.prod(inputs[0].type.shape[d] for d in dims)
+    kept_shape = tuple(inputs[0].tensor_type.shape[d] for d in kept)
+    steps = math.prod(inputs[0].tensor_type.shape[d] for d in dims)
     plan = _lanes.lane_reduction(op)
     step = _step_function(op)
     exact = _exact_in_any_order(op)
@@ -941,7 +959,11 @@ def _dot_general(program: EagerProgram, op: Op):
     from .rules import convert_text
 
     lhs, rhs = op.operands
-    lrank, rrank = len(lhs.type.shape), len(rhs.type.shape)
+    lrank, rrank = len(lhs.tensor_type.shape), len(rhs.tensor_type.shape)
+    lb: tuple[int, ...]  # batching and contracting dimensions of each side
+    rb: tuple[int, ...]
+    lc: tuple[int, ...]
+    rc: tuple[int, ...]
     if op.name == "stablehlo.dot":
         lb, rb, lc, rc = (), (), (lrank - 1,), (0,)
     else:
@@ -952,13 +974,13 @@ def _dot_general(program: EagerProgram, op: Op):
     rf = tuple(d for d in range(rrank) if d not in rb + rc)
     res = op.result
     rk, lk, rkk = _kind(res), _kind(lhs), _kind(rhs)
-    ls, rs = lhs.type.shape, rhs.type.shape
+    ls, rs = lhs.tensor_type.shape, rhs.tensor_type.shape
     B = math.prod(ls[d] for d in lb)
     M = math.prod(ls[d] for d in lf)
     K = math.prod(ls[d] for d in lc)
     N = math.prod(rs[d] for d in rf)
-    out_shape = tuple(res.type.shape)
-    if res.type.rank == 0 and lrank == 0:
+    out_shape = tuple(res.tensor_type.shape)
+    if res.tensor_type.rank == 0 and lrank == 0:
         raise EagerUnsupported("dot_general of scalars")
     blas = rk.cls == "f" and not rk.narrow and lk == rk and rkk == rk and lrank and rrank
     if blas:
@@ -967,7 +989,7 @@ def _dot_general(program: EagerProgram, op: Op):
         if not blas_call.ok:
             raise EagerUnsupported("scipy's BLAS was not found")
 
-        def run(env: Env) -> None:
+        def run_blas(env: Env) -> None:
             out = np.empty(out_shape, dtype)
             if M * N and K:
                 l3, lt = _arrange(env[lhs], lb, lf, lc, (B, M, K))
@@ -979,7 +1001,7 @@ def _dot_general(program: EagerProgram, op: Op):
                 out.fill(0)
             env[res] = out
 
-        return run
+        return run_blas
     # Loops in the compiled code: acc = acc + a * c in the contraction dims' row-major order.
     t = _Text()
     a = convert_text(Expr("a"), lk, rk)
@@ -1015,7 +1037,7 @@ def _dot_general(program: EagerProgram, op: Op):
 
 
 def _check_cancel(env: Env) -> None:
-    flag = env.get(_CANCEL)
+    flag = env.cancel
     if flag is not None and flag[0]:
         raise Cancelled("numba_cpu: the run was stopped in a while loop")
 
@@ -1118,13 +1140,13 @@ def _sort_order(less: np.ndarray) -> np.ndarray:
 @_kernel("stablehlo.sort")
 def _sort(program: EagerProgram, op: Op):
     dim = int(op.attr("dimension"))
-    rank = len(op.operands[0].type.shape)
+    rank = len(op.operands[0].tensor_type.shape)
     if dim < 0:
         dim += rank
     comparator = _region_function(op.regions[0])
     operands, results = op.operands, op.results
     kinds = [_kind(r) for r in results]
-    n = op.operands[0].type.shape[dim]
+    n = op.operands[0].tensor_type.shape[dim]
 
     def run(env: Env) -> None:
         xs = [np.moveaxis(env[v], dim, -1) for v in operands]
@@ -1142,7 +1164,7 @@ def _sort(program: EagerProgram, op: Op):
         order = _sort_order(less) if n else np.zeros((rows, 0), np.int64)
         for r, x, k in zip(results, flat, kinds):
             sorted_ = np.take_along_axis(x, order, axis=1).reshape(lead + (n,))
-            env[r] = _as(np.moveaxis(sorted_, -1, dim), k, r.type.shape)
+            env[r] = _as(np.moveaxis(sorted_, -1, dim), k, r.tensor_type.shape)
 
     return run
 
@@ -1158,16 +1180,18 @@ def _top_k(program: EagerProgram, op: Op):
     def run(env: Env) -> None:
         a = np.asarray(env[x])
         if kind.cls == "f":
-            bits = a.view(np.int32 if a.dtype.itemsize == 4 else np.int64)
-            mask = ((bits >> (a.dtype.itemsize * 8 - 1)).view(np.uint32 if a.dtype.itemsize == 4 else np.uint64)
-                    >> 1).view(bits.dtype)
+            word = a.dtype.itemsize == 4
+            signed: type[np.signedinteger[Any]] = np.int32 if word else np.int64
+            unsigned: type[np.unsignedinteger[Any]] = np.uint32 if word else np.uint64
+            bits = a.view(signed)
+            mask = ((bits >> (a.dtype.itemsize * 8 - 1)).view(unsigned) >> 1).view(bits.dtype)
             key = bits ^ mask
         else:
             key = a
         # Descending and stable: ~key reverses any integer order without overflow.
         order = np.argsort(~key, axis=-1, kind="stable")[..., :k]
-        env[values] = _as(np.take_along_axis(a, order, axis=-1), vkind, values.type.shape)
-        env[indices] = _as(order, ikind, indices.type.shape)
+        env[values] = _as(np.take_along_axis(a, order, axis=-1), vkind, values.tensor_type.shape)
+        env[indices] = _as(order, ikind, indices.tensor_type.shape)
 
     return run
 
@@ -1207,13 +1231,13 @@ def _scatter(program: EagerProgram, op: Op):
     updates = op.operands[n + 1:]
     dn = op.attr("scatter_dimension_numbers")
     step = _step_function(op)
-    ushape = tuple(updates[0].type.shape)
-    shape = tuple(inputs[0].type.shape)
+    ushape = tuple(updates[0].tensor_type.shape)
+    shape = tuple(inputs[0].tensor_type.shape)
     rank = len(shape)
     uwd = tuple(dn.update_window_dims)
     scatter_dims = [d for d in range(len(ushape)) if d not in uwd]
     ivd = dn.index_vector_dim
-    ind_rank = len(indices.type.shape)
+    ind_rank = len(indices.tensor_type.shape)
     kinds = [_kind(r) for r in op.results]
     grid = [g.reshape(-1) for g in np.indices(ushape)] if ushape else []
     usi = [grid[d] for d in scatter_dims]
@@ -1242,8 +1266,8 @@ def _scatter(program: EagerProgram, op: Op):
         flat = np.ravel_multi_index(tuple(np.where(valid, p, 0) for p in parts), shape) if rank else np.zeros(count, np.int64)
         ups = [np.asarray(env[u]).reshape(-1)[valid] for u in updates]
         _scatter_sequential(step, outs, flat[valid], ups)
-        for r, o, k in zip(results, outs, kinds):
-            env[r] = _as(o, k, shape)
+        for r, o, kind in zip(results, outs, kinds):
+            env[r] = _as(o, kind, shape)
 
     return run
 
@@ -1261,14 +1285,14 @@ def _reduce_window(program: EagerProgram, op: Op):
     _no_narrow_accumulators(op)
     n = len(op.results)
     inputs, inits = op.operands[:n], op.operands[n:]
-    rank = len(inputs[0].type.shape)
+    rank = len(inputs[0].tensor_type.shape)
     wdims = tuple(op.attr("window_dimensions"))
     strides = tuple(op.attr("window_strides") or (1,) * rank)
     bdil = tuple(op.attr("base_dilations") or (1,) * rank)
     wdil = tuple(op.attr("window_dilations") or (1,) * rank)
     pads = _window_padding(op, rank)
-    in_shape = inputs[0].type.shape
-    out_shape = tuple(op.results[0].type.shape)
+    in_shape = inputs[0].tensor_type.shape
+    out_shape = tuple(op.results[0].tensor_type.shape)
     step = _step_function(op)
     kinds = [_kind(r) for r in op.results]
     positions = list(np.ndindex(*wdims)) if wdims else [()]
@@ -1317,8 +1341,8 @@ def _convolution(program: EagerProgram, op: Op):
     fgc = int(op.attr("feature_group_count") or 1)
     bgc = int(op.attr("batch_group_count") or 1)
     rk, lk, kk = _kind(op.result), _kind(lhs), _kind(rhs)
-    ls, ks = lhs.type.shape, rhs.type.shape
-    out_shape = tuple(op.result.type.shape)
+    ls, ks = lhs.tensor_type.shape, rhs.tensor_type.shape
+    out_shape = tuple(op.result.tensor_type.shape)
     out_f = out_shape[dn.output_feature_dimension]
     kin = ks[dn.kernel_input_feature_dimension]
     in_batch = ls[dn.input_batch_dimension]
@@ -1382,18 +1406,18 @@ def _convolution(program: EagerProgram, op: Op):
 def _select_and_scatter(program: EagerProgram, op: Op):
     _no_narrow_accumulators(op)
     operand, source, init = op.operands
-    rank = len(operand.type.shape)
+    rank = len(operand.tensor_type.shape)
     wdims = tuple(op.attr("window_dimensions") or (1,) * rank)
     strides = tuple(op.attr("window_strides") or (1,) * rank)
     pads = _window_padding(op, rank)
-    shape = tuple(operand.type.shape)
+    shape = tuple(operand.tensor_type.shape)
     select = _region_function(op.regions[0])
     t = _Text()
     scatter = t.lower_scalar_region(op.regions[1], [Expr("cur"), Expr("src")])
     scatter_fn = t.function(["cur", "src"], scatter)
     kind = _kind(op.result)
     dt = _compute_dtype(kind)
-    sshape = tuple(source.type.shape)
+    sshape = tuple(source.tensor_type.shape)
     grid = [g.reshape(-1) for g in np.indices(sshape)] if sshape else []
     positions = list(np.ndindex(*wdims)) if wdims else [()]
     res = op.result
@@ -1501,11 +1525,11 @@ def _rng_bit_generator(program: EagerProgram, op: Op):
     if skind.storage != np.uint64 or vkind.narrow:
         raise EagerUnsupported(f"rng_bit_generator of {skind.element} state / {vkind.element} values")
     algorithm = str(op.attr("rng_algorithm") or "DEFAULT")
-    count = math.prod(values.type.shape)
+    count = math.prod(values.tensor_type.shape)
     itemsize = vkind.storage.itemsize
     words = -(-count * itemsize // 4)
     threefry = algorithm == str(RngAlgorithm.THREE_FRY)
-    vshape = tuple(values.type.shape)
+    vshape = tuple(values.tensor_type.shape)
 
     def run(env: Env) -> None:
         s = np.asarray(env[state], np.uint64)

@@ -677,7 +677,7 @@ def erf_inv_f(x):
     d = _a(x).astype(np.float64)
     if d.ndim == 0:
         return np.float64(_erf_inv_one(float(d)))
-    return _erf_inv_u(d).astype(np.float64)
+    return np.asarray(_erf_inv_u(d)).astype(np.float64)
 
 
 # -- vecmath: float32 formulas, transcribed op for op ------------------------------------------

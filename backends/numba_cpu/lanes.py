@@ -71,7 +71,7 @@ def reduce_lanes(x: np.ndarray, ndims: int, op: str, init) -> np.ndarray:
     (a scalar or an array of the kept shape) combined last. ``ndims`` must be at least 1."""
     fn = np.add if op == "add" else np.multiply
     dtype = x.dtype
-    kept = x.shape[: x.ndim - ndims]
+    kept: tuple[int, ...] = x.shape[: x.ndim - ndims]
     width = x.shape[-1]
     k = lane_count(width, dtype.itemsize)
     pad = (-width) % k
