@@ -770,7 +770,11 @@ class Lowering:
         from .planner import plan_block
 
         plan = plan_block(self, block)
-        self.readers.update(plan.readers)
+        # A nested block (a branch, a loop body) sees only its own readers of an outer value;
+        # the enclosing block's entry, already here, counts every reader and must stay, or an
+        # op in one branch would take the value as its own and update it in place.
+        for value, readers in plan.readers.items():
+            self.readers.setdefault(value, readers)
         self.roots.update(plan.roots)
         for item in plan.items:
             if isinstance(item, FusionGroup):

@@ -513,3 +513,32 @@ def test_if_map_select_and_scatter_rng_and_composite(compiler):
         p.results += [(f"%rng{n}#0", stype), (f"%rng{n}#1", out)]
     p(f"stablehlo.get_dimension_size %a0, dim = 1 : ({xt}) -> tensor<i32>", "tensor<i32>")
     check(compiler, p, rtol=0.0)
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_a_branch_never_updates_an_outer_value_in_place(compiler, flag):
+    """An update in one branch (or a loop body) of a value the enclosing block still reads
+    must copy it: the branch's own plan sees one reader, the enclosing block sees three."""
+    x = np.arange(4, dtype=np.float32)
+    p = Program(x, np.array(flag))
+    p.lines.append("""    %x = stablehlo.add %a0, %a0 : tensor<4xf32>
+    %u = stablehlo.constant dense<9.0> : tensor<1xf32>
+    %i = stablehlo.constant dense<0> : tensor<i32>
+    %if = "stablehlo.if"(%a1) ({
+      %d = stablehlo.dynamic_update_slice %x, %u, %i : (tensor<4xf32>, tensor<1xf32>, tensor<i32>) -> tensor<4xf32>
+      stablehlo.return %d : tensor<4xf32>
+    }, {
+      stablehlo.return %x : tensor<4xf32>
+    }) : (tensor<i1>) -> tensor<4xf32>
+    %c1 = stablehlo.constant dense<1> : tensor<i32>
+    %w:2 = stablehlo.while(%k = %i, %acc = %x) : tensor<i32>, tensor<4xf32>
+    cond {
+      %lt = stablehlo.compare LT, %k, %c1, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %lt : tensor<i1>
+    } do {
+      %d2 = stablehlo.dynamic_update_slice %x, %u, %c1 : (tensor<4xf32>, tensor<1xf32>, tensor<i32>) -> tensor<4xf32>
+      %k1 = stablehlo.add %k, %c1 : tensor<i32>
+      stablehlo.return %k1, %d2 : tensor<i32>, tensor<4xf32>
+    }""")
+    p.results += [("%if", "tensor<4xf32>"), ("%w#1", "tensor<4xf32>"), ("%x", "tensor<4xf32>")]
+    check(compiler, p, rtol=0.0)
