@@ -80,8 +80,11 @@ class _Gate:
             # :func:`unwrap` does, without its calls), the result wrapped straight away. Anything
             # else takes the general walk, so the plugin sees what it always saw.
             if type(argument_lists) is list:
-                lists = [[b._target if isinstance(b, Gated) else unwrap(b) for b in row]
-                         if type(row) is list else unwrap(row) for row in argument_lists]
+                if len(argument_lists) == 1 and type(argument_lists[0]) is list:  # one device
+                    lists = [[b._target if isinstance(b, Gated) else unwrap(b) for b in argument_lists[0]]]
+                else:
+                    lists = [[b._target if isinstance(b, Gated) else unwrap(b) for b in row]
+                             if type(row) is list else unwrap(row) for row in argument_lists]
             else:
                 lists = unwrap(argument_lists)
             target: Any = self._target  # a LoadedExecutable: this method stands for its execute
@@ -159,11 +162,17 @@ def _event_proxy(event: PjrtObject, g: _Gate) -> Gated:
 
 
 def _wrap_execute_result(value: ExecuteResult, g: _Gate) -> ExecuteResult:
-    events = value.device_complete_events
+    rows, events = value
     # A proxy stands in for the Buffer or Event it wraps: it has the same API methods.
-    outputs: list[list[Any]] = [[_proxy(b, g) for b in row] for row in value.outputs]
-    proxies: list[Any] = [_event_proxy(events[0], g)] if len(events) == 1 else [_proxy(e, g) for e in events]
-    return ExecuteResult(outputs, proxies)
+    if len(events) == 1:  # one device, the common case
+        outputs: list[list[Any]] = [[_proxy(b, g) for b in rows[0]]] if len(rows) == 1 else [
+            [_proxy(b, g) for b in row] for row in rows]
+        proxies: list[Any] = [_event_proxy(events[0], g)]
+    else:
+        outputs = [[_proxy(b, g) for b in row] for row in rows]
+        proxies = [_proxy(e, g) for e in events]
+    # ExecuteResult(outputs, proxies), without the named tuple's Python-level __new__.
+    return tuple.__new__(ExecuteResult, (outputs, proxies))
 
 
 def _wrap(value: Any, g: _Gate) -> Any:

@@ -213,11 +213,19 @@ class NumbaProgram:
         #: constant or one array twice (``Lowering.lower`` copies those): the runtime need not
         #: check. Collective helpers run Python code; their results are checked.
         self.fresh_results: bool = not self.uses_collectives
+        #: No narrow types, cancel flag or thread setting: ``run`` calls the entry as it is.
+        self._plain = self._simple and not self.cancellable and not self._threaded
 
     # -- running --
 
     def run(self, args: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None = None, *,
             cancel: np.ndarray | None = None) -> list[np.ndarray]:
+        if self._plain and out is None:
+            # The common call, kept short: it is most of a tiny program's run.
+            try:
+                return list(self._entry(*args))
+            except TypeError:
+                pass  # arguments numba's dispatcher would not take as they are: the general path
         extra = (_NOT_CANCELLED if cancel is None else cancel,) if self.cancellable else ()
         if self._threaded:
             _set_threads()
