@@ -164,10 +164,16 @@ def _event_proxy(event: PjrtObject, g: _Gate) -> Gated:
 def _wrap_execute_result(value: ExecuteResult, g: _Gate) -> ExecuteResult:
     rows, events = value
     # A proxy stands in for the Buffer or Event it wraps: it has the same API methods.
-    if len(events) == 1:  # one device, the common case
-        outputs: list[list[Any]] = [[_proxy(b, g) for b in rows[0]]] if len(rows) == 1 else [
-            [_proxy(b, g) for b in row] for row in rows]
-        proxies: list[Any] = [_event_proxy(events[0], g)]
+    if len(events) == 1 and len(rows) == 1:  # one device, the common case: _proxy, inline
+        row: list[Any] = []
+        classes = g.proxies
+        for buffer in rows[0]:
+            proxy = object.__new__(classes.get(type(buffer)) or g.proxy_class(type(buffer)))
+            _set_target(proxy, buffer)
+            row.append(proxy)
+        outputs: list[list[Any]] = [row]
+        last = g.last_event  # _event_proxy, inline
+        proxies: list[Any] = [last if last is not None and last._target is events[0] else _event_proxy(events[0], g)]
     else:
         outputs = [[_proxy(b, g) for b in row] for row in rows]
         proxies = [_proxy(e, g) for e in events]

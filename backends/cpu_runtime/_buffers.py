@@ -293,6 +293,15 @@ class CpuBuffer(Buffer):
         with self._client._lock:
             if self._state != LIVE:
                 return
+            if self._release is None:
+                # What _drop_storage does, inline for the common buffer (every execute's
+                # outputs): it has no release hook to run.
+                self._state = DELETED
+                self._array = None
+                if self._accounted:
+                    self._memory._free(self._accounted)
+                    self._accounted = 0
+                return
             hook = self._drop_storage(DELETED)
         if hook is not None:
             hook()

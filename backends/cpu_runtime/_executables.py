@@ -486,15 +486,16 @@ class CpuLoadedExecutable(LoadedExecutable):
             # and dtype (layouts are interned). Anything else goes the general way, which
             # checks it and says what is wrong.
             arrays = []
-            for buffer, expected in zip(args, inputs):
-                if type(buffer) is not CpuBuffer or buffer._device is not device or buffer._layout is not expected:
-                    return None
-                array = buffer._array
-                if array is None:
-                    return None
-                arrays.append(array)
+            index = 0
             for buffer in args:
+                if (type(buffer) is not CpuBuffer or buffer._device is not device
+                        or buffer._layout is not inputs[index] or buffer._array is None):
+                    for taken in args[:index]:  # give back what was taken: nothing has changed
+                        taken._uses -= 1
+                    return None
                 buffer._uses += 1
+                arrays.append(buffer._array)
+                index += 1
         error = None
         try:
             if self._fresh:

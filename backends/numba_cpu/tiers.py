@@ -203,6 +203,12 @@ class TieredProgram:
             compiled = self._ready()
         if compiled is not None:
             self.runs["compiled"] += 1
+            if compiled._plain and out is None:
+                # NumbaProgram.run's own first step, without its frame: most of a tiny run.
+                try:
+                    return list(compiled._entry(*args))
+                except TypeError:
+                    pass  # arguments the entry does not take as they are: run() coerces them
             if cancel is None:
                 return compiled.run(args, out)
             return compiled.run(args, out, cancel=cancel)
