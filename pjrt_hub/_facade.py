@@ -15,6 +15,7 @@ real method per API method, either forwarding or refusing.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
 from pjrt_hub.abi import ApiMethod, ApiVersion, ExecuteResult, PjrtObject, VersionGateRefusal, api_methods
@@ -97,10 +98,35 @@ class _Gate:
                 return _wrap_execute_result(result, gate_)
             return result if result is None else _wrap(result, gate_)
 
-        chosen = execute if name == "execute" else forward
+        function = getattr(cls, name)
+
+        def forward_bare(self: Gated, *args: Any, **kwargs: Any) -> Any:
+            # A method without parameters (destroy, is_ready, dimensions...): the plugin's own
+            # function, called with no unwrapping to do (what forward does, one step shorter).
+            if args or kwargs:
+                return forward(self, *args, **kwargs)
+            result = function(self._target)
+            return result if result is None else _wrap(result, gate_)
+
+        if name == "execute":
+            chosen = execute
+        elif _takes_nothing(function):
+            chosen = forward_bare
+        else:
+            chosen = forward
         chosen.__name__ = name
         chosen.__doc__ = getattr(cls, name).__doc__
         return chosen
+
+
+def _takes_nothing(function: Any) -> bool:
+    """Whether a plugin method is a plain function of ``self`` alone (no other parameters)."""
+    if not inspect.isfunction(function):
+        return False
+    try:
+        return list(inspect.signature(function).parameters) == ["self"]
+    except (TypeError, ValueError):
+        return False
 
 
 class Gated:

@@ -478,7 +478,7 @@ class CpuLoadedExecutable(LoadedExecutable):
         device = self._devices[0]
         client = self._client
         inputs = self._inputs
-        if len(args) != len(inputs):
+        if len(args) != self._num_inputs:
             return None
         lock = client._lock
         with lock:
@@ -501,7 +501,7 @@ class CpuLoadedExecutable(LoadedExecutable):
             if self._fresh:
                 # New arrays of the declared types, this call's own list (see fresh_results).
                 results = self._program.run(arrays, None)
-                if len(results) != len(self._outputs):
+                if len(results) != self._fast_outputs[0]:
                     results, reusable = self._run_checked(list(results), arrays, None)
                 else:
                     reusable = self._all_reusable
@@ -522,8 +522,11 @@ class CpuLoadedExecutable(LoadedExecutable):
             if error is None:
                 memory._alloc_outputs(self._fast_outputs)
                 make = CpuBuffer._make
-                outputs: list[Buffer] = [make(memory, layout, results[index], READY, layout.nbytes, reusable[index])
-                                         for index, layout in enumerate(self._outputs)]
+                outputs: list[Buffer] = []
+                index = 0
+                for layout in self._outputs:  # a loop, not a comprehension: one frame fewer
+                    outputs.append(make(memory, layout, results[index], READY, layout.nbytes, reusable[index]))
+                    index += 1
                 event = READY
             else:
                 event = failed_event(error)
