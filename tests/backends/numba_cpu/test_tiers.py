@@ -649,3 +649,24 @@ def test_loop_dots_of_edge_shapes_same_bits_on_both_tiers(compiler):
     args = [np.zeros(0, ml_dtypes.bfloat16), rng.standard_normal(3).astype(ml_dtypes.bfloat16),
             rng.integers(-9, 9, (2, 5)).astype(np.int32), rng.integers(-9, 9, (5, 3)).astype(np.int32)]
     assert_same_bits(eager_program(text).run(args), compiler.compile(text).run(args), "loop dots")
+
+
+def test_a_compiled_tier_takes_read_only_and_strided_inputs_and_counts_its_runs(tiered):
+    # The compiled tier calls a plain entry directly; inputs numba's dispatcher will not take as
+    # they are (read-only, not contiguous) still go through NumbaProgram.run, which copies them.
+    text = ("func.func @main(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {\n"
+            "  %0 = stablehlo.multiply %a, %b : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n")
+    program = tiered.compile(text)
+    program.wait_compiled(timeout=600)
+    a = np.arange(4, dtype=np.float32)
+    read_only = a.copy()
+    read_only.flags.writeable = False
+    strided = np.arange(8, dtype=np.float32)[::2]
+    for args in ([a, a], [read_only, a], [a, strided]):
+        (result,) = program.run(args)
+        np.testing.assert_array_equal(result, args[0] * args[1])
+        assert result.dtype == np.float32 and result.flags.c_contiguous
+    out = np.empty(4, np.float32)
+    (result,) = program.run([a, a], [out])
+    assert result is out and list(out) == [0, 1, 4, 9]
+    assert program.runs == {"eager": 0, "compiled": 4}
