@@ -203,10 +203,10 @@ class TieredProgram:
             compiled = self._ready()
         if compiled is not None:
             self.runs["compiled"] += 1
-            if compiled._plain and out is None:
+            if compiled._plain and out is None and cancel is None:
                 # NumbaProgram.run's own first step, without its frame: most of a tiny run.
                 try:
-                    return list(compiled._entry(*args))
+                    return list(compiled._entry(*args, *compiled._plain_extra))
                 except TypeError:
                     pass  # arguments the entry does not take as they are: run() coerces them
             if cancel is None:
