@@ -290,7 +290,9 @@ class CpuBuffer(Buffer):
     def destroy(self) -> None:
         # Destroying the handle frees the storage even with external references left: a DLPack
         # consumer keeps its own reference to the numpy memory, so nothing dangles.
-        with self._client._lock:
+        lock = self._client._lock
+        lock.acquire()  # not ``with``: half the cost on an RLock, and every output comes here
+        try:
             if self._state != LIVE:
                 return
             if self._release is None:
@@ -303,6 +305,8 @@ class CpuBuffer(Buffer):
                     self._accounted = 0
                 return
             hook = self._drop_storage(DELETED)
+        finally:
+            lock.release()
         if hook is not None:
             hook()
 

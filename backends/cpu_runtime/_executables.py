@@ -481,7 +481,9 @@ class CpuLoadedExecutable(LoadedExecutable):
         if len(args) != self._num_inputs:
             return None
         lock = client._lock
-        with lock:
+        # acquire/release rather than ``with``: half the cost on an RLock, three times a call.
+        lock.acquire()
+        try:
             # A set _array means live and ready; the identical layout object means same shape
             # and dtype (layouts are interned). Anything else goes the general way, which
             # checks it and says what is wrong.
@@ -496,6 +498,8 @@ class CpuLoadedExecutable(LoadedExecutable):
                 buffer._uses += 1
                 arrays.append(buffer._array)
                 index += 1
+        finally:
+            lock.release()
         error = None
         try:
             if self._fresh:
@@ -512,7 +516,8 @@ class CpuLoadedExecutable(LoadedExecutable):
         del arrays
         memory = device._memories[0]
         hooks = None
-        with lock:
+        lock.acquire()
+        try:
             for buffer in args:
                 buffer._uses -= 1
                 if buffer._release is not None:
@@ -532,6 +537,8 @@ class CpuLoadedExecutable(LoadedExecutable):
                 event = failed_event(error)
                 outputs = [CpuBuffer._make(memory, layout, None, event, 0, True)._failed_with(error)
                            for layout in self._outputs]
+        finally:
+            lock.release()
         if hooks:
             for hook in hooks:
                 hook()
