@@ -15,6 +15,7 @@ real method per API method, either forwarding or refusing.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
 from pjrt_hub.abi import ApiMethod, ApiVersion, ExecuteResult, PjrtObject, VersionGateRefusal, api_methods
@@ -80,8 +81,11 @@ class _Gate:
             # :func:`unwrap` does, without its calls), the result wrapped straight away. Anything
             # else takes the general walk, so the plugin sees what it always saw.
             if type(argument_lists) is list:
-                lists = [[b._target if isinstance(b, Gated) else unwrap(b) for b in row]
-                         if type(row) is list else unwrap(row) for row in argument_lists]
+                if len(argument_lists) == 1 and type(argument_lists[0]) is list:  # one device
+                    lists = [[b._target if isinstance(b, Gated) else unwrap(b) for b in argument_lists[0]]]
+                else:
+                    lists = [[b._target if isinstance(b, Gated) else unwrap(b) for b in row]
+                             if type(row) is list else unwrap(row) for row in argument_lists]
             else:
                 lists = unwrap(argument_lists)
             target: Any = self._target  # a LoadedExecutable: this method stands for its execute
@@ -94,10 +98,35 @@ class _Gate:
                 return _wrap_execute_result(result, gate_)
             return result if result is None else _wrap(result, gate_)
 
-        chosen = execute if name == "execute" else forward
+        function = getattr(cls, name)
+
+        def forward_bare(self: Gated, *args: Any, **kwargs: Any) -> Any:
+            # A method without parameters (destroy, is_ready, dimensions...): the plugin's own
+            # function, called with no unwrapping to do (what forward does, one step shorter).
+            if args or kwargs:
+                return forward(self, *args, **kwargs)
+            result = function(self._target)
+            return result if result is None else _wrap(result, gate_)
+
+        if name == "execute":
+            chosen = execute
+        elif _takes_nothing(function):
+            chosen = forward_bare
+        else:
+            chosen = forward
         chosen.__name__ = name
         chosen.__doc__ = getattr(cls, name).__doc__
         return chosen
+
+
+def _takes_nothing(function: Any) -> bool:
+    """Whether a plugin method is a plain function of ``self`` alone (no other parameters)."""
+    if not inspect.isfunction(function):
+        return False
+    try:
+        return list(inspect.signature(function).parameters) == ["self"]
+    except (TypeError, ValueError):
+        return False
 
 
 class Gated:
@@ -159,11 +188,23 @@ def _event_proxy(event: PjrtObject, g: _Gate) -> Gated:
 
 
 def _wrap_execute_result(value: ExecuteResult, g: _Gate) -> ExecuteResult:
-    events = value.device_complete_events
+    rows, events = value
     # A proxy stands in for the Buffer or Event it wraps: it has the same API methods.
-    outputs: list[list[Any]] = [[_proxy(b, g) for b in row] for row in value.outputs]
-    proxies: list[Any] = [_event_proxy(events[0], g)] if len(events) == 1 else [_proxy(e, g) for e in events]
-    return ExecuteResult(outputs, proxies)
+    if len(events) == 1 and len(rows) == 1:  # one device, the common case: _proxy, inline
+        row: list[Any] = []
+        classes = g.proxies
+        for buffer in rows[0]:
+            proxy = object.__new__(classes.get(type(buffer)) or g.proxy_class(type(buffer)))
+            _set_target(proxy, buffer)
+            row.append(proxy)
+        outputs: list[list[Any]] = [row]
+        last = g.last_event  # _event_proxy, inline
+        proxies: list[Any] = [last if last is not None and last._target is events[0] else _event_proxy(events[0], g)]
+    else:
+        outputs = [[_proxy(b, g) for b in row] for row in rows]
+        proxies = [_proxy(e, g) for e in events]
+    # ExecuteResult(outputs, proxies), without the named tuple's Python-level __new__.
+    return tuple.__new__(ExecuteResult, (outputs, proxies))
 
 
 def _wrap(value: Any, g: _Gate) -> Any:

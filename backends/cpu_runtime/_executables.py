@@ -324,7 +324,7 @@ class CpuLoadedExecutable(LoadedExecutable):
     __slots__ = ("_executable", "_client", "_assignment", "_devices", "_deleted", "_name", "_program",
                  "_inputs", "_outputs", "_num_inputs", "_reuse", "_donated", "_inline", "_fast",
                  "_cancellable", "_running", "_collectives", "_flat_ids", "_runs", "_node_of_flat", "_spans",
-                 "_fresh", "_all_reusable", "__weakref__")
+                 "_fresh", "_all_reusable", "_fast_outputs", "__weakref__")
 
     def __init__(self, executable: CpuExecutable, client: "CpuClient",
                  assignment: tuple[tuple[int, ...], ...], inline: bool) -> None:
@@ -348,6 +348,9 @@ class CpuLoadedExecutable(LoadedExecutable):
         #: The program's results need no checking (see ``fresh_results`` in .compiler).
         self._fresh = bool(getattr(self._program, "fresh_results", False))
         self._all_reusable = (True,) * len(self._outputs)
+        #: (count, bytes, largest) of the outputs, accounted at once by the fast path.
+        self._fast_outputs = (len(self._outputs), sum(layout.nbytes for layout in self._outputs),
+                              max((layout.nbytes for layout in self._outputs), default=0))
         #: The program reads a cancel flag in its loops (``run(..., cancel=flag)``).
         self._cancellable = bool(getattr(self._program, "cancellable", False))
         #: Cancel flags of the executions not finished yet -> launches still to finish.
@@ -404,6 +407,14 @@ class CpuLoadedExecutable(LoadedExecutable):
 
     def execute(self, argument_lists: Sequence[Sequence[Buffer]], options: ExecuteOptions | None = None,
                 execute_device: Device | None = None) -> ExecuteResult:
+        # The common call first, with as few tests as it takes to know it is one: a single
+        # argument list, no options that matter, no execute_device (see _execute_fast).
+        if (self._fast and execute_device is None and (options is None or options.timeout is None)
+                and type(argument_lists) is list and len(argument_lists) == 1
+                and not self._deleted and not self._client._destroyed):
+            result = self._execute_fast(argument_lists[0])
+            if result is not None:
+                return result
         if self._deleted or self._client._destroyed:
             what = "was deleted" if self._deleted else "belongs to a destroyed client"
             raise FailedPrecondition(f"PJRT_LoadedExecutable_Execute: the executable {self._name} {what}")
@@ -420,7 +431,9 @@ class CpuLoadedExecutable(LoadedExecutable):
         timeout = None if options is None else options.timeout
         if timeout is not None:
             timeout = _seconds(timeout)
-        elif self._fast and execute_device is None and len(argument_lists) == 1:
+        elif (self._fast and execute_device is None and len(argument_lists) == 1
+              and type(argument_lists) is not list):
+            # Any other sequence of one list (a list took the fast path above).
             result = self._execute_fast(argument_lists[0])
             if result is not None:
                 return result
@@ -459,35 +472,52 @@ class CpuLoadedExecutable(LoadedExecutable):
         """The common case, kept lean: one device, ready arguments, nothing donated, run inline.
 
         Returns None, having changed nothing, for anything else; the general path then handles
-        it (and raises the right error for a bad argument).
+        it (and raises the right error for a bad argument). Every figure it needs of the
+        executable is computed once, at load (``_fast_outputs``: what its outputs allocate).
         """
         device = self._devices[0]
         client = self._client
+        inputs = self._inputs
         if len(args) != self._num_inputs:
             return None
-        arrays = []
-        with client._lock:
-            for buffer, expected in zip(args, self._inputs):
-                # A set _array means live and ready; the identical layout object means same shape
-                # and dtype (layouts are interned).
-                if type(buffer) is not CpuBuffer or buffer._device is not device or buffer._layout is not expected:
-                    return None
-                array = buffer._array
-                if array is None:
-                    return None
-                arrays.append(array)
+        lock = client._lock
+        # acquire/release rather than ``with``: half the cost on an RLock, three times a call.
+        lock.acquire()
+        try:
+            # A set _array means live and ready; the identical layout object means same shape
+            # and dtype (layouts are interned). Anything else goes the general way, which
+            # checks it and says what is wrong.
+            arrays = []
+            index = 0
             for buffer in args:
+                if (type(buffer) is not CpuBuffer or buffer._device is not device
+                        or buffer._layout is not inputs[index] or buffer._array is None):
+                    for taken in args[:index]:  # give back what was taken: nothing has changed
+                        taken._uses -= 1
+                    return None
                 buffer._uses += 1
+                arrays.append(buffer._array)
+                index += 1
+        finally:
+            lock.release()
         error = None
         try:
-            results, reusable = self._run_program(arrays, None)
+            if self._fresh:
+                # New arrays of the declared types, this call's own list (see fresh_results).
+                results = self._program.run(arrays, None)
+                if len(results) != self._fast_outputs[0]:
+                    results, reusable = self._run_checked(list(results), arrays, None)
+                else:
+                    reusable = self._all_reusable
+            else:
+                results, reusable = self._run_program(arrays, None)
         except Exception as exc:  # noqa: BLE001 - an execution error goes onto the event
             error = as_pjrt_error(exc, f"{self._name} on {device._label}")
         del arrays
         memory = device._memories[0]
-        outputs: list[Buffer] = []
         hooks = None
-        with client._lock:
+        lock.acquire()
+        try:
             for buffer in args:
                 buffer._uses -= 1
                 if buffer._release is not None:
@@ -495,19 +525,25 @@ class CpuLoadedExecutable(LoadedExecutable):
                     if hook is not None:
                         hooks = (hooks or []) + [hook]
             if error is None:
+                memory._alloc_outputs(self._fast_outputs)
+                make = CpuBuffer._make
+                outputs: list[Buffer] = []
+                index = 0
+                for layout in self._outputs:  # a loop, not a comprehension: one frame fewer
+                    outputs.append(make(memory, layout, results[index], READY, layout.nbytes, reusable[index]))
+                    index += 1
                 event = READY
-                for index, layout in enumerate(self._outputs):
-                    memory._alloc(layout.nbytes)
-                    outputs.append(CpuBuffer._make(memory, layout, results[index], READY, layout.nbytes,
-                                                   reusable[index]))
             else:
                 event = failed_event(error)
-                for layout in self._outputs:
-                    outputs.append(CpuBuffer._make(memory, layout, None, event, 0, True)._failed_with(error))
+                outputs = [CpuBuffer._make(memory, layout, None, event, 0, True)._failed_with(error)
+                           for layout in self._outputs]
+        finally:
+            lock.release()
         if hooks:
             for hook in hooks:
                 hook()
-        return ExecuteResult([outputs], [event])
+        # ExecuteResult([outputs], [event]), without the named tuple's Python-level __new__.
+        return tuple.__new__(ExecuteResult, ([outputs], [event]))
 
     def _portable_device(self, device: Device) -> tuple["CpuDevice", ...]:
         if len(self._devices) != 1:
@@ -667,6 +703,13 @@ class CpuLoadedExecutable(LoadedExecutable):
             results = list(run(arrays, out, cancel=cancel.flag))
         else:
             results = list(self._program.run(arrays, out))
+        return self._run_checked(results, arrays, out)
+
+    def _run_checked(self, results: list[np.ndarray], arrays: list[np.ndarray],
+                     out: list[np.ndarray | None] | None) -> tuple[list[np.ndarray], Sequence[bool]]:
+        """Check the results of a run against the declared outputs (see _run_program); the
+        list is the caller's own, changed in place (the reference counts below rely on it
+        being the only holder of its arrays)."""
         outputs = self._outputs
         if len(results) != len(outputs):
             raise ExecutionError(

@@ -217,11 +217,21 @@ class NumbaProgram:
         #: constant or one array twice (``Lowering.lower`` copies those): the runtime need not
         #: check. Collective helpers run Python code; their results are checked.
         self.fresh_results: bool = not self.uses_collectives
+        #: No narrow types or thread setting: without ``out`` or a cancel flag, ``run`` calls
+        #: the entry at once, with ``_plain_extra`` (the flag nobody sets, for a loop program).
+        self._plain = self._simple and not self._threaded
+        self._plain_extra = (_NOT_CANCELLED,) if self.cancellable else ()
 
     # -- running --
 
     def run(self, args: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None = None, *,
             cancel: np.ndarray | None = None) -> list[np.ndarray]:
+        if self._plain and out is None and cancel is None:
+            # The common call, kept short: it is most of a tiny program's run.
+            try:
+                return list(self._entry(*args, *self._plain_extra))
+            except TypeError:
+                pass  # arguments numba's dispatcher would not take as they are: the general path
         extra = (_NOT_CANCELLED if cancel is None else cancel,) if self.cancellable else ()
         if self._threaded:
             _set_threads()

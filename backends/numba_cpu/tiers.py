@@ -198,9 +198,19 @@ class TieredProgram:
 
     def run(self, args: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None = None, *,
             cancel: np.ndarray | None = None) -> list[np.ndarray]:
-        compiled = self._ready()
+        compiled = self._compiled
+        if compiled is None:
+            compiled = self._ready()
         if compiled is not None:
             self.runs["compiled"] += 1
+            if compiled._plain and out is None and cancel is None:
+                # NumbaProgram.run's own first step, without its frame: most of a tiny run.
+                try:
+                    return list(compiled._entry(*args, *compiled._plain_extra))
+                except TypeError:
+                    pass  # arguments the entry does not take as they are: run() coerces them
+            if cancel is None:
+                return compiled.run(args, out)
             return compiled.run(args, out, cancel=cancel)
         if len(args) != len(self.inputs):
             raise InvalidArgument(f"{self.name}: expected {len(self.inputs)} arguments, got {len(args)}")

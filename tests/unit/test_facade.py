@@ -149,3 +149,19 @@ def test_each_code_has_a_declared_class_in_the_public_namespace(code):
     error = cls("went wrong", plugin="p")
     again = pickle.loads(pickle.dumps(error))
     assert type(again) is cls and str(again) == str(error) and again.plugin == "p"
+
+
+class _ListingClient(_Client):
+    def devices(self):
+        return [_Buffer(3)]  # a method of self alone that returns plugin objects
+
+
+def test_parameterless_methods_wrap_their_results_and_leave_argument_errors_to_the_plugin():
+    client = gate(_ListingClient(), plugin="p", plugin_version=ApiVersion(0, 105), call_limit=105)
+    (device,) = client.devices()
+    assert device.unwrapped.value == 3 and device.dimensions() == (3,)  # wrapped, and gated in turn
+    assert client.platform_name() == "x"
+    with pytest.raises(TypeError, match=r"platform_name\(\) takes 1 positional argument but 2 were given"):
+        client.platform_name("unexpected")
+    with pytest.raises(TypeError, match="platform_name"):
+        client.platform_name(extra=1)

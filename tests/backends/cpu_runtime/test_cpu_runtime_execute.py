@@ -270,3 +270,55 @@ def test_a_constant_result_is_never_overwritten_by_donation(put, compile_text):
 def test_ready_event_of_outputs_is_shared_and_ready(put, compile_text):
     (out,), = compile_text(add_module()).execute([[put(ones()), put(ones())]]).outputs
     assert out.ready_event() is READY
+
+
+# -- the fast path (one device, ready inputs, nothing donated, inline) --------------------------
+
+
+@pytest.mark.parametrize("bad", ["deleted", "donated", "wrong_dtype", "wrong_shape", "wrong_device", "not_a_buffer"])
+def test_a_bad_argument_after_a_good_one_is_refused_and_the_good_one_is_left_free(client, put, compile_text, bad):
+    # add_module() takes the runtime's fast path; a bad second argument sends the call to the
+    # general checks, and the hold the fast path took on the first must be given back: the
+    # first buffer's storage is then still reused in place when it is donated.
+    executable = compile_text(add_module())
+    good = put(np.arange(4, dtype=F32))
+    if bad in ("deleted", "donated"):
+        other = put(ones())
+        if bad == "deleted":
+            other.delete()
+        else:
+            compile_text(add_module(alias=True, name="jit_donate")).execute([[other, put(ones())]])
+        expected = (FailedPrecondition, rf"argument 1 of jit_add \(replica 0\): the f32\[4\] buffer on cpu:0 "
+                                        rf"was {'deleted' if bad == 'deleted' else 'donated to an execution of jit_donate'}")
+    elif bad == "wrong_dtype":
+        other, expected = put(np.ones(4, np.float64)), (InvalidArgument, r"expected f32\[4\], got f64\[4\]")
+    elif bad == "wrong_shape":
+        other, expected = put(np.ones(3, F32)), (InvalidArgument, r"expected f32\[4\], got f32\[3\]")
+    elif bad == "wrong_device":
+        other, expected = put(ones(), device=1), (InvalidArgument, "argument 1 to replica 0 is on device cpu:1")
+    else:
+        other, expected = ones(), (InvalidArgument, "argument 1 of jit_add .* is not a buffer of a pjrt-hub CPU client")
+    with pytest.raises(expected[0], match=expected[1]):
+        executable.execute([[good, other]])
+    pointer = good.unsafe_pointer()
+    (updated,), = compile_text(add_module(alias=True)).execute([[good, put(ones())]]).outputs
+    assert good.is_deleted() and updated.unsafe_pointer() == pointer
+    np.testing.assert_array_equal(updated.to_host_buffer().array, [1, 2, 3, 4])
+
+
+def test_the_fast_path_counts_every_output_in_the_memory_statistics(client, put, compile_text):
+    executable = compile_text(module(
+        "%0 = stablehlo.add %arg0, %arg1 : tensor<4xf32>\n%1 = stablehlo.multiply %arg0, %arg1 : tensor<4xf32>\n"
+        "%2 = stablehlo.reshape %1 : (tensor<4xf32>) -> tensor<2x2xf32>\nreturn %0, %2 : tensor<4xf32>, tensor<2x2xf32>",
+        args="%arg0: tensor<4xf32>, %arg1: tensor<4xf32>", results="tensor<4xf32>, tensor<2x2xf32>"))
+    a, b = put(ones()), put(ones())
+    memory = client.devices()[0].default_memory()
+    before = memory.stats()
+    outputs = executable.execute([[a, b]]).outputs[0]
+    after = memory.stats()
+    assert after.bytes_in_use - before.bytes_in_use == 16 + 16
+    assert after.num_allocs - before.num_allocs == 2
+    assert after.largest_alloc_size >= 16 and after.peak_bytes_in_use >= after.bytes_in_use
+    for output in outputs:
+        output.destroy()
+    assert memory.stats().bytes_in_use == before.bytes_in_use

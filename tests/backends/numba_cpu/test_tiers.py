@@ -649,3 +649,77 @@ def test_loop_dots_of_edge_shapes_same_bits_on_both_tiers(compiler):
     args = [np.zeros(0, ml_dtypes.bfloat16), rng.standard_normal(3).astype(ml_dtypes.bfloat16),
             rng.integers(-9, 9, (2, 5)).astype(np.int32), rng.integers(-9, 9, (5, 3)).astype(np.int32)]
     assert_same_bits(eager_program(text).run(args), compiler.compile(text).run(args), "loop dots")
+
+
+def test_a_compiled_tier_takes_read_only_and_strided_inputs_and_counts_its_runs(tiered):
+    # The compiled tier calls a plain entry directly; inputs numba's dispatcher will not take as
+    # they are (read-only, not contiguous) still go through NumbaProgram.run, which copies them.
+    text = ("func.func @main(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {\n"
+            "  %0 = stablehlo.multiply %a, %b : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n")
+    program = tiered.compile(text)
+    program.wait_compiled(timeout=600)
+    a = np.arange(4, dtype=np.float32)
+    read_only = a.copy()
+    read_only.flags.writeable = False
+    strided = np.arange(8, dtype=np.float32)[::2]
+    for args in ([a, a], [read_only, a], [a, strided]):
+        (result,) = program.run(args)
+        np.testing.assert_array_equal(result, args[0] * args[1])
+        assert result.dtype == np.float32 and result.flags.c_contiguous
+    out = np.empty(4, np.float32)
+    (result,) = program.run([a, a], [out])
+    assert result is out and list(out) == [0, 1, 4, 9]
+    assert program.runs == {"eager": 0, "compiled": 4}
+
+
+_MANY_CARRIES = """func.func @main(%x: tensor<8xf32>, %y: tensor<3x2xf32>, %k: tensor<i64>) -> (tensor<i32>, tensor<8xf32>, tensor<3x2xf32>, tensor<i64>, tensor<8xf32>, tensor<f32>) {
+  %c0 = stablehlo.constant dense<0> : tensor<i32>
+  %z = stablehlo.constant dense<0.0> : tensor<f32>
+  %0:6 = stablehlo.while(%i = %c0, %a = %x, %b = %y, %n = %k, %s = %x, %t = %z) : tensor<i32>, tensor<8xf32>, tensor<3x2xf32>, tensor<i64>, tensor<8xf32>, tensor<f32>
+  cond {
+    %lim = stablehlo.constant dense<7> : tensor<i32>
+    %p = stablehlo.compare LT, %i, %lim, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %p : tensor<i1>
+  } do {
+    %one = stablehlo.constant dense<1> : tensor<i32>
+    %i2 = stablehlo.add %i, %one : tensor<i32>
+    %half = stablehlo.constant dense<0.5> : tensor<8xf32>
+    %a2 = stablehlo.multiply %a, %half : tensor<8xf32>
+    %s2 = stablehlo.add %s, %a2 : tensor<8xf32>
+    %b2 = stablehlo.add %b, %b : tensor<3x2xf32>
+    %n1 = stablehlo.constant dense<3> : tensor<i64>
+    %n2 = stablehlo.multiply %n, %n1 : tensor<i64>
+    %r = stablehlo.reduce(%a2 init: %z) applies stablehlo.add across dimensions = [0] : (tensor<8xf32>, tensor<f32>) -> tensor<f32>
+    %t2 = stablehlo.add %t, %r : tensor<f32>
+    stablehlo.return %i2, %a2, %b2, %n2, %s2, %t2 : tensor<i32>, tensor<8xf32>, tensor<3x2xf32>, tensor<i64>, tensor<8xf32>, tensor<f32>
+  }
+  return %0#0, %0#1, %0#2, %0#3, %0#4, %0#5 : tensor<i32>, tensor<8xf32>, tensor<3x2xf32>, tensor<i64>, tensor<8xf32>, tensor<f32>
+}
+"""
+
+
+def test_a_while_loop_with_many_carried_values_gives_the_same_result_on_every_path(tiered):
+    # Six carried values of four types, arrays and scalars: the compiled tier's direct entry
+    # (with the cancel flag a loop program takes), its general run (a cancel flag given), the
+    # eager tier and numpy agree.
+    x = np.arange(1, 9, dtype=np.float32)
+    y = np.arange(6, dtype=np.float32).reshape(3, 2)
+    k = np.array(2, np.int64)
+    a, s, t = x.copy(), x.copy(), np.float32(0)
+    for _ in range(7):
+        a = a * np.float32(0.5)
+        s = s + a
+        t = np.float32(t + a.sum(dtype=np.float32))
+    program = tiered.compile(_MANY_CARRIES)
+    eager = program.run([x, y, k])
+    compiled = program.wait_compiled(timeout=600)
+    direct = program.run([x, y, k])
+    flagged = compiled.run([x, y, k], cancel=np.zeros(1, np.int32))
+    assert program.runs == {"eager": 1, "compiled": 1}
+    for got in (direct, flagged):
+        assert_same_bits(eager, got, "many carries")
+    assert int(direct[0]) == 7 and int(direct[3]) == 2 * 3 ** 7
+    np.testing.assert_array_equal(direct[1], a)
+    np.testing.assert_array_equal(direct[2], y * 2 ** 7)
+    np.testing.assert_array_equal(direct[4], s)
+    np.testing.assert_allclose(direct[5], t, rtol=1e-6)
