@@ -42,14 +42,14 @@ import numpy.typing as npt
 from pjrt_hub.abi import Cancelled, CompileError
 from pjrt_hub.backends.stablehlo import Block, Function, Op, TensorType, Value
 
-if TYPE_CHECKING:
-    from .codegen import Lowering
-
 from . import kernels as _kernels_module  # noqa: F401  (registers the kernel rules)
 from . import lanes as _lanes
 from . import rules as _rules_module  # noqa: F401  (registers the op rules)
 from .eager_math import NAMESPACE
 from .source import ElementKind, Expr, element_kind
+
+if TYPE_CHECKING:
+    from .codegen import Lowering
 
 __all__ = ["EagerProgram", "EagerUnsupported", "NeedsCompiled", "Overtaken", "estimate_cost"]
 
