@@ -34,15 +34,13 @@ import functools
 import math
 from pathlib import Path
 from types import CodeType
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, cast
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from pjrt_hub.abi import Cancelled, CompileError
 from pjrt_hub.backends.stablehlo import Block, Function, Op, TensorType, Value
-
-if TYPE_CHECKING:
-    from .codegen import Lowering
 
 from . import kernels as _kernels_module  # noqa: F401  (registers the kernel rules)
 from . import lanes as _lanes
@@ -84,6 +82,11 @@ class Env(dict[Value, np.ndarray]):
 
 #: One op's work in a run: reads its operands from the environment, stores its results there.
 Step = Callable[[Env], None]
+#: A formula on whole arrays (see :meth:`_Text.function`): its results are numpy arrays or
+#: scalars, as the numpy twins return them.
+Formula = Callable[..., list[Any]]
+#: One step of a reduction region: ``combine(accumulators, values) -> new accumulators``.
+Combine = Callable[[list[np.ndarray], list[np.ndarray]], list[np.ndarray]]
 
 
 # -- elementwise text ------------------------------------------------------------------------------
@@ -193,7 +196,7 @@ class _Text:
                 raise EagerUnsupported(f"{op.name} inside a scalar region")
         return [self.read(v) for v in block.terminator.operands]
 
-    def function(self, params: Sequence[str], results: Sequence[Expr]) -> Callable[..., list]:
+    def function(self, params: Sequence[str], results: Sequence[Expr]) -> Formula:
         """The collected statements as ``f(*arrays) -> [result arrays]``."""
         g = dict(NAMESPACE)
         for name, text in self.globals.items():
@@ -209,7 +212,7 @@ class _Text:
             if missing:
                 raise EagerUnsupported(f"no numpy twin for {', '.join(sorted(set(missing)))}")
 
-        def run(*arrays):
+        def run(*arrays: Any) -> list[Any]:
             loc = dict(zip(params, arrays))
             for name, c in code:
                 loc[name] = eval(c, g, loc)
@@ -218,7 +221,7 @@ class _Text:
         return run
 
 
-def _names(code) -> frozenset[str]:
+def _names(code: CodeType) -> frozenset[str]:
     """The names a compiled expression reads (attributes of them are not names)."""
     return _NAMES[code]
 
@@ -231,7 +234,7 @@ def _compute_dtype(kind: ElementKind) -> np.dtype:
     return kind.compute_dtype if kind.cls == "f" else kind.storage
 
 
-def _as(x, kind: ElementKind, shape) -> np.ndarray:
+def _as(x: npt.ArrayLike, kind: ElementKind, shape: Sequence[int]) -> np.ndarray:
     """A result in the computation type of ``kind`` and of ``shape``."""
     a = np.asarray(x)
     dt = _compute_dtype(kind)
@@ -289,7 +292,7 @@ def _elementwise(op: Op) -> Step:
     return step
 
 
-def _step_function(op: Op, region_index: int = 0) -> Callable[[list, list], list]:
+def _step_function(op: Op, region_index: int = 0) -> Combine:
     """``combine(accs, xs) -> new accs``: one step of the op's reduction region, as text from
     the same ``reducer`` the compiled code uses (so a sum step is ``acc + x``, rounded for
     16-bit floats)."""
@@ -300,22 +303,20 @@ def _step_function(op: Op, region_index: int = 0) -> Callable[[list, list], list
     t = _Text()
     accs = [Expr(f"acc{i}") for i in range(n)]
     xs = [Expr(f"x{i}") for i in range(n)]
-    # The rules annotate their context as the Lowering; _Text is the part of it that a scalar
-    # formula uses (kind, const, temp, read, lower_scalar_region), which is all reducer calls.
-    combine = reducer(cast("Lowering", t), op, region_index)
+    combine = reducer(t, op, region_index)
     texts = combine(accs, xs)
     results = [Expr(x) if isinstance(x, str) else x for x in texts]
     fn = t.function([e.text for e in accs + xs], results)
     kinds = [element_kind(a.tensor_type) for a in block.args[:n]]
 
-    def step(acc_values: list, x_values: list) -> list:
+    def step(acc_values: list[np.ndarray], x_values: list[np.ndarray]) -> list[np.ndarray]:
         out = fn(*acc_values, *x_values)
         return [np.asarray(o).astype(_compute_dtype(k), copy=False) for o, k in zip(out, kinds)]
 
     return step
 
 
-def _region_function(block: Block) -> Callable[..., list]:
+def _region_function(block: Block) -> Formula:
     """A scalar region (sort comparator, select of select_and_scatter...) on whole arrays."""
     t = _Text()
     params = [f"r{i}" for i in range(len(block.args))]
@@ -541,7 +542,7 @@ def _single(op: Op, fn: Callable[..., np.ndarray]) -> Step:
 
 
 @_kernel("stablehlo.constant")
-def _constant(program: EagerProgram, op: Op):
+def _constant(program: EagerProgram, op: Op) -> Step:
     kind = _kind(op.result)
     value = np.asarray(op.attr("value"))
     # 16-bit float constants become exact float32 values, as the kernels hold them.
@@ -561,7 +562,7 @@ def _constant(program: EagerProgram, op: Op):
 
 
 @_kernel("stablehlo.iota")
-def _iota(program: EagerProgram, op: Op):
+def _iota(program: EagerProgram, op: Op) -> Step:
     kind = _kind(op.result)
     shape = tuple(op.result.tensor_type.shape)
     d = int(op.attr("iota_dimension"))
@@ -584,7 +585,7 @@ def _iota(program: EagerProgram, op: Op):
 
 
 @_kernel("stablehlo.get_dimension_size")
-def _get_dimension_size(program: EagerProgram, op: Op):
+def _get_dimension_size(program: EagerProgram, op: Op) -> Step:
     kind = _kind(op.result)
     value = np.asarray(op.operands[0].tensor_type.shape[int(op.attr("dimension"))]).astype(kind.storage)
     res = op.result
@@ -596,7 +597,7 @@ def _get_dimension_size(program: EagerProgram, op: Op):
 
 
 @_kernel("stablehlo.broadcast_in_dim")
-def _broadcast_in_dim(program: EagerProgram, op: Op):
+def _broadcast_in_dim(program: EagerProgram, op: Op) -> Step:
     dims = tuple(op.attr("broadcast_dimensions"))
     out_shape = tuple(op.result.tensor_type.shape)
     view = [1] * len(out_shape)
@@ -604,7 +605,7 @@ def _broadcast_in_dim(program: EagerProgram, op: Op):
         view[d] = op.operands[0].tensor_type.shape[k]
     order = np.argsort(dims) if dims else np.array([], int)
 
-    def fn(x):
+    def fn(x: np.ndarray) -> np.ndarray:
         if list(order) != sorted(order):
             x = np.transpose(x, order)
         return np.broadcast_to(x.reshape(view), out_shape)
@@ -613,31 +614,31 @@ def _broadcast_in_dim(program: EagerProgram, op: Op):
 
 
 @_kernel("stablehlo.broadcast")
-def _broadcast(program: EagerProgram, op: Op):
+def _broadcast(program: EagerProgram, op: Op) -> Step:
     out_shape = tuple(op.result.tensor_type.shape)
     return _single(op, lambda x: np.broadcast_to(x, out_shape))
 
 
 @_kernel("stablehlo.reshape")
-def _reshape(program: EagerProgram, op: Op):
+def _reshape(program: EagerProgram, op: Op) -> Step:
     shape = tuple(op.result.tensor_type.shape)
     return _single(op, lambda x: np.reshape(x, shape))
 
 
 @_kernel("stablehlo.transpose")
-def _transpose(program: EagerProgram, op: Op):
+def _transpose(program: EagerProgram, op: Op) -> Step:
     perm = tuple(op.attr("permutation"))
     return _single(op, lambda x: np.transpose(x, perm))
 
 
 @_kernel("stablehlo.reverse")
-def _reverse(program: EagerProgram, op: Op):
+def _reverse(program: EagerProgram, op: Op) -> Step:
     dims = tuple(op.attr("dimensions"))
     return _single(op, lambda x: np.flip(x, dims) if dims else x)
 
 
 @_kernel("stablehlo.slice")
-def _slice(program: EagerProgram, op: Op):
+def _slice(program: EagerProgram, op: Op) -> Step:
     start = tuple(op.attr("start_indices"))
     limit = tuple(op.attr("limit_indices"))
     strides = tuple(op.attr("strides") or (1,) * len(start))
@@ -646,7 +647,7 @@ def _slice(program: EagerProgram, op: Op):
 
 
 @_kernel("stablehlo.pad")
-def _pad(program: EagerProgram, op: Op):
+def _pad(program: EagerProgram, op: Op) -> Step:
     lows = tuple(op.attr("edge_padding_low"))
     interiors = tuple(op.attr("interior_padding"))
     shape = tuple(op.operands[0].tensor_type.shape)
@@ -666,7 +667,7 @@ def _pad(program: EagerProgram, op: Op):
         srcs.append(np.clip(q, 0, (n - 1) * step) // step)
     empty = any(n == 0 for n in shape)
 
-    def fn(x, pad):
+    def fn(x: np.ndarray, pad: np.ndarray) -> np.ndarray:
         if empty:
             return np.broadcast_to(pad, out_shape)
         data = x[np.ix_(*srcs)] if srcs else x
@@ -681,12 +682,12 @@ def _clamp_starts(values: Sequence[np.ndarray], limits: Sequence[int]) -> list[i
 
 
 @_kernel("stablehlo.dynamic_slice")
-def _dynamic_slice(program: EagerProgram, op: Op):
+def _dynamic_slice(program: EagerProgram, op: Op) -> Step:
     sizes = tuple(op.attr("slice_sizes"))
     shape = op.operands[0].tensor_type.shape
     limits = [n - s for n, s in zip(shape, sizes)]
 
-    def fn(x, *starts):
+    def fn(x: np.ndarray, *starts: np.ndarray) -> np.ndarray:
         st = _clamp_starts(starts, limits)
         return x[tuple(slice(a, a + s) for a, s in zip(st, sizes))]
 
@@ -694,12 +695,12 @@ def _dynamic_slice(program: EagerProgram, op: Op):
 
 
 @_kernel("stablehlo.dynamic_update_slice")
-def _dynamic_update_slice(program: EagerProgram, op: Op):
+def _dynamic_update_slice(program: EagerProgram, op: Op) -> Step:
     operand, update = op.operands[:2]
     limits = [n - u for n, u in zip(operand.tensor_type.shape, update.tensor_type.shape)]
     ushape = update.tensor_type.shape
 
-    def fn(x, u, *starts):
+    def fn(x: np.ndarray, u: np.ndarray, *starts: np.ndarray) -> np.ndarray:
         st = _clamp_starts(starts, limits)
         out = np.array(x, copy=True)
         out[tuple(slice(a, a + s) for a, s in zip(st, ushape))] = u
@@ -709,13 +710,13 @@ def _dynamic_update_slice(program: EagerProgram, op: Op):
 
 
 @_kernel("stablehlo.concatenate")
-def _concatenate(program: EagerProgram, op: Op):
+def _concatenate(program: EagerProgram, op: Op) -> Step:
     dim = int(op.attr("dimension"))
     return _single(op, lambda *xs: np.concatenate(xs, axis=dim))
 
 
 @_kernel("stablehlo.gather")
-def _gather(program: EagerProgram, op: Op):
+def _gather(program: EagerProgram, op: Op) -> Step:
     operand, indices = op.operands
     dn = op.attr("dimension_numbers")
     sizes = tuple(op.attr("slice_sizes"))
@@ -733,7 +734,7 @@ def _gather(program: EagerProgram, op: Op):
                            if d not in dn.collapsed_slice_dims and d not in dn.operand_batching_dims]
     offsets = {d: grid[od] for d, od in zip(offset_operand_dims, offset_dims)}
 
-    def fn(x, ind):
+    def fn(x: np.ndarray, ind: np.ndarray) -> np.ndarray:
         full: list[Any] = [None] * op_rank
         for k, d in enumerate(dn.start_index_map):
             pos: list[np.ndarray | int] = list(batch_idx)
@@ -759,7 +760,7 @@ def _gather(program: EagerProgram, op: Op):
 
 
 @_kernel("stablehlo.optimization_barrier")
-def _optimization_barrier(program: EagerProgram, op: Op):
+def _optimization_barrier(program: EagerProgram, op: Op) -> Step:
     pairs = list(zip(op.operands, op.results))
 
     def step(env: Env) -> None:
@@ -784,7 +785,7 @@ def _exact_in_any_order(op: Op) -> bool:
     return simple in ("max", "min") or kind.cls in "iub"
 
 
-def _sequential(step: Callable[[list, list], list], accs: list[np.ndarray], xs: list[np.ndarray]) -> list:
+def _sequential(step: Combine, accs: list[np.ndarray], xs: list[np.ndarray]) -> list[np.ndarray]:
     """Fold the last axis of ``xs`` into ``accs`` one element at a time, in order."""
     n = xs[0].shape[-1]
     if n > MAX_STEPS:
@@ -794,7 +795,7 @@ def _sequential(step: Callable[[list, list], list], accs: list[np.ndarray], xs: 
     return accs
 
 
-def _tree(step: Callable[[list, list], list], xs: list[np.ndarray]) -> list[np.ndarray]:
+def _tree(step: Combine, xs: list[np.ndarray]) -> list[np.ndarray]:
     """Fold the last axis pairwise (only for exact, order-free steps)."""
     while xs[0].shape[-1] > 1:
         n = xs[0].shape[-1]
@@ -809,7 +810,7 @@ def _tree(step: Callable[[list, list], list], xs: list[np.ndarray]) -> list[np.n
 
 
 @_kernel("stablehlo.reduce")
-def _reduce(program: EagerProgram, op: Op):
+def _reduce(program: EagerProgram, op: Op) -> Step:
     n = len(op.results)
     inputs, inits = op.operands[:n], op.operands[n:]
     dims = sorted(int(d) for d in op.attr("dimensions"))
@@ -877,7 +878,9 @@ def _blas() -> ctypes.CDLL | None:
     return None
 
 
-def _blas_function(name: str, restype=None):
+def _blas_function(name: str, restype: type | None = None) -> Any:
+    """BLAS's ``name`` as a ctypes foreign function returning ``restype``, or None. (Any: the
+    callers pass ctypes pointers and by-reference scalars, which ctypes checks only at the call.)"""
     lib = _blas()
     if lib is None:
         return None
@@ -940,7 +943,8 @@ def _blas_for(dtype: np.dtype) -> _Blas:
     return _Blas(dtype)
 
 
-def _arrange(x: np.ndarray, batch, first, second, shape3) -> tuple[np.ndarray, bool]:
+def _arrange(x: np.ndarray, batch: tuple[int, ...], first: tuple[int, ...], second: tuple[int, ...],
+             shape3: tuple[int, int, int]) -> tuple[np.ndarray, bool]:
     """As the lowering's ``_arrange``: (B, first, second) as a view when the dims are in that
     order, (B, second, first) flagged as transposed, else a permuted copy."""
     rank = x.ndim
@@ -955,7 +959,7 @@ def _arrange(x: np.ndarray, batch, first, second, shape3) -> tuple[np.ndarray, b
 
 
 @_kernel("stablehlo.dot_general", "stablehlo.dot")
-def _dot_general(program: EagerProgram, op: Op):
+def _dot_general(program: EagerProgram, op: Op) -> Step:
     from .rules import convert_text
 
     lhs, rhs = op.operands
@@ -1043,7 +1047,7 @@ def _check_cancel(env: Env) -> None:
 
 
 @_kernel("stablehlo.while")
-def _while(program: EagerProgram, op: Op):
+def _while(program: EagerProgram, op: Op) -> Step:
     cond, body = program.plan_block(op.regions[0]), program.plan_block(op.regions[1])
     results = op.results
     operands = op.operands
@@ -1063,7 +1067,7 @@ def _while(program: EagerProgram, op: Op):
 
 
 @_kernel("stablehlo.case")
-def _case(program: EagerProgram, op: Op):
+def _case(program: EagerProgram, op: Op) -> Step:
     branches = [program.plan_block(r) for r in op.regions]
     results = op.results
     index = op.operands[0]
@@ -1078,7 +1082,7 @@ def _case(program: EagerProgram, op: Op):
 
 
 @_kernel("stablehlo.if")
-def _if(program: EagerProgram, op: Op):
+def _if(program: EagerProgram, op: Op) -> Step:
     then, other = program.plan_block(op.regions[0]), program.plan_block(op.regions[1])
     results = op.results
     pred = op.operands[0]
@@ -1138,7 +1142,7 @@ def _sort_order(less: np.ndarray) -> np.ndarray:
 
 
 @_kernel("stablehlo.sort")
-def _sort(program: EagerProgram, op: Op):
+def _sort(program: EagerProgram, op: Op) -> Step:
     dim = int(op.attr("dimension"))
     rank = len(op.operands[0].tensor_type.shape)
     if dim < 0:
@@ -1170,7 +1174,7 @@ def _sort(program: EagerProgram, op: Op):
 
 
 @_kernel("chlo.top_k")
-def _top_k(program: EagerProgram, op: Op):
+def _top_k(program: EagerProgram, op: Op) -> Step:
     (x,) = op.operands
     k = int(op.attr("k"))
     kind = _kind(x)
@@ -1199,7 +1203,7 @@ def _top_k(program: EagerProgram, op: Op):
 # -- scatter and windows -----------------------------------------------------------------------------
 
 
-def _scatter_sequential(step, outs: list[np.ndarray], dest: np.ndarray, updates: list[np.ndarray]) -> None:
+def _scatter_sequential(step: Combine, outs: list[np.ndarray], dest: np.ndarray, updates: list[np.ndarray]) -> None:
     """outs[dest[i]] = step(outs[dest[i]], updates[i]) for i in order (flat destinations;
     repeated destinations are combined in order)."""
     if dest.size == 0:
@@ -1223,7 +1227,7 @@ def _scatter_sequential(step, outs: list[np.ndarray], dest: np.ndarray, updates:
 
 
 @_kernel("stablehlo.scatter")
-def _scatter(program: EagerProgram, op: Op):
+def _scatter(program: EagerProgram, op: Op) -> Step:
     _no_narrow_accumulators(op)
     n = len(op.results)
     inputs = op.operands[:n]
@@ -1281,7 +1285,7 @@ def _window_padding(op: Op, rank: int) -> list[tuple[int, int]]:
 
 
 @_kernel("stablehlo.reduce_window")
-def _reduce_window(program: EagerProgram, op: Op):
+def _reduce_window(program: EagerProgram, op: Op) -> Step:
     _no_narrow_accumulators(op)
     n = len(op.results)
     inputs, inits = op.operands[:n], op.operands[n:]
@@ -1327,7 +1331,7 @@ def _reduce_window(program: EagerProgram, op: Op):
 
 
 @_kernel("stablehlo.convolution")
-def _convolution(program: EagerProgram, op: Op):
+def _convolution(program: EagerProgram, op: Op) -> Step:
     from .rules import convert_text
 
     lhs, rhs = op.operands
@@ -1403,7 +1407,7 @@ def _convolution(program: EagerProgram, op: Op):
 
 
 @_kernel("stablehlo.select_and_scatter")
-def _select_and_scatter(program: EagerProgram, op: Op):
+def _select_and_scatter(program: EagerProgram, op: Op) -> Step:
     _no_narrow_accumulators(op)
     operand, source, init = op.operands
     rank = len(operand.tensor_type.shape)
@@ -1442,7 +1446,7 @@ def _select_and_scatter(program: EagerProgram, op: Op):
         out = np.broadcast_to(iv, shape).astype(dt).copy()
         flat = np.ravel_multi_index(tuple(pos), shape) if rank else np.zeros(count, np.int64)
 
-        def step(curs, srcs):
+        def step(curs: list[np.ndarray], srcs: list[np.ndarray]) -> list[np.ndarray]:
             return [np.asarray(scatter_fn(curs[0], srcs[0])[0]).astype(dt, copy=False)]
 
         _scatter_sequential(step, [out], flat[have], [src[have]])
@@ -1454,7 +1458,7 @@ def _select_and_scatter(program: EagerProgram, op: Op):
 # -- rng_bit_generator ------------------------------------------------------------------------------
 
 
-def _rotl32(x, r):
+def _rotl32(x: np.ndarray, r: int) -> np.ndarray:
     return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
 
 
@@ -1516,7 +1520,7 @@ def _philox(state: np.ndarray, n_blocks: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @_kernel("stablehlo.rng_bit_generator")
-def _rng_bit_generator(program: EagerProgram, op: Op):
+def _rng_bit_generator(program: EagerProgram, op: Op) -> Step:
     from pjrt_hub.backends.stablehlo import RngAlgorithm
 
     (state,) = op.operands

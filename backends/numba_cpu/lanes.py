@@ -32,6 +32,9 @@ side. It imports no numba: the eager tier must start without it.
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
+
+from pjrt_hub.backends.stablehlo import Op, TensorType
 
 __all__ = ["LANE_BYTES", "BLOCK", "LanePlan", "fold_lanes", "identity", "lane_count", "lane_reduction", "reduce_lanes"]
 
@@ -51,9 +54,9 @@ def lane_count(width: int, itemsize: int) -> int:
     return k
 
 
-def identity(op: str, dtype: np.dtype):
+def identity(op: str, dtype: np.dtype) -> np.generic:
     """The lane start value: ``x (op) identity == x`` bit for bit, signed zeros and NaN included."""
-    return np.asarray(-0.0 if op == "add" else 1.0, dtype=dtype)[()]
+    return dtype.type(-0.0 if op == "add" else 1.0)
 
 
 def fold_lanes(lanes: np.ndarray, op: str) -> np.ndarray:
@@ -66,7 +69,7 @@ def fold_lanes(lanes: np.ndarray, op: str) -> np.ndarray:
     return lanes[..., 0]
 
 
-def reduce_lanes(x: np.ndarray, ndims: int, op: str, init) -> np.ndarray:
+def reduce_lanes(x: np.ndarray, ndims: int, op: str, init: npt.ArrayLike) -> np.ndarray:
     """The lane reduction of the last ``ndims`` axes of ``x`` (f32 or f64), with ``init``
     (a scalar or an array of the kept shape) combined last. ``ndims`` must be at least 1."""
     fn = np.add if op == "add" else np.multiply
@@ -103,7 +106,7 @@ class LanePlan:
         return f"LanePlan({self.op}, k={self.k}, ndims={self.ndims}, width={self.width}, {self.dtype})"
 
 
-def lane_reduction(op) -> LanePlan | None:
+def lane_reduction(op: Op) -> LanePlan | None:
     """The lane plan of a ``stablehlo.reduce`` op, or None when it reduces sequentially (or in
     an order that does not matter). A property of the op alone, never of how it is fused."""
     from .rules import simple_reducer
@@ -114,9 +117,9 @@ def lane_reduction(op) -> LanePlan | None:
     if simple not in ("add", "mul"):
         return None
     ty = op.operands[0].type
-    element = getattr(ty, "element_type", None)
-    if element not in ("f32", "f64"):
+    if not isinstance(ty, TensorType) or ty.element_type not in ("f32", "f64"):
         return None
+    element = ty.element_type
     shape = tuple(ty.shape)
     dims = sorted(int(d) for d in op.attr("dimensions"))
     if not dims or dims != list(range(len(shape) - len(dims), len(shape))):

@@ -18,7 +18,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from pjrt_hub.abi import CompileError
+from pjrt_hub.abi import Cancelled, CompileError
 from pjrt_hub.backends.numba_cpu import NumbaCompiler
 from pjrt_hub.backends.numba_cpu import eager as eager_mod
 from pjrt_hub.backends.numba_cpu import tiers
@@ -723,3 +723,37 @@ def test_a_while_loop_with_many_carried_values_gives_the_same_result_on_every_pa
     np.testing.assert_array_equal(direct[2], y * 2 ** 7)
     np.testing.assert_array_equal(direct[4], s)
     np.testing.assert_allclose(direct[5], t, rtol=1e-6)
+
+
+_COUNT_TO_1000 = """func.func @main(%x: tensor<i32>) -> tensor<i32> {
+  %0 = stablehlo.while(%i = %x) : tensor<i32>
+  cond {
+    %n = stablehlo.constant dense<1000> : tensor<i32>
+    %c = stablehlo.compare LT, %i, %n : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %c : tensor<i1>
+  } do {
+    %one = stablehlo.constant dense<1> : tensor<i32>
+    %1 = stablehlo.add %i, %one : tensor<i32>
+    stablehlo.return %1 : tensor<i32>
+  }
+  return %0 : tensor<i32>
+}"""
+
+
+def test_an_eager_run_stops_when_cancelled_or_overtaken():
+    # The runtime's cancel flag is read at each turn of a while loop, overtaken() between steps
+    # (here: from the 10th step on, deep inside the loop); without either the loop runs out.
+    program = eager_program(_COUNT_TO_1000)
+    x = np.asarray(np.int32(0))
+    assert int(program.run([x], np.zeros(1, np.int32), lambda: False)[0]) == 1000
+    with pytest.raises(Cancelled):
+        program.run([x], np.ones(1, np.int32))
+    asked = []
+
+    def overtaken() -> bool:
+        asked.append(None)
+        return len(asked) >= 10
+
+    with pytest.raises(eager_mod.Overtaken):
+        program.run([x], None, overtaken)
+    assert len(asked) == 10
