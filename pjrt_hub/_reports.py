@@ -282,6 +282,39 @@ class BenchSummary(_Model):
     vs_fastest: BenchComparison | None = Field(None, description="against the faster real XLA plugin, per program")
 
 
+class BenchSpreadRow(_Model):
+    """``bench --spread N``: one program on one plugin over N fresh processes."""
+
+    name: str
+    plugin: str
+    processes: int
+    per_process_ms: list[float | None] = Field(
+        description="each process's median execute, in order; null where it failed or its outputs differed")
+    min_ms: float | None = None
+    median_ms: float | None = Field(None, description="median of the per-process medians")
+    max_ms: float | None = None
+    max_over_min: float | None = Field(None, description="near 1: stable; near 2: bimodal across processes")
+    errors: list[str] = []
+
+
+class BenchLoadRow(_Model):
+    """``bench --under-load K``: one program on one plugin, quiet and with K busy neighbours."""
+
+    name: str
+    plugin: str
+    quiet_ms: float | None = None
+    loaded_ms: float | None = None
+    ratio: float | None = Field(None, description="loaded_ms / quiet_ms")
+    over_ceiling: bool | None = Field(None, description="ratio above the ceiling")
+    error: str | None = None
+
+
+class BenchLoad(_Model):
+    neighbours: int = Field(description="CPU-bound processes spinning during the loaded run")
+    ceiling: float = Field(description="loaded / quiet above this is a collapse")
+    rows: list[BenchLoadRow]
+
+
 class BenchReport(_Model):
     """``pjrt-hub bench --json``; rows also carry ``speedup_vs_<plugin>`` ratios."""
 
@@ -291,3 +324,5 @@ class BenchReport(_Model):
     plugins: list[str]
     suite: str = Field("perf", description="perf: the four large programs; corpus: the public corpus")
     summary: BenchSummary | None = None
+    spread: list[BenchSpreadRow] | None = Field(None, description="--spread N: per-process medians")
+    under_load: BenchLoad | None = Field(None, description="--under-load K: quiet against loaded")
