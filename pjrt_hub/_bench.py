@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -223,6 +224,21 @@ def _median_ms(fn: Callable[[], float], runs: int, warm: int = 3) -> float:
     return statistics.median(fn() for _ in range(runs)) * 1e3
 
 
+def _usage() -> tuple[float, int]:
+    """This process's CPU seconds (every thread: the plugin's pools too) and minor page faults."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return used.ru_utime + used.ru_stime, used.ru_minflt
+
+
+def _usage_per_run(before: tuple[float, int], after: tuple[float, int], wall_s: float,
+                   runs: int) -> dict[str, float]:
+    """What explains a time: ``cores_used`` is CPU time over wall time while the program ran (2.0:
+    two threads kept busy, 1.0: one), ``minor_faults_per_run`` the page faults each execute took
+    (fresh output memory the plugin touches for the first time)."""
+    return {"cores_used": (after[0] - before[0]) / wall_s if wall_s > 0 else 0.0,
+            "minor_faults_per_run": (after[1] - before[1]) / runs}
+
+
 def _budgeted_runs(fn: Callable[[], float], least: int) -> int:
     """``least`` runs, or as many as fit in :data:`RUN_BUDGET_S` (up to :data:`MAX_RUNS`), judged
     by the fastest of three runs (which also warm the program up)."""
@@ -273,8 +289,10 @@ def _measure(client: Any, name: str, programs: Sequence[BenchProgram], runs: int
             row["outputs_match"] = program.outputs_match(loaded.first_outputs) and program.outputs_match(
                 loaded.outputs())
             count = runs or _budgeted_runs(loaded.execute_once, RUNS.get(program.name, DEFAULT_RUNS))
+            before, wall = _usage(), time.perf_counter()
             row["execute_ms_median"] = _median_ms(loaded.execute_once, count, warm=min(3, count))
             row["runs"] = count
+            row.update(_usage_per_run(before, _usage(), time.perf_counter() - wall, count + min(3, count)))
             loaded.close()
         except PjrtError as exc:
             row["error"] = str(exc)

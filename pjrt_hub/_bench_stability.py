@@ -5,7 +5,8 @@ survive a busy machine?
 pools sized at start-up, memory placement, a load figure sampled at the wrong moment) then looks
 like noise. ``--spread N`` runs the same measurement in N fresh processes one after another and
 reports, per program and plugin, the min / median / max of the N per-process medians and max/min:
-a bimodal program shows a ratio near 2 where a stable one stays near 1. ``--under-load K`` times
+a bimodal program shows a ratio near 2 where a stable one stays near 1, and each process's
+``cores_used`` (CPU time over wall time while timed) shows whether it ran on one thread or two. ``--under-load K`` times
 the programs quiet, then again while K CPU-bound neighbour processes spin (plain Python loops,
 one per core they are meant to take), and reports loaded / quiet per program, flagging any ratio
 above :data:`LOAD_CEILING` (issue 14's "no collapse under load"). The neighbours are children of
@@ -105,6 +106,7 @@ def spread(plugins: Sequence[str], names: Sequence[str], processes: int, *, runs
     first: list[dict[str, Any]] = []
     per: dict[tuple[str, str], list[float | None]] = {}
     errors: dict[tuple[str, str], list[str]] = {}
+    usage: dict[tuple[str, str], list[tuple[float | None, float | None]]] = {}
     for plugin in plugins:
         for index in range(processes):
             if say is not None:
@@ -118,6 +120,7 @@ def spread(plugins: Sequence[str], names: Sequence[str], processes: int, *, runs
                 row = rows.get(name, {})
                 ms = row.get("execute_ms_median") if row.get("outputs_match") else None
                 per.setdefault((name, plugin), []).append(ms)
+                usage.setdefault((name, plugin), []).append((row.get("cores_used"), row.get("minor_faults_per_run")))
                 if ms is None:
                     reason = row.get("error") or "outputs differ from the expected ones"
                     errors.setdefault((name, plugin), []).append(f"process {index + 1}: {reason}")
@@ -127,7 +130,9 @@ def spread(plugins: Sequence[str], names: Sequence[str], processes: int, *, runs
             values = per.get((name, plugin), [])
             good = [v for v in values if v is not None]
             row: dict[str, Any] = {"name": name, "plugin": plugin, "processes": len(values),
-                                   "per_process_ms": values, "errors": errors.get((name, plugin), [])}
+                                   "per_process_ms": values, "errors": errors.get((name, plugin), []),
+                                   "cores_used_per_process": [u[0] for u in usage.get((name, plugin), [])],
+                                   "minor_faults_per_run_per_process": [u[1] for u in usage.get((name, plugin), [])]}
             if good:
                 row.update(min_ms=min(good), median_ms=statistics.median(good), max_ms=max(good),
                            max_over_min=max(good) / min(good))
@@ -162,7 +167,8 @@ def under_load(plugins: Sequence[str], names: Sequence[str], neighbours: int, *,
             q, lo = quiet.get(name, {}), loaded.get(name, {})
             row: dict[str, Any] = {"name": name, "plugin": plugin,
                                    "quiet_ms": q.get("execute_ms_median") if q.get("outputs_match") else None,
-                                   "loaded_ms": lo.get("execute_ms_median") if lo.get("outputs_match") else None}
+                                   "loaded_ms": lo.get("execute_ms_median") if lo.get("outputs_match") else None,
+                                   "quiet_cores_used": q.get("cores_used"), "loaded_cores_used": lo.get("cores_used")}
             problems = [f"{what}: {r.get('error') or 'outputs differ from the expected ones'}"
                         for what, r, ms in (("quiet", q, row["quiet_ms"]), ("loaded", lo, row["loaded_ms"]))
                         if ms is None]
@@ -188,12 +194,14 @@ def _columns(table: list[list[str]]) -> list[str]:
 
 def format_spread(rows: Sequence[dict[str, Any]]) -> str:
     """The spread table: one line per program and plugin."""
-    table = [["program", "plugin", "processes", "min", "median", "max", "max/min", "per process (ms)"]]
+    table = [["program", "plugin", "processes", "min", "median", "max", "max/min", "per process (ms)",
+              "cores used"]]
     for r in rows:
         per = " ".join("-" if v is None else f"{v:.2f}" for v in r["per_process_ms"])
+        cores = " ".join("-" if v is None else f"{v:.1f}" for v in r.get("cores_used_per_process", []))
         table.append([r["name"], r["plugin"], str(r["processes"]), _time(r.get("min_ms")),
                       _time(r.get("median_ms")), _time(r.get("max_ms")),
-                      "-" if r.get("max_over_min") is None else f"{r['max_over_min']:.2f}x", per])
+                      "-" if r.get("max_over_min") is None else f"{r['max_over_min']:.2f}x", per, cores])
     lines = _columns(table)
     lines += [f"{r['name']} on {r['plugin']}: {e}" for r in rows for e in r["errors"]]
     lines.append("noisy on a shared machine: compare spreads from several runs")
@@ -202,11 +210,13 @@ def format_spread(rows: Sequence[dict[str, Any]]) -> str:
 
 def format_under_load(load: dict[str, Any]) -> str:
     """The under-load table, with the rows over the ceiling flagged."""
-    table = [["program", "plugin", "quiet", f"with {load['neighbours']} busy", "loaded/quiet", ""]]
+    table = [["program", "plugin", "quiet", f"with {load['neighbours']} busy", "loaded/quiet",
+              "cores used quiet/loaded", ""]]
     for r in load["rows"]:
         ratio = r.get("ratio")
+        cores = "/".join("-" if r.get(k) is None else f"{r[k]:.1f}" for k in ("quiet_cores_used", "loaded_cores_used"))
         table.append([r["name"], r["plugin"], _time(r.get("quiet_ms")), _time(r.get("loaded_ms")),
-                      "-" if ratio is None else f"{ratio:.2f}x",
+                      "-" if ratio is None else f"{ratio:.2f}x", cores,
                       f"OVER {load['ceiling']:g}x" if r.get("over_ceiling") else ""])
     lines = _columns(table)
     lines += [f"{r['name']} on {r['plugin']}: error: {r['error']}" for r in load["rows"] if "error" in r]

@@ -259,6 +259,9 @@ class BenchRow(_Model):
     first_result_ms_warm: float | None = Field(
         None, description="the same in a fresh process whose cache holds the program")
     xla_cpu_compile_ms: float | None = Field(None, description="XLA:CPU's compile time, from the manifest")
+    cores_used: float | None = Field(
+        None, description="CPU time over wall time of the timed runs (every thread of the process)")
+    minor_faults_per_run: float | None = Field(None, description="minor page faults per timed execute")
     error: str | None = None
 
 
@@ -294,6 +297,9 @@ class BenchSpreadRow(_Model):
     median_ms: float | None = Field(None, description="median of the per-process medians")
     max_ms: float | None = None
     max_over_min: float | None = Field(None, description="near 1: stable; near 2: bimodal across processes")
+    cores_used_per_process: list[float | None] = Field(
+        [], description="each process's CPU time over wall time while timed: which thread count it ran at")
+    minor_faults_per_run_per_process: list[float | None] = []
     errors: list[str] = []
 
 
@@ -305,6 +311,8 @@ class BenchLoadRow(_Model):
     quiet_ms: float | None = None
     loaded_ms: float | None = None
     ratio: float | None = Field(None, description="loaded_ms / quiet_ms")
+    quiet_cores_used: float | None = Field(None, description="CPU time over wall time, quiet")
+    loaded_cores_used: float | None = Field(None, description="CPU time over wall time, loaded")
     over_ceiling: bool | None = Field(None, description="ratio above the ceiling")
     error: str | None = None
 

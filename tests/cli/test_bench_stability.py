@@ -66,6 +66,8 @@ def test_spread_json_over_two_processes(capsys):
     assert row["min_ms"] == min(row["per_process_ms"]) and row["max_ms"] == max(row["per_process_ms"])
     assert row["min_ms"] <= row["median_ms"] <= row["max_ms"]
     assert row["max_over_min"] == pytest.approx(row["max_ms"] / row["min_ms"]) and row["errors"] == []
+    assert len(row["cores_used_per_process"]) == 2 and all(c > 0 for c in row["cores_used_per_process"])
+    assert all(f >= 0 for f in row["minor_faults_per_run_per_process"])
     assert report["under_load"] is None
 
 
@@ -80,20 +82,22 @@ def test_under_load_json_with_one_neighbour_leaves_none_behind(capsys):
     assert row["name"] == "broadcast_ops" and row["plugin"] == "reference"
     assert row["ratio"] == pytest.approx(row["loaded_ms"] / row["quiet_ms"])
     assert row["over_ceiling"] is (row["ratio"] > LOAD_CEILING)
+    assert row["quiet_cores_used"] > 0 and row["loaded_cores_used"] > 0
     assert report["spread"] is None
     assert _spinning_children() == []
 
 
 def test_tables_flag_a_collapse_and_show_failed_processes():
     load = {"neighbours": 2, "ceiling": 3.0, "rows": [
-        {"name": "p", "plugin": "a", "quiet_ms": 2.0, "loaded_ms": 9.0, "ratio": 4.5, "over_ceiling": True},
+        {"name": "p", "plugin": "a", "quiet_ms": 2.0, "loaded_ms": 9.0, "ratio": 4.5, "over_ceiling": True,
+         "quiet_cores_used": 1.9, "loaded_cores_used": 0.4},
         {"name": "p", "plugin": "b", "quiet_ms": 2.0, "loaded_ms": 3.0, "ratio": 1.5, "over_ceiling": False},
         {"name": "q", "plugin": "a", "quiet_ms": None, "loaded_ms": None, "error": "quiet: it crashed"}]}
     text = format_under_load(load)
-    assert "4.50x         OVER 3x" in text and "slower than 3x quiet under load: p on a" in text
+    assert "4.50x         1.9/0.4                  OVER 3x" in text and "slower than 3x quiet under load: p on a" in text
     assert "q on a: error: quiet: it crashed" in text
     spread = [{"name": "p", "plugin": "a", "processes": 3, "per_process_ms": [22.0, None, 41.0],
-               "errors": ["process 2: it crashed"], "min_ms": 22.0, "median_ms": 31.5, "max_ms": 41.0,
+               "errors": ["process 2: it crashed"], "cores_used_per_process": [1.9, None, 1.0], "min_ms": 22.0, "median_ms": 31.5, "max_ms": 41.0,
                "max_over_min": 41.0 / 22.0}]
     text = format_spread(spread)
-    assert "1.86x" in text and "22.00 - 41.00" in text and "p on a: process 2: it crashed" in text
+    assert "1.86x" in text and "22.00 - 41.00     1.9 - 1.0" in text and "p on a: process 2: it crashed" in text
