@@ -117,12 +117,12 @@ def spread(plugins: Sequence[str], names: Sequence[str], processes: int, *, runs
             if index == 0:
                 first += [rows[n] for n in names if n in rows]
             for name in names:
-                row = rows.get(name, {})
-                ms = row.get("execute_ms_median") if row.get("outputs_match") else None
+                got = rows.get(name, {})
+                ms = got.get("execute_ms_median") if got.get("outputs_match") else None
                 per.setdefault((name, plugin), []).append(ms)
-                usage.setdefault((name, plugin), []).append((row.get("cores_used"), row.get("minor_faults_per_run")))
+                usage.setdefault((name, plugin), []).append((got.get("cores_used"), got.get("minor_faults_per_run")))
                 if ms is None:
-                    reason = row.get("error") or "outputs differ from the expected ones"
+                    reason = got.get("error") or "outputs differ from the expected ones"
                     errors.setdefault((name, plugin), []).append(f"process {index + 1}: {reason}")
     table = []
     for name in names:
