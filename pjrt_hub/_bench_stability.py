@@ -64,7 +64,12 @@ class Neighbours:
             for _ in range(self.count):
                 self.procs.append(subprocess.Popen(
                     [sys.executable, "-c", _SPIN, str(os.getpid())],
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    # A session of its own, as another program's process would have: where the
+                    # kernel groups processes by session for fairness (autogroup, on by default on
+                    # most desktops), a neighbour in the bench's session would only compete with
+                    # the bench inside its share and overstate the slowdown.
+                    start_new_session=True))
             # Let them get going (and the plugins' load sampling see them) before timing starts.
             time.sleep(0.3)
         except BaseException:
