@@ -224,7 +224,7 @@ def format_under_load(load: dict[str, Any]) -> str:
                       "-" if ratio is None else f"{ratio:.2f}x", cores,
                       f"OVER {load['ceiling']:g}x" if r.get("over_ceiling") else ""])
     lines = _columns(table)
-    lines += [f"{r['name']} on {r['plugin']}: error: {r['error']}" for r in load["rows"] if "error" in r]
+    lines += [f"{r['name']} on {r['plugin']}: error: {r['error']}" for r in load["rows"] if r.get("error")]
     over = [f"{r['name']} on {r['plugin']}" for r in load["rows"] if r.get("over_ceiling")]
     lines.append(f"slower than {load['ceiling']:g}x quiet under load: {', '.join(over)}" if over
                  else f"no program slower than {load['ceiling']:g}x its quiet time")
