@@ -202,7 +202,7 @@ def format_spread(rows: Sequence[dict[str, Any]]) -> str:
     table = [["program", "plugin", "processes", "min", "median", "max", "max/min", "per process (ms)",
               "cores used"]]
     for r in rows:
-        per = " ".join("-" if v is None else f"{v:.2f}" for v in r["per_process_ms"])
+        per = " ".join("-" if v is None else f"{v:.3f}" if v < 1 else f"{v:.2f}" for v in r["per_process_ms"])
         cores = " ".join("-" if v is None else f"{v:.1f}" for v in r.get("cores_used_per_process", []))
         table.append([r["name"], r["plugin"], str(r["processes"]), _time(r.get("min_ms")),
                       _time(r.get("median_ms")), _time(r.get("max_ms")),

@@ -873,9 +873,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.schema:
         print(json.dumps(BenchReport.model_json_schema(), indent=2))
         return ExitCode.OK
+    _check_stability_options(args)
     if args.collectives:
         return _bench_collectives(args)
-    _check_stability_options(args)
     suite = "corpus" if args.corpus else "perf"
     known = [p.name for p in bench_programs(suite)]
     unknown = [p for p in args.program if p not in known]

@@ -207,6 +207,8 @@ CASES = [
     Case("bench-under-load-zero", ("bench", "--under-load", "0"), 2, ("--under-load 0", "at least 1")),
     Case("bench-spread-and-load", ("bench", "--spread", "2", "--under-load", "1"), 2,
          ("--spread and --under-load cannot be combined",)),
+    Case("bench-spread-and-collectives", ("bench", "--spread", "2", "--collectives"), 2,
+         ("--spread and --collectives cannot be combined",)),
     Case("conformance-case-matches-nothing", ("conformance", "--plugin", "reference", "--case", "nosuch*"), 2,
          ("'nosuch*'", "matches no case")),
     Case("conformance-no-such-plugin", ("conformance", "--plugin", "nosuch"), 5, ("nosuch",)),
