@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -223,6 +224,21 @@ def _median_ms(fn: Callable[[], float], runs: int, warm: int = 3) -> float:
     return statistics.median(fn() for _ in range(runs)) * 1e3
 
 
+def _usage() -> tuple[float, int]:
+    """This process's CPU seconds (every thread: the plugin's pools too) and minor page faults."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return used.ru_utime + used.ru_stime, used.ru_minflt
+
+
+def _usage_per_run(before: tuple[float, int], after: tuple[float, int], wall_s: float,
+                   runs: int) -> dict[str, float]:
+    """What explains a time: ``cores_used`` is CPU time over wall time while the program ran (2.0:
+    two threads kept busy, 1.0: one), ``minor_faults_per_run`` the page faults each execute took
+    (fresh output memory the plugin touches for the first time)."""
+    return {"cores_used": (after[0] - before[0]) / wall_s if wall_s > 0 else 0.0,
+            "minor_faults_per_run": (after[1] - before[1]) / runs}
+
+
 def _budgeted_runs(fn: Callable[[], float], least: int) -> int:
     """``least`` runs, or as many as fit in :data:`RUN_BUDGET_S` (up to :data:`MAX_RUNS`), judged
     by the fastest of three runs (which also warm the program up)."""
@@ -273,8 +289,10 @@ def _measure(client: Any, name: str, programs: Sequence[BenchProgram], runs: int
             row["outputs_match"] = program.outputs_match(loaded.first_outputs) and program.outputs_match(
                 loaded.outputs())
             count = runs or _budgeted_runs(loaded.execute_once, RUNS.get(program.name, DEFAULT_RUNS))
+            before, wall = _usage(), time.perf_counter()
             row["execute_ms_median"] = _median_ms(loaded.execute_once, count, warm=min(3, count))
             row["runs"] = count
+            row.update(_usage_per_run(before, _usage(), time.perf_counter() - wall, count + min(3, count)))
             loaded.close()
         except PjrtError as exc:
             row["error"] = str(exc)
@@ -324,8 +342,13 @@ def _measure_in_child(name: str, programs: Sequence[str], runs: int | None, libr
 def bench(registry: Any, plugins: Sequence[str], programs: Iterable[str] | None = None, *,
           warm: bool = True, library: Sequence[str] = (), runs: int | None = None,
           progress: Progress | None = None, suite: str = "perf",
-          fastest_of: Sequence[str] = ()) -> dict[str, Any]:
+          fastest_of: Sequence[str] = (), spread: int = 0, under_load: int = 0) -> dict[str, Any]:
     """Run a suite (``perf`` or ``corpus``) on ``plugins``; return the report as a JSON-able dict.
+
+    ``spread=N`` (N >= 2) times the programs in N fresh processes per plugin and adds the
+    report's ``spread``; ``under_load=K`` (K >= 1) times them quiet and with K busy neighbour
+    processes and adds ``under_load`` (:mod:`pjrt_hub._bench_stability`). Their ``programs`` rows
+    are the first (quiet) process's, without the warm-cache compile.
 
     ``registry`` has judged the plugins already (the caller requires them loaded); each one is
     then measured in a fresh process that shares one compile cache, empty at the start (cold),
@@ -339,8 +362,11 @@ def bench(registry: Any, plugins: Sequence[str], programs: Iterable[str] | None 
     done = 0
     rows: list[dict[str, Any]] = []
     tiny: dict[str, float] = {}
+    extra: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="pjrt-hub-bench-") as cache:
-        for index, name in enumerate(plugins):
+        if spread or under_load:
+            rows, extra = _stability(plugins, names, spread, under_load, runs, library, cache, progress)
+        for index, name in enumerate(plugins if not extra else ()):
             def starting(program: str, plugin: str = name) -> None:
                 nonlocal done
                 if progress is not None:
@@ -364,7 +390,25 @@ def bench(registry: Any, plugins: Sequence[str], programs: Iterable[str] | None 
     _add_ratios(rows)
     return {"programs": rows, "tiny_execute_us": tiny.get(plugins[0]) if plugins else None,
             "tiny_execute_us_by_plugin": tiny, "plugins": list(plugins), "suite": suite,
-            "summary": summarise(rows, plugins, fastest_of)}
+            "summary": summarise(rows, plugins, fastest_of), **extra}
+
+
+def _stability(plugins: Sequence[str], names: Sequence[str], spread: int, under_load: int,
+               runs: int | None, library: Sequence[str], cache: str,
+               progress: Progress | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``--spread`` / ``--under-load``: the first process's rows and the report section."""
+    from pjrt_hub import _bench_stability as stability
+
+    def say(done: int, total: int, message: str) -> None:
+        if progress is not None:
+            progress(done, total, message)
+
+    if spread:
+        rows, table = stability.spread(plugins, names, spread, runs=runs, library=library, cache=cache, say=say)
+        return rows, {"spread": table}
+    rows, table = stability.under_load(plugins, names, under_load, runs=runs, library=library, cache=cache,
+                                       say=say)
+    return rows, {"under_load": {"neighbours": under_load, "ceiling": stability.LOAD_CEILING, "rows": table}}
 
 
 def _add_ratios(rows: list[dict[str, Any]]) -> None:

@@ -259,6 +259,9 @@ class BenchRow(_Model):
     first_result_ms_warm: float | None = Field(
         None, description="the same in a fresh process whose cache holds the program")
     xla_cpu_compile_ms: float | None = Field(None, description="XLA:CPU's compile time, from the manifest")
+    cores_used: float | None = Field(
+        None, description="CPU time over wall time of the timed runs (every thread of the process)")
+    minor_faults_per_run: float | None = Field(None, description="minor page faults per timed execute")
     error: str | None = None
 
 
@@ -282,6 +285,44 @@ class BenchSummary(_Model):
     vs_fastest: BenchComparison | None = Field(None, description="against the faster real XLA plugin, per program")
 
 
+class BenchSpreadRow(_Model):
+    """``bench --spread N``: one program on one plugin over N fresh processes."""
+
+    name: str
+    plugin: str
+    processes: int
+    per_process_ms: list[float | None] = Field(
+        description="each process's median execute, in order; null where it failed or its outputs differed")
+    min_ms: float | None = None
+    median_ms: float | None = Field(None, description="median of the per-process medians")
+    max_ms: float | None = None
+    max_over_min: float | None = Field(None, description="near 1: stable; near 2: bimodal across processes")
+    cores_used_per_process: list[float | None] = Field(
+        [], description="each process's CPU time over wall time while timed: which thread count it ran at")
+    minor_faults_per_run_per_process: list[float | None] = []
+    errors: list[str] = []
+
+
+class BenchLoadRow(_Model):
+    """``bench --under-load K``: one program on one plugin, quiet and with K busy neighbours."""
+
+    name: str
+    plugin: str
+    quiet_ms: float | None = None
+    loaded_ms: float | None = None
+    ratio: float | None = Field(None, description="loaded_ms / quiet_ms")
+    quiet_cores_used: float | None = Field(None, description="CPU time over wall time, quiet")
+    loaded_cores_used: float | None = Field(None, description="CPU time over wall time, loaded")
+    over_ceiling: bool | None = Field(None, description="ratio above the ceiling")
+    error: str | None = None
+
+
+class BenchLoad(_Model):
+    neighbours: int = Field(description="CPU-bound processes spinning during the loaded run")
+    ceiling: float = Field(description="loaded / quiet above this is a collapse")
+    rows: list[BenchLoadRow]
+
+
 class BenchReport(_Model):
     """``pjrt-hub bench --json``; rows also carry ``speedup_vs_<plugin>`` ratios."""
 
@@ -291,3 +332,5 @@ class BenchReport(_Model):
     plugins: list[str]
     suite: str = Field("perf", description="perf: the four large programs; corpus: the public corpus")
     summary: BenchSummary | None = None
+    spread: list[BenchSpreadRow] | None = Field(None, description="--spread N: per-process medians")
+    under_load: BenchLoad | None = Field(None, description="--under-load K: quiet against loaded")

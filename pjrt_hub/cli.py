@@ -866,13 +866,14 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from pjrt_hub._bench import bench, bench_programs, format_report
+    from pjrt_hub._bench import bench, bench_programs
     from pjrt_hub._reports import BenchReport, Outcome
     from pjrt_hub.abi import NotFound, PjrtHubError, PluginLoadError, VersionError
 
     if args.schema:
         print(json.dumps(BenchReport.model_json_schema(), indent=2))
         return ExitCode.OK
+    _check_stability_options(args)
     if args.collectives:
         return _bench_collectives(args)
     suite = "corpus" if args.corpus else "perf"
@@ -908,14 +909,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         report = bench(registry, plugins, args.program or None, warm=not args.no_warm,
                        library=tuple(args.library), runs=args.runs or None,
                        progress=progress.update if progress.enabled else None, suite=suite,
-                       fastest_of=[p for p in plugins if p in c_plugins])
+                       fastest_of=[p for p in plugins if p in c_plugins],
+                       spread=args.spread or 0, under_load=args.under_load or 0)
     except PjrtHubError as exc:
         print(f"pjrt-hub bench: {_one_line(exc)}", file=sys.stderr)
         return ExitCode.PLUGIN_ERROR
     finally:
         progress.clear()
     model = BenchReport.model_validate(report)
-    _emit(args, model, lambda r: format_report(report))
+    _emit(args, model, lambda r: _format_bench(report))
     failed = [r for r in report["programs"] if "error" in r or not r.get("outputs_match", False)]
     return ExitCode.FAILURE if failed else ExitCode.OK
 
@@ -935,6 +937,33 @@ def cmd_launch(args: argparse.Namespace) -> int:
         raise _Usage("launch: -n and --devices-per-process must be at least 1")
     return launch(command, args.processes, devices_per_process=args.devices_per_process,
                   timeout=args.kv_timeout, host=args.host, use_mpi=False if args.no_mpi else None)
+
+
+def _check_stability_options(args: argparse.Namespace) -> None:
+    """``--spread`` / ``--under-load``: their values, and what they do not combine with."""
+    if args.spread is not None and args.spread < 2:
+        raise _Usage(f"--spread {args.spread}: a spread needs at least 2 processes")
+    if args.under_load is not None and args.under_load < 1:
+        raise _Usage(f"--under-load {args.under_load}: needs at least 1 busy neighbour process")
+    if args.spread is not None or args.under_load is not None:
+        clash = [flag for flag, on in (("--spread", args.spread is not None),
+                                       ("--under-load", args.under_load is not None),
+                                       ("--collectives", args.collectives), ("--via", args.via is not None)) if on]
+        if len(clash) > 1:
+            raise _Usage(f"{' and '.join(clash)} cannot be combined: run them one at a time")
+
+
+def _format_bench(report: dict[str, Any]) -> str:
+    """The bench table, then the ``--spread`` or ``--under-load`` table when there is one."""
+    from pjrt_hub._bench import format_report
+    from pjrt_hub._bench_stability import format_spread, format_under_load
+
+    text = format_report(report)
+    if report.get("spread") is not None:
+        text += "\n\nspread over fresh processes (execute, median of each process):\n" + format_spread(report["spread"])
+    if report.get("under_load") is not None:
+        text += "\n\nunder load (execute medians):\n" + format_under_load(report["under_load"])
+    return text
 
 
 def _bench_collectives(args: argparse.Namespace) -> int:
@@ -1152,6 +1181,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=_non_negative, default=None, metavar="N",
                    help="timed runs per program (default: 30, softmax 60, more for short programs, "
                         "up to 0.25 s each; tiny add 3000)")
+    p.add_argument("--spread", type=int, default=None, metavar="N",
+                   help="time the programs in N (>= 2) fresh processes per plugin, one after another, and "
+                        "report the min / median / max of the per-process medians (shows a time that "
+                        "depends on the process)")
+    p.add_argument("--under-load", type=int, default=None, metavar="K",
+                   help="time the programs quiet, then while K (>= 1) CPU-bound neighbour processes spin, "
+                        "and report loaded / quiet, flagging ratios above 3")
     p.add_argument("--via", choices=("jax",), default=None,
                    help="through JAX: jit dispatch, first-call latency and the perf programs as JAX code on "
                         "the plugin (default numba_cpu) next to XLA:CPU and the plugin driven directly "

@@ -1,0 +1,231 @@
+"""``pjrt-hub bench --spread N`` and ``--under-load K``: is a plugin's speed stable, and does it
+survive a busy machine?
+
+``bench`` times each plugin in one fresh process; a result that depends on the process (thread
+pools sized at start-up, memory placement, a load figure sampled at the wrong moment) then looks
+like noise. ``--spread N`` runs the same measurement in N fresh processes one after another and
+reports, per program and plugin, the min / median / max of the N per-process medians and max/min:
+a bimodal program shows a ratio near 2 where a stable one stays near 1, and each process's
+``cores_used`` (CPU time over wall time while timed) shows whether it ran on one thread or two. ``--under-load K`` times
+the programs quiet, then again while K CPU-bound neighbour processes spin (plain Python loops,
+one per core they are meant to take), and reports loaded / quiet per program, flagging any ratio
+above :data:`LOAD_CEILING` (issue 14's "no collapse under load"). The neighbours are children of
+this process that also stop by themselves when it is gone, and are killed on the way out whatever
+happens (an error, Ctrl-C), so a benchmark never leaves spinning processes behind.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from types import TracebackType
+from typing import Any, Callable, Sequence
+
+from pjrt_hub._bench import _measure_in_child
+
+__all__ = ["LOAD_CEILING", "Neighbours", "format_spread", "format_under_load", "spread", "under_load"]
+
+#: loaded / quiet above this is a collapse (issue 14: "no program slower than 3x its quiet time").
+LOAD_CEILING = 3.0
+
+#: A neighbour: spin in pure Python, checking now and then that the bench that started it is
+#: still there (so even a bench killed with SIGKILL leaves no spinning process for long).
+_SPIN = ("import os, sys\n"
+         "parent = int(sys.argv[1])\n"
+         "while os.getppid() == parent:\n"
+         "    for _ in range(200000):\n"
+         "        pass\n")
+
+#: ``say(done, total, what)``: processes finished so far, of how many, and what runs now.
+Say = Callable[[int, int, str], None]
+
+
+class Neighbours:
+    """``with Neighbours(k):`` K CPU-bound processes spin for the body's duration.
+
+    The processes are killed and reaped on exit, including when the body raises (an error,
+    KeyboardInterrupt); :attr:`pids` lists them while they run."""
+
+    def __init__(self, count: int) -> None:
+        if count < 1:
+            raise ValueError(f"neighbours must be at least 1, got {count}")
+        self.count = count
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def __enter__(self) -> "Neighbours":
+        try:
+            for _ in range(self.count):
+                self.procs.append(subprocess.Popen(
+                    [sys.executable, "-c", _SPIN, str(os.getpid())],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    # A session of its own, as another program's process would have: where the
+                    # kernel groups processes by session for fairness (autogroup, on by default on
+                    # most desktops), a neighbour in the bench's session would only compete with
+                    # the bench inside its share and overstate the slowdown.
+                    start_new_session=True))
+            # Let them get going (and the plugins' load sampling see them) before timing starts.
+            time.sleep(0.3)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Kill and reap every neighbour (idempotent)."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # pragma: no cover - a SIGKILL'd process always ends
+                pass
+        self.procs = []
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def _medians(measured: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {row["name"]: row for row in measured["rows"]}
+
+
+def spread(plugins: Sequence[str], names: Sequence[str], processes: int, *, runs: int | None,
+           library: Sequence[str], cache: str, say: Say | None = None) -> tuple[list[dict[str, Any]],
+                                                                                  list[dict[str, Any]]]:
+    """Time ``names`` on each plugin in ``processes`` fresh processes, one after another.
+
+    Returns ``(first_rows, spread_rows)``: the first process's full bench rows (cold compile,
+    outputs checked) and, per program and plugin, the per-process medians with their min /
+    median / max and max/min. A process that fails leaves ``None`` in its place and its error."""
+    if processes < 2:
+        raise ValueError(f"a spread needs at least 2 processes, got {processes}")
+    first: list[dict[str, Any]] = []
+    per: dict[tuple[str, str], list[float | None]] = {}
+    errors: dict[tuple[str, str], list[str]] = {}
+    usage: dict[tuple[str, str], list[tuple[float | None, float | None]]] = {}
+    for plugin in plugins:
+        for index in range(processes):
+            if say is not None:
+                say(list(plugins).index(plugin) * processes + index, len(plugins) * processes,
+                    f"{plugin}: process {index + 1} of {processes}")
+            measured = _measure_in_child(plugin, names, runs, library, cache)
+            rows = _medians(measured)
+            if index == 0:
+                first += [rows[n] for n in names if n in rows]
+            for name in names:
+                got = rows.get(name, {})
+                ms = got.get("execute_ms_median") if got.get("outputs_match") else None
+                per.setdefault((name, plugin), []).append(ms)
+                usage.setdefault((name, plugin), []).append((got.get("cores_used"), got.get("minor_faults_per_run")))
+                if ms is None:
+                    reason = got.get("error") or "outputs differ from the expected ones"
+                    errors.setdefault((name, plugin), []).append(f"process {index + 1}: {reason}")
+    table = []
+    for name in names:
+        for plugin in plugins:
+            values = per.get((name, plugin), [])
+            good = [v for v in values if v is not None]
+            row: dict[str, Any] = {"name": name, "plugin": plugin, "processes": len(values),
+                                   "per_process_ms": values, "errors": errors.get((name, plugin), []),
+                                   "cores_used_per_process": [u[0] for u in usage.get((name, plugin), [])],
+                                   "minor_faults_per_run_per_process": [u[1] for u in usage.get((name, plugin), [])]}
+            if good:
+                row.update(min_ms=min(good), median_ms=statistics.median(good), max_ms=max(good),
+                           max_over_min=max(good) / min(good))
+            table.append(row)
+    return first, table
+
+
+def under_load(plugins: Sequence[str], names: Sequence[str], neighbours: int, *, runs: int | None,
+               library: Sequence[str], cache: str, say: Say | None = None) -> tuple[list[dict[str, Any]],
+                                                                                      list[dict[str, Any]]]:
+    """Time ``names`` on each plugin quiet, then (in another fresh process) with ``neighbours``
+    spinning processes; quiet and loaded are taken back to back per plugin so that the machine's
+    other load drifts as little as possible between them.
+
+    Returns ``(quiet_rows, load_rows)``: the quiet process's full bench rows and, per program and
+    plugin, quiet and loaded medians, loaded / quiet and whether it passes :data:`LOAD_CEILING`."""
+    if neighbours < 1:
+        raise ValueError(f"--under-load needs at least 1 neighbour process, got {neighbours}")
+    quiet_rows: list[dict[str, Any]] = []
+    table = []
+    for plugin in plugins:
+        if say is not None:
+            say(2 * list(plugins).index(plugin), 2 * len(plugins), f"{plugin}: quiet")
+        quiet = _medians(_measure_in_child(plugin, names, runs, library, cache))
+        if say is not None:
+            say(2 * list(plugins).index(plugin) + 1, 2 * len(plugins),
+                f"{plugin}: with {neighbours} busy neighbour process(es)")
+        with Neighbours(neighbours):
+            loaded = _medians(_measure_in_child(plugin, names, runs, library, cache))
+        quiet_rows += [quiet[n] for n in names if n in quiet]
+        for name in names:
+            q, lo = quiet.get(name, {}), loaded.get(name, {})
+            row: dict[str, Any] = {"name": name, "plugin": plugin,
+                                   "quiet_ms": q.get("execute_ms_median") if q.get("outputs_match") else None,
+                                   "loaded_ms": lo.get("execute_ms_median") if lo.get("outputs_match") else None,
+                                   "quiet_cores_used": q.get("cores_used"), "loaded_cores_used": lo.get("cores_used")}
+            problems = [f"{what}: {r.get('error') or 'outputs differ from the expected ones'}"
+                        for what, r, ms in (("quiet", q, row["quiet_ms"]), ("loaded", lo, row["loaded_ms"]))
+                        if ms is None]
+            if problems:
+                row["error"] = "; ".join(problems)
+            else:
+                row["ratio"] = row["loaded_ms"] / row["quiet_ms"]
+                row["over_ceiling"] = row["ratio"] > LOAD_CEILING
+            table.append(row)
+    return quiet_rows, table
+
+
+def _time(ms: float | None) -> str:
+    if ms is None:
+        return "-"
+    return f"{ms * 1e3:.1f} us" if ms < 1 else f"{ms:.2f} ms"
+
+
+def _columns(table: list[list[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
+
+
+def format_spread(rows: Sequence[dict[str, Any]]) -> str:
+    """The spread table: one line per program and plugin."""
+    table = [["program", "plugin", "processes", "min", "median", "max", "max/min", "per process (ms)",
+              "cores used"]]
+    for r in rows:
+        per = " ".join("-" if v is None else f"{v:.3f}" if v < 1 else f"{v:.2f}" for v in r["per_process_ms"])
+        cores = " ".join("-" if v is None else f"{v:.1f}" for v in r.get("cores_used_per_process", []))
+        table.append([r["name"], r["plugin"], str(r["processes"]), _time(r.get("min_ms")),
+                      _time(r.get("median_ms")), _time(r.get("max_ms")),
+                      "-" if r.get("max_over_min") is None else f"{r['max_over_min']:.2f}x", per, cores])
+    lines = _columns(table)
+    lines += [f"{r['name']} on {r['plugin']}: {e}" for r in rows for e in r["errors"]]
+    lines.append("noisy on a shared machine: compare spreads from several runs")
+    return "\n".join(lines)
+
+
+def format_under_load(load: dict[str, Any]) -> str:
+    """The under-load table, with the rows over the ceiling flagged."""
+    table = [["program", "plugin", "quiet", f"with {load['neighbours']} busy", "loaded/quiet",
+              "cores used quiet/loaded", ""]]
+    for r in load["rows"]:
+        ratio = r.get("ratio")
+        cores = "/".join("-" if r.get(k) is None else f"{r[k]:.1f}" for k in ("quiet_cores_used", "loaded_cores_used"))
+        table.append([r["name"], r["plugin"], _time(r.get("quiet_ms")), _time(r.get("loaded_ms")),
+                      "-" if ratio is None else f"{ratio:.2f}x", cores,
+                      f"OVER {load['ceiling']:g}x" if r.get("over_ceiling") else ""])
+    lines = _columns(table)
+    lines += [f"{r['name']} on {r['plugin']}: error: {r['error']}" for r in load["rows"] if r.get("error")]
+    over = [f"{r['name']} on {r['plugin']}" for r in load["rows"] if r.get("over_ceiling")]
+    lines.append(f"slower than {load['ceiling']:g}x quiet under load: {', '.join(over)}" if over
+                 else f"no program slower than {load['ceiling']:g}x its quiet time")
+    return "\n".join(lines)

@@ -1,0 +1,104 @@
+"""``pjrt-hub bench --spread`` / ``--under-load``: the report's shape, and no neighbour process
+left behind. Never timing assertions: the figures are a benchmark."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from pjrt_hub._bench_stability import LOAD_CEILING, Neighbours, format_spread, format_under_load
+from pjrt_hub.cli import ExitCode, main
+
+
+def _spinning_children() -> list[int]:
+    """Processes whose parent is this one and that run the neighbour loop."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == os.getpid() and b"getppid" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_neighbours_spin_while_inside_and_are_reaped_on_error():
+    with pytest.raises(RuntimeError):
+        with Neighbours(2) as neighbours:
+            pids = neighbours.pids
+            assert len(pids) == 2 and all(_alive(p) for p in pids)
+            assert sorted(_spinning_children()) == sorted(pids)
+            raise RuntimeError("the benchmark failed")
+    assert not any(_alive(p) for p in pids) and _spinning_children() == []
+
+
+def test_neighbours_are_reaped_on_ctrl_c():
+    with pytest.raises(KeyboardInterrupt):
+        with Neighbours(1) as neighbours:
+            pids = neighbours.pids
+            raise KeyboardInterrupt
+    assert not any(_alive(p) for p in pids)
+
+
+def test_spread_json_over_two_processes(capsys):
+    code = main(["bench", "--corpus", "--plugin", "reference", "--program", "broadcast_ops", "--runs", "2",
+                 "--spread", "2", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == ExitCode.OK
+    assert [r["name"] for r in report["programs"]] == ["broadcast_ops"]  # the first process's rows
+    (row,) = report["spread"]
+    assert row["name"] == "broadcast_ops" and row["plugin"] == "reference" and row["processes"] == 2
+    assert len(row["per_process_ms"]) == 2 and all(v > 0 for v in row["per_process_ms"])
+    assert row["min_ms"] == min(row["per_process_ms"]) and row["max_ms"] == max(row["per_process_ms"])
+    assert row["min_ms"] <= row["median_ms"] <= row["max_ms"]
+    assert row["max_over_min"] == pytest.approx(row["max_ms"] / row["min_ms"]) and row["errors"] == []
+    assert len(row["cores_used_per_process"]) == 2 and all(c > 0 for c in row["cores_used_per_process"])
+    assert all(f >= 0 for f in row["minor_faults_per_run_per_process"])
+    assert report["under_load"] is None
+
+
+def test_under_load_json_with_one_neighbour_leaves_none_behind(capsys):
+    code = main(["bench", "--corpus", "--plugin", "reference", "--program", "broadcast_ops", "--runs", "2",
+                 "--under-load", "1", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == ExitCode.OK
+    load = report["under_load"]
+    assert load["neighbours"] == 1 and load["ceiling"] == LOAD_CEILING
+    (row,) = load["rows"]
+    assert row["name"] == "broadcast_ops" and row["plugin"] == "reference"
+    assert row["ratio"] == pytest.approx(row["loaded_ms"] / row["quiet_ms"])
+    assert row["over_ceiling"] is (row["ratio"] > LOAD_CEILING)
+    assert row["quiet_cores_used"] > 0 and row["loaded_cores_used"] > 0
+    assert report["spread"] is None
+    assert _spinning_children() == []
+
+
+def test_tables_flag_a_collapse_and_show_failed_processes():
+    load = {"neighbours": 2, "ceiling": 3.0, "rows": [
+        {"name": "p", "plugin": "a", "quiet_ms": 2.0, "loaded_ms": 9.0, "ratio": 4.5, "over_ceiling": True,
+         "quiet_cores_used": 1.9, "loaded_cores_used": 0.4},
+        {"name": "p", "plugin": "b", "quiet_ms": 2.0, "loaded_ms": 3.0, "ratio": 1.5, "over_ceiling": False,
+         "error": None},  # as the JSON report has it
+        {"name": "q", "plugin": "a", "quiet_ms": None, "loaded_ms": None, "error": "quiet: it crashed"}]}
+    text = format_under_load(load)
+    assert "4.50x         1.9/0.4                  OVER 3x" in text and "slower than 3x quiet under load: p on a" in text
+    assert "q on a: error: quiet: it crashed" in text and "p on b: error" not in text
+    spread = [{"name": "p", "plugin": "a", "processes": 3, "per_process_ms": [22.0, None, 41.0],
+               "errors": ["process 2: it crashed"], "cores_used_per_process": [1.9, None, 1.0], "min_ms": 22.0, "median_ms": 31.5, "max_ms": 41.0,
+               "max_over_min": 41.0 / 22.0}]
+    text = format_spread(spread)
+    assert "1.86x" in text and "22.00 - 41.00     1.9 - 1.0" in text and "p on a: process 2: it crashed" in text
