@@ -36,24 +36,28 @@ NEVER_ENDING_DONATING = """module @jit_forever_donating {
 }
 """
 
-#: Counts from %arg0 up to 10 in a loop whose bound is data, not a counted loop: 10 - %arg0
-#: iterations (0-d in and out).
-COUNT_TO_TEN = """module @jit_count {
-  func.func public @main(%arg0: tensor<i32>) -> tensor<i32> {
-    %ten = stablehlo.constant dense<10> : tensor<i32>
-    %0:2 = stablehlo.while(%i = %arg0, %n = %ten) : tensor<i32>, tensor<i32>
-    cond {
+def count_to(bound: int) -> str:
+    """Counts from %arg0 up to ``bound`` in a loop whose bound is data, not a counted loop:
+    ``bound - %arg0`` iterations (0-d in and out)."""
+    return f"""module @jit_count {{
+  func.func public @main(%arg0: tensor<i32>) -> tensor<i32> {{
+    %bound = stablehlo.constant dense<{bound}> : tensor<i32>
+    %0:2 = stablehlo.while(%i = %arg0, %n = %bound) : tensor<i32>, tensor<i32>
+    cond {{
       %p = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
       stablehlo.return %p : tensor<i1>
-    } do {
+    }} do {{
       %c1 = stablehlo.constant dense<1> : tensor<i32>
       %1 = stablehlo.add %i, %c1 : tensor<i32>
       stablehlo.return %1, %n : tensor<i32>, tensor<i32>
-    }
+    }}
     return %0#0 : tensor<i32>
-  }
-}
+  }}
+}}
 """
+
+
+COUNT_TO_TEN = count_to(10)
 
 #: A never-ending loop with real work in it (a 256x256 matmul per iteration): XLA:CPU runs it on
 #: its own threads and returns from execute at once, where it runs the tiny loops inline.

@@ -98,20 +98,13 @@ class CpuMemory(Memory):
         """Count the outputs of one execution at once: ``(count, total bytes, largest)``, as
         ``count`` calls of :meth:`_alloc` would. Caller holds the client's lock."""
         count, nbytes, largest = figures
-        account = self._account
-        in_use = account.in_use = account.in_use + nbytes
-        account.num_allocs += count
-        if in_use > account.peak:
-            account.peak = in_use
-        if largest > account.largest:
-            account.largest = largest
-        account = self._device._account  # the same, for the device (written out: hot path)
-        in_use = account.in_use = account.in_use + nbytes
-        account.num_allocs += count
-        if in_use > account.peak:
-            account.peak = in_use
-        if largest > account.largest:
-            account.largest = largest
+        for account in (self._account, self._device._account):  # the memory's, the device's
+            in_use = account.in_use = account.in_use + nbytes
+            account.num_allocs += count
+            if in_use > account.peak:
+                account.peak = in_use
+            if largest > account.largest:
+                account.largest = largest
 
     def _free(self, nbytes: int) -> None:
         self._account.in_use -= nbytes

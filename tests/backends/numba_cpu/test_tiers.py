@@ -27,6 +27,7 @@ from pjrt_hub.backends.numba_cpu.eager import EagerUnsupported, NeedsCompiled
 from pjrt_hub.backends.numba_cpu.lanes import lane_count, reduce_lanes
 from pjrt_hub.backends.numba_cpu.tiers import TieredProgram
 from ...corpus import program_text, public_arrays, public_programs
+from ...loop_programs import count_to
 from ...loop_programs import NEVER_ENDING
 from .tier_helpers import assert_same_bits, eager_program
 
@@ -725,19 +726,7 @@ def test_a_while_loop_with_many_carried_values_gives_the_same_result_on_every_pa
     np.testing.assert_allclose(direct[5], t, rtol=1e-6)
 
 
-_COUNT_TO_1000 = """func.func @main(%x: tensor<i32>) -> tensor<i32> {
-  %0 = stablehlo.while(%i = %x) : tensor<i32>
-  cond {
-    %n = stablehlo.constant dense<1000> : tensor<i32>
-    %c = stablehlo.compare LT, %i, %n : (tensor<i32>, tensor<i32>) -> tensor<i1>
-    stablehlo.return %c : tensor<i1>
-  } do {
-    %one = stablehlo.constant dense<1> : tensor<i32>
-    %1 = stablehlo.add %i, %one : tensor<i32>
-    stablehlo.return %1 : tensor<i32>
-  }
-  return %0 : tensor<i32>
-}"""
+_COUNT_TO_1000 = count_to(1000)
 
 
 def test_an_eager_run_stops_when_cancelled_or_overtaken():
