@@ -1013,7 +1013,7 @@ class Lowering:
         blocked = not all(direct) and width > BLOCK
         # One row, one call: the lanes stay in registers.
         in_registers = len(inner) == 1 and not blocked
-        sym = {"add": "+", "mul": "*"}
+        combine = {"add": "({} + {})", "mul": "({} * {})", "max": "rmax({}, {})", "min": "rmin({}, {})"}
         results: list[Expr] = []
         if not in_registers:
             for op, plan, _ in items:
@@ -1059,8 +1059,8 @@ class Lowering:
                 src, start = self._flat_row(op.operands[0], prefix, lo) if is_direct else (scratch, "0")
                 if in_registers:
                     acc = self.fresh("acc")
-                    self.scope.emit(f"{acc} = ({init.text} {sym[plan.op]} "
-                                    f"lanes_row({src}, {start}, {cnt}, '{plan.op}', {plan.k}))")
+                    row = f"lanes_row({src}, {start}, {cnt}, '{plan.op}', {plan.k})"
+                    self.scope.emit(f"{acc} = {combine[plan.op].format(init.text, row)}")
                     results.append(Expr(acc, self.scope))
                 else:
                     self.scope.emit(f"lanes_add({lanes}, {src}, {start}, {cnt}, '{plan.op}', {plan.k})")
@@ -1070,8 +1070,8 @@ class Lowering:
         if not in_registers:
             for op, plan, init in items:
                 acc = self.fresh("acc")
-                self.scope.emit(f"{acc} = ({init.text} {sym[plan.op]} "
-                                f"lanes_total({self.lane_buffers(op)[0]}, '{plan.op}', {plan.k}))")
+                total = f"lanes_total({self.lane_buffers(op)[0]}, '{plan.op}', {plan.k})"
+                self.scope.emit(f"{acc} = {combine[plan.op].format(init.text, total)}")
                 results.append(Expr(acc, self.scope))
         return results
 

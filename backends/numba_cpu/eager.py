@@ -820,6 +820,8 @@ def _reduce(program: EagerProgram, op: Op) -> Step:
     kept_shape = tuple(inputs[0].tensor_type.shape[d] for d in kept)
     steps = math.prod(inputs[0].tensor_type.shape[d] for d in dims)
     plan = _lanes.lane_reduction(op)
+    if plan is not None and not plan.ordered:
+        plan = None  # max/min: exact in any order, so the eager tier keeps its own (faster) one
     step = _step_function(op)
     exact = _exact_in_any_order(op)
     kinds = [_kind(r) for r in op.results]

@@ -19,6 +19,7 @@ from __future__ import annotations
 from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.core.extending import intrinsic
 
 __all__ = [
@@ -223,16 +224,27 @@ def f2i(typingctx, x, to):
 _NATIVE_FMAXMIN = llvm.llvm_version_info >= (17,)
 
 
-def _build_fmaxmin(builder: ir.IRBuilder, kind: str, x: ir.Value, y: ir.Value) -> ir.Value:
-    """IEEE 754-2019 maximum (``kind="max"``) or minimum of two floats: NaN if either is NaN, and
-    -0 < +0. Older LLVMs get the same from compares and selects, which vectorise as well: of two
-    equal operands (only +0 and -0 differ in bits) max keeps the common bits and min any set one."""
+def build_fmaxmin(builder: ir.IRBuilder, kind: str, x: ir.Value, y: ir.Value) -> ir.Value:
+    """IEEE 754-2019 maximum (``kind="max"``) or minimum of two floats, or of two vectors of
+    floats lane by lane: NaN if either is NaN, and -0 < +0. Older LLVMs get the same from
+    compares and selects, which vectorise as well: of two equal operands (only +0 and -0 differ
+    in bits) max keeps the common bits and min any set one."""
     fty = x.type
+    vector = isinstance(fty, ir.VectorType)
+    scalar = fty.element if vector else fty
+    bits = {ir.HalfType: 16, ir.FloatType: 32, ir.DoubleType: 64}[type(scalar)]
     if _NATIVE_FMAXMIN:
         name = "llvm.maximum" if kind == "max" else "llvm.minimum"
-        fn = builder.module.declare_intrinsic(name, [fty], ir.FunctionType(fty, [fty, fty]))
+        if vector:
+            # llvmlite names overloaded intrinsics from scalar types only: spell the vector one.
+            fn = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(fty, [fty, fty]), f"{name}.v{fty.count}f{bits}")
+        else:
+            fn = builder.module.declare_intrinsic(name, [fty], ir.FunctionType(fty, [fty, fty]))
         return builder.call(fn, [x, y])
-    ity = ir.IntType({ir.HalfType: 16, ir.FloatType: 32, ir.DoubleType: 64}[type(fty)])
+    ity: ir.Type = ir.IntType(bits)
+    if vector:
+        ity = ir.VectorType(ity, fty.count)
     xi, yi = builder.bitcast(x, ity), builder.bitcast(y, ity)
     equal = builder.bitcast(builder.and_(xi, yi) if kind == "max" else builder.or_(xi, yi), fty)
     wins, loses = (">", "<") if kind == "max" else ("<", ">")
@@ -262,7 +274,7 @@ def _float_maxmin(kind):
             return None
 
         def codegen(context, builder, sig, args):
-            return _build_fmaxmin(builder, kind, *args)
+            return build_fmaxmin(builder, kind, *args)
 
         return a(a, b), codegen
 
@@ -293,7 +305,7 @@ def _reassoc_binop(kind):
                     return builder.fadd(x, y, flags=flags)
                 if kind == "mul":
                     return builder.fmul(x, y, flags=flags)
-                return _build_fmaxmin(builder, kind, x, y)
+                return build_fmaxmin(builder, kind, x, y)
             if kind == "add":
                 return builder.add(x, y)
             if kind == "mul":

@@ -3,9 +3,10 @@
 Each intrinsic works on a lanes buffer (``K`` elements of the reduction's type, one per thread
 of a kernel group) that holds the partial results between the rows of a multi-dimensional
 reduction. Inside one call the lanes are a single ``<K x float>`` value: a block of ``K``
-consecutive elements is one vector load and one vector add (or multiply), with no
-reassociation flag, so LLVM can neither reorder a lane's steps nor mix lanes. The operation
-(``"add"``/``"mul"``) and ``K`` are literal arguments, as the vector type depends on them.
+consecutive elements is one vector load and one vector add (or multiply, or IEEE maximum or
+minimum), with no reassociation flag, so LLVM can neither reorder a lane's steps nor mix lanes.
+The operation (``"add"``, ``"mul"``, ``"max"``, ``"min"``) and ``K`` are literal arguments, as
+the vector type depends on them.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ from numba import types
 from numba.core import cgutils
 from numba.core.extending import intrinsic
 
+from .intrinsics import build_fmaxmin
+from .lanes import IDENTITY
+
 __all__ = ["lanes_reset", "lanes_add", "lanes_total", "lanes_row"]
 
 
 def _literals(op, k) -> bool:
-    return (isinstance(op, types.StringLiteral) and op.literal_value in ("add", "mul")
+    return (isinstance(op, types.StringLiteral) and op.literal_value in IDENTITY
             and isinstance(k, types.IntegerLiteral) and k.literal_value >= 1)
 
 
@@ -28,7 +32,16 @@ def _float_array(a) -> bool:
 
 
 def _step(builder, op: str, a, b):
-    return builder.fadd(a, b) if op == "add" else builder.fmul(a, b)
+    if op == "add":
+        return builder.fadd(a, b)
+    if op == "mul":
+        return builder.fmul(a, b)
+    return build_fmaxmin(builder, op, a, b)
+
+
+def _identity(fty, op: str, count: int):
+    """The vector of ``count`` lanes at the identity of ``op``."""
+    return ir.Constant(ir.VectorType(fty, count), [ir.Constant(fty, IDENTITY[op])] * count)
 
 
 def _vector_ptr(builder, ptr, vty):
@@ -37,7 +50,7 @@ def _vector_ptr(builder, ptr, vty):
 
 @intrinsic
 def lanes_reset(typingctx, lanes, op, k):
-    """Set the ``k`` lanes to the identity of ``op`` (-0.0 for add, 1.0 for mul)."""
+    """Set the ``k`` lanes to the identity of ``op`` (see :data:`.lanes.IDENTITY`)."""
     if not (_float_array(lanes) and _literals(op, k)):
         return None
     name, count = op.literal_value, k.literal_value
@@ -45,9 +58,8 @@ def lanes_reset(typingctx, lanes, op, k):
     def codegen(context, builder, sig, args):
         arr = context.make_array(sig.args[0])(context, builder, args[0])
         fty = context.get_value_type(sig.args[0].dtype)
-        vty = ir.VectorType(fty, count)
-        value = ir.Constant(vty, [ir.Constant(fty, -0.0 if name == "add" else 1.0)] * count)
-        builder.store(value, _vector_ptr(builder, arr.data, vty), align=sig.args[0].dtype.bitwidth // 8)
+        value = _identity(fty, name, count)
+        builder.store(value, _vector_ptr(builder, arr.data, value.type), align=sig.args[0].dtype.bitwidth // 8)
         return context.get_dummy_value()
 
     return types.none(lanes, op, k), codegen
@@ -144,7 +156,7 @@ def lanes_row(typingctx, src, start, count, op, k):
         base = builder.gep(sarr.data, [first])
         kc = ir.Constant(intp, width)
         blocks = builder.sdiv(n, kc)
-        ident = ir.Constant(vty, [ir.Constant(fty, -0.0 if name == "add" else 1.0)] * width)
+        ident = _identity(fty, name, width)
         acc = cgutils.alloca_once(builder, vty)
         builder.store(ident, acc)
         with cgutils.for_range(builder, blocks) as loop:

@@ -22,8 +22,11 @@ bits, so the order is fixed here instead, in a form that still runs at vector sp
   scatter combiners, variadic or region-defined reducers, 16-bit floats, which round after
   every step) is *sequential*: ``init``, then each element in row-major order of the reduced
   index, one step at a time.
-* Integer reductions and float ``max``/``min`` are exact in any order, so the compiled code
-  keeps reassociating them.
+* Integer reductions and float ``max``/``min`` are exact in any order. The compiled code runs
+  float ``max``/``min`` suffix reductions by lanes too (identity ``-inf``/``+inf``), for speed
+  only: LLVM does not vectorise an IEEE ``maximum`` chain by itself, and a scalar chain of them
+  is several times slower than a vector of lanes. The eager tier reduces them in any order
+  (:attr:`LanePlan.ordered` is False), with the same bits.
 
 This module holds the definition and the numpy side; :mod:`.lane_intrinsics` holds the compiled
 side. It imports no numba: the eager tier must start without it.
@@ -36,13 +39,17 @@ import numpy.typing as npt
 
 from pjrt_hub.backends.stablehlo import Op, TensorType
 
-__all__ = ["LANE_BYTES", "BLOCK", "LanePlan", "fold_lanes", "identity", "lane_count", "lane_reduction", "reduce_lanes"]
+__all__ = ["IDENTITY", "LANE_BYTES", "BLOCK", "LanePlan", "fold_lanes", "identity", "lane_count", "lane_reduction",
+           "reduce_lanes"]
 
 #: Bytes of lanes at most (64 float32 or 32 float64 lanes).
 LANE_BYTES = 256
 #: Fused reductions whose values are not in memory compute them into a scratch row first, in
 #: blocks of at most this many elements (a multiple of every lane count).
 BLOCK = 4096
+#: The lane start value of each lane operation: ``x (op) identity == x`` bit for bit, signed
+#: zeros and NaN included.
+IDENTITY = {"add": -0.0, "mul": 1.0, "max": -np.inf, "min": np.inf}
 
 
 def lane_count(width: int, itemsize: int) -> int:
@@ -56,7 +63,7 @@ def lane_count(width: int, itemsize: int) -> int:
 
 def identity(op: str, dtype: np.dtype) -> np.generic:
     """The lane start value: ``x (op) identity == x`` bit for bit, signed zeros and NaN included."""
-    return dtype.type(-0.0 if op == "add" else 1.0)
+    return dtype.type(IDENTITY[op])
 
 
 def fold_lanes(lanes: np.ndarray, op: str) -> np.ndarray:
@@ -102,6 +109,11 @@ class LanePlan:
     def __init__(self, op: str, k: int, ndims: int, width: int, dtype: np.dtype) -> None:
         self.op, self.k, self.ndims, self.width, self.dtype = op, k, ndims, width, dtype
 
+    @property
+    def ordered(self) -> bool:
+        """Whether the lane order decides the bits (add and multiply), not only the speed."""
+        return self.op in ("add", "mul")
+
     def __repr__(self) -> str:
         return f"LanePlan({self.op}, k={self.k}, ndims={self.ndims}, width={self.width}, {self.dtype})"
 
@@ -114,7 +126,7 @@ def lane_reduction(op: Op) -> LanePlan | None:
     if op.name != "stablehlo.reduce" or len(op.results) != 1:
         return None
     simple = simple_reducer(op.regions[0], 1)
-    if simple not in ("add", "mul"):
+    if simple not in IDENTITY:
         return None
     ty = op.operands[0].type
     if not isinstance(ty, TensorType) or ty.element_type not in ("f32", "f64"):

@@ -231,6 +231,33 @@ def test_reductions_same_bits_on_both_tiers(compiler, t, op, shape):
     assert_same_bits(eager_program(text).run([x]), compiler.compile(text).run([x]), f"{op} {t} {shape}")
 
 
+@pytest.mark.parametrize("op", ["maximum", "minimum"])
+def test_max_and_min_suffix_reductions_run_by_lanes_with_the_eager_tiers_bits(compiler, op):
+    """Compiled max/min suffix reductions use vector lanes (for speed); NaNs, signed zeros and
+    infinities give the eager tier's bits, in rows that fit the lanes and rows that do not."""
+    shape = (6, 3, 70)
+    text = _reduce_program(shape, "f32", op, [[2], [1, 2], [0, 1, 2]]).replace(
+        "dense<0.0>", f"dense<{'0xFF800000' if op == 'maximum' else '0x7F800000'}>")
+    x = np.random.default_rng(11).standard_normal(shape).astype(np.float32)
+    x[0, 1, 33] = np.nan
+    x[1] = 0.0
+    x[1, 2, 69] = -0.0
+    x[2] = -0.0
+    x[2, 0, 0] = 0.0
+    x[3, 2, 5] = np.inf
+    x[4, 1, 68] = -np.inf
+    program = compiler.compile(text)
+    word = op[:3]
+    assert "lanes_row(" in program.source and f"'{word}'" in program.source
+    eager = eager_program(text).run([x])
+    assert_same_bits(eager, program.run([x]), op)
+    rows = eager[1]  # reduce(x) over the last dim, no exponential
+    assert np.isnan(rows[0, 1]) and not np.isnan(rows[0, 0])
+    # Rows of zeros: max is -0 only where every zero is -0, min is +0 only where every one is +0.
+    signs = [[False, False, True], [True, True, True]] if op == "minimum" else [[False] * 3, [False, True, True]]
+    assert np.signbit(rows[1:3]).tolist() == signs and not rows[1:3].any()
+
+
 def test_lane_order_is_the_documented_one():
     """64 lanes for float32, element w to lane w % 64, folded in halves, init last."""
     x = np.arange(1, 131, dtype=np.float32) * np.float32(0.1)

@@ -298,3 +298,59 @@ def test_ieee_maximum_and_minimum_propagate_nan_and_order_signed_zeros(monkeypat
     np.testing.assert_array_equal(out[1], expected_min)
     assert list(np.signbit(out[0, 4:6])) == [False, False] and list(np.signbit(out[1, 4:6])) == [True, True]
     assert np.isnan(out[2, 0]) and np.isnan(out[2, 1])  # a NaN in b reaches both reductions
+
+
+# -- lanes of IEEE maximum / minimum (the compiled side of max/min suffix reductions) -----------
+
+
+def _lanes_kernel(op: str, k: int):
+    from pjrt_hub.backends.numba_cpu.lane_intrinsics import lanes_add, lanes_reset, lanes_row, lanes_total
+
+    @numba.njit
+    def kernel(x, lanes, out):
+        for r in range(x.shape[0]):
+            out[0, r] = lanes_row(x, r * x.shape[1], x.shape[1], op, k)
+            lanes_reset(lanes, op, k)
+            lanes_add(lanes, x, r * x.shape[1], x.shape[1], op, k)
+            out[1, r] = lanes_total(lanes, op, k)
+
+    return kernel
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["llvm.maximum", "compare-select"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_max_and_min_lanes_give_the_ieee_result_in_any_row(monkeypatch, native, dtype, op):
+    """Rows with a NaN anywhere (also in the tail past the last whole block), rows where only
+    the zeros' signs decide, all-infinite rows, rows shorter than the lanes and an empty row."""
+    if native and not intr._NATIVE_FMAXMIN:
+        pytest.skip("this LLVM cannot select llvm.maximum")
+    monkeypatch.setattr(intr, "_NATIVE_FMAXMIN", native)
+    k, width = (8, 21) if dtype == np.float32 else (4, 10)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((8, width)).astype(dtype)
+    x[1, 3] = np.nan
+    x[2, -1] = np.nan  # in the tail
+    x[3] = 0.0
+    x[3, 5] = -0.0
+    x[4] = -0.0
+    x[4, -2] = 0.0
+    x[5] = -np.inf if op == "max" else np.inf
+    x[6, 7] = np.inf
+    x[7, 0] = -np.inf
+    out = np.zeros((2, x.shape[0]), dtype)
+    _lanes_kernel(op, k)(x, np.empty(k, dtype), out)
+    expected = [np.max(row) if op == "max" else np.min(row) for row in x]
+    for r, want in enumerate(expected):
+        if r in (1, 2):
+            assert np.isnan(out[0, r]) and np.isnan(out[1, r]), (r, out[:, r])
+            continue
+        if r in (3, 4):
+            want = dtype(0.0) if op == "max" else dtype(-0.0)  # -0 < +0
+        for got in out[:, r]:
+            assert got.tobytes() == np.asarray(want, dtype).tobytes(), (op, r, got, want)
+    empty = np.zeros((1, 0), dtype)
+    out = np.zeros((2, 1), dtype)
+    _lanes_kernel(op, k)(empty, np.empty(k, dtype), out)
+    identity = -np.inf if op == "max" else np.inf
+    assert out.tolist() == [[identity], [identity]]
