@@ -395,9 +395,10 @@ class Lowering:
         self._maybe_arg: set[str] = set()
         #: Functions of the module besides the entry (rules add them: collective calls).
         self.helpers: list[str] = []
-        #: Lane reductions (see :mod:`.lanes`): op id -> (lanes buffer, scratch row or None),
-        #: allocated once per chunk of the group that computes them.
-        self._lane_bufs: dict[int, tuple[str, str | None]] = {}
+        #: Lane reductions (see :mod:`.lanes`): op id -> (lanes buffer, scratch row), each None
+        #: where the reduction has no use for it, allocated once per chunk of the group that
+        #: computes them.
+        self._lane_bufs: dict[int, tuple[str | None, str | None]] = {}
         #: Set by rules that emit multi-threaded library calls (large dot products).
         self.threaded = False
         #: The plans (planner.BlockPlan) of the blocks lowered so far, merged: each value's
@@ -972,7 +973,9 @@ class Lowering:
 
     def _alloc_lane_buffers(self, group: FusionGroup, scope: Scope) -> None:
         """Lanes (and, for values not in memory, a scratch row) for each lane reduction of the
-        group, in ``scope``: once per chunk, so that every thread has its own."""
+        group, in ``scope``: once per chunk, so that every thread has its own. A reduction of one
+        row at a time that fits a block keeps its lanes in registers (see :meth:`lane_rows`) and
+        gets no lanes buffer: in a loop body, an unused one would be allocated every iteration."""
         from .lanes import BLOCK, lane_reduction
 
         for m in group.members:
@@ -985,20 +988,27 @@ class Lowering:
                 if plan is None:
                     continue
                 np_name = "np.float32" if plan.dtype == np.float32 else "np.float64"
-                lanes = self.fresh("lanes")
-                scope.emit(f"{lanes} = np.empty({plan.k}, {np_name})")
+                lanes = None
+                if plan.ndims > 1 or plan.width > BLOCK:
+                    lanes = self.fresh("lanes")
+                    scope.emit(f"{lanes} = np.empty({plan.k}, {np_name})")
                 scratch = None
                 if not isinstance(self.env.get(op.operands[0]), (ArrayBinding, RowBuffer)):
                     scratch = self.fresh("scratch")
                     scope.emit(f"{scratch} = np.empty({max(1, min(plan.width, BLOCK))}, {np_name})")
                 self._lane_bufs[id(op)] = (lanes, scratch)
 
-    def lane_buffers(self, op: Op) -> tuple[str, str | None]:
+    def lane_buffers(self, op: Op) -> tuple[str | None, str | None]:
         """The lanes and scratch row of a lane reduction (names of probes while planning)."""
         bufs = self._lane_bufs.get(id(op))
         if bufs is None:
             return f"_probeL{id(op)}", f"_probeS{id(op)}"
         return bufs
+
+    def _lanes_of(self, op: Op) -> str:
+        lanes = self.lane_buffers(op)[0]
+        assert lanes is not None, "a lane reduction over several rows or blocks has a lanes buffer"
+        return lanes
 
     def lane_rows(self, inner: Sequence[int], outer_idx: tuple[Expr, ...], items, body) -> list[Expr]:
         """Lane reductions over ``inner`` (the reduced dims, after ``outer_idx``): emits loops
@@ -1017,7 +1027,7 @@ class Lowering:
         results: list[Expr] = []
         if not in_registers:
             for op, plan, _ in items:
-                self.scope.emit(f"lanes_reset({self.lane_buffers(op)[0]}, '{plan.op}', {plan.k})")
+                self.scope.emit(f"lanes_reset({self._lanes_of(op)}, '{plan.op}', {plan.k})")
         with self.loops(inner[:-1]) as mid:
             prefix = outer_idx + mid
             opened: list[tuple[Scope, Scope]] = []
@@ -1055,7 +1065,7 @@ class Lowering:
                 parent.close(child)
                 self.scope = parent
             for (op, plan, init), is_direct in zip(items, direct):
-                lanes, scratch = self.lane_buffers(op)
+                scratch = self.lane_buffers(op)[1]
                 src, start = self._flat_row(op.operands[0], prefix, lo) if is_direct else (scratch, "0")
                 if in_registers:
                     acc = self.fresh("acc")
@@ -1063,14 +1073,14 @@ class Lowering:
                     self.scope.emit(f"{acc} = {combine[plan.op].format(init.text, row)}")
                     results.append(Expr(acc, self.scope))
                 else:
-                    self.scope.emit(f"lanes_add({lanes}, {src}, {start}, {cnt}, '{plan.op}', {plan.k})")
+                    self.scope.emit(f"lanes_add({self._lanes_of(op)}, {src}, {start}, {cnt}, '{plan.op}', {plan.k})")
             for parent, child in reversed(opened):
                 parent.close(child)
                 self.scope = parent
         if not in_registers:
             for op, plan, init in items:
                 acc = self.fresh("acc")
-                total = f"lanes_total({self.lane_buffers(op)[0]}, '{plan.op}', {plan.k})"
+                total = f"lanes_total({self._lanes_of(op)}, '{plan.op}', {plan.k})"
                 self.scope.emit(f"{acc} = {combine[plan.op].format(init.text, total)}")
                 results.append(Expr(acc, self.scope))
         return results
