@@ -393,6 +393,10 @@ class Lowering:
         #: Variables that may hold an argument array at run time (a loop-carried value or a
         #: branch result initialised from one): results copy them, never hand out an input.
         self._maybe_arg: set[str] = set()
+        #: Control-flow result variables (branch results, loop-carried values) that may share
+        #: their array with another live value: a branch can return an outer value, two results
+        #: can be one array. Nothing updates them in place, and results copy them.
+        self._shared: set[str] = set()
         #: Functions of the module besides the entry (rules add them: collective calls).
         self.helpers: list[str] = []
         #: Lane reductions (see :mod:`.lanes`): op id -> (lanes buffer, scratch row), each None
@@ -570,7 +574,12 @@ class Lowering:
 
     def owns(self, b: ArrayBinding) -> bool:
         """True when the array is this function's to overwrite (not an input or a constant)."""
-        return not b.is_global and b.name not in self._arg_names and b.name not in self._maybe_arg
+        return (not b.is_global and b.name not in self._arg_names and b.name not in self._maybe_arg
+                and b.name not in self._shared)
+
+    def share(self, names: Sequence[str]) -> None:
+        """Mark control-flow result variables as possibly sharing their arrays (see :attr:`_shared`)."""
+        self._shared.update(names)
 
     def sole_user(self, v: Value, op: Op) -> bool:
         users = self.readers.get(v, ())
@@ -617,7 +626,8 @@ class Lowering:
         or ownership differ from fresh arrays: loop-carried values and results need that)."""
         name = self.array(v)
         b = self.env[v]
-        if (isinstance(b, ArrayBinding) and b.is_global) or name in self._arg_names or name in self._maybe_arg:
+        if (isinstance(b, ArrayBinding) and b.is_global) or name in self._arg_names or name in self._maybe_arg \
+                or name in self._shared:
             copy = self.fresh("a")
             self.scope.emit(f"{copy} = {name}.copy()")
             return copy

@@ -219,16 +219,24 @@ def _dynamic_update_slice(ctx: Lowering, op: Op) -> Sequence[Binding]:
 @kernel("stablehlo.while", lazy_operands=True)
 def _while(ctx: Lowering, op: Op) -> Sequence[Binding]:
     cond, body = op.regions
+    exclusive = _updated_in_place(op)
     names = []
-    for v in op.operands:
+    for k, v in enumerate(op.operands):
         name = ctx.fresh("w")
         if v.tensor_type.rank == 0:
             ctx.scope.emit(f"{name} = {ctx.read(v, ()).text}")
         else:
             ctx.array(v)
-            text = _carry(ctx, ctx.env[v])
+            b = ctx.env[v]
+            text = _carry(ctx, b)
+            if k in exclusive and text == getattr(b, "name", None) and not (
+                    isinstance(b, ArrayBinding) and ctx.owns(b) and ctx.sole_user(v, op)):
+                # The loop will update this one in place: it starts from its own copy.
+                text = f"{text}.copy()"
             ctx.note_assignment([name], [text])
             ctx.scope.emit(f"{name} = {text}")
+            if k not in exclusive:
+                ctx.share([name])
         names.append(name)
     with ctx.block_scope("while True:") as loop:
         ctx.emit_cancel_check()
@@ -239,6 +247,30 @@ def _while(ctx: Lowering, op: Op) -> Sequence[Binding]:
         _bind_carried(ctx, body.args, names, loop)
         _assign_results(ctx, names, ctx.lower_block(body))
     return [_named(ctx, v, name, ctx.scope) for v, name in zip(op.results, names)]
+
+
+def _updated_in_place(op: Op) -> set[int]:
+    """The loop-carried values a ``while`` may update in place: those the body passes to a
+    ``dynamic_update_slice`` and nowhere else, whose result it carries back in the same place
+    and nowhere else (a scan's stacked outputs). Each then has an array of its own from start
+    to end, which no other variable can see; every other carried array may share its array
+    with another value (the body can carry an outer value, or one value in two places)."""
+    body = op.regions[1]
+    reads: dict[Value, int] = {}
+    producers: dict[Value, Op] = {}
+    for inner in body.walk():
+        for v in inner.operands:
+            reads[v] = reads.get(v, 0) + 1
+    for inner in body.ops[:-1]:
+        for r in inner.results:
+            producers[r] = inner
+    out = set()
+    for k, (arg, result) in enumerate(zip(body.args, body.terminator.operands)):
+        update = producers.get(result)
+        if (arg.tensor_type.rank and update is not None and update.name == "stablehlo.dynamic_update_slice"
+                and update.operands[0] is arg and reads.get(arg) == 1 and reads.get(result) == 1):
+            out.add(k)
+    return out
 
 
 def _bind_carried(ctx: Lowering, args: Sequence[Value], names: Sequence[str], scope: Scope) -> None:
@@ -275,6 +307,7 @@ def _case(ctx: Lowering, op: Op) -> Sequence[Binding]:
             header = "else:"
         with ctx.block_scope(header):
             _assign_results(ctx, names, ctx.lower_block(region))
+    ctx.share(names)  # a branch may return an outer value, or one value twice
     return [_named(ctx, v, name, ctx.scope) for v, name in zip(op.results, names)]
 
 
@@ -754,6 +787,7 @@ def _if(ctx: Lowering, op: Op) -> Sequence[Binding]:
     for header, region in ((f"if {pred.text}:", op.regions[0]), ("else:", op.regions[1])):
         with ctx.block_scope(header):
             _assign_results(ctx, names, ctx.lower_block(region))
+    ctx.share(names)  # a branch may return an outer value, or one value twice
     return [_named(ctx, v, name, ctx.scope) for v, name in zip(op.results, names)]
 
 

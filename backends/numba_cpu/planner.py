@@ -50,6 +50,16 @@ def _rank(v: Value) -> int:
     return len(v.type.shape) if isinstance(v.type, TensorType) else 0
 
 
+def _defined_in(region: Block) -> set[Value]:
+    """The values a region defines: its arguments, its ops' results, and theirs in nested regions."""
+    inside = set(region.args)
+    for op in region.walk():
+        inside.update(op.results)
+        for nested in op.regions:
+            inside.update(nested.args)
+    return inside
+
+
 def plan_block(ctx: Lowering, block: Block) -> BlockPlan:
     """Plan ``block``: its lazy values are bound in ``ctx`` (fusion checks read them)."""
     ops = block.ops[:-1]
@@ -62,9 +72,13 @@ def plan_block(ctx: Lowering, block: Block) -> BlockPlan:
         for o in op.operands:
             users[o].append(op)
         for region in op.regions:
+            # Outer values read inside: values the region defines get their readers when it
+            # is planned itself.
+            inside = _defined_in(region)
             for inner in region.walk():
                 for o in inner.operands:
-                    users[o].append("region")
+                    if o not in inside:
+                        users[o].append("region")
         if _is_lazy(op):
             for i, r in enumerate(op.results):
                 ctx.define_lazy(r, Lazy(op, i))

@@ -542,3 +542,94 @@ def test_a_branch_never_updates_an_outer_value_in_place(compiler, flag):
     }""")
     p.results += [("%if", "tensor<4xf32>"), ("%w#1", "tensor<4xf32>"), ("%x", "tensor<4xf32>")]
     check(compiler, p, rtol=0.0)
+
+
+_DUS = "stablehlo.dynamic_update_slice {}, %u, %i : (tensor<4xf32>, tensor<1xf32>, tensor<i32>) -> tensor<4xf32>"
+_LOOP_HEAD = """    %x = stablehlo.add %a0, %a0 : tensor<4xf32>
+    %y = stablehlo.multiply %a0, %a0 : tensor<4xf32>
+    %u = stablehlo.constant dense<9.0> : tensor<1xf32>
+    %i = stablehlo.constant dense<0> : tensor<i32>
+    %c1 = stablehlo.constant dense<1> : tensor<i32>
+    %c3 = stablehlo.constant dense<3> : tensor<i32>
+    %w:3 = stablehlo.while(%k = %i, %p = %x, %q = {q}) : tensor<i32>, tensor<4xf32>, tensor<4xf32>
+    cond {{
+      %lt = stablehlo.compare LT, %k, %c3, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %lt : tensor<i1>
+    }} do {{
+      %k1 = stablehlo.add %k, %c1 : tensor<i32>
+{body}
+    }}"""
+
+
+@pytest.mark.parametrize("case", ["init read after", "one init twice", "carries an outer value", "one value twice",
+                                  "update after the loop"])
+def test_loop_carried_arrays_are_updated_in_place_only_when_nothing_else_sees_them(compiler, case):
+    """Control-flow results can share their arrays with other values (a body carries an outer
+    value, or one value in two places); an update in place of one of them must not change the
+    other. Each case returns both."""
+    bodies = {
+        "init read after": ("%x", f"      %d = {_DUS.format('%p')}\n      stablehlo.return %k1, %d, %q"),
+        "one init twice": ("%x", f"      %d = {_DUS.format('%p')}\n      stablehlo.return %k1, %d, %q"),
+        "carries an outer value": ("%y", f"      %d = {_DUS.format('%p')}\n      %s = stablehlo.add %d, %q : tensor<4xf32>\n"
+                                         "      stablehlo.return %k1, %y, %s"),
+        "one value twice": ("%y", "      %s = stablehlo.add %p, %q : tensor<4xf32>\n      stablehlo.return %k1, %s, %s"),
+        "update after the loop": ("%y", "      %s = stablehlo.add %p, %q : tensor<4xf32>\n      stablehlo.return %k1, %s, %s"),
+    }
+    q, body = bodies[case]
+    p = Program(np.arange(4, dtype=np.float32))
+    p.lines.append(_LOOP_HEAD.format(q=q, body=body + " : tensor<i32>, tensor<4xf32>, tensor<4xf32>"))
+    if case == "update after the loop":
+        p.lines.append(f"    %after = {_DUS.format('%w#1')}")
+        p.results += [("%after", "tensor<4xf32>"), ("%w#2", "tensor<4xf32>")]
+    else:
+        p.results += [("%w#1", "tensor<4xf32>"), ("%w#2", "tensor<4xf32>"), ("%x", "tensor<4xf32>"),
+                      ("%y", "tensor<4xf32>")]
+    check(compiler, p, rtol=0.0)
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_a_branch_result_that_is_an_outer_value_or_another_result_is_copied_before_an_update(compiler, flag):
+    x = np.arange(4, dtype=np.float32)
+    p = Program(x, np.array(flag))
+    p.lines.append("""    %x = stablehlo.add %a0, %a0 : tensor<4xf32>
+    %y = stablehlo.multiply %a0, %a0 : tensor<4xf32>
+    %u = stablehlo.constant dense<9.0> : tensor<1xf32>
+    %i = stablehlo.constant dense<0> : tensor<i32>
+    %if:3 = "stablehlo.if"(%a1) ({
+      %s = stablehlo.add %x, %y : tensor<4xf32>
+      stablehlo.return %x, %s, %s : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+    }, {
+      stablehlo.return %y, %y, %y : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+    }) : (tensor<i1>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)""")
+    p.lines.append(f"    %d0 = {_DUS.format('%if#0')}")
+    p.lines.append(f"    %d1 = {_DUS.format('%if#1')}")
+    p.results += [("%d0", "tensor<4xf32>"), ("%d1", "tensor<4xf32>"), ("%if#2", "tensor<4xf32>"),
+                  ("%x", "tensor<4xf32>"), ("%y", "tensor<4xf32>")]
+    check(compiler, p, rtol=0.0)
+
+
+def test_a_scan_updates_its_stacked_output_in_place(compiler):
+    """The scan pattern (the body updates a carried array and carries the result back in its
+    place) writes one slice per step, never copying the whole array, from an input or not."""
+    for init in ("%a0", "%x"):
+        p = Program(np.arange(64, dtype=np.float32).reshape(16, 4))
+        p.lines.append(f"""    %x = stablehlo.add %a0, %a0 : tensor<16x4xf32>
+    %u = stablehlo.constant dense<9.0> : tensor<1x4xf32>
+    %z = stablehlo.constant dense<0> : tensor<i32>
+    %c1 = stablehlo.constant dense<1> : tensor<i32>
+    %c16 = stablehlo.constant dense<16> : tensor<i32>
+    %w:2 = stablehlo.while(%k = %z, %s = {init}) : tensor<i32>, tensor<16x4xf32>
+    cond {{
+      %lt = stablehlo.compare LT, %k, %c16, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %lt : tensor<i1>
+    }} do {{
+      %d = stablehlo.dynamic_update_slice %s, %u, %k, %z : (tensor<16x4xf32>, tensor<1x4xf32>, tensor<i32>, tensor<i32>) -> tensor<16x4xf32>
+      %k1 = stablehlo.add %k, %c1 : tensor<i32>
+      stablehlo.return %k1, %d : tensor<i32>, tensor<16x4xf32>
+    }}""")
+        p.results += [("%w#1", "tensor<16x4xf32>"), ("%x", "tensor<16x4xf32>")]
+        check(compiler, p, rtol=0.0)
+        source = compiler.compile(p.text()).source
+        loop = source[source.index("while True:"):]
+        loop = loop[:loop.index("\n    return")]
+        assert "np.empty" not in loop and ".copy()" not in loop, loop
