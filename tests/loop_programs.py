@@ -1,4 +1,5 @@
-"""StableHLO loops for the time-limit tests: one that never ends, and ones that do."""
+"""StableHLO loops for the tests: ones that never end and ones that do (time limits), and a
+scan that stacks its steps (updates in place)."""
 
 from __future__ import annotations
 
@@ -73,3 +74,40 @@ NEVER_ENDING_MATMUL = """func.func @main(%a: tensor<256x256xf32>) -> tensor<256x
   return %0 : tensor<256x256xf32>
 }
 """
+
+
+def stacking_scan(steps: int, width: int, *, from_input: bool = False) -> str:
+    """``@main(xs: steps x width f32)``: a scan that copies row ``k`` of ``xs`` into row ``k`` of
+    a stacked output at step ``k`` (``dynamic_update_slice`` of the carried array), so it
+    returns ``xs``. The stack starts from zeros, or from ``xs`` itself (``from_input``)."""
+    t = f"tensor<{steps}x{width}xf32>"
+    start = "%xs" if from_input else "%zeros"
+    return f"""func.func public @main(%xs: {t}) -> {t} {{
+  %z = stablehlo.constant dense<0> : tensor<i32>
+  %c1 = stablehlo.constant dense<1> : tensor<i32>
+  %n = stablehlo.constant dense<{steps}> : tensor<i32>
+  %zeros = stablehlo.constant dense<0.0> : {t}
+  %w:2 = stablehlo.while(%k = %z, %ys = {start}) : tensor<i32>, {t}
+  cond {{
+    %lt = stablehlo.compare LT, %k, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %lt : tensor<i1>
+  }} do {{
+    %row = stablehlo.dynamic_slice %xs, %k, %z, sizes = [1, {width}] : ({t}, tensor<i32>, tensor<i32>) -> tensor<1x{width}xf32>
+    %d = stablehlo.dynamic_update_slice %ys, %row, %k, %z : ({t}, tensor<1x{width}xf32>, tensor<i32>, tensor<i32>) -> {t}
+    %k1 = stablehlo.add %k, %c1 : tensor<i32>
+    stablehlo.return %k1, %d : tensor<i32>, {t}
+  }}
+  return %w#1 : {t}
+}}"""
+
+
+def peak_bytes(run) -> int:
+    """The most memory numpy (and Python) held at once while ``run()`` ran (tracemalloc)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        run()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()

@@ -448,6 +448,9 @@ class EagerProgram:
         self.fn = fn
         self._in_kinds = [_kind(a) for a in fn.args]
         self._out_kinds = [_kind(v) for v in fn.body.terminator.operands]
+        #: The ``dynamic_update_slice`` ops (by id) that update a loop's own array in place
+        #: (see :func:`~pjrt_hub.backends.stablehlo.loops.updated_in_place`).
+        self.in_place: set[int] = set()
         self._body = _Plan(self, fn.body)
         #: Element operations of one run (see :func:`estimate_cost`).
         self.cost = estimate_cost(fn)
@@ -699,10 +702,13 @@ def _dynamic_update_slice(program: EagerProgram, op: Op) -> Step:
     operand, update = op.operands[:2]
     limits = [n - u for n, u in zip(operand.tensor_type.shape, update.tensor_type.shape)]
     ushape = update.tensor_type.shape
+    # A scan's update of its own carried array writes the slice alone (the loop copied the
+    # array once, before its first step); any other copies the operand first.
+    in_place = id(op) in program.in_place
 
     def fn(x: np.ndarray, u: np.ndarray, *starts: np.ndarray) -> np.ndarray:
         st = _clamp_starts(starts, limits)
-        out = np.array(x, copy=True)
+        out = x if in_place else np.array(x, copy=True)
         out[tuple(slice(a, a + s) for a, s in zip(st, ushape))] = u
         return out
 
@@ -1050,12 +1056,19 @@ def _check_cancel(env: Env) -> None:
 
 @_kernel("stablehlo.while")
 def _while(program: EagerProgram, op: Op) -> Step:
+    from pjrt_hub.backends.stablehlo.loops import updated_in_place
+
+    updates = updated_in_place(op)
+    program.in_place.update(id(update) for update in updates.values())
     cond, body = program.plan_block(op.regions[0]), program.plan_block(op.regions[1])
     results = op.results
     operands = op.operands
+    own = sorted(updates)
 
     def run(env: Env) -> None:
         values = [env[v] for v in operands]
+        for k in own:  # the arrays the body updates in place start as copies of their own
+            values[k] = np.array(values[k], order="C", copy=True)
         while True:
             _check_cancel(env)
             (c,) = cond.run(env, values)

@@ -15,6 +15,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from pjrt_hub.backends.stablehlo import Op, Value
+from pjrt_hub.backends.stablehlo.loops import updated_in_place
 
 from .codegen import ArrayBinding, Binding, Lowering, ScalarBinding, index_expr, load_text, store_text
 from .rules import convert_text, kernel, reducer, simple_reducer, unsupported_variant
@@ -219,7 +220,7 @@ def _dynamic_update_slice(ctx: Lowering, op: Op) -> Sequence[Binding]:
 @kernel("stablehlo.while", lazy_operands=True)
 def _while(ctx: Lowering, op: Op) -> Sequence[Binding]:
     cond, body = op.regions
-    exclusive = _updated_in_place(op)
+    exclusive = updated_in_place(op)
     names = []
     for k, v in enumerate(op.operands):
         name = ctx.fresh("w")
@@ -247,30 +248,6 @@ def _while(ctx: Lowering, op: Op) -> Sequence[Binding]:
         _bind_carried(ctx, body.args, names, loop)
         _assign_results(ctx, names, ctx.lower_block(body))
     return [_named(ctx, v, name, ctx.scope) for v, name in zip(op.results, names)]
-
-
-def _updated_in_place(op: Op) -> set[int]:
-    """The loop-carried values a ``while`` may update in place: those the body passes to a
-    ``dynamic_update_slice`` and nowhere else, whose result it carries back in the same place
-    and nowhere else (a scan's stacked outputs). Each then has an array of its own from start
-    to end, which no other variable can see; every other carried array may share its array
-    with another value (the body can carry an outer value, or one value in two places)."""
-    body = op.regions[1]
-    reads: dict[Value, int] = {}
-    producers: dict[Value, Op] = {}
-    for inner in body.walk():
-        for v in inner.operands:
-            reads[v] = reads.get(v, 0) + 1
-    for inner in body.ops[:-1]:
-        for r in inner.results:
-            producers[r] = inner
-    out = set()
-    for k, (arg, result) in enumerate(zip(body.args, body.terminator.operands)):
-        update = producers.get(result)
-        if (arg.tensor_type.rank and update is not None and update.name == "stablehlo.dynamic_update_slice"
-                and update.operands[0] is arg and reads.get(arg) == 1 and reads.get(result) == 1):
-            out.add(k)
-    return out
 
 
 def _bind_carried(ctx: Lowering, args: Sequence[Value], names: Sequence[str], scope: Scope) -> None:

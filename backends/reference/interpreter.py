@@ -155,19 +155,31 @@ class Execution:
             self.env = saved
             self.depth -= 1
 
-    def region(self, block: Block, args: Sequence[Any]) -> list[Any]:
-        """Run a region once on values of its declared types."""
-        return self.run_block(block, args)
+    def region(self, block: Block, args: Sequence[Any], consume: bool = False) -> list[Any]:
+        """Run a region once on values of its declared types (``consume``: see :meth:`run_block`)."""
+        return self.run_block(block, args, consume=consume)
 
-    def run_block(self, block: Block, args: Sequence[Any], batched: bool = False) -> list[Any]:
+    def run_block(self, block: Block, args: Sequence[Any], batched: bool = False, consume: bool = False) -> list[Any]:
+        """Run ``block`` on ``args``. Its own values leave ``env`` once read for the last time;
+        with ``consume``, the list ``args`` is emptied once they are bound: a loop body then
+        holds the only reference to a carried array, which an op may update in place (see
+        :meth:`donor`), as a scan's update of its stacked outputs does."""
         env = self.env
+        read, local_results = _block_uses(block)
         for v, a in zip(block.args, args):
-            env[v.id] = a
+            if v.id in read:
+                env[v.id] = a
+        if consume and type(args) is list:
+            args.clear()
+            a = None  # the loop variable too
         for op, dead in zip(block.ops[:-1], _dead_after(block)):
             self._execute(op, env, batched, dead)
             for vid in dead:
                 del env[vid]
-        return [env[v.id] for v in block.ops[-1].operands]
+        results = [env[v.id] for v in block.ops[-1].operands]
+        for vid in local_results:
+            env.pop(vid, None)
+        return results
 
     def donor(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
         """An operand of the running op that may receive its result (``out=``), or None.
@@ -281,6 +293,16 @@ def _dead_after(block: Block) -> tuple[tuple[int, ...], ...]:
 
 
 @functools.lru_cache(maxsize=4096)
+def _block_uses(block: Block) -> tuple[frozenset[int], tuple[int, ...]]:
+    """The block's arguments that anything in it reads, and the values of the block itself
+    that it returns (nothing outside the block can read them once it has run)."""
+    read = {v.id for op in block.ops for inner in op.walk() for v in inner.operands}
+    own = {v.id for v in block.args} | {r.id for op in block.ops[:-1] for r in op.results}
+    returned = tuple(dict.fromkeys(v.id for v in block.ops[-1].operands if v.id in own))
+    return frozenset(v.id for v in block.args if v.id in read), returned
+
+
+@functools.lru_cache(maxsize=4096)
 def _vectorizable(block: Block) -> bool:
     for op in block.ops[:-1]:
         if op.regions:
@@ -324,7 +346,7 @@ def _while(ctx: Execution, op: Op, *args):
         ctx.check_cancel()
         if not bool(np.asarray(ctx.region(cond, values)[0])):
             break
-        values = ctx.region(body, values)
+        values = ctx.region(body, values, consume=True)
     return Results(values)
 
 

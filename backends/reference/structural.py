@@ -94,7 +94,11 @@ def _dynamic_slice(ctx, op, x, *indices):
 @register("stablehlo.dynamic_update_slice")
 def _dynamic_update_slice(ctx, op, x, update, *indices):
     start = clamp_start(indices, x.shape, update.shape)
-    out = np.array(x, copy=True)
+    # In place when nothing else holds the operand (a scan's stacked outputs, from its
+    # second step on); otherwise a copy.
+    out = ctx.donor(x.shape, x.dtype)
+    if out is not x:
+        out = np.array(x, copy=True)
     out[tuple(slice(s, s + n) for s, n in zip(start, update.shape))] = update
     return out
 

@@ -14,6 +14,9 @@ is compared (LT, LE, GT, GE) with a constant in the condition and only steps by 
 the body (add or subtract). :func:`unbounded_loops` says whether a program has a loop that is
 not such a loop, or whose trip counts multiply past :data:`SHORT_LOOPS`: the backends mark such
 programs for the runtime (the ``unbounded_loops`` attribute of a compiled program).
+
+:func:`updated_in_place` finds the carried arrays a loop may update in place: a scan's stacked
+outputs, which would otherwise be copied whole at every step.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import numpy as np
 
 from .ir import Block, Function, Module, Op, TensorType, Value
 
-__all__ = ["SHORT_LOOPS", "trip_count", "unbounded_loops"]
+__all__ = ["SHORT_LOOPS", "trip_count", "unbounded_loops", "updated_in_place"]
 
 #: Iterations (the product of the trip counts of all counted loops of a program) up to which
 #: its loops count as short; past it the program is treated like one with an unbounded loop.
@@ -156,3 +159,29 @@ def unbounded_loops(program: Module | Function, limit: int = SHORT_LOOPS) -> boo
         if total > limit:
             return True
     return False
+
+
+def updated_in_place(op: Op) -> dict[int, Op]:
+    """The carried arrays of a ``while`` that its body may update in place, by position, each
+    with the ``dynamic_update_slice`` that updates it: the body passes the array to that op and
+    nowhere else, and carries its result back in the same place and nowhere else (a scan's
+    stacked outputs). Given an array of its own to start from, such a value keeps it to the end
+    and no other variable can see it. Any other carried array may share its array with another
+    value (the body can carry an outer value, or one value in two places)."""
+    body = op.regions[1]
+    reads: dict[Value, int] = {}
+    producers: dict[Value, Op] = {}
+    for inner in body.walk():
+        for v in inner.operands:
+            reads[v] = reads.get(v, 0) + 1
+    for inner in body.ops[:-1]:
+        for r in inner.results:
+            producers[r] = inner
+    out = {}
+    for k, (arg, result) in enumerate(zip(body.args, body.terminator.operands)):
+        update = producers.get(result)
+        if (isinstance(arg.type, TensorType) and arg.type.shape and update is not None
+                and update.name == "stablehlo.dynamic_update_slice" and update.operands[0] is arg
+                and reads.get(arg) == 1 and reads.get(result) == 1):
+            out[k] = update
+    return out

@@ -27,7 +27,7 @@ from pjrt_hub.backends.numba_cpu.eager import EagerUnsupported, NeedsCompiled
 from pjrt_hub.backends.numba_cpu.lanes import lane_count, reduce_lanes
 from pjrt_hub.backends.numba_cpu.tiers import TieredProgram
 from ...corpus import program_text, public_arrays, public_programs
-from ...loop_programs import count_to
+from ...loop_programs import count_to, peak_bytes, stacking_scan
 from ...loop_programs import NEVER_ENDING
 from .tier_helpers import assert_same_bits, eager_program
 
@@ -256,6 +256,24 @@ def test_max_and_min_suffix_reductions_run_by_lanes_with_the_eager_tiers_bits(co
     # Rows of zeros: max is -0 only where every zero is -0, min is +0 only where every one is +0.
     signs = [[False, False, True], [True, True, True]] if op == "minimum" else [[False] * 3, [False, True, True]]
     assert np.signbit(rows[1:3]).tolist() == signs and not rows[1:3].any()
+
+
+@pytest.mark.parametrize("from_input", [False, True], ids=["from zeros", "from the input"])
+def test_the_eager_tier_updates_a_scans_stacked_output_in_place_and_never_its_input(compiler, from_input):
+    """From its second step on, a scan writes one row into the array it carries, so a run
+    allocates one stack (its first step's copy; the input and the zeros exist before it), where
+    a copy at every step holds two at once (the copy and the array it copies)."""
+    steps, width = 64, 4096
+    xs = np.random.default_rng(0).standard_normal((steps, width)).astype(np.float32)
+    before = xs.copy()
+    text = stacking_scan(steps, width, from_input=from_input)
+    program = eager_program(text)
+    (out,) = program.run([xs])
+    np.testing.assert_array_equal(out, xs)
+    np.testing.assert_array_equal(xs, before)
+    assert_same_bits([out], compiler.compile(text).run([xs]), "scan")
+    peak = peak_bytes(lambda: program.run([xs]))
+    assert peak < 1.5 * xs.nbytes, f"{peak / xs.nbytes:.2f} stacks held at once"
 
 
 def test_lane_order_is_the_documented_one():

@@ -8,6 +8,7 @@ from pjrt_hub.abi import ExecutionError, InvalidArgument
 from pjrt_hub.backends.reference import Interpreter, interpreter
 from pjrt_hub.backends.stablehlo import parse_module, verify
 
+from ...loop_programs import peak_bytes, stacking_scan
 from .ref_run import run
 
 ARGMAX = """
@@ -256,3 +257,19 @@ def test_an_op_on_a_type_the_spec_excludes_is_refused_before_it_runs():
     with pytest.raises(CompileError, match=r"stablehlo.divide \(%0\) at model.py:4:2 in @main: takes signed "
                                            r"integer, unsigned integer, floating-point or complex operands, not i1"):
         run(text, np.array([True, False]))
+
+
+@pytest.mark.parametrize("from_input", [False, True], ids=["from zeros", "from the input"])
+def test_a_scan_updates_its_stacked_output_in_place_and_never_its_input(from_input):
+    """From its second step on, a scan writes one row into the array it carries, so a run
+    allocates one stack (its first step's copy; the input and the zeros exist before it), where
+    a copy at every step holds two at once (the copy and the array it copies)."""
+    steps, width = 64, 4096
+    xs = np.random.default_rng(0).standard_normal((steps, width)).astype(np.float32)
+    before = xs.copy()
+    module = parse_module(stacking_scan(steps, width, from_input=from_input))
+    (out,) = Interpreter(module).run([xs])
+    np.testing.assert_array_equal(out, xs)
+    np.testing.assert_array_equal(xs, before)
+    peak = peak_bytes(lambda: Interpreter(module).run([xs]))
+    assert peak < 1.5 * xs.nbytes, f"{peak / xs.nbytes:.2f} stacks held at once"
