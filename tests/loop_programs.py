@@ -76,12 +76,24 @@ NEVER_ENDING_MATMUL = """func.func @main(%a: tensor<256x256xf32>) -> tensor<256x
 """
 
 
-def stacking_scan(steps: int, width: int, *, from_input: bool = False) -> str:
+def stacking_scan(steps: int, width: int, *, from_input: bool = False, through_call: bool = False) -> str:
     """``@main(xs: steps x width f32)``: a scan that copies row ``k`` of ``xs`` into row ``k`` of
     a stacked output at step ``k`` (``dynamic_update_slice`` of the carried array), so it
-    returns ``xs``. The stack starts from zeros, or from ``xs`` itself (``from_input``)."""
+    returns ``xs``. The stack starts from zeros, or from ``xs`` itself (``from_input``); the
+    update is in the loop body, or in a function it calls (``through_call``), as JAX emits it."""
     t = f"tensor<{steps}x{width}xf32>"
     start = "%xs" if from_input else "%zeros"
+    row = f"tensor<1x{width}xf32>"
+    update = f"stablehlo.dynamic_update_slice %ys, %row, %k, %z : ({t}, {row}, tensor<i32>, tensor<i32>) -> {t}"
+    callee = ""
+    if through_call:
+        update = f"func.call @update_row(%ys, %row, %k) : ({t}, {row}, tensor<i32>) -> {t}"
+        callee = f"""
+func.func private @update_row(%s: {t}, %r: {row}, %i: tensor<i32>) -> {t} {{
+  %z = stablehlo.constant dense<0> : tensor<i32>
+  %d = stablehlo.dynamic_update_slice %s, %r, %i, %z : ({t}, {row}, tensor<i32>, tensor<i32>) -> {t}
+  return %d : {t}
+}}"""
     return f"""func.func public @main(%xs: {t}) -> {t} {{
   %z = stablehlo.constant dense<0> : tensor<i32>
   %c1 = stablehlo.constant dense<1> : tensor<i32>
@@ -93,12 +105,12 @@ def stacking_scan(steps: int, width: int, *, from_input: bool = False) -> str:
     stablehlo.return %lt : tensor<i1>
   }} do {{
     %row = stablehlo.dynamic_slice %xs, %k, %z, sizes = [1, {width}] : ({t}, tensor<i32>, tensor<i32>) -> tensor<1x{width}xf32>
-    %d = stablehlo.dynamic_update_slice %ys, %row, %k, %z : ({t}, tensor<1x{width}xf32>, tensor<i32>, tensor<i32>) -> {t}
+    %d = {update}
     %k1 = stablehlo.add %k, %c1 : tensor<i32>
     stablehlo.return %k1, %d : tensor<i32>, {t}
   }}
   return %w#1 : {t}
-}}"""
+}}{callee}"""
 
 
 def peak_bytes(run) -> int:

@@ -143,14 +143,14 @@ class Execution:
 
     # -- functions and regions ---------------------------------------------------------------
 
-    def call(self, fn: Function | str, args: Sequence[Any]) -> list[Any]:
+    def call(self, fn: Function | str, args: Sequence[Any], consume: bool = False) -> list[Any]:
         if isinstance(fn, str):
             fn = self.module.functions[fn]
         saved = self.env
         self.env = {}
         self.depth += 1
         try:
-            return self.run_block(fn.body, args)
+            return self.run_block(fn.body, args, consume=consume)
         finally:
             self.env = saved
             self.depth -= 1
@@ -175,7 +175,7 @@ class Execution:
         for op, dead in zip(block.ops[:-1], _dead_after(block)):
             self._execute(op, env, batched, dead)
             for vid in dead:
-                del env[vid]
+                env.pop(vid, None)  # a call may have taken it already (see _call_giving)
         results = [env[v.id] for v in block.ops[-1].operands]
         for vid in local_results:
             env.pop(vid, None)
@@ -219,6 +219,17 @@ class Execution:
 
     # -- one op ------------------------------------------------------------------------------
 
+    def _call_giving(self, op: Op, env: dict[int, Any], args: list[Any], dead: tuple[int, ...]) -> Results:
+        """``func.call`` handing the callee the operands only the caller held (the donors): the
+        caller drops them first, so that in the callee they are unshared too. JAX's scans
+        update their stacked outputs in a called function (``dynamic_update_index_in_dim``)."""
+        given = {id(array) for array in self._donors}
+        self._donors.clear()
+        for v in op.operands:
+            if v.id in dead and id(env.get(v.id)) in given:
+                del env[v.id]
+        return Results(self.call(op.attributes["callee"].name, args, consume=True))
+
     def _execute(self, op: Op, env: dict[int, Any], batched: bool, dead: tuple[int, ...] = ()) -> None:
         args = [env[v.id] for v in op.operands]
         donors = self._donors = []
@@ -230,12 +241,15 @@ class Execution:
                         and array.flags.writeable and array.flags.c_contiguous
                         and sys.getrefcount(array) <= _UNSHARED_REFS):
                     donors.append(array)
+            array = None  # the loop variable holds a reference too
         try:
             impl = OPS[op.name]
             if batched and op.name in _SCALAR_IDENTITY:
                 out = args[0]
             elif (impl.elementwise or op.name == "stablehlo.convert") and involves_sub_byte(op, args):
                 out = sub_byte_call(impl.fn, self, op, args)
+            elif donors and op.name == "func.call":
+                out = self._call_giving(op, env, args, dead)
             else:
                 out = impl.fn(self, op, *args)
         except PjrtError:

@@ -258,15 +258,16 @@ def test_max_and_min_suffix_reductions_run_by_lanes_with_the_eager_tiers_bits(co
     assert np.signbit(rows[1:3]).tolist() == signs and not rows[1:3].any()
 
 
+@pytest.mark.parametrize("through_call", [False, True], ids=["in the body", "in a called function"])
 @pytest.mark.parametrize("from_input", [False, True], ids=["from zeros", "from the input"])
-def test_the_eager_tier_updates_a_scans_stacked_output_in_place_and_never_its_input(compiler, from_input):
+def test_the_eager_tier_updates_a_scans_stacked_output_in_place_and_never_its_input(compiler, from_input, through_call):
     """From its second step on, a scan writes one row into the array it carries, so a run
     allocates one stack (its first step's copy; the input and the zeros exist before it), where
     a copy at every step holds two at once (the copy and the array it copies)."""
     steps, width = 64, 4096
     xs = np.random.default_rng(0).standard_normal((steps, width)).astype(np.float32)
     before = xs.copy()
-    text = stacking_scan(steps, width, from_input=from_input)
+    text = stacking_scan(steps, width, from_input=from_input, through_call=through_call)
     program = eager_program(text)
     (out,) = program.run([xs])
     np.testing.assert_array_equal(out, xs)

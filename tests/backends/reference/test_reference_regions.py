@@ -259,15 +259,16 @@ def test_an_op_on_a_type_the_spec_excludes_is_refused_before_it_runs():
         run(text, np.array([True, False]))
 
 
+@pytest.mark.parametrize("through_call", [False, True], ids=["in the body", "in a called function"])
 @pytest.mark.parametrize("from_input", [False, True], ids=["from zeros", "from the input"])
-def test_a_scan_updates_its_stacked_output_in_place_and_never_its_input(from_input):
+def test_a_scan_updates_its_stacked_output_in_place_and_never_its_input(from_input, through_call):
     """From its second step on, a scan writes one row into the array it carries, so a run
     allocates one stack (its first step's copy; the input and the zeros exist before it), where
     a copy at every step holds two at once (the copy and the array it copies)."""
     steps, width = 64, 4096
     xs = np.random.default_rng(0).standard_normal((steps, width)).astype(np.float32)
     before = xs.copy()
-    module = parse_module(stacking_scan(steps, width, from_input=from_input))
+    module = parse_module(stacking_scan(steps, width, from_input=from_input, through_call=through_call))
     (out,) = Interpreter(module).run([xs])
     np.testing.assert_array_equal(out, xs)
     np.testing.assert_array_equal(xs, before)
