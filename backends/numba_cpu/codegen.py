@@ -626,8 +626,8 @@ class Lowering:
         or ownership differ from fresh arrays: loop-carried values and results need that)."""
         name = self.array(v)
         b = self.env[v]
-        if (isinstance(b, ArrayBinding) and b.is_global) or name in self._arg_names or name in self._maybe_arg \
-                or name in self._shared:
+        assert isinstance(b, ArrayBinding)  # array() made it one
+        if not self.owns(b):
             copy = self.fresh("a")
             self.scope.emit(f"{copy} = {name}.copy()")
             return copy

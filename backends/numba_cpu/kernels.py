@@ -229,9 +229,9 @@ def _while(ctx: Lowering, op: Op) -> Sequence[Binding]:
         else:
             ctx.array(v)
             b = ctx.env[v]
-            text = _carry(ctx, b)
-            if k in exclusive and text == getattr(b, "name", None) and not (
-                    isinstance(b, ArrayBinding) and ctx.owns(b) and ctx.sole_user(v, op)):
+            assert isinstance(b, ArrayBinding)  # array() made it one
+            text = _carry(ctx, b)  # a global constant is copied already
+            if k in exclusive and not b.is_global and not (ctx.owns(b) and ctx.sole_user(v, op)):
                 # The loop will update this one in place: it starts from its own copy.
                 text = f"{text}.copy()"
             ctx.note_assignment([name], [text])

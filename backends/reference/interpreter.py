@@ -165,14 +165,14 @@ class Execution:
         holds the only reference to a carried array, which an op may update in place (see
         :meth:`donor`), as a scan's update of its stacked outputs does."""
         env = self.env
-        read, local_results = _block_uses(block)
+        dead_after, read, local_results = _lifetimes(block)
         for v, a in zip(block.args, args):
             if v.id in read:
                 env[v.id] = a
         if consume and type(args) is list:
             args.clear()
             a = None  # the loop variable too
-        for op, dead in zip(block.ops[:-1], _dead_after(block)):
+        for op, dead in zip(block.ops[:-1], dead_after):
             self._execute(op, env, batched, dead)
             for vid in dead:
                 env.pop(vid, None)  # a call may have taken it already (see _call_giving)
@@ -284,12 +284,17 @@ def _checked(op: Op, ty, result: Any, batched: bool) -> Any:
 
 
 @functools.lru_cache(maxsize=4096)
-def _dead_after(block: Block) -> tuple[tuple[int, ...], ...]:
-    """For each op of ``block`` (its terminator aside), the values of the block read for the last
-    time by it or by its regions: they are dropped once it has run, so that a long chain of ops
-    on large arrays keeps a few of them alive rather than all, and numpy's allocator reuses their
-    memory instead of mapping (and faulting in) fresh pages for every op. Values the block's
-    regions read from enclosing blocks are theirs to drop, not this block's."""
+def _lifetimes(block: Block) -> tuple[tuple[tuple[int, ...], ...], frozenset[int], tuple[int, ...]]:
+    """How long the values of ``block`` live:
+
+    * for each op (its terminator aside), the values of the block read for the last time by it
+      or by its regions: they are dropped once it has run, so that a long chain of ops on large
+      arrays keeps a few of them alive rather than all, and numpy's allocator reuses their
+      memory instead of mapping (and faulting in) fresh pages for every op. Values the block's
+      regions read from enclosing blocks are theirs to drop, not this block's;
+    * the block's arguments that anything in it reads (the others are never bound);
+    * the block's own values that it returns: nothing outside the block can read them once it
+      has run, so they are dropped then too."""
     ops = block.ops[:-1]
     defined = {v.id for v in block.args} | {r.id for op in ops for r in op.results}
     kept = {v.id for v in block.ops[-1].operands}
@@ -303,17 +308,9 @@ def _dead_after(block: Block) -> tuple[tuple[int, ...], ...]:
     for vid, index in last.items():
         if vid not in kept:
             dead[index].append(vid)
-    return tuple(tuple(d) for d in dead)
-
-
-@functools.lru_cache(maxsize=4096)
-def _block_uses(block: Block) -> tuple[frozenset[int], tuple[int, ...]]:
-    """The block's arguments that anything in it reads, and the values of the block itself
-    that it returns (nothing outside the block can read them once it has run)."""
-    read = {v.id for op in block.ops for inner in op.walk() for v in inner.operands}
-    own = {v.id for v in block.args} | {r.id for op in block.ops[:-1] for r in op.results}
-    returned = tuple(dict.fromkeys(v.id for v in block.ops[-1].operands if v.id in own))
-    return frozenset(v.id for v in block.args if v.id in read), returned
+    read = frozenset(v.id for v in block.args if v.id in last or v.id in kept)
+    returned = tuple(vid for vid in dict.fromkeys(v.id for v in block.ops[-1].operands) if vid in defined)
+    return tuple(tuple(d) for d in dead), read, returned
 
 
 @functools.lru_cache(maxsize=4096)

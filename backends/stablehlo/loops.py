@@ -22,6 +22,7 @@ outputs, which would otherwise be copied whole at every step.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Iterable, Mapping
 
 import numpy as np
@@ -169,17 +170,11 @@ def updated_in_place(op: Op) -> dict[int, Op]:
     and no other variable can see it. Any other carried array may share its array with another
     value (the body can carry an outer value, or one value in two places)."""
     body = op.regions[1]
-    reads: dict[Value, int] = {}
-    producers: dict[Value, Op] = {}
-    for inner in body.walk():
-        for v in inner.operands:
-            reads[v] = reads.get(v, 0) + 1
-    for inner in body.ops[:-1]:
-        for r in inner.results:
-            producers[r] = inner
+    reads = Counter(v for inner in body.walk() for v in inner.operands)
+    producers = _definitions(body.ops[:-1])
     out = {}
     for k, (arg, result) in enumerate(zip(body.args, body.terminator.operands)):
-        update = producers.get(result)
+        update = producers.get(result.id)
         if (isinstance(arg.type, TensorType) and arg.type.shape and update is not None
                 and update.name == "stablehlo.dynamic_update_slice" and update.operands[0] is arg
                 and reads.get(arg) == 1 and reads.get(result) == 1):
