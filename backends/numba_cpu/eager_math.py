@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from . import mathconst
+
 __all__ = ["NAMESPACE", "TYPES"]
 
 _f32 = np.float32
@@ -928,6 +930,118 @@ def _max(*args):
 
 
 #: What generated elementwise text may name, for ``eval``.
+# -- sin, cos, tan, atan2, cbrt, fmod of float32: vecmath's forms ----------------------------
+_RW_HI, _RW_MID, _RW_LO = mathconst.WINDOWS
+_U32_23, _U64_32, _U64_62 = np.uint32(23), np.uint64(32), np.uint64(62)
+_U64_0, _U64_1, _U64_2 = np.uint64(0), np.uint64(1), np.uint64(2)
+_PIO2_2_62 = math.pi / 2 / 2.0**62
+_PIO4_32 = _f32(math.pi / 4)
+
+
+def _quarter_turns(ax):
+    u = ax.view(np.uint32)
+    e = u >> _U32_23
+    m = (u & _u32(0x007FFFFF)) | _u32(0x00800000)
+    m64 = m.astype(np.uint64)
+    top = (((m * _RW_HI[e]).astype(np.uint64) << _U64_32) + m64 * _RW_MID[e].astype(np.uint64)
+           + ((m64 * _RW_LO[e].astype(np.uint64)) >> _U64_32))
+    g = top + np.uint64(1 << 61)
+    f = (g & np.uint64((1 << 62) - 1)).view(np.int64) - _i64(1 << 61)
+    small = ax <= _PIO4_32
+    n = np.where(small, _U64_0, g >> _U64_62)
+    a = np.where(small, ax.astype(np.float64), f.astype(np.float64) * _PIO2_2_62)
+    return n, a
+
+
+def _sin_cos(a):
+    s1, s2, s3, s4, s5, s6 = mathconst.SIN
+    c1, c2, c3, c4, c5, c6, c7 = mathconst.COS
+    z = a * a
+    s = a + a * z * (s1 + z * (s2 + z * (s3 + z * (s4 + z * (s5 + z * s6)))))
+    c = 1.0 + z * (c1 + z * (c2 + z * (c3 + z * (c4 + z * (c5 + z * (c6 + z * c7))))))
+    return s, c
+
+
+def _trig_f32(x, which):
+    x = np.asarray(x, np.float32)
+    ax = np.abs(x)
+    n, a = _quarter_turns(ax)
+    s, c = _sin_cos(a)
+    odd = (n & _U64_1) != _U64_0
+    if which == "sin":
+        v = np.where(odd, c, s)
+        v = np.where((n & _U64_2) != _U64_0, -v, v)
+    elif which == "cos":
+        v = np.where(odd, s, c)
+        v = np.where(((n + _U64_1) & _U64_2) != _U64_0, -v, v)
+    else:
+        v = np.where(odd, -c / s, s / c)
+    if which != "cos":
+        v = np.where(np.signbit(x), -v, v)
+    return np.where(ax < _INF32, v.astype(np.float32), x - x)
+
+
+def sin_f32(x):
+    return _trig_f32(x, "sin")
+
+
+def cos_f32(x):
+    return _trig_f32(x, "cos")
+
+
+def tan_f32(x):
+    return _trig_f32(x, "tan")
+
+
+def atan2_f32(y, x):
+    y, x = (np.asarray(v, np.float32) for v in np.broadcast_arrays(y, x))
+    dy = y.astype(np.float64)
+    ax = np.abs(x.astype(np.float64))
+    ay = np.abs(dy)
+    lo = np.minimum(ax, ay)
+    hi = np.maximum(ax, ay)
+    q = np.where(hi > 0.0, lo / hi, 0.0)
+    q = np.where(lo == np.inf, 1.0, q)
+    big = q > mathconst.TAN_PI_8
+    t = np.where(big, (q - 1.0) / (q + 1.0), q)
+    z = t * t
+    p = mathconst.ATAN[12]
+    for c in mathconst.ATAN[11::-1]:
+        p = p * z + c
+    r = t + t * z * p
+    t = np.where(big, r + math.pi / 4, r)
+    t = np.where(ay > ax, math.pi / 2 - t, t)
+    t = np.where(np.signbit(x), math.pi - t, t)
+    r = np.copysign(t, dy).astype(np.float32)
+    return np.where((x == x) & (y == y), r, x + y)
+
+
+def cbrt_f32(x):
+    x = np.asarray(x, np.float32)
+    d = x.astype(np.float64)
+    ad = np.abs(d)
+    bits = ad.view(np.int64)
+    e = ((bits >> _i64(52)) - _i64(1023)).astype(np.float64)
+    m = ((bits & _i64(0x000FFFFFFFFFFFFF)) + _i64(0x3FF0000000000000)).view(np.float64)
+    q = np.floor((e + 0.5) * (1.0 / 3.0))
+    rem = e - 3.0 * q
+    t = m * (1.0 + rem + 0.5 * rem * (rem - 1.0))
+    c0, c1, c2, c3 = mathconst.CBRT_START
+    y = c0 + t * (c1 + t * (c2 + t * c3))
+    for _ in range(2):
+        y3 = y * y * y
+        y = y * (y3 + 2.0 * t) / (2.0 * y3 + t)
+    scale = ((q.astype(np.int64) + _i64(1023)) << _i64(52)).view(np.float64)
+    r = np.copysign(y * scale, d).astype(np.float32)
+    return np.where((ad > 0.0) & (ad < np.inf), r, x + x)
+
+
+def fmod_f32(x, y):
+    """vecmath's is exact, and so is the C library's fmod in float64: the same bits."""
+    x, y = (np.asarray(v, np.float32) for v in np.broadcast_arrays(x, y))
+    return np.fmod(x.astype(np.float64), y.astype(np.float64)).astype(np.float32)
+
+
 NAMESPACE: dict[str, Any] = {
     name: obj for name, obj in globals().items()
     if callable(obj) and not name.startswith("_") and name not in ("Any", "Callable")

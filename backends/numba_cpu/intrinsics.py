@@ -420,8 +420,9 @@ def _raw_shift(kind):
 # Shifts by a count the caller knows is in range (no select): for bit tricks in vecmath.
 shl_raw = intrinsic(_raw_shift("shl"))
 ashr_raw = intrinsic(_raw_shift("ashr"))
+lshr_raw = intrinsic(_raw_shift("lshr"))
 
-__all__ += ["shl_raw", "ashr_raw"]
+__all__ += ["shl_raw", "ashr_raw", "lshr_raw"]
 
 
 _HUGE = 1 << 21  # 2 MiB transparent huge pages

@@ -144,7 +144,9 @@ def _remainder(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
     kind = ctx.kind(op.result)
     a, b = args[0].text, args[1].text
     if kind.cls == "f":
-        return kind.rounded(f"np.{kind.compute_dtype.name}(frem({a}, {b}))")
+        if kind.bits == 64:
+            return f"np.float64(frem({a}, {b}))"
+        return kind.rounded(f"fmod_f32({a}, {b})")
     if kind.cls in "bc":
         raise unsupported_variant(op, f"{kind.element} operands")
     return kind.rounded(f"irem({a}, {b})")
@@ -312,14 +314,14 @@ elementwise("stablehlo.log", cost=8)(_float_unary("log_f32", "log_f64", complex_
 elementwise("stablehlo.log_plus_one", cost=8)(_float_unary("log1p_f32", "log1p_f64", complex_fn="clog1p"))
 elementwise("stablehlo.tanh", cost=10)(_float_unary("tanh_f32", "tanh_f64", complex_fn="ctanh"))
 elementwise("stablehlo.logistic", cost=10)(_float_unary("logistic_f32", "logistic_f64", complex_fn="clogistic"))
-elementwise("stablehlo.sine", cost=20)(_float_unary("sin_f", "sin_f", via64=True, complex_fn="csin"))
-elementwise("stablehlo.cosine", cost=20)(_float_unary("cos_f", "cos_f", via64=True, complex_fn="ccos"))
-elementwise("stablehlo.tan", cost=20)(_float_unary("tan_f", "tan_f", via64=True, complex_fn="ctan"))
-elementwise("stablehlo.cbrt", cost=20)(_float_unary("cbrt_f", "cbrt_f", via64=True))
+elementwise("stablehlo.sine", cost=20)(_float_unary("sin_f32", "sin_f", complex_fn="csin"))
+elementwise("stablehlo.cosine", cost=20)(_float_unary("cos_f32", "cos_f", complex_fn="ccos"))
+elementwise("stablehlo.tan", cost=20)(_float_unary("tan_f32", "tan_f", complex_fn="ctan"))
+elementwise("stablehlo.cbrt", cost=20)(_float_unary("cbrt_f32", "cbrt_f"))
 elementwise("chlo.erf", cost=20)(_float_unary("erf_f32", "erf_f"))
 elementwise("chlo.erfc", cost=20)(_float_unary("erfc_f32", "erfc_f"))
 elementwise("chlo.erf_inv", cost=40)(_float_unary("erf_inv_f", "erf_inv_f", via64=True))
-elementwise("chlo.tan", cost=20)(_float_unary("tan_f", "tan_f", via64=True, complex_fn="ctan"))
+elementwise("chlo.tan", cost=20)(_float_unary("tan_f32", "tan_f", complex_fn="ctan"))
 elementwise("chlo.sinh", cost=20)(_float_unary("sinh_f", "sinh_f", via64=True))
 elementwise("chlo.cosh", cost=20)(_float_unary("cosh_f", "cosh_f", via64=True))
 elementwise("chlo.asin", cost=20)(_float_unary("asin_f", "asin_f", via64=True))
@@ -365,8 +367,9 @@ def _atan2(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
     kind = ctx.kind(op.result)
     if kind.cls != "f":
         raise unsupported_variant(op, f"{kind.element} operands")
-    text = f"atan2_f({args[0].text}, {args[1].text})"
-    return text if kind.bits == 64 else kind.rounded(f"np.float32({text})")
+    if kind.bits == 64:
+        return f"atan2_f({args[0].text}, {args[1].text})"
+    return kind.rounded(f"atan2_f32({args[0].text}, {args[1].text})")
 
 
 def _float_operand(op: Op, kind: ElementKind) -> None:

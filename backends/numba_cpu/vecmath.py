@@ -8,9 +8,12 @@ them once they are inlined. Polynomials are truncated Taylor series or least-squ
 this module; the accuracy (at most a few ulp, inf/NaN/zero/denormal handled as IEEE does) is
 checked by tests over the whole float32 range.
 
-float64 and the rarely-hot functions (trigonometry) go through libm in float64, which is
-accurate and fine off the hot path; erf and erfc (GELU) are polynomials evaluated in float64. ``pow_f32`` works in float64 internally: a float32
-``exp(y*log(x))`` would lose ``|y*log(x)|`` ulps.
+Several float32 functions compute in float64 and round once: erf and erfc (GELU), sin, cos and
+tan (after an exact integer range reduction), atan2, cbrt and fmod (exact). Their results are
+within an ulp, and mostly the correctly rounded ones. ``pow_f32`` works in float64 too: a float32
+``exp(y*log(x))`` would lose ``|y*log(x)|`` ulps. float64 operands, and the functions no hot
+program has needed yet (sinh, asin, lgamma...), go through libm, which is accurate but keeps
+the fused loop that calls it scalar.
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ import math
 import numpy as np
 from numba import njit, types
 
-from .intrinsics import ashr_raw, bitcast, fabs, ffloor, fround_even, iadd, iand, isub, shl_raw
+from . import mathconst
+from .intrinsics import (
+    ashr_raw, bitcast, fabs, fcopysign, ffloor, fround_even, ftrunc, iadd, iand, imul, ior, isub, lshr_raw, shl_raw,
+)
 
 __all__ = [
-    "cbrt_f", "erf_f", "erf_f32", "erfc_f", "erfc_f32", "erf_inv_f", "exp_f32", "expm1_f32", "log_f32", "log1p_f32",
-    "logistic_f32", "pow_f32", "tanh_f32",
+    "atan2_f32", "cbrt_f", "cbrt_f32", "cos_f32", "erf_f", "erf_f32", "erfc_f", "erfc_f32", "erf_inv_f", "exp_f32",
+    "expm1_f32", "fmod_f32", "log_f32", "log1p_f32", "logistic_f32", "pow_f32", "sin_f32", "tan_f32", "tanh_f32",
 ]
 
 _f = np.float32
@@ -299,6 +305,197 @@ def erf_f32(x):
     big = big if d >= 0.0 else -big
     r = np.float32(d * g if a <= 1.0 else big)
     return r if x == x else x
+
+
+# --- sin, cos, tan ------------------------------------------------------------------------
+#
+# The range reduction is exact in integers (.mathconst says how); the reduced angle, |a| <= pi/4,
+# goes through Taylor polynomials in float64, so a float32 result is the float64 one rounded once.
+_RW_HI, _RW_MID, _RW_LO = mathconst.WINDOWS
+_U23, _U32, _U62 = np.uint32(23), np.uint64(32), np.uint64(62)
+_SIGNIFICAND = np.uint32(0x007FFFFF)
+_IMPLICIT = np.uint32(0x00800000)
+_HALF_TURN_62 = np.uint64(1 << 61)
+_FRACTION_62 = np.uint64((1 << 62) - 1)
+_I2_61 = np.int64(1 << 61)
+_U0, _U1, _U2 = np.uint64(0), np.uint64(1), np.uint64(2)
+_PIO2_2_62 = math.pi / 2 / 2.0**62
+_PIO4_32 = _f(math.pi / 4)
+_S1, _S2, _S3, _S4, _S5, _S6 = mathconst.SIN
+_C1, _C2, _C3, _C4, _C5, _C6, _C7 = mathconst.COS
+
+
+@_jit
+def _quarter_turns(ax):
+    """A float32 ``ax >= 0`` as n quarter turns (n mod 4 counts) plus a float64 angle in
+    [-pi/4, pi/4]. The products are 32 x 32 bits (m < 2**24), which SIMD units multiply."""
+    u = bitcast(ax, types.uint32)
+    e = lshr_raw(u, _U23)
+    m = ior(iand(u, _SIGNIFICAND), _IMPLICIT)
+    m64 = np.uint64(m)
+    top = iadd(iadd(shl_raw(np.uint64(imul(m, _RW_HI[e])), _U32), imul(m64, np.uint64(_RW_MID[e]))),
+               lshr_raw(imul(m64, np.uint64(_RW_LO[e])), _U32))
+    g = iadd(top, _HALF_TURN_62)
+    f = isub(bitcast(iand(g, _FRACTION_62), types.int64), _I2_61)
+    small = ax <= _PIO4_32
+    n = _U0 if small else lshr_raw(g, _U62)
+    a = np.float64(ax) if small else np.float64(f) * _PIO2_2_62
+    return n, a
+
+
+@_jit
+def _sin_cos(a):
+    z = a * a
+    s = a + a * z * (_S1 + z * (_S2 + z * (_S3 + z * (_S4 + z * (_S5 + z * _S6)))))
+    c = 1.0 + z * (_C1 + z * (_C2 + z * (_C3 + z * (_C4 + z * (_C5 + z * (_C6 + z * _C7))))))
+    return s, c
+
+
+@_jit
+def sin_f32(x):
+    ax = fabs(x)
+    n, a = _quarter_turns(ax)
+    s, c = _sin_cos(a)
+    v = c if iand(n, _U1) != _U0 else s
+    v = -v if iand(n, _U2) != _U0 else v
+    v = -v if bitcast(x, types.int32) < _i(0) else v
+    return np.float32(v) if ax < _INF32 else x - x
+
+
+@_jit
+def cos_f32(x):
+    ax = fabs(x)
+    n, a = _quarter_turns(ax)
+    s, c = _sin_cos(a)
+    v = s if iand(n, _U1) != _U0 else c
+    v = -v if iand(iadd(n, _U1), _U2) != _U0 else v
+    return np.float32(v) if ax < _INF32 else x - x
+
+
+@_jit
+def tan_f32(x):
+    ax = fabs(x)
+    n, a = _quarter_turns(ax)
+    s, c = _sin_cos(a)
+    v = -c / s if iand(n, _U1) != _U0 else s / c
+    v = -v if bitcast(x, types.int32) < _i(0) else v
+    return np.float32(v) if ax < _INF32 else x - x
+
+
+# --- atan2 ----------------------------------------------------------------------------------
+#
+# In float64: q = min(|x|, |y|) / max(|x|, |y|) in [0, 1]; above tan(pi/8), atan(q) = pi/4 +
+# atan((q - 1) / (q + 1)); then the Taylor series to t**27 (|t| <= 0.4143: truncation 3e-13).
+# The octant and the signs come from compares, which is IEEE atan2's table of zeros and infinities.
+_TAN_PI_8 = mathconst.TAN_PI_8
+_ATAN = mathconst.ATAN
+_PI64 = math.pi
+
+
+@_jit
+def _atan_unit(q):
+    """atan(q) for q in [0, 1]."""
+    big = q > _TAN_PI_8
+    t = (q - 1.0) / (q + 1.0) if big else q
+    z = t * t
+    p = _ATAN[12]
+    p = p * z + _ATAN[11]
+    p = p * z + _ATAN[10]
+    p = p * z + _ATAN[9]
+    p = p * z + _ATAN[8]
+    p = p * z + _ATAN[7]
+    p = p * z + _ATAN[6]
+    p = p * z + _ATAN[5]
+    p = p * z + _ATAN[4]
+    p = p * z + _ATAN[3]
+    p = p * z + _ATAN[2]
+    p = p * z + _ATAN[1]
+    p = p * z + _ATAN[0]
+    r = t + t * z * p
+    return r + _PI64 / 4 if big else r
+
+
+@_jit
+def atan2_f32(y, x):
+    dy = np.float64(y)
+    ax = fabs(np.float64(x))
+    ay = fabs(dy)
+    lo = min(ax, ay)
+    hi = max(ax, ay)
+    # 0/0 (both zero) is 0, inf/inf (both infinite) is 1: the octant decides the rest.
+    q = lo / hi if hi > 0.0 else 0.0
+    q = 1.0 if lo == np.inf else q
+    t = _atan_unit(q)
+    t = _PI64 / 2 - t if ay > ax else t
+    t = _PI64 - t if bitcast(x, types.int32) < _i(0) else t
+    r = np.float32(fcopysign(t, dy))
+    return r if (x == x) & (y == y) else x + y
+
+
+# --- cbrt -----------------------------------------------------------------------------------
+#
+# In float64, where every float32 is normal: |x| = t * 2**(3q) with t in [1, 8); a cubic
+# (relative error 1.7e-2) starts two Halley steps (each cubes the error: 5e-6, then under
+# 1e-16), and 2**q scales the root back.
+_CBRT0, _CBRT1, _CBRT2, _CBRT3 = mathconst.CBRT_START
+_D_ONE_BITS = np.int64(0x3FF0000000000000)
+_THIRD = 1.0 / 3.0
+
+
+@_jit
+def cbrt_f32(x):
+    d = np.float64(x)
+    ad = fabs(d)
+    bits = bitcast(ad, types.int64)
+    e = np.float64(isub(ashr_raw(bits, _D52), _D1023))
+    m = bitcast(iadd(iand(bits, _D_MANT_MASK), _D_ONE_BITS), types.float64)
+    q = ffloor((e + 0.5) * _THIRD)
+    rem = e - 3.0 * q
+    t = m * (1.0 + rem + 0.5 * rem * (rem - 1.0))
+    y = _CBRT0 + t * (_CBRT1 + t * (_CBRT2 + t * _CBRT3))
+    y3 = y * y * y
+    y = y * (y3 + 2.0 * t) / (2.0 * y3 + t)
+    y3 = y * y * y
+    y = y * (y3 + 2.0 * t) / (2.0 * y3 + t)
+    scale = bitcast(shl_raw(iadd(np.int64(q), _D1023), _D52), types.float64)
+    r = np.float32(fcopysign(y * scale, d))
+    return r if (ad > 0.0) & (ad < np.inf) else x + x
+
+
+# --- remainder (fmod) -------------------------------------------------------------------------
+#
+# Exact, in float64. Step k takes whole multiples of ys = |y| * 2**k off the running remainder r,
+# for k = 252, 224, ..., 28, 0: r < ys * 2**28 on entry (the float32 range spans 277 binades), so
+# the quotient q < 2**28 + 1, and q * ys (24 + 29 bits) and r - q * ys are exact. q is estimated
+# by a multiply with 1/ys, which is at most one off; a compare and an add mend it.
+
+
+@_jit
+def _fmod_step(r, ys, inv):
+    q = ftrunc(r * inv)
+    r = r - q * ys
+    r = r + ys if r < 0.0 else r
+    return r - ys if r >= ys else r
+
+
+@_jit
+def fmod_f32(x, y):
+    ax = fabs(np.float64(x))
+    ay = fabs(np.float64(y))
+    inv = 1.0 / ay
+    r = _fmod_step(ax, ay * 2.0**252, inv * 2.0**-252)
+    r = _fmod_step(r, ay * 2.0**224, inv * 2.0**-224)
+    r = _fmod_step(r, ay * 2.0**196, inv * 2.0**-196)
+    r = _fmod_step(r, ay * 2.0**168, inv * 2.0**-168)
+    r = _fmod_step(r, ay * 2.0**140, inv * 2.0**-140)
+    r = _fmod_step(r, ay * 2.0**112, inv * 2.0**-112)
+    r = _fmod_step(r, ay * 2.0**84, inv * 2.0**-84)
+    r = _fmod_step(r, ay * 2.0**56, inv * 2.0**-56)
+    r = _fmod_step(r, ay * 2.0**28, inv * 2.0**-28)
+    r = _fmod_step(r, ay, inv)
+    r = np.float32(fcopysign(r, np.float64(x)))
+    r = x if (ay == np.inf) & (ax < np.inf) else r
+    return r if (ay > 0.0) & (ax < np.inf) & (y == y) else _NAN32
 
 
 # --- libm-backed, float64 inside ---------------------------------------------------------
