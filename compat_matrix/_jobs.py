@@ -35,8 +35,8 @@ from ._models import (RED, CellReport, CellResult, CellStatus, EnvironmentInfo, 
 from ._plan import installed_interpreters
 from ._run import ProgressCallback, run_environment
 
-__all__ = ["MergeError", "job_is_red", "load_plan", "load_results", "merge_results", "run_job_here", "run_job_tox",
-           "run_plan", "tox_command", "write_result"]
+__all__ = ["MergeError", "job_is_red", "load_plan", "load_results", "matrix_project", "merge_results", "run_job_here",
+           "run_job_tox", "run_plan", "tox_command", "write_result"]
 
 
 class MergeError(Exception):
@@ -118,6 +118,26 @@ def tox_command() -> list[str] | None:
         return [tox]
     if importlib.util.find_spec("tox") is not None:
         return [sys.executable, "-m", "tox"]
+    return None
+
+
+#: Where an editable install of pjrt-hub has its checkout (this module is compat_matrix/_jobs.py
+#: in it); in an install from a wheel, a folder of site-packages without a tox.ini.
+_INSTALLED_FROM = Path(__file__).resolve().parent.parent
+
+
+def matrix_project(start: Path | None = None) -> Path | None:
+    """The pjrt-hub checkout whose tox.ini defines the matrix's environments: ``start`` (the
+    current directory) or a directory above it, else the checkout this package is installed from
+    (an editable install). None when there is none, as for an install from a wheel."""
+    here = (start or Path.cwd()).resolve()
+    for candidate in (here, *here.parents, _INSTALLED_FROM):
+        ini = candidate / "tox.ini"
+        try:
+            if ini.is_file() and "[testenv:matrix-" in ini.read_text(errors="replace"):
+                return candidate
+        except OSError:
+            continue
     return None
 
 

@@ -74,3 +74,40 @@ def test_without_tox_the_tox_matrix_says_so_in_one_line(tmp_path, monkeypatch, c
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("pjrt-hub matrix: tox is not installed: pip install 'pjrt-hub[test]'")
     assert not (tmp_path / "m").exists()
+
+
+def test_outside_a_checkout_the_tox_matrix_stops_at_once_and_says_why(tmp_path, monkeypatch, capsys):
+    """Installed from a wheel and run in any folder, there is no tox.ini with the matrix's
+    environments: one line, exit 1, nothing written, no tox run (it used to give every cell
+    "gave no result (exit 254)" after minutes, the cause only in tox.log)."""
+    import pjrt_hub.compat_matrix._jobs as jobs
+
+    monkeypatch.setattr(jobs, "_INSTALLED_FROM", tmp_path / "site-packages" / "pjrt_hub")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tox.ini").write_text("[tox]\nenvlist = py311\n")  # someone else's project
+    assert main(["matrix", "--output", str(tmp_path / "m")]) == ExitCode.FAILURE
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("pjrt-hub matrix: the matrix's tox environments are defined in pjrt-hub's tox.ini")
+    assert str(tmp_path) in line and "--no-tox" in line
+    assert not (tmp_path / "m").exists()
+    plan = tmp_path / "plan.json"
+    assert main(["matrix", "plan", "--output", str(plan), "--plugin", "toy_0_81"]) == ExitCode.OK
+    capsys.readouterr()
+    job = json.loads(plan.read_text())["cells"][0]["id"]
+    assert main(["matrix", "cell", job, "--plan", str(plan), "--output", str(tmp_path / "r")]) == ExitCode.FAILURE
+    assert capsys.readouterr().err.startswith("pjrt-hub matrix cell: the matrix's tox environments")
+
+
+def test_the_checkout_is_found_from_a_folder_inside_it_or_from_the_install(tmp_path, monkeypatch):
+    import pjrt_hub.compat_matrix._jobs as jobs
+
+    checkout = tmp_path / "clone"
+    (checkout / "docs" / "deep").mkdir(parents=True)
+    (checkout / "tox.ini").write_text("[tox]\n[testenv:matrix-py311-numbalatest]\ncommands = x\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.setattr(jobs, "_INSTALLED_FROM", tmp_path / "site-packages" / "pjrt_hub")
+    assert jobs.matrix_project(checkout / "docs" / "deep") == checkout
+    assert jobs.matrix_project(elsewhere) is None
+    monkeypatch.setattr(jobs, "_INSTALLED_FROM", checkout)  # an editable install
+    assert jobs.matrix_project(elsewhere) == checkout
