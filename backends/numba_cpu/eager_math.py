@@ -795,7 +795,6 @@ _D_MANT_MASK = np.int64(0x000FFFFFFFFFFFFF)
 _LOG2E_64 = 1.4426950408889634
 _LN2_64 = 0.6931471805599453
 _DL1, _DL2, _DL3, _DL4, _DL5, _DL6 = (2.0 / (2 * k + 1) for k in range(1, 7))
-_DE2, _DE3, _DE4, _DE5, _DE6, _DE7, _DE8, _DE9, _DE10 = (1.0 / math.factorial(k) for k in range(2, 11))
 
 
 def _log2_f64(x):
@@ -813,23 +812,10 @@ def _log2_f64(x):
 def _exp2_f64(t):
     n = np.rint(t)
     u = (t - n) * _LN2_64
-    p = _DE2 + u * (_DE3 + u * (_DE4 + u * (_DE5 + u * (_DE6 + u * (_DE7 + u * (_DE8 + u * (_DE9 + u * _DE10)))))))
-    p = 1.0 + u + u * u * p
+    p = 1.0 + u + u * u * mathconst.estrin9(u, mathconst.EXP_TAYLOR)
     return p * ((n.astype(np.int64) + np.int64(1023)) << np.int64(52)).view(np.float64)
 
 
-# erf and erfc of float32 computed in float64 (.vecmath's erf_f32 and erfc_f32, step for step).
-_ERFC_H = (
-    -0.6717940851517209, 0.6726432205460094, 0.047343417521054185, -0.04689548216102342,
-    -0.009874534918173397, 0.008823558177800443, 0.0017706661181974702, -0.0023392777244395572,
-    -0.00018278214100042492, 0.0006579538482961236, -3.2113772849112136e-05, -0.0001546337912080308,
-    1.3371503639590013e-05, 2.0723071069731153e-05,
-)
-_ERF_G = (
-    0.9654687386698849, -0.1405360890155293, 0.019852496688085468, -0.00228548565695568,
-    0.00021751716322972035, -1.753682468452801e-05, 1.2233626160774488e-06, -7.557492998669095e-08,
-    4.138779263324253e-09,
-)
 _ERFC_CUT = 10.5
 
 
@@ -837,9 +823,7 @@ def _erfc_pos64(a):
     a = np.minimum(a, _ERFC_CUT)
     t = 1.0 / (1.0 + 0.5 * a)
     u = 2.0 * t - 1.0
-    h = _ERFC_H[13]
-    for c in _ERFC_H[12::-1]:
-        h = h * u + c
+    h = mathconst.estrin14(u, mathconst.ERFC_H)
     return t * _exp2_f64((h - a * a) * _LOG2E_64)
 
 
@@ -856,9 +840,7 @@ def erf_f32(x):
     d = x.astype(np.float64)
     a = np.abs(d)
     u = 2.0 * d * d - 1.0
-    g = _ERF_G[8]
-    for c in _ERF_G[7::-1]:
-        g = g * u + c
+    g = mathconst.estrin9(u, mathconst.ERF_G)
     big = 1.0 - _erfc_pos64(a)
     big = np.where(d >= 0.0, big, -big)
     r = np.where(a <= 1.0, d * g, big).astype(np.float32)

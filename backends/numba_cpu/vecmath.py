@@ -36,6 +36,8 @@ __all__ = [
 _f = np.float32
 _i = np.int32
 _jit = njit(cache=True, nogil=True, error_model="numpy", inline="always")
+_estrin14 = _jit(mathconst.estrin14)
+_estrin9 = _jit(mathconst.estrin9)
 
 _LOG2E = _f(1.4426950408889634)
 # ln 2 split so that k * _LN2_HI is exact for |k| < 2**8 (the high part has 16 bits).
@@ -173,8 +175,6 @@ _LN2_64 = 0.6931471805599453
 # 2/(2k+1) for k = 1..6: the atanh series again, to ~1e-12 (z <= 0.0295); a float32 result
 # needs t = y*log2(x) to ~1e-9 absolute over |t| <= 150.
 _DL1, _DL2, _DL3, _DL4, _DL5, _DL6 = (2.0 / (2 * k + 1) for k in range(1, 7))
-# 1/k! for k = 2..10: exp(u) for |u| <= ln(2)/2 to ~3e-11.
-_DE2, _DE3, _DE4, _DE5, _DE6, _DE7, _DE8, _DE9, _DE10 = (1.0 / math.factorial(k) for k in range(2, 11))
 
 
 @_jit
@@ -196,8 +196,7 @@ def _exp2_f64(t):
     """2**t for t in [-300, 300]."""
     n = fround_even(t)
     u = (t - n) * _LN2_64
-    p = _DE2 + u * (_DE3 + u * (_DE4 + u * (_DE5 + u * (_DE6 + u * (_DE7 + u * (_DE8 + u * (_DE9 + u * _DE10)))))))
-    p = 1.0 + u + u * u * p
+    p = 1.0 + u + u * u * _estrin9(u, _EXP_TAYLOR)
     return p * bitcast(shl_raw(iadd(np.int64(n), _D1023), _D52), types.float64)
 
 
@@ -231,26 +230,10 @@ def pow_f32(x, y):
 
 # --- erf, erfc -----------------------------------------------------------------------------
 #
-# Computed in float64 and rounded once, so a float32 result is within an ulp. Both polynomials
-# were fitted for this module with numpy: Chebyshev least squares at 4000 Chebyshev nodes against
-# scipy.special (erfcx, erf), then converted to the monomial basis of the variable shown.
-#
-# erfc(x), x >= 0: t = 1 / (1 + x/2) maps [0, inf) onto (0, 1], and h(t) = log(erfc(x) * exp(x*x) / t)
-# is smooth on it (the asymptotic series of erfc in 1/x**2 is a series in t there); h is a
-# degree-13 polynomial in u = 2t - 1 (max error 1.2e-9, which is erfc's relative error), and
-# erfc(x) = t * exp(h - x*x). x*x is exact in float64 for a float32 x.
-_ERFC_H = (
-    -0.6717940851517209, 0.6726432205460094, 0.047343417521054185, -0.04689548216102342,
-    -0.009874534918173397, 0.008823558177800443, 0.0017706661181974702, -0.0023392777244395572,
-    -0.00018278214100042492, 0.0006579538482961236, -3.2113772849112136e-05, -0.0001546337912080308,
-    1.3371503639590013e-05, 2.0723071069731153e-05,
-)
-# erf(x) / x for |x| <= 1 as a degree-8 polynomial in u = 2 x**2 - 1 (relative error 1e-12).
-_ERF_G = (
-    0.9654687386698849, -0.1405360890155293, 0.019852496688085468, -0.00228548565695568,
-    0.00021751716322972035, -1.753682468452801e-05, 1.2233626160774488e-06, -7.557492998669095e-08,
-    4.138779263324253e-09,
-)
+# In float64, rounded once (.mathconst has the fits and says how they were made).
+_ERFC_H = mathconst.ERFC_H
+_ERF_G = mathconst.ERF_G
+_EXP_TAYLOR = mathconst.EXP_TAYLOR
 # Beyond this erfc is below half the smallest float32 denormal (and exp2 stays in range).
 _ERFC_CUT = 10.5
 
@@ -261,20 +244,7 @@ def _erfc_pos64(a):
     a = min(a, _ERFC_CUT)
     t = 1.0 / (1.0 + 0.5 * a)
     u = 2.0 * t - 1.0
-    h = _ERFC_H[13]
-    h = h * u + _ERFC_H[12]
-    h = h * u + _ERFC_H[11]
-    h = h * u + _ERFC_H[10]
-    h = h * u + _ERFC_H[9]
-    h = h * u + _ERFC_H[8]
-    h = h * u + _ERFC_H[7]
-    h = h * u + _ERFC_H[6]
-    h = h * u + _ERFC_H[5]
-    h = h * u + _ERFC_H[4]
-    h = h * u + _ERFC_H[3]
-    h = h * u + _ERFC_H[2]
-    h = h * u + _ERFC_H[1]
-    h = h * u + _ERFC_H[0]
+    h = _estrin14(u, _ERFC_H)
     return t * _exp2_f64((h - a * a) * _LOG2E_64)
 
 
@@ -291,15 +261,7 @@ def erf_f32(x):
     d = np.float64(x)
     a = fabs(d)
     u = 2.0 * d * d - 1.0
-    g = _ERF_G[8]
-    g = g * u + _ERF_G[7]
-    g = g * u + _ERF_G[6]
-    g = g * u + _ERF_G[5]
-    g = g * u + _ERF_G[4]
-    g = g * u + _ERF_G[3]
-    g = g * u + _ERF_G[2]
-    g = g * u + _ERF_G[1]
-    g = g * u + _ERF_G[0]
+    g = _estrin9(u, _ERF_G)
     # 1 - erfc loses nothing once erfc <= erfc(1) = 0.157.
     big = 1.0 - _erfc_pos64(a)
     big = big if d >= 0.0 else -big
