@@ -987,9 +987,7 @@ def atan2_f32(y, x):
     big = q > mathconst.TAN_PI_8
     t = np.where(big, (q - 1.0) / (q + 1.0), q)
     z = t * t
-    p = mathconst.ATAN[12]
-    for c in mathconst.ATAN[11::-1]:
-        p = p * z + c
+    p = mathconst.estrin13(z, mathconst.ATAN)
     r = t + t * z * p
     t = np.where(big, r + math.pi / 4, r)
     t = np.where(ay > ax, math.pi / 2 - t, t)

@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 __all__ = ["ATAN", "CBRT_START", "COS", "ERFC_H", "ERF_G", "EXP_TAYLOR", "SIN", "TAN_PI_8", "WINDOWS", "estrin9",
-           "estrin14", "two_over_pi_bits"]
+           "estrin13", "estrin14", "two_over_pi_bits"]
 
 
 def two_over_pi_bits(bits: int) -> int:
@@ -97,6 +97,16 @@ def estrin14(u, c):
     q2 = (c[8] + c[9] * u) + (c[10] + c[11] * u) * u2
     q3 = c[12] + c[13] * u
     return (q0 + q1 * u4) + (q2 + q3 * u4) * (u4 * u4)
+
+
+def estrin13(u, c):
+    """c[0] + c[1] u + ... + c[12] u**12."""
+    u2 = u * u
+    u4 = u2 * u2
+    q0 = (c[0] + c[1] * u) + (c[2] + c[3] * u) * u2
+    q1 = (c[4] + c[5] * u) + (c[6] + c[7] * u) * u2
+    q2 = (c[8] + c[9] * u) + (c[10] + c[11] * u) * u2
+    return (q0 + q1 * u4) + (q2 + c[12] * u4) * (u4 * u4)
 
 
 def estrin9(u, c):

@@ -37,6 +37,7 @@ _f = np.float32
 _i = np.int32
 _jit = njit(cache=True, nogil=True, error_model="numpy", inline="always")
 _estrin14 = _jit(mathconst.estrin14)
+_estrin13 = _jit(mathconst.estrin13)
 _estrin9 = _jit(mathconst.estrin9)
 
 _LOG2E = _f(1.4426950408889634)
@@ -360,19 +361,7 @@ def _atan_unit(q):
     big = q > _TAN_PI_8
     t = (q - 1.0) / (q + 1.0) if big else q
     z = t * t
-    p = _ATAN[12]
-    p = p * z + _ATAN[11]
-    p = p * z + _ATAN[10]
-    p = p * z + _ATAN[9]
-    p = p * z + _ATAN[8]
-    p = p * z + _ATAN[7]
-    p = p * z + _ATAN[6]
-    p = p * z + _ATAN[5]
-    p = p * z + _ATAN[4]
-    p = p * z + _ATAN[3]
-    p = p * z + _ATAN[2]
-    p = p * z + _ATAN[1]
-    p = p * z + _ATAN[0]
+    p = _estrin13(z, _ATAN)
     r = t + t * z * p
     return r + _PI64 / 4 if big else r
 
