@@ -912,7 +912,7 @@ def _max(*args):
 
 
 #: What generated elementwise text may name, for ``eval``.
-# -- sin, cos, tan, atan2, cbrt, fmod of float32: vecmath's forms ----------------------------
+# -- sin, cos, tan, atan2, asin, acos, atan, cbrt, fmod of float32: vecmath's forms ----------------------------
 _RW_HI, _RW_MID, _RW_LO = mathconst.WINDOWS
 _U32_23, _U64_32, _U64_62 = np.uint32(23), np.uint64(32), np.uint64(62)
 _U64_0, _U64_1, _U64_2 = np.uint64(0), np.uint64(1), np.uint64(2)
@@ -975,10 +975,8 @@ def tan_f32(x):
     return _trig_f32(x, "tan")
 
 
-def atan2_f32(y, x):
-    y, x = (np.asarray(v, np.float32) for v in np.broadcast_arrays(y, x))
-    dy = y.astype(np.float64)
-    ax = np.abs(x.astype(np.float64))
+def _atan2_64(dy, dx):
+    ax = np.abs(dx)
     ay = np.abs(dy)
     lo = np.minimum(ax, ay)
     hi = np.maximum(ax, ay)
@@ -991,9 +989,27 @@ def atan2_f32(y, x):
     r = t + t * z * p
     t = np.where(big, r + math.pi / 4, r)
     t = np.where(ay > ax, math.pi / 2 - t, t)
-    t = np.where(np.signbit(x), math.pi - t, t)
-    r = np.copysign(t, dy).astype(np.float32)
-    return np.where((x == x) & (y == y), r, x + y)
+    t = np.where(np.signbit(dx), math.pi - t, t)
+    return np.where((dx == dx) & (dy == dy), np.copysign(t, dy), dx + dy)
+
+
+def atan2_f32(y, x):
+    y, x = (np.asarray(v, np.float32) for v in np.broadcast_arrays(y, x))
+    return _atan2_64(y.astype(np.float64), x.astype(np.float64)).astype(np.float32)
+
+
+def atan_f32(x):
+    return _atan2_64(np.asarray(x, np.float32).astype(np.float64), 1.0).astype(np.float32)
+
+
+def asin_f32(x):
+    d = np.asarray(x, np.float32).astype(np.float64)
+    return _atan2_64(d, np.sqrt((1.0 - d) * (1.0 + d))).astype(np.float32)
+
+
+def acos_f32(x):
+    d = np.asarray(x, np.float32).astype(np.float64)
+    return _atan2_64(np.sqrt((1.0 - d) * (1.0 + d)), d).astype(np.float32)
 
 
 def cbrt_f32(x):

@@ -25,12 +25,13 @@ from numba import njit, types
 
 from . import mathconst
 from .intrinsics import (
-    ashr_raw, bitcast, fabs, fcopysign, ffloor, fround_even, ftrunc, iadd, iand, imul, ior, isub, lshr_raw, shl_raw,
+    ashr_raw, bitcast, fabs, fcopysign, ffloor, fround_even, fsqrt, ftrunc, iadd, iand, imul, ior, isub, lshr_raw, shl_raw,
 )
 
 __all__ = [
-    "atan2_f32", "cbrt_f", "cbrt_f32", "cos_f32", "erf_f", "erf_f32", "erfc_f", "erfc_f32", "erf_inv_f", "exp_f32",
-    "expm1_f32", "fmod_f32", "log_f32", "log1p_f32", "logistic_f32", "pow_f32", "sin_f32", "tan_f32", "tanh_f32",
+    "acos_f32", "asin_f32", "atan_f32", "atan2_f32", "cbrt_f", "cbrt_f32", "cos_f32", "erf_f", "erf_f32", "erfc_f",
+    "erfc_f32", "erf_inv_f", "exp_f32", "expm1_f32", "fmod_f32", "log_f32", "log1p_f32", "logistic_f32", "pow_f32",
+    "sin_f32", "tan_f32", "tanh_f32",
 ]
 
 _f = np.float32
@@ -353,6 +354,7 @@ def tan_f32(x):
 _TAN_PI_8 = mathconst.TAN_PI_8
 _ATAN = mathconst.ATAN
 _PI64 = math.pi
+_I64_0 = np.int64(0)
 
 
 @_jit
@@ -367,9 +369,9 @@ def _atan_unit(q):
 
 
 @_jit
-def atan2_f32(y, x):
-    dy = np.float64(y)
-    ax = fabs(np.float64(x))
+def _atan2_64(dy, dx):
+    """atan2 of two float64 (float32 values), NaN for a NaN."""
+    ax = fabs(dx)
     ay = fabs(dy)
     lo = min(ax, ay)
     hi = max(ax, ay)
@@ -378,9 +380,33 @@ def atan2_f32(y, x):
     q = 1.0 if lo == np.inf else q
     t = _atan_unit(q)
     t = _PI64 / 2 - t if ay > ax else t
-    t = _PI64 - t if bitcast(x, types.int32) < _i(0) else t
-    r = np.float32(fcopysign(t, dy))
-    return r if (x == x) & (y == y) else x + y
+    t = _PI64 - t if bitcast(dx, types.int64) < _I64_0 else t
+    r = fcopysign(t, dy)
+    return r if (dx == dx) & (dy == dy) else dx + dy
+
+
+@_jit
+def atan2_f32(y, x):
+    return np.float32(_atan2_64(np.float64(y), np.float64(x)))
+
+
+@_jit
+def atan_f32(x):
+    return np.float32(_atan2_64(np.float64(x), 1.0))
+
+
+# asin(x) = atan2(x, sqrt(1 - x*x)) and acos(x) = atan2(sqrt(1 - x*x), x); (1 - x)(1 + x) is exact
+# in float64 for a float32 x, and negative (so the root NaN) exactly when |x| > 1.
+@_jit
+def asin_f32(x):
+    d = np.float64(x)
+    return np.float32(_atan2_64(d, fsqrt((1.0 - d) * (1.0 + d))))
+
+
+@_jit
+def acos_f32(x):
+    d = np.float64(x)
+    return np.float32(_atan2_64(fsqrt((1.0 - d) * (1.0 + d)), d))
 
 
 # --- cbrt -----------------------------------------------------------------------------------
