@@ -26,8 +26,8 @@ from ._axes import (
 )
 from ._cache import CellCache, cache_key, default_cache_dir
 from ._cell import CellSpec, evaluate_cell, run_cell
-from ._jobs import (MergeError, job_is_red, load_plan, load_results, matrix_project, merge_results, run_job_here,
-                    run_job_tox, run_plan, tox_command, write_result)
+from ._jobs import (MergeError, job_is_red, load_plan, load_results, matrix_project, merge_results, no_checkout,
+                    run_job_here, run_job_tox, run_plan, tox_command, write_result)
 from ._models import (RED, CaseBrief, CellReport, CellResult, CellStatus, EnvironmentInfo, JobInfo, MatrixPlan,
                       MatrixReport, PlanCell, PluginInfo)
 from ._plan import PLAN_FORMATS, SPLITS, PlanError, PluginNotFound, make_plan, render_plan
@@ -43,9 +43,9 @@ __all__ = [
     "KNOWN_C_DISTRIBUTIONS", "MatrixEnvironment", "MatrixPlan", "MatrixReport", "MatrixRun", "MergeError",
     "PLAN_FORMATS", "PlanCell", "PlanError", "PluginInfo", "PluginNotFound", "RED", "REAL_C_PLUGINS", "RealCPlugin",
     "SPLITS", "cache_key", "default_cache_dir", "environment_facts", "environment_info", "evaluate_cell",
-    "job_is_red", "load_plan", "load_results", "make_plan", "matrix_project", "merge", "merge_results", "render_html",
-    "render_markdown", "render_plan", "run_cell", "run_environment", "run_job_here", "run_job_tox", "run_plan",
-    "tox_command", "write_outputs", "write_result",
+    "job_is_red", "load_plan", "load_results", "make_plan", "matrix_project", "merge", "merge_results",
+    "no_checkout", "render_html", "render_markdown", "render_plan", "run_cell", "run_environment", "run_job_here",
+    "run_job_tox", "run_plan", "tox_command", "write_outputs", "write_result",
 ]
 
 

@@ -35,8 +35,8 @@ from ._models import (RED, CellReport, CellResult, CellStatus, EnvironmentInfo, 
 from ._plan import installed_interpreters
 from ._run import ProgressCallback, run_environment
 
-__all__ = ["MergeError", "job_is_red", "load_plan", "load_results", "matrix_project", "merge_results", "run_job_here",
-           "run_job_tox", "run_plan", "tox_command", "write_result"]
+__all__ = ["MergeError", "job_is_red", "load_plan", "load_results", "matrix_project", "merge_results", "no_checkout",
+           "run_job_here", "run_job_tox", "run_plan", "tox_command", "write_result"]
 
 
 class MergeError(Exception):
@@ -141,6 +141,13 @@ def matrix_project(start: Path | None = None) -> Path | None:
     return None
 
 
+def no_checkout(where: Path) -> str:
+    """Why tox jobs cannot run from ``where``, and what to do instead."""
+    return (f"the matrix's tox environments are defined in pjrt-hub's tox.ini, and there is none in {where}, "
+            "above it, or where pjrt-hub is installed from: run it in a clone of pjrt-hub (pip install -e '.[test]' "
+            "there), or run this environment only with --no-tox")
+
+
 def _tox_base(project: Path | None) -> list[str]:
     tox = tox_command()
     if tox is None:
@@ -174,6 +181,9 @@ def run_job_tox(plan: MatrixPlan, plan_path: Path, cell: PlanCell, output: Path,
     one that says why there is none."""
     assert cell.tox_env is not None
     output = output.resolve()
+    project = project or matrix_project()
+    if project is None:
+        return _environment_failed(plan, cell, no_checkout(Path.cwd()))
     command = [*_tox_base(project), "run", "-e", cell.tox_env, *_discover_args(), "--",
                cell.id, "--plan", str(plan_path.resolve()), "--output", str(output), *extra]
     # A result left by an earlier run of this job must not stand in for this run's.
@@ -226,7 +236,10 @@ def run_plan(plan: MatrixPlan, plan_path: Path, output: Path, *, cache_dir: Path
     if tox_cells:
         envs = list(dict.fromkeys(c.tox_env for c in tox_cells if c.tox_env))
         log_path = output.parent / "tox.log"
+        project = project or matrix_project()
         try:
+            if project is None:
+                raise MergeError(no_checkout(Path.cwd()))
             tox_base = _tox_base(project)
         except MergeError as exc:
             for cell in tox_cells:

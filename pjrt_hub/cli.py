@@ -482,31 +482,26 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     return _matrix_errors(lambda: _matrix_local(args))
 
 
-_NO_TOX_INI = ("pjrt-hub matrix: the matrix's tox environments are defined in pjrt-hub's tox.ini, and there is "
-               "none in {where}, above it, or where pjrt-hub is installed from: run it in a clone of pjrt-hub "
-               "(pip install -e '.[test]' there), or run this environment only with --no-tox")
-
-
 def _matrix_local(args: argparse.Namespace) -> int:
     """``pjrt-hub matrix``: plan, every job here (tox environments in parallel), merge."""
     from pathlib import Path
 
-    from pjrt_hub.compat_matrix import (default_cache_dir, matrix_project, merge_results, run_plan, tox_command,
-                                        write_outputs)
+    from pjrt_hub.compat_matrix import (default_cache_dir, matrix_project, merge_results, no_checkout, run_plan,
+                                        tox_command, write_outputs)
 
-    project = None
-    if not args.no_tox:
-        if tox_command() is None:
-            print("pjrt-hub matrix: tox is not installed: pip install 'pjrt-hub[test]' (or -e '.[test]' in a "
-                  "clone), or run this environment only with --no-tox", file=sys.stderr)
-            return ExitCode.FAILURE
-        project = matrix_project()
-        if project is None:
-            print(_NO_TOX_INI.format(where=Path.cwd()), file=sys.stderr)
-            return ExitCode.FAILURE
+    if not args.no_tox and tox_command() is None:
+        print("pjrt-hub matrix: tox is not installed: pip install 'pjrt-hub[test]' (or -e '.[test]' in a "
+              "clone), or run this environment only with --no-tox", file=sys.stderr)
+        return ExitCode.FAILURE
     output = Path(args.output).resolve()
     plan = _plan_from_args(args, here=args.env_name if args.no_tox else None, split="environment",
                            available_only=True)
+    project = None
+    if any(cell.tox_env is not None for cell in plan.cells):
+        project = matrix_project()
+        if project is None:  # before anything is written or run
+            print(f"pjrt-hub matrix: {no_checkout(Path.cwd())}", file=sys.stderr)
+            return ExitCode.FAILURE
     plan_path = output / "plan.json"
     _write_text(plan_path, plan.model_dump_json(indent=2))
     cache_dir = Path(args.cache).resolve() if args.cache else default_cache_dir(output)
@@ -547,8 +542,8 @@ def cmd_matrix_cell(args: argparse.Namespace) -> int:
     def run() -> int:
         from pathlib import Path
 
-        from pjrt_hub.compat_matrix import (CellCache, default_cache_dir, job_is_red, load_plan, matrix_project,
-                                            run_job_here, run_job_tox, write_result)
+        from pjrt_hub.compat_matrix import (CellCache, default_cache_dir, job_is_red, load_plan, run_job_here,
+                                            run_job_tox, write_result)
 
         plan = load_plan(args.plan)
         known = {c.id: c for c in plan.cells}
@@ -579,11 +574,7 @@ def cmd_matrix_cell(args: argparse.Namespace) -> int:
             else:
                 extra = (["--cache", str(Path(args.cache).resolve())] if args.cache else []) + \
                     (["--refresh"] if args.refresh else [])
-                project = matrix_project()
-                if project is None:
-                    print(_NO_TOX_INI.format(where=Path.cwd()).replace("matrix:", "matrix cell:", 1), file=sys.stderr)
-                    return ExitCode.FAILURE
-                report = run_job_tox(plan, Path(args.plan), cell, output, project=project, extra=extra)
+                report = run_job_tox(plan, Path(args.plan), cell, output, extra=extra)
                 if not (output / f"{cell_id}.json").exists() or report.error:
                     write_result(report, output)
             reports.append(report)

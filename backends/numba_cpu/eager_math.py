@@ -925,9 +925,12 @@ def _quarter_turns(ax):
     e = u >> _U32_23
     m = (u & _u32(0x007FFFFF)) | _u32(0x00800000)
     m64 = m.astype(np.uint64)
-    top = (((m * _RW_HI[e]).astype(np.uint64) << _U64_32) + m64 * _RW_MID[e].astype(np.uint64)
-           + ((m64 * _RW_LO[e].astype(np.uint64)) >> _U64_32))
-    g = top + np.uint64(1 << 61)
+    # The products wrap on purpose (as the compiled integer arithmetic does); numpy warns of that
+    # for a 0-d operand, whose arithmetic it does on scalars.
+    with np.errstate(over="ignore"):
+        top = (((m * _RW_HI[e]).astype(np.uint64) << _U64_32) + m64 * _RW_MID[e].astype(np.uint64)
+               + ((m64 * _RW_LO[e].astype(np.uint64)) >> _U64_32))
+        g = top + np.uint64(1 << 61)
     f = (g & np.uint64((1 << 62) - 1)).view(np.int64) - _i64(1 << 61)
     small = ax <= _PIO4_32
     n = np.where(small, _U64_0, g >> _U64_62)

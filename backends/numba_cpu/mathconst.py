@@ -4,8 +4,9 @@ tier imports this module without it.
 
 * The range reduction of sin, cos and tan (Payne and Hanek's, in integers): |x| = m * 2**(e-150),
   m the 24-bit significand and e the exponent field. x * 2/pi modulo 4 quarter turns needs only
-  the 96 bits of 2/pi that start 2**(e-152) places after its binary point: earlier bits, times m,
-  make multiples of 4, and later ones move the result by under 2**-70. ``WINDOWS[k][e]`` is word
+  the 96 bits of 2/pi that follow its first e-152 bits after the binary point (bits e-151 to
+  e-56; for e < 152 the first ones are the zeros before it): earlier bits, times m, make
+  multiples of 4, and later ones move the result by under 2**-70. ``WINDOWS[k][e]`` is word
   k (most significant first) of those 96 bits, cut from 2/pi computed exactly in integers.
 * Taylor coefficients of sin, cos, atan and exp, the fits of erf and erfc, and the cubic that
   starts cbrt's Halley steps.
@@ -47,7 +48,7 @@ def _windows() -> np.ndarray:
     top = 103 + 96 + 8  # exponent field 255 needs the bits down to 2**-(103 + 96)
     frac = two_over_pi_bits(top)
     words = np.zeros((3, 256), np.uint32)
-    for e in range(56, 256):  # below 56 the window would start before the binary point (unused)
+    for e in range(56, 256):  # below 56 the window would end before the binary point (unused)
         window = (frac >> (top - (e - 152 + 96))) & ((1 << 96) - 1)
         words[:, e] = [(window >> 64) & 0xFFFFFFFF, (window >> 32) & 0xFFFFFFFF, window & 0xFFFFFFFF]
     return words

@@ -12,8 +12,8 @@ Several float32 functions compute in float64 and round once: erf and erfc (GELU)
 tan (after an exact integer range reduction), atan2, cbrt and fmod (exact). Their results are
 within an ulp, and mostly the correctly rounded ones. ``pow_f32`` works in float64 too: a float32
 ``exp(y*log(x))`` would lose ``|y*log(x)|`` ulps. float64 operands, and the functions no hot
-program has needed yet (sinh, asin, lgamma...), go through libm, which is accurate but keeps
-the fused loop that calls it scalar.
+program has needed yet (sinh, cosh, asinh, lgamma...), go through libm, which is accurate but
+keeps the fused loop that calls it scalar.
 """
 
 from __future__ import annotations
@@ -395,8 +395,9 @@ def atan_f32(x):
     return np.float32(_atan2_64(np.float64(x), 1.0))
 
 
-# asin(x) = atan2(x, sqrt(1 - x*x)) and acos(x) = atan2(sqrt(1 - x*x), x); (1 - x)(1 + x) is exact
-# in float64 for a float32 x, and negative (so the root NaN) exactly when |x| > 1.
+# asin(x) = atan2(x, sqrt(1 - x*x)) and acos(x) = atan2(sqrt(1 - x*x), x). (1 - x)(1 + x) loses
+# nothing where 1 - x*x would cancel (|x| near 1: both factors are exact in float64 for a float32
+# x), and it is negative, so the root NaN, exactly when |x| > 1.
 @_jit
 def asin_f32(x):
     d = np.float64(x)

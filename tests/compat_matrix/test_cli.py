@@ -94,8 +94,11 @@ def test_outside_a_checkout_the_tox_matrix_stops_at_once_and_says_why(tmp_path, 
     assert main(["matrix", "plan", "--output", str(plan), "--plugin", "toy_0_81"]) == ExitCode.OK
     capsys.readouterr()
     job = json.loads(plan.read_text())["cells"][0]["id"]
+    # A CI job (`matrix cell`) writes its result with the reason, so that the merge shows it.
     assert main(["matrix", "cell", job, "--plan", str(plan), "--output", str(tmp_path / "r")]) == ExitCode.FAILURE
-    assert capsys.readouterr().err.startswith("pjrt-hub matrix cell: the matrix's tox environments")
+    assert "error: the matrix's tox environments are defined in pjrt-hub's tox.ini" in capsys.readouterr().out
+    result = json.loads((tmp_path / "r" / f"{job}.json").read_text())
+    assert "there is none in" in result["error"] and "--no-tox" in result["error"]
 
 
 def test_the_checkout_is_found_from_a_folder_inside_it_or_from_the_install(tmp_path, monkeypatch):
