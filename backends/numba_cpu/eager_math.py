@@ -912,7 +912,7 @@ def _max(*args):
 
 
 #: What generated elementwise text may name, for ``eval``.
-# -- sin, cos, tan, atan2, asin, acos, atan, cbrt, fmod of float32: vecmath's forms ----------------------------
+# -- sin, cos, tan, atan2, asin, acos, atan, hyperbolic, cbrt, fmod of float32: vecmath's forms ----------------------------
 _RW_HI, _RW_MID, _RW_LO = mathconst.WINDOWS
 _U32_23, _U64_32, _U64_62 = np.uint32(23), np.uint64(32), np.uint64(62)
 _U64_0, _U64_1, _U64_2 = np.uint64(0), np.uint64(1), np.uint64(2)
@@ -1013,6 +1013,62 @@ def asin_f32(x):
 def acos_f32(x):
     d = np.asarray(x, np.float32).astype(np.float64)
     return _atan2_64(np.sqrt((1.0 - d) * (1.0 + d)), d).astype(np.float32)
+
+
+def _log1p_64(w):
+    u = 1.0 + w
+    d = u - 1.0
+    return np.where(d == 0.0, w, _log2_f64(u) * _LN2_64 * (w / d))
+
+
+def _exp_pos64(a):
+    return _exp2_f64(np.minimum(a, 200.0) * _LOG2E_64)
+
+
+def sinh_f32(x):
+    x = np.asarray(x, np.float32)
+    d = x.astype(np.float64)
+    a = np.abs(d)
+    z = d * d
+    small = d + d * z * mathconst.estrin9(z, mathconst.SINH_TAYLOR)
+    e = _exp_pos64(a)
+    big = np.copysign(0.5 * (e - 1.0 / e), d)
+    r = np.where(a < 1.0, small, big).astype(np.float32)
+    return np.where(x == x, r, x)
+
+
+def cosh_f32(x):
+    x = np.asarray(x, np.float32)
+    e = _exp_pos64(np.abs(x.astype(np.float64)))
+    r = (0.5 * (e + 1.0 / e)).astype(np.float32)
+    return np.where(x == x, r, x)
+
+
+def asinh_f32(x):
+    x = np.asarray(x, np.float32)
+    d = x.astype(np.float64)
+    a = np.abs(d)
+    y = _log1p_64(a + a * a / (1.0 + np.sqrt(1.0 + a * a)))
+    r = np.copysign(y, d).astype(np.float32)
+    return np.where(a < np.inf, r, x)
+
+
+def acosh_f32(x):
+    x = np.asarray(x, np.float32)
+    t = x.astype(np.float64) - 1.0
+    r = _log1p_64(t + np.sqrt(2.0 * t + t * t)).astype(np.float32)
+    r = np.where(t >= 0.0, r, _NAN32)
+    return np.where(x < _INF32, r, x)
+
+
+def atanh_f32(x):
+    x = np.asarray(x, np.float32)
+    d = x.astype(np.float64)
+    a = np.abs(d)
+    y = 0.5 * _log1p_64(2.0 * a / (1.0 - a))
+    r = np.copysign(y, d).astype(np.float32)
+    r = np.where(a < 1.0, r, np.where(a == 1.0, np.copysign(np.inf, d).astype(np.float32), _NAN32))
+    return np.where(x == x, r, x)
 
 
 def cbrt_f32(x):

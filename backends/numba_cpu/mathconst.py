@@ -23,8 +23,8 @@ import math
 
 import numpy as np
 
-__all__ = ["ATAN", "CBRT_START", "COS", "ERFC_H", "ERF_G", "EXP_TAYLOR", "SIN", "TAN_PI_8", "WINDOWS", "estrin9",
-           "estrin13", "estrin14", "two_over_pi_bits"]
+__all__ = ["ATAN", "CBRT_START", "COS", "ERFC_H", "ERF_G", "EXP_TAYLOR", "SIN", "SINH_TAYLOR", "TAN_PI_8", "WINDOWS",
+           "estrin9", "estrin13", "estrin14", "two_over_pi_bits"]
 
 
 def two_over_pi_bits(bits: int) -> int:
@@ -87,6 +87,8 @@ ERF_G = (
 )
 #: 1/k! for k = 2..10: exp(u) = 1 + u + u**2 * P(u) for |u| <= ln(2)/2 to ~3e-11.
 EXP_TAYLOR = tuple(1.0 / math.factorial(k) for k in range(2, 11))
+#: 1/(2k+1)! for k = 1..9: sinh(x) = x + x**3 * P(x**2) for |x| < 1, truncation under 1e-19.
+SINH_TAYLOR = tuple(1.0 / math.factorial(2 * k + 1) for k in range(1, 10))
 
 
 def estrin14(u, c):

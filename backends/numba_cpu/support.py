@@ -27,8 +27,9 @@ from .intrinsics import (
 )
 from .lane_intrinsics import lanes_add, lanes_reset, lanes_row, lanes_total
 from .vecmath import (
-    acos_f32, asin_f32, atan_f32, atan2_f32, cbrt_f, cbrt_f32, cos_f32, erf_f, erf_f32, erf_inv_f, erfc_f, erfc_f32, exp_f32, expm1_f32, fmod_f32,
-    log1p_f32, log_f32, logistic_f32, pow_f32, sin_f32, tan_f32, tanh_f32,
+    acos_f32, acosh_f32, asin_f32, asinh_f32, atan_f32, atan2_f32, atanh_f32, cbrt_f, cbrt_f32, cos_f32, cosh_f32,
+    erf_f, erf_f32, erf_inv_f, erfc_f, erfc_f32, exp_f32, expm1_f32, fmod_f32, log1p_f32, log_f32, logistic_f32,
+    pow_f32, sin_f32, sinh_f32, tan_f32, tanh_f32,
 )
 
 __all__ = [
@@ -36,7 +37,8 @@ __all__ = [
     "fmaximum", "fminimum", "fround_afz", "fround_even", "fsqrt", "ftrunc", "i2f", "i2i", "iadd",
     "iand", "icmp", "idiv", "imul", "inot", "ior", "irem", "isub", "ixor", "radd", "rmax", "rmin",
     "rmul", "shl", "shr_arith", "shr_logical",
-    "acos_f32", "asin_f32", "atan_f32", "atan2_f32", "cbrt_f", "cbrt_f32", "cos_f32", "erf_f", "erf_f32", "erf_inv_f", "erfc_f", "erfc_f32", "exp_f32",
+    "acos_f32", "acosh_f32", "asin_f32", "asinh_f32", "atan_f32", "atan2_f32", "atanh_f32", "cbrt_f", "cbrt_f32",
+    "cosh_f32", "sinh_f32", "cos_f32", "erf_f", "erf_f32", "erf_inv_f", "erfc_f", "erfc_f32", "exp_f32",
     "expm1_f32", "fmod_f32", "log1p_f32", "log_f32", "logistic_f32", "pow_f32", "sin_f32", "tan_f32", "tanh_f32",
     "bf16_bits", "bf16_value", "f16_bits", "f16_value", "round_bf16", "round_f16",
     "fsign", "isign", "iabs", "imax", "imin", "ipow", "fpow64", "frem", "isfinite_f",

@@ -12,8 +12,8 @@ Several float32 functions compute in float64 and round once: erf and erfc (GELU)
 tan (after an exact integer range reduction), atan2, cbrt and fmod (exact). Their results are
 within an ulp, and mostly the correctly rounded ones. ``pow_f32`` works in float64 too: a float32
 ``exp(y*log(x))`` would lose ``|y*log(x)|`` ulps. float64 operands, and the functions no hot
-program has needed yet (sinh, cosh, asinh, lgamma...), go through libm, which is accurate but
-keeps the fused loop that calls it scalar.
+program has needed yet (lgamma, erf_inv), go through libm, which is accurate but keeps the fused
+loop that calls it scalar.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from .intrinsics import (
 )
 
 __all__ = [
-    "acos_f32", "asin_f32", "atan_f32", "atan2_f32", "cbrt_f", "cbrt_f32", "cos_f32", "erf_f", "erf_f32", "erfc_f",
-    "erfc_f32", "erf_inv_f", "exp_f32", "expm1_f32", "fmod_f32", "log_f32", "log1p_f32", "logistic_f32", "pow_f32",
-    "sin_f32", "tan_f32", "tanh_f32",
+    "acos_f32", "acosh_f32", "asin_f32", "asinh_f32", "atan_f32", "atan2_f32", "atanh_f32", "cbrt_f", "cbrt_f32",
+    "cos_f32", "cosh_f32", "erf_f", "erf_f32", "erfc_f", "erfc_f32", "erf_inv_f", "exp_f32", "expm1_f32", "fmod_f32",
+    "log_f32", "log1p_f32", "logistic_f32", "pow_f32", "sin_f32", "sinh_f32", "tan_f32", "tanh_f32",
 ]
 
 _f = np.float32
@@ -408,6 +408,74 @@ def asin_f32(x):
 def acos_f32(x):
     d = np.float64(x)
     return np.float32(_atan2_64(fsqrt((1.0 - d) * (1.0 + d)), d))
+
+
+# --- sinh, cosh, asinh, acosh, atanh ------------------------------------------------------
+#
+# In float64 from the float64 exp2 and log2 above. sinh of |x| < 1 by its Taylor series (e**x - e**-x
+# would cancel); the inverse functions as log1p of an argument formed without cancellation,
+# log1p(w) = log(1 + w) * w / ((1 + w) - 1), which cancels the rounding of 1 + w.
+_SINH_TAYLOR = mathconst.SINH_TAYLOR
+
+
+@_jit
+def _log1p_64(w):
+    """log(1 + w) for a finite w > -1."""
+    u = 1.0 + w
+    d = u - 1.0
+    return w if d == 0.0 else _log2_f64(u) * _LN2_64 * (w / d)
+
+
+@_jit
+def _exp_pos64(a):
+    """e**a for 0 <= a (NaN passes through as garbage: callers select); past 200 it stays 2**288."""
+    return _exp2_f64(min(a, 200.0) * _LOG2E_64)
+
+
+@_jit
+def sinh_f32(x):
+    d = np.float64(x)
+    a = fabs(d)
+    z = d * d
+    small = d + d * z * _estrin9(z, _SINH_TAYLOR)
+    e = _exp_pos64(a)
+    big = fcopysign(0.5 * (e - 1.0 / e), d)
+    r = np.float32(small if a < 1.0 else big)
+    return r if x == x else x
+
+
+@_jit
+def cosh_f32(x):
+    e = _exp_pos64(fabs(np.float64(x)))
+    r = np.float32(0.5 * (e + 1.0 / e))
+    return r if x == x else x
+
+
+@_jit
+def asinh_f32(x):
+    d = np.float64(x)
+    a = fabs(d)
+    y = _log1p_64(a + a * a / (1.0 + fsqrt(1.0 + a * a)))
+    r = np.float32(fcopysign(y, d))
+    return r if a < np.inf else x
+
+
+@_jit
+def acosh_f32(x):
+    t = np.float64(x) - 1.0
+    r = np.float32(_log1p_64(t + fsqrt(2.0 * t + t * t)))
+    r = r if t >= 0.0 else _NAN32
+    return r if x < _INF32 else x
+
+
+@_jit
+def atanh_f32(x):
+    d = np.float64(x)
+    a = fabs(d)
+    y = 0.5 * _log1p_64(2.0 * a / (1.0 - a))
+    r = np.float32(fcopysign(y, d))
+    r = r if a < 1.0 else (np.float32(fcopysign(np.inf, d)) if a == 1.0 else _NAN32)
+    return r if x == x else x
 
 
 # --- cbrt -----------------------------------------------------------------------------------
