@@ -911,8 +911,7 @@ def _max(*args):
     return out
 
 
-#: What generated elementwise text may name, for ``eval``.
-# -- sin, cos, tan, atan2, asin, acos, atan, hyperbolic, cbrt, fmod of float32: vecmath's forms ----------------------------
+# -- sin, cos, tan, atan2, asin, acos, atan, hyperbolic, cbrt, fmod of float32: vecmath's forms ---
 _RW_HI, _RW_MID, _RW_LO = mathconst.WINDOWS
 _U32_23, _U64_32, _U64_62 = np.uint32(23), np.uint64(32), np.uint64(62)
 _U64_0, _U64_1, _U64_2 = np.uint64(0), np.uint64(1), np.uint64(2)
@@ -938,20 +937,11 @@ def _quarter_turns(ax):
     return n, a
 
 
-def _sin_cos(a):
-    s1, s2, s3, s4, s5, s6 = mathconst.SIN
-    c1, c2, c3, c4, c5, c6, c7 = mathconst.COS
-    z = a * a
-    s = a + a * z * (s1 + z * (s2 + z * (s3 + z * (s4 + z * (s5 + z * s6)))))
-    c = 1.0 + z * (c1 + z * (c2 + z * (c3 + z * (c4 + z * (c5 + z * (c6 + z * c7))))))
-    return s, c
-
-
 def _trig_f32(x, which):
     x = np.asarray(x, np.float32)
     ax = np.abs(x)
     n, a = _quarter_turns(ax)
-    s, c = _sin_cos(a)
+    s, c = mathconst.sin_cos_taylor(a)
     odd = (n & _U64_1) != _U64_0
     if which == "sin":
         v = np.where(odd, c, s)
@@ -1081,11 +1071,7 @@ def cbrt_f32(x):
     q = np.floor((e + 0.5) * (1.0 / 3.0))
     rem = e - 3.0 * q
     t = m * (1.0 + rem + 0.5 * rem * (rem - 1.0))
-    c0, c1, c2, c3 = mathconst.CBRT_START
-    y = c0 + t * (c1 + t * (c2 + t * c3))
-    for _ in range(2):
-        y3 = y * y * y
-        y = y * (y3 + 2.0 * t) / (2.0 * y3 + t)
+    y = mathconst.cbrt_refine(t)
     scale = ((q.astype(np.int64) + _i64(1023)) << _i64(52)).view(np.float64)
     r = np.copysign(y * scale, d).astype(np.float32)
     return np.where((ad > 0.0) & (ad < np.inf), r, x + x)
@@ -1097,6 +1083,7 @@ def fmod_f32(x, y):
     return np.fmod(x.astype(np.float64), y.astype(np.float64)).astype(np.float32)
 
 
+#: What generated elementwise text may name, for ``eval``.
 NAMESPACE: dict[str, Any] = {
     name: obj for name, obj in globals().items()
     if callable(obj) and not name.startswith("_") and name not in ("Any", "Callable")

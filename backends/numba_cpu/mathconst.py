@@ -13,8 +13,9 @@ tier imports this module without it.
 * Estrin's scheme for the long polynomials: it evaluates in a depth of about 2 log2(degree)
   dependent operations where Horner's takes 2 * degree, so that the SIMD units are not left
   waiting on one long chain of latencies per vector (LLVM does not interleave these loops).
-  Written once here, numba compiles it for the kernels and the eager tier calls it on arrays:
-  the same operations in the same order, so the same bits.
+* The branch-free arithmetic of the functions (those polynomials, sin and cos of the reduced
+  angle, cbrt's Halley steps) is written once here: numba compiles it for the kernels and the
+  eager tier calls it on arrays, the same operations in the same order, so the same bits.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import math
 import numpy as np
 
 __all__ = ["ATAN", "CBRT_START", "COS", "ERFC_H", "ERF_G", "EXP_TAYLOR", "SIN", "SINH_TAYLOR", "TAN_PI_8", "WINDOWS",
-           "estrin9", "estrin13", "estrin14", "two_over_pi_bits"]
+           "cbrt_refine", "estrin9", "estrin13", "estrin14", "sin_cos_taylor", "two_over_pi_bits"]
 
 
 def two_over_pi_bits(bits: int) -> int:
@@ -119,3 +120,23 @@ def estrin9(u, c):
     q0 = (c[0] + c[1] * u) + (c[2] + c[3] * u) * u2
     q1 = (c[4] + c[5] * u) + (c[6] + c[7] * u) * u2
     return (q0 + q1 * u4) + c[8] * (u4 * u4)
+
+
+def sin_cos_taylor(a):
+    """(sin a, cos a) for |a| <= pi/4, by Horner's rule on the SIN and COS series."""
+    s1, s2, s3, s4, s5, s6 = SIN
+    c1, c2, c3, c4, c5, c6, c7 = COS
+    z = a * a
+    s = a + a * z * (s1 + z * (s2 + z * (s3 + z * (s4 + z * (s5 + z * s6)))))
+    c = 1.0 + z * (c1 + z * (c2 + z * (c3 + z * (c4 + z * (c5 + z * (c6 + z * c7))))))
+    return s, c
+
+
+def cbrt_refine(t):
+    """cbrt(t) for t in [1, 8): the CBRT_START cubic, then two Halley steps."""
+    c0, c1, c2, c3 = CBRT_START
+    y = c0 + t * (c1 + t * (c2 + t * c3))
+    y3 = y * y * y
+    y = y * (y3 + 2.0 * t) / (2.0 * y3 + t)
+    y3 = y * y * y
+    return y * (y3 + 2.0 * t) / (2.0 * y3 + t)

@@ -285,8 +285,7 @@ _I2_61 = np.int64(1 << 61)
 _U0, _U1, _U2 = np.uint64(0), np.uint64(1), np.uint64(2)
 _PIO2_2_62 = math.pi / 2 / 2.0**62
 _PIO4_32 = _f(math.pi / 4)
-_S1, _S2, _S3, _S4, _S5, _S6 = mathconst.SIN
-_C1, _C2, _C3, _C4, _C5, _C6, _C7 = mathconst.COS
+_sin_cos = _jit(mathconst.sin_cos_taylor)
 
 
 @_jit
@@ -305,14 +304,6 @@ def _quarter_turns(ax):
     n = _U0 if small else lshr_raw(g, _U62)
     a = np.float64(ax) if small else np.float64(f) * _PIO2_2_62
     return n, a
-
-
-@_jit
-def _sin_cos(a):
-    z = a * a
-    s = a + a * z * (_S1 + z * (_S2 + z * (_S3 + z * (_S4 + z * (_S5 + z * _S6)))))
-    c = 1.0 + z * (_C1 + z * (_C2 + z * (_C3 + z * (_C4 + z * (_C5 + z * (_C6 + z * _C7))))))
-    return s, c
 
 
 @_jit
@@ -483,7 +474,7 @@ def atanh_f32(x):
 # In float64, where every float32 is normal: |x| = t * 2**(3q) with t in [1, 8); a cubic
 # (relative error 1.7e-2) starts two Halley steps (each cubes the error: 5e-6, then under
 # 1e-16), and 2**q scales the root back.
-_CBRT0, _CBRT1, _CBRT2, _CBRT3 = mathconst.CBRT_START
+_cbrt_refine = _jit(mathconst.cbrt_refine)
 _D_ONE_BITS = np.int64(0x3FF0000000000000)
 _THIRD = 1.0 / 3.0
 
@@ -498,11 +489,7 @@ def cbrt_f32(x):
     q = ffloor((e + 0.5) * _THIRD)
     rem = e - 3.0 * q
     t = m * (1.0 + rem + 0.5 * rem * (rem - 1.0))
-    y = _CBRT0 + t * (_CBRT1 + t * (_CBRT2 + t * _CBRT3))
-    y3 = y * y * y
-    y = y * (y3 + 2.0 * t) / (2.0 * y3 + t)
-    y3 = y * y * y
-    y = y * (y3 + 2.0 * t) / (2.0 * y3 + t)
+    y = _cbrt_refine(t)
     scale = bitcast(shl_raw(iadd(np.int64(q), _D1023), _D52), types.float64)
     r = np.float32(fcopysign(y * scale, d))
     return r if (ad > 0.0) & (ad < np.inf) else x + x
