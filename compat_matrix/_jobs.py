@@ -148,15 +148,20 @@ def no_checkout(where: Path) -> str:
             "there), or run this environment only with --no-tox")
 
 
-def _tox_base(project: Path | None) -> list[str]:
+def _checkout(project: Path | None) -> Path:
+    """``project``, else the checkout :func:`matrix_project` finds; MergeError saying why if none."""
+    found = project or matrix_project()
+    if found is None:
+        raise MergeError(no_checkout(Path.cwd()))
+    return found
+
+
+def _tox_base(project: Path) -> list[str]:
     tox = tox_command()
     if tox is None:
         raise MergeError("tox is not installed (pip install 'pjrt-hub[test]'), or run this environment only "
                          "with --no-tox")
-    command = [*tox]
-    if project is not None:
-        command += ["-c", str(project / "tox.ini")]
-    return command
+    return [*tox, "-c", str(project / "tox.ini")]
 
 
 def _discover_args() -> list[str]:
@@ -181,15 +186,16 @@ def run_job_tox(plan: MatrixPlan, plan_path: Path, cell: PlanCell, output: Path,
     one that says why there is none."""
     assert cell.tox_env is not None
     output = output.resolve()
-    project = project or matrix_project()
-    if project is None:
-        return _environment_failed(plan, cell, no_checkout(Path.cwd()))
+    try:
+        project = _checkout(project)
+    except MergeError as exc:
+        return _environment_failed(plan, cell, str(exc))
     command = [*_tox_base(project), "run", "-e", cell.tox_env, *_discover_args(), "--",
                cell.id, "--plan", str(plan_path.resolve()), "--output", str(output), *extra]
     # A result left by an earlier run of this job must not stand in for this run's.
     (output / f"{cell.id}.json").unlink(missing_ok=True)
     clock = time.monotonic()
-    done = subprocess.run(command, cwd=project or Path.cwd(), capture_output=True, text=True)
+    done = subprocess.run(command, cwd=project, capture_output=True, text=True)
     text = (done.stdout or "") + (done.stderr or "")
     if log is not None:
         log.write_text(text)
@@ -236,10 +242,8 @@ def run_plan(plan: MatrixPlan, plan_path: Path, output: Path, *, cache_dir: Path
     if tox_cells:
         envs = list(dict.fromkeys(c.tox_env for c in tox_cells if c.tox_env))
         log_path = output.parent / "tox.log"
-        project = project or matrix_project()
         try:
-            if project is None:
-                raise MergeError(no_checkout(Path.cwd()))
+            project = _checkout(project)
             tox_base = _tox_base(project)
         except MergeError as exc:
             for cell in tox_cells:
@@ -253,7 +257,7 @@ def run_plan(plan: MatrixPlan, plan_path: Path, output: Path, *, cache_dir: Path
             command.append("--refresh")
         clock = time.monotonic()
         with open(log_path, "w") as log:
-            proc = subprocess.Popen(command, cwd=project or Path.cwd(), stdout=log, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(command, cwd=project, stdout=log, stderr=subprocess.STDOUT)
             while True:
                 try:
                     proc.wait(timeout=poll)
