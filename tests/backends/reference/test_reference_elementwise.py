@@ -245,6 +245,50 @@ def test_select_with_a_scalar_predicate():
     assert out.tolist() == [3.0, 4.0]
 
 
+#: Values where IEEE maximum/minimum and numpy differ, or could: NaNs of both signs and a
+#: payload, signed zeros, denormals, infinities and ordinary numbers.
+_SPECIAL_F32 = np.array([0x7FC00000, 0xFFC00000, 0x7FC00123, 0x00000000, 0x80000000, 0x00000001,
+                         0x80000001, 0x7F800000, 0xFF800000, 0x3F800000, 0xBF800000, 0x40000000,
+                         0xC0400000, 0x7F7FFFFF], np.uint32).view(np.float32)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_clamp_gives_the_bits_of_ieee_maximum_then_minimum_for_every_special_bound(dtype):
+    from pjrt_hub.backends.reference.elementwise import ieee_maximum, ieee_minimum
+
+    x = _SPECIAL_F32.astype(dtype)
+    sig = f"({type_of(x[0])}, {type_of(x)}, {type_of(x[0])}) -> {type_of(x)}"
+    ints = np.dtype(f"u{x.itemsize}")
+    for lo in x:
+        for hi in x:
+            out = ev("stablehlo.clamp %x0, %x1, %x2", lo, x, hi, sig=sig)
+            expected = ieee_minimum(ieee_maximum(x, lo), hi)
+            assert out.dtype == x.dtype
+            assert out.view(ints).tolist() == expected.view(ints).tolist(), (lo, hi)
+    # Bounds of the operand's shape, one pair per element.
+    lo, hi = x[::-1].copy(), np.roll(x, 3)
+    out = ev("stablehlo.clamp %x0, %x1, %x2", lo, x, hi)
+    assert out.view(ints).tolist() == ieee_minimum(ieee_maximum(x, lo), hi).view(ints).tolist()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, bf16, np.int8, np.int64,
+                                   np.uint16, np.complex64, np.bool_])
+def test_select_gives_np_where_bits_for_every_element_type(dtype):
+    rng = np.random.default_rng(7)
+    bits = rng.integers(0, 256, (2, 3, 64 * np.dtype(dtype).itemsize), dtype=np.uint8)
+    on_true, on_false = (b.view(dtype) if dtype is not np.bool_ else b % 2 == 1 for b in bits)
+    pred = rng.random(on_true.shape) < 0.5
+    out = ev("stablehlo.select %x0, %x1, %x2", pred, on_true, on_false,
+             sig=f"({type_of(pred)}, {type_of(on_true)}, {type_of(on_false)}) -> {type_of(on_true)}")
+    assert out.dtype == np.dtype(dtype)
+    # The same bits as np.where (NaN payloads, signed zeros), compared as raw bytes.
+    assert out.tobytes() == np.where(pred, on_true, on_false).tobytes()
+    empty = np.zeros((0, 4), dtype)
+    mask = np.zeros((0, 4), np.bool_)
+    assert ev("stablehlo.select %x0, %x1, %x2", mask, empty, empty,
+              sig=f"({type_of(mask)}, {type_of(empty)}, {type_of(empty)}) -> {type_of(empty)}").shape == (0, 4)
+
+
 def test_bf16_arithmetic_is_computed_in_f32_and_rounded():
     a = np.array([1.0, 3.0, 100.0], dtype=bf16)
     b = np.array([2 ** -8, 2 ** -7, 0.7], dtype=bf16)
