@@ -91,6 +91,12 @@ MemberKind = Literal["elementwise", "reduce"]
 _HUGEPAGE_MIN_BYTES = 4 << 20
 
 
+#: Chunks a parallel loop is cut into, per thread. On TBB (:func:`.threads.work_stealing`) a
+#: thread that has finished its chunks takes those of a thread the scheduler is not running,
+#: so a busy machine holds a loop up by one chunk at most rather than by a thread's share.
+CHUNKS_PER_THREAD = 8
+
+
 @dataclass(frozen=True)
 class LoweringOptions:
     #: Elements of work above which a kernel group runs its outer loop in parallel: ~0.2 ms on
@@ -873,7 +879,7 @@ class Lowering:
                 var = self.fresh("i")
                 if d == split and parallel:
                     self.parallel = True
-                    chunks = min(n, max(1, self.options.num_threads))
+                    chunks = min(n, max(1, self.options.num_threads) * CHUNKS_PER_THREAD)
                     chunk = self.fresh("c")
                     open_(f"for {chunk} in prange({chunks}):").extract = True
                     lo, hi = self.fresh("lo"), self.fresh("hi")

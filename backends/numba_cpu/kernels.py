@@ -81,23 +81,25 @@ def _dot_general(ctx: Lowering, op: Op) -> Sequence[Binding]:
         r3, rt = _arrange(ctx, rhs, rb, rc, rf, (B, K, N))
         o3 = ctx.fresh("r")
         ctx.scope.emit(f"{o3} = {out}.reshape(({B}, {M}, {N}))")
-        # A small product runs on this thread alone (see .threads); a large one uses the
-        # threads the runtime sets for the program.
+        # A small product runs on this thread alone, a large one on every thread the program
+        # was compiled for, busy machine or not; one in between uses the threads the runtime
+        # sets for the program (see .threads).
         # Imported here: .threads imports numba, and the eager tier reads these rules without it.
-        from .threads import SMALL_DOT_MACS
+        from .threads import LARGE_DOT_MACS, SMALL_DOT_MACS
 
-        small = B * M * N * K < SMALL_DOT_MACS
+        macs = B * M * N * K
+        pinned = 1 if macs < SMALL_DOT_MACS else ctx.options.num_threads if macs >= LARGE_DOT_MACS else 0
         prev = ctx.fresh("nb")
-        if small:
-            ctx.scope.emit(f"{prev} = blas_threads(1)")
-        else:
+        if pinned:
+            ctx.scope.emit(f"{prev} = blas_threads({pinned})")
+        if macs >= SMALL_DOT_MACS:
             ctx.threaded = True
         b = ctx.fresh("b")
         with ctx.block_scope(f"for {b} in range({B}):"):
             lt_text = f"{l3}[{b}].T" if lt else f"{l3}[{b}]"
             rt_text = f"{r3}[{b}].T" if rt else f"{r3}[{b}]"
             ctx.scope.emit(f"np.dot({lt_text}, {rt_text}, {o3}[{b}])")
-        if small:
+        if pinned:
             ctx.scope.emit(f"blas_threads({prev})")
         return [ArrayBinding(out, out_kind)]
     if blas and M * N:

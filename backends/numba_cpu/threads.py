@@ -1,19 +1,31 @@
 """How many threads a numba_cpu program's parallel work uses, decided when it runs.
 
 Two thread pools do the parallel work of a program: numba's (the ``prange`` kernels) and
-OpenBLAS's (``dot_general`` goes through numba's ``np.dot`` to the BLAS scipy ships). Both split
-the work statically, one share per thread, and wait for the last share: when other processes
-keep the cores busy, a thread the scheduler has not run holds the others up at the end of every
-parallel loop, for a scheduler time slice (milliseconds). A 50 us matrix product then took
-8-16 ms, where XLA's work-stealing pool degrades gracefully. So:
+OpenBLAS's (``dot_general`` goes through numba's ``np.dot`` to the BLAS scipy ships). When other
+processes keep the cores busy, the scheduler runs each of a pool's threads part of the time, and
+a pool that splits its work into one fixed share per thread waits, at the end of every parallel
+loop, for the share of a thread it is not running: a time slice, milliseconds. Measured on this
+2-core machine with two CPU-bound neighbours: a 0.8 ms loop took 8 ms on two OpenMP threads and
+1.5 ms on one; a 50 us matrix product 8-16 ms. A pool that steals work does not wait (XLA's
+does that), and giving up a thread gives up that thread's share of the cores. So:
 
-* a small product (under :data:`SMALL_DOT_MACS` multiply-adds, ~0.1 ms on one core) runs on the
-  calling thread alone: the generated code brackets it with ``blas_threads(1)`` and a restore,
-  so waking a pool costs it nothing and a busy machine cannot stall it;
-* before a program with parallel work runs, :func:`apply` sets both pools of the running thread
-  (both settings are per thread) to the cores other processes leave free
-  (:func:`usable_threads`, from ``/proc/stat`` sampled at most every :data:`SAMPLE_S`): on an
-  idle machine every core, under load fewer, down to the calling thread alone;
+* numba's loops run on TBB when the ``tbb`` wheel is there (a dependency on Linux x86-64;
+  :func:`_load_tbb` makes its library loadable, since numba looks for it by name only). Each
+  parallel loop is cut into :data:`~.codegen.CHUNKS_PER_THREAD` chunks per thread, one task
+  each, so an idle thread takes the chunks of one the scheduler is not running, and a program
+  keeps every thread under load: ew_chain, softmax and layernorm, which took 3-7x their quiet
+  time with two busy neighbours (one thread, 0.6 cores), take about 2x (1.0 cores). On
+  OpenMP or numba's workqueue (the user's ``NUMBA_THREADING_LAYER``, or no wheel), the shares
+  are fixed and a busy machine gets fewer threads, as below for OpenBLAS;
+* OpenBLAS's shares are fixed. A small product (under :data:`SMALL_DOT_MACS` multiply-adds,
+  ~0.1 ms on one core) runs on the calling thread alone: the generated code brackets it with
+  ``blas_threads(1)`` and a restore, so waking a pool costs it nothing and a busy machine cannot
+  stall it. A large one (:data:`LARGE_DOT_MACS` and more, ~10 ms on one core) runs on every
+  thread the program was compiled for, where a thread's share of the cores is worth more than
+  a time slice of waiting (the MLP: 2.2x its quiet time under load, against 3-4x on one thread).
+  One in between runs on the cores other processes leave free (:func:`usable_threads`, from
+  ``/proc/stat`` sampled at most every :data:`SAMPLE_S`), which :func:`apply` sets before each
+  run of a program (the setting is per thread): on an idle machine every core;
 * OpenBLAS's idle workers would otherwise spin for ~0.1 s after each call, competing with the
   program's next kernel; ``OPENBLAS_THREAD_TIMEOUT`` (set in the package ``__init__``, before the
   library loads) puts them to sleep at once.
@@ -38,10 +50,15 @@ from numba import cfunc, types
 from numba.core import cgutils
 from numba.core.extending import intrinsic
 
-__all__ = ["SMALL_DOT_MACS", "SAMPLE_S", "apply", "blas_threads", "usable_threads"]
+__all__ = ["LARGE_DOT_MACS", "SMALL_DOT_MACS", "SAMPLE_S", "apply", "blas_threads", "usable_threads",
+           "work_stealing"]
 
 #: Products with fewer multiply-adds (batch * M * N * K) run single-threaded.
 SMALL_DOT_MACS = 1 << 23
+#: Products with at least this many (~10 ms on one core) run on every thread even when other
+#: processes keep the cores busy: a thread's share of the cores is worth more to them than the
+#: time slice OpenBLAS's fixed shares may wait for a thread the scheduler is not running.
+LARGE_DOT_MACS = 1 << 27
 #: How old the load figure may be before it is sampled again, in seconds.
 SAMPLE_S = 0.2
 
@@ -89,6 +106,49 @@ def blas_threads(typingctx, n):
         return builder.call(fn, [context.cast(builder, args[0], sig.args[0], types.int32)])
 
     return types.int32(n), codegen
+
+
+# -- numba's threading layer ------------------------------------------------------------------
+
+
+def _load_tbb() -> bool:
+    """Make Intel TBB (the ``tbb`` wheel) loadable, so that numba picks its TBB threading layer.
+
+    numba tries TBB first, but its TBB layer links ``libtbb.so.12`` by name, and the wheel puts
+    that library in the environment's ``lib`` folder, off the loader's path; loading it here,
+    globally, before numba starts its threads, lets numba's own lookup find it. Does nothing if
+    the threads already run, if the user chose a layer (``NUMBA_THREADING_LAYER``), or without
+    the wheel; numba then falls back to OpenMP or its workqueue as before."""
+    import numba
+    from numba.np.ufunc import parallel
+
+    if parallel._is_initialized or numba.config.THREADING_LAYER not in ("default", "tbb"):
+        return False
+    try:
+        from importlib.metadata import PackageNotFoundError, distribution
+
+        dist = distribution("tbb")
+        paths = [f for f in dist.files or () if f.name == "libtbb.so.12"]
+        if not paths:
+            return False
+        ctypes.CDLL(str(dist.locate_file(paths[0])), mode=ctypes.RTLD_GLOBAL)
+    except (PackageNotFoundError, OSError):
+        return False
+    return True
+
+
+_load_tbb()
+
+
+def work_stealing() -> bool:
+    """Whether numba's parallel loops run on TBB, whose idle threads take the work of a thread
+    the scheduler is not running (OpenMP's and the workqueue's shares are fixed). Starts
+    numba's threads if they were not running yet."""
+    import numba
+    from numba.np.ufunc import parallel
+
+    parallel._launch_threads()
+    return numba.threading_layer() == "tbb"
 
 
 # -- the load --------------------------------------------------------------------------------
@@ -142,16 +202,25 @@ def usable_threads(limit: int) -> int:
 
 
 _applied = threading.local()
+#: Whether numba's layer steals work (:func:`work_stealing`), once known.
+_stealing: bool | None = None
 
 
 def apply(limit: int) -> None:
     """Set numba's and OpenBLAS's threads of the calling thread for the next program run."""
+    global _stealing
     n = usable_threads(limit)
     if getattr(_applied, "n", None) == n:
         return
     import numba
 
-    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    if _stealing is None:
+        _stealing = work_stealing()  # the layer is chosen once per process
+    if _stealing:
+        numba.set_num_threads(min(limit, numba.config.NUMBA_NUM_THREADS))
+        numba.set_parallel_chunksize(1)  # each chunk a task of its own, for idle threads to take
+    else:
+        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
     if _LOCAL is not None:
         _LOCAL(n)
     _applied.n = n

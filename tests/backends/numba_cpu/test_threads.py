@@ -19,15 +19,35 @@ def _matmul(m: int, k: int, n: int) -> str:
             f"  return %0 : tensor<{m}x{n}xf32>\n}}\n")
 
 
-def test_small_products_run_single_threaded_and_large_ones_follow_the_runtime(compiler):
-    small = compiler.compile(_matmul(128, 256, 64))
+def test_small_products_run_single_threaded_mid_ones_follow_the_runtime_large_ones_use_all(compiler):
+    small = compiler.compile(_matmul(128, 256, 64))  # 2**21 multiply-adds
     assert "blas_threads(1)" in small.source and small._threaded is False
-    large = compiler.compile(_matmul(512, 512, 512))
-    assert "blas_threads(" not in large.source and large._threaded is True
+    mid = compiler.compile(_matmul(256, 512, 512))  # 2**26
+    assert "blas_threads(" not in mid.source and mid._threaded is True
+    large = compiler.compile(_matmul(1024, 1024, 128))  # 2**27: every thread, load or not
+    threads_compiled_for = compiler._lowering_options(None).num_threads
+    assert f"blas_threads({threads_compiled_for})" in large.source and large._threaded is True
     rng = np.random.default_rng(0)
-    a, b = rng.normal(size=(128, 256)).astype(np.float32), rng.normal(size=(256, 64)).astype(np.float32)
-    (got,) = small.run([a, b])
-    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+    for program, (m, k, n) in ((small, (128, 256, 64)), (large, (1024, 1024, 128))):
+        a, b = rng.normal(size=(m, k)).astype(np.float32), rng.normal(size=(k, n)).astype(np.float32)
+        (got,) = program.run([a, b])
+        np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)
+    if threads._LOCAL is not None:  # the product restored the caller's setting
+        assert _set_and_restore(1)[0] == threads._LOCAL(1)
+
+
+def test_parallel_loops_are_cut_into_chunks_for_idle_threads_to_take(compiler):
+    from pjrt_hub.backends.numba_cpu.codegen import CHUNKS_PER_THREAD
+
+    text = ("func.func @main(%a: tensor<4096x512xf32>) -> tensor<4096x512xf32> {\n"
+            "  %0 = stablehlo.exponential %a : tensor<4096x512xf32>\n"
+            "  return %0 : tensor<4096x512xf32>\n}\n")
+    program = compiler.compile(text)
+    chunks = compiler._lowering_options(None).num_threads * CHUNKS_PER_THREAD
+    assert f"in prange({chunks}):" in program.source
+    a = np.linspace(-3, 3, 4096 * 512, dtype=np.float32).reshape(4096, 512)
+    (got,) = program.run([a])
+    np.testing.assert_allclose(got, np.exp(a), rtol=5e-7)  # within 2 ulp of numpy
 
 
 @numba.njit(cache=False)
@@ -84,3 +104,48 @@ def test_mid_size_programs_run_inline(tmp_path, monkeypatch):
     host = result.outputs[0][0].to_host_buffer()
     host.event.await_()
     assert (host.array == 256.0).all()
+
+
+def test_under_load_work_stealing_keeps_every_thread_and_fixed_shares_do_not(monkeypatch):
+    limit = numba.config.NUMBA_NUM_THREADS
+    if limit < 2:
+        pytest.skip("one thread: nothing to give up")
+    monkeypatch.setattr(threads, "usable_threads", lambda n: 1)  # other processes hold the cores
+    monkeypatch.setattr(threads, "_applied", threads.threading.local())
+    before = numba.get_num_threads(), numba.get_parallel_chunksize()
+    try:
+        monkeypatch.setattr(threads, "_stealing", True)
+        threads.apply(limit)
+        assert numba.get_num_threads() == limit and numba.get_parallel_chunksize() == 1
+        monkeypatch.setattr(threads, "_applied", threads.threading.local())
+        monkeypatch.setattr(threads, "_stealing", False)
+        numba.set_parallel_chunksize(0)
+        threads.apply(limit)
+        assert numba.get_num_threads() == 1 and numba.get_parallel_chunksize() == 0
+    finally:
+        numba.set_num_threads(before[0])
+        numba.set_parallel_chunksize(before[1])
+        if threads._LOCAL is not None:
+            threads._LOCAL(limit)
+
+
+def test_numba_runs_its_loops_on_tbb_when_the_wheel_is_installed():
+    """In a fresh process (the layer is chosen once per process): with the ``tbb`` wheel, the
+    TBB layer; a layer the user chose is kept."""
+    import subprocess
+    import sys
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version("tbb")
+    except PackageNotFoundError:
+        pytest.skip("the tbb wheel is not installed here")
+    script = ("from pjrt_hub.backends.numba_cpu import threads\n"
+              "import numba\n"
+              "print(threads.work_stealing(), numba.threading_layer())\n")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "NUMBA_THREADING_LAYER"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.split() == ["True", "tbb"], out.stderr
+    env["NUMBA_THREADING_LAYER"] = "workqueue"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.split() == ["False", "workqueue"], out.stderr
