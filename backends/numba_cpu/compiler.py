@@ -39,6 +39,8 @@ import numpy as np
 from pjrt_hub.abi import CompileError, CompileOptions, InvalidArgument, PjrtHubError
 from pjrt_hub.backends.cpu_runtime.compiler import TensorSpec
 
+from .heap import keep_freed_memory
+
 if TYPE_CHECKING:  # .tiers imports this module; the rest is imported when first needed
     from pjrt_hub.backends.stablehlo import Function, Module
 
@@ -312,6 +314,7 @@ class NumbaCompiler:
                  compile_after: int | None = None) -> None:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.stats = CacheStats()
+        keep_freed_memory()  # outputs reuse what the last run freed (see .heap)
         self._num_threads = num_threads
         self._parallel_threshold = parallel_threshold
         env = _env_flag("PJRT_HUB_NUMBA_TIERS")
