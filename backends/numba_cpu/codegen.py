@@ -95,6 +95,9 @@ _HUGEPAGE_MIN_BYTES = 4 << 20
 #: thread that has finished its chunks takes those of a thread the scheduler is not running,
 #: so a busy machine holds a loop up by one chunk at most rather than by a thread's share.
 CHUNKS_PER_THREAD = 8
+#: Elements of work (elements times fused ops) a chunk has at least, so that the tasks of a
+#: loop on a many-core machine stay worth scheduling (~30 us on one core).
+MIN_CHUNK_WORK = 1 << 15
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,7 @@ class LoweringOptions:
     #: Elements of work above which a kernel group runs its outer loop in parallel: ~0.2 ms on
     #: one core, so that waking the pool (tens of microseconds, more on a busy machine) pays.
     parallel_threshold: int = 1 << 19
-    #: Threads to split parallel loops for (chunks per prange).
+    #: Threads to split parallel loops for (:data:`CHUNKS_PER_THREAD` chunks each).
     num_threads: int = 2
     #: Subtree cost (see ``Rule.cost``) above which a multiply-used value is materialized.
     recompute_limit: int = 6
@@ -129,6 +132,8 @@ class GeneratedFunction:
     #: The function has parallel kernels or large BLAS products: the runtime sets its threads
     #: before each run (:func:`.threads.apply`).
     threaded: bool = False
+    #: The threads its parallel loops and large products were cut for (``num_threads``).
+    threads: int = 0
 
 
 def index_expr(text: str, deps: Sequence[Expr]) -> Expr:
@@ -722,7 +727,7 @@ class Lowering:
         src = [f"def {entry}({', '.join(params)}):", *body]
         return GeneratedFunction("\n".join(src), entry, self.parallel, tuple(in_kinds), tuple(out_kinds),
                                  dict(self.globals), kernels, self._cancellable, list(self.helpers), blocks,
-                                 threaded=self.threaded or self.parallel)
+                                 threaded=self.threaded or self.parallel, threads=self.options.num_threads)
 
     def _extract_block(self, scope: Scope, form: str, names: "_NameUse", kernels: list[str],
                        blocks: list[str]) -> str:
@@ -879,7 +884,10 @@ class Lowering:
                 var = self.fresh("i")
                 if d == split and parallel:
                     self.parallel = True
-                    chunks = min(n, max(1, self.options.num_threads) * CHUNKS_PER_THREAD)
+                    threads = max(1, self.options.num_threads)
+                    # As many chunks as idle threads can share, none below MIN_CHUNK_WORK.
+                    chunks = min(n, max(threads, min(threads * CHUNKS_PER_THREAD,
+                                                     work * len(group.members) // MIN_CHUNK_WORK)))
                     chunk = self.fresh("c")
                     open_(f"for {chunk} in prange({chunks}):").extract = True
                     lo, hi = self.fresh("lo"), self.fresh("hi")
@@ -892,7 +900,7 @@ class Lowering:
                 else:
                     open_(f"for {var} in range({n}):")
                 outer_idx.append(Expr(var, self.scope, var))
-            # Row buffers for group-local values: one per chunk (per thread).
+            # Row buffers for group-local values: one per chunk (each chunk is a task of its own).
             for m in group.members:
                 for v in m.values:
                     if v in local and v.tensor_type.rank:

@@ -179,12 +179,22 @@ def dtype_from_name(name: str) -> np.dtype:
 _NOT_CANCELLED = np.zeros(1, np.int32)
 
 
-def _set_threads() -> None:
+def _set_threads(compiled_for: int) -> int:
+    """Set the calling thread's pools for a run of a program compiled for ``compiled_for``
+    threads (0: unknown, numba's count); returns the caller's parallel chunk size, which the
+    run restores (see .threads)."""
     import numba
 
     from .threads import apply
 
-    apply(numba.config.NUMBA_NUM_THREADS)
+    limit = numba.config.NUMBA_NUM_THREADS
+    return apply(min(compiled_for, limit) if compiled_for else limit)
+
+
+def _restore_chunksize(size: int) -> None:
+    import numba
+
+    numba.set_parallel_chunksize(size)
 
 
 class NumbaProgram:
@@ -215,6 +225,8 @@ class NumbaProgram:
         self.unbounded_loops: bool = bool(meta.get("unbounded_loops", self.cancellable))
         #: Parallel kernels or large BLAS products: threads are set per run (see .threads).
         self._threaded = bool(meta.get("threaded", False))
+        #: The threads its parallel loops were cut for (LoweringOptions.num_threads).
+        self._threads = int(meta.get("threads", 0))
         #: The generated code returns new arrays of the declared types, never an input, a
         #: constant or one array twice (``Lowering.lower`` copies those): the runtime need not
         #: check. Collective helpers run Python code; their results are checked.
@@ -236,7 +248,15 @@ class NumbaProgram:
                 pass  # arguments numba's dispatcher would not take as they are: the general path
         extra = (_NOT_CANCELLED if cancel is None else cancel,) if self.cancellable else ()
         if self._threaded:
-            _set_threads()
+            caller_chunks = _set_threads(self._threads)
+            try:
+                return self._run(args, out, extra)
+            finally:
+                _restore_chunksize(caller_chunks)
+        return self._run(args, out, extra)
+
+    def _run(self, args: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None,
+             extra: tuple[np.ndarray, ...]) -> list[np.ndarray]:
         if self._simple:
             try:
                 results = self._entry(*args, *extra)

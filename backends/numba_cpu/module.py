@@ -109,6 +109,7 @@ def render_module(module: Module, fn: Function, gen: GeneratedFunction) -> str:
     meta = program_meta(module, fn)
     meta["cancellable"] = gen.cancellable
     meta["threaded"] = gen.threaded
+    meta["threads"] = gen.threads
     collectives = meta["uses_collectives"]
     arg_types = [_nb_array(k, len(a.tensor_type.shape)) for k, a in zip(gen.input_kinds, fn.args)]
     if gen.cancellable:

@@ -117,12 +117,15 @@ def _load_tbb() -> bool:
     numba tries TBB first, but its TBB layer links ``libtbb.so.12`` by name, and the wheel puts
     that library in the environment's ``lib`` folder, off the loader's path; loading it here,
     globally, before numba starts its threads, lets numba's own lookup find it. Does nothing if
-    the threads already run, if the user chose a layer (``NUMBA_THREADING_LAYER``), or without
-    the wheel; numba then falls back to OpenMP or its workqueue as before."""
+    the threads already run, if the user chose OpenMP or the workqueue
+    (``NUMBA_THREADING_LAYER``), or without the wheel; numba then falls back to OpenMP or its
+    workqueue as before. The process then has this ``libtbb.so.12``: an extension that needs a
+    newer TBB under the same name gets this one."""
     import numba
     from numba.np.ufunc import parallel
 
-    if parallel._is_initialized or numba.config.THREADING_LAYER not in ("default", "tbb"):
+    # "safe" is TBB alone; "default", "threadsafe" and "forksafe" try it first (numba's order).
+    if parallel._is_initialized or str(numba.config.THREADING_LAYER).lower() in ("omp", "workqueue"):
         return False
     try:
         from importlib.metadata import PackageNotFoundError, distribution
@@ -206,21 +209,25 @@ _applied = threading.local()
 _stealing: bool | None = None
 
 
-def apply(limit: int) -> None:
-    """Set numba's and OpenBLAS's threads of the calling thread for the next program run."""
+def apply(limit: int) -> int:
+    """Set numba's and OpenBLAS's threads of the calling thread for the next program run, and
+    its parallel chunk size to one iteration per task where threads steal work. Returns the
+    chunk size the caller had, which the run puts back (``numba.set_parallel_chunksize``):
+    the user's own parallel loops on this thread keep theirs."""
     global _stealing
-    n = usable_threads(limit)
-    if getattr(_applied, "n", None) == n:
-        return
     import numba
 
     if _stealing is None:
         _stealing = work_stealing()  # the layer is chosen once per process
+    n = usable_threads(limit)
+    if getattr(_applied, "key", None) != (limit, n):
+        # On TBB a busy machine costs numba's loops only the cores it takes: they keep every
+        # thread (one fewer would give up that thread's share of the cores). A fixed share
+        # is waited for, so on the other layers a busy machine gets fewer threads.
+        numba.set_num_threads(min(limit if _stealing else n, numba.config.NUMBA_NUM_THREADS))
+        if _LOCAL is not None:
+            _LOCAL(n)
+        _applied.key = (limit, n)
     if _stealing:
-        numba.set_num_threads(min(limit, numba.config.NUMBA_NUM_THREADS))
-        numba.set_parallel_chunksize(1)  # each chunk a task of its own, for idle threads to take
-    else:
-        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-    if _LOCAL is not None:
-        _LOCAL(n)
-    _applied.n = n
+        return numba.set_parallel_chunksize(1)  # each chunk a task of its own, for idle threads
+    return numba.get_parallel_chunksize()

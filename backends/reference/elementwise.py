@@ -590,7 +590,7 @@ def _select(ctx, op, pred, on_true, on_false):
         # passes that do not branch on the data, where np.where's branches cost it three times
         # as long on a predicate without a pattern. The same bits as np.where.
         bits = _BITS[dt.itemsize]
-        mask = pred.view(np.uint8).astype(bits)
+        mask = pred.astype(bits)  # 0 or 1, whatever byte a bool holds
         np.negative(mask, out=mask)
         false_bits = on_false.view(bits)
         blend = np.bitwise_xor(on_true.view(bits), false_bits)
@@ -609,10 +609,14 @@ def _clamp(ctx, op, lo, x, hi):
     if x.dtype in _NATIVE and lo.dtype == x.dtype and hi.dtype == x.dtype:
         # numpy's clip is one vectorised pass (the composition below is four); it differs from
         # the spec's IEEE maximum/minimum only where the result is a zero (which zero) or a NaN
-        # (which NaN), so those take the composition.
+        # (which NaN), so those places take the composition (a relu6 has many zeros).
         clipped = np.clip(x, lo, hi)
         if clipped.all() and not np.isnan(clipped).any():
             return clipped
+        special = (clipped == 0) | np.isnan(clipped)
+        low, value, high = (a[special] for a in np.broadcast_arrays(lo, x, hi))
+        clipped[special] = ieee_minimum(ieee_maximum(value, low), high)
+        return clipped
     if is_float_dtype(x.dtype):
         return compute_float(lambda low, v, high: ieee_minimum(ieee_maximum(v, low), high), lo, x, hi, dtype=x.dtype,
                              exact=True)
