@@ -179,22 +179,22 @@ def dtype_from_name(name: str) -> np.dtype:
 _NOT_CANCELLED = np.zeros(1, np.int32)
 
 
-def _set_threads(compiled_for: int) -> int:
+def _set_threads(compiled_for: int) -> tuple[int, int, int]:
     """Set the calling thread's pools for a run of a program compiled for ``compiled_for``
-    threads (0: unknown, numba's count); returns the caller's parallel chunk size, which the
-    run restores (see .threads)."""
+    threads (0: unknown, numba's count); returns the caller's settings, which the run puts
+    back (see .threads)."""
     import numba
 
-    from .threads import apply
+    from . import threads
 
     limit = numba.config.NUMBA_NUM_THREADS
-    return apply(min(compiled_for, limit) if compiled_for else limit)
+    return threads.apply(min(compiled_for, limit) if compiled_for else limit)
 
 
-def _restore_chunksize(size: int) -> None:
-    import numba
+def _restore_threads(before: tuple[int, int, int]) -> None:
+    from . import threads
 
-    numba.set_parallel_chunksize(size)
+    threads.restore(before)
 
 
 class NumbaProgram:
@@ -248,11 +248,11 @@ class NumbaProgram:
                 pass  # arguments numba's dispatcher would not take as they are: the general path
         extra = (_NOT_CANCELLED if cancel is None else cancel,) if self.cancellable else ()
         if self._threaded:
-            caller_chunks = _set_threads(self._threads)
+            caller = _set_threads(self._threads)
             try:
                 return self._run(args, out, extra)
             finally:
-                _restore_chunksize(caller_chunks)
+                _restore_threads(caller)
         return self._run(args, out, extra)
 
     def _run(self, args: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None,

@@ -25,7 +25,8 @@ does that), and giving up a thread gives up that thread's share of the cores. So
   a time slice of waiting (the MLP: 2.2x its quiet time under load, against 3-4x on one thread).
   One in between runs on the cores other processes leave free (:func:`usable_threads`, from
   ``/proc/stat`` sampled at most every :data:`SAMPLE_S`), which :func:`apply` sets before each
-  run of a program (the setting is per thread): on an idle machine every core;
+  run of a program and :func:`restore` puts back after it (the settings are per thread): on an
+  idle machine every core;
 * OpenBLAS's idle workers would otherwise spin for ~0.1 s after each call, competing with the
   program's next kernel; ``OPENBLAS_THREAD_TIMEOUT`` (set in the package ``__init__``, before the
   library loads) puts them to sleep at once.
@@ -41,7 +42,6 @@ from __future__ import annotations
 import _ctypes
 import ctypes
 import os
-import threading
 import time
 
 from llvmlite import binding as _llvm
@@ -50,8 +50,8 @@ from numba import cfunc, types
 from numba.core import cgutils
 from numba.core.extending import intrinsic
 
-__all__ = ["LARGE_DOT_MACS", "SMALL_DOT_MACS", "SAMPLE_S", "apply", "blas_threads", "usable_threads",
-           "work_stealing"]
+__all__ = ["LARGE_DOT_MACS", "SMALL_DOT_MACS", "SAMPLE_S", "apply", "blas_threads", "restore",
+           "usable_threads", "work_stealing"]
 
 #: Products with fewer multiply-adds (batch * M * N * K) run single-threaded.
 SMALL_DOT_MACS = 1 << 23
@@ -204,30 +204,41 @@ def usable_threads(limit: int) -> int:
     return min(limit, last.threads) if last.threads else limit
 
 
-_applied = threading.local()
 #: Whether numba's layer steals work (:func:`work_stealing`), once known.
 _stealing: bool | None = None
 
 
-def apply(limit: int) -> int:
+def apply(limit: int) -> tuple[int, int, int]:
     """Set numba's and OpenBLAS's threads of the calling thread for the next program run, and
-    its parallel chunk size to one iteration per task where threads steal work. Returns the
-    chunk size the caller had, which the run puts back (``numba.set_parallel_chunksize``):
-    the user's own parallel loops on this thread keep theirs."""
+    its parallel chunk size to one iteration per task where threads steal work.
+
+    Returns what the caller had (numba's threads, OpenBLAS's, the chunk size; -1: not set),
+    which the run puts back with :func:`restore`: the user's own parallel loops and BLAS calls
+    on this thread keep their settings."""
     global _stealing
     import numba
 
     if _stealing is None:
         _stealing = work_stealing()  # the layer is chosen once per process
     n = usable_threads(limit)
-    if getattr(_applied, "key", None) != (limit, n):
-        # On TBB a busy machine costs numba's loops only the cores it takes: they keep every
-        # thread (one fewer would give up that thread's share of the cores). A fixed share
-        # is waited for, so on the other layers a busy machine gets fewer threads.
-        numba.set_num_threads(min(limit if _stealing else n, numba.config.NUMBA_NUM_THREADS))
-        if _LOCAL is not None:
-            _LOCAL(n)
-        _applied.key = (limit, n)
-    if _stealing:
-        return numba.set_parallel_chunksize(1)  # each chunk a task of its own, for idle threads
-    return numba.get_parallel_chunksize()
+    numba_before = numba.get_num_threads()
+    # On TBB a busy machine costs numba's loops only the cores it takes: they keep every thread
+    # (one fewer would give up that thread's share of the cores). A fixed share is waited for,
+    # so on the other layers a busy machine gets fewer threads.
+    numba.set_num_threads(min(limit if _stealing else n, numba.config.NUMBA_NUM_THREADS))
+    blas_before = _LOCAL(n) if _LOCAL is not None else -1
+    # Each chunk a task of its own, for idle threads to take.
+    chunks_before = numba.set_parallel_chunksize(1) if _stealing else -1
+    return numba_before, blas_before, chunks_before
+
+
+def restore(before: tuple[int, int, int]) -> None:
+    """Put back the calling thread's settings :func:`apply` returned."""
+    import numba
+
+    numba_before, blas_before, chunks_before = before
+    numba.set_num_threads(numba_before)
+    if blas_before > 0 and _LOCAL is not None:
+        _LOCAL(blas_before)
+    if chunks_before >= 0:
+        numba.set_parallel_chunksize(chunks_before)

@@ -118,48 +118,55 @@ def test_under_load_work_stealing_keeps_every_thread_and_fixed_shares_do_not(mon
     if limit < 2:
         pytest.skip("one thread: nothing to give up")
     monkeypatch.setattr(threads, "usable_threads", lambda n: 1)  # other processes hold the cores
-    monkeypatch.setattr(threads, "_applied", threads.threading.local())
     before = numba.get_num_threads(), numba.get_parallel_chunksize()
-    blas_before = threads._LOCAL(limit) if threads._LOCAL is not None else None
     try:
         monkeypatch.setattr(threads, "_stealing", True)
-        numba.set_parallel_chunksize(7)  # the caller's own, handed back for the run to restore
-        assert threads.apply(limit) == 7
+        numba.set_parallel_chunksize(7)
+        saved = threads.apply(limit)
         assert numba.get_num_threads() == limit and numba.get_parallel_chunksize() == 1
-        monkeypatch.setattr(threads, "_applied", threads.threading.local())
+        threads.restore(saved)
+        assert numba.get_parallel_chunksize() == 7 and numba.get_num_threads() == before[0]
         monkeypatch.setattr(threads, "_stealing", False)
-        numba.set_parallel_chunksize(0)
-        assert threads.apply(limit) == 0
-        assert numba.get_num_threads() == 1 and numba.get_parallel_chunksize() == 0
+        saved = threads.apply(limit)
+        assert numba.get_num_threads() == 1 and numba.get_parallel_chunksize() == 7
+        threads.restore(saved)
+        assert numba.get_num_threads() == before[0]
     finally:
         numba.set_num_threads(before[0])
         numba.set_parallel_chunksize(before[1])
-        if blas_before is not None:
-            threads._LOCAL(blas_before)
 
 
-def test_a_run_leaves_the_callers_chunk_size_and_keeps_to_the_threads_it_was_compiled_for(tmp_path):
-    """The user's own parallel loops on the thread that ran a program keep their chunk size;
-    a program compiled for one thread runs its loops on one."""
+def test_a_run_leaves_the_callers_settings_and_keeps_to_the_threads_it_was_compiled_for(tmp_path, monkeypatch):
+    """The user's own parallel loops and BLAS calls on the thread that ran a program keep their
+    settings; a program compiled for one thread sets one for its run."""
     from pjrt_hub.backends.numba_cpu import NumbaCompiler
 
+    limits = []
+    apply = threads.apply
+    monkeypatch.setattr(threads, "apply", lambda limit: limits.append(limit) or apply(limit))
     text = ("func.func @main(%a: tensor<4096x512xf32>) -> tensor<4096x512xf32> {\n"
             "  %0 = stablehlo.exponential %a : tensor<4096x512xf32>\n"
             "  return %0 : tensor<4096x512xf32>\n}\n")
     a = np.ones((4096, 512), np.float32)
     before = numba.get_num_threads(), numba.get_parallel_chunksize()
+    blas = threads._LOCAL(1) if threads._LOCAL is not None else None  # the caller's: one thread
     try:
         numba.set_parallel_chunksize(0)
         program = NumbaCompiler(tmp_path / "two").compile(text)
         (got,) = program.run([a])
-        assert numba.get_parallel_chunksize() == 0 and got[0, 0] == np.float32(np.e)
+        assert got[0, 0] == np.float32(np.e)
+        assert numba.get_parallel_chunksize() == 0 and numba.get_num_threads() == before[0]
+        if threads._LOCAL is not None:
+            assert threads._LOCAL(1) == 1
         single = NumbaCompiler(tmp_path / "one", num_threads=1).compile(text)
         assert "in prange(" in single.source and single._threads == 1
         single.run([a])
-        assert numba.get_num_threads() == 1
+        assert limits == [min(program._threads, numba.config.NUMBA_NUM_THREADS), 1]
     finally:
         numba.set_num_threads(before[0])
         numba.set_parallel_chunksize(before[1])
+        if blas is not None:
+            threads._LOCAL(blas)
 
 
 def test_numba_runs_its_loops_on_tbb_when_the_wheel_is_installed():
