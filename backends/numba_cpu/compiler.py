@@ -19,6 +19,7 @@ A serialized executable carries the generated module itself, so it can be rebuil
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -32,7 +33,7 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -179,22 +180,21 @@ def dtype_from_name(name: str) -> np.dtype:
 _NOT_CANCELLED = np.zeros(1, np.int32)
 
 
-def _set_threads(compiled_for: int) -> tuple[int, int, int]:
-    """Set the calling thread's pools for a run of a program compiled for ``compiled_for``
-    threads (0: unknown, numba's count); returns the caller's settings, which the run puts
-    back (see .threads)."""
+@contextlib.contextmanager
+def _threads_for(compiled_for: int) -> Iterator[None]:
+    """The calling thread's pools set for a run of a program compiled for ``compiled_for``
+    threads (0: unknown, numba's count), and the caller's settings put back after it (see
+    .threads, which imports numba: hence here, not at the top)."""
     import numba
 
     from . import threads
 
     limit = numba.config.NUMBA_NUM_THREADS
-    return threads.apply(min(compiled_for, limit) if compiled_for else limit)
-
-
-def _restore_threads(before: tuple[int, int, int]) -> None:
-    from . import threads
-
-    threads.restore(before)
+    before = threads.apply(min(compiled_for, limit) if compiled_for else limit)
+    try:
+        yield
+    finally:
+        threads.restore(before)
 
 
 class NumbaProgram:
@@ -248,11 +248,8 @@ class NumbaProgram:
                 pass  # arguments numba's dispatcher would not take as they are: the general path
         extra = (_NOT_CANCELLED if cancel is None else cancel,) if self.cancellable else ()
         if self._threaded:
-            caller = _set_threads(self._threads)
-            try:
+            with _threads_for(self._threads):
                 return self._run(args, out, extra)
-            finally:
-                _restore_threads(caller)
         return self._run(args, out, extra)
 
     def _run(self, args: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None,
