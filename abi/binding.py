@@ -108,6 +108,13 @@ class PjrtObject:
                     methods[name] = info
         cls.__pjrt_methods__ = methods
 
+    @property
+    def unwrapped(self) -> "PjrtObject":
+        """The plugin's own object: this one. A :class:`pjrt_hub.Gated` proxy has the same
+        property and gives its target, so ``obj.unwrapped`` works whether or not a gate is in
+        between."""
+        return self
+
 
 def api_methods(cls: type) -> Mapping[str, ApiMethod]:
     """The API methods of a binding class (or of a plugin's subclass of one)."""

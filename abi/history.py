@@ -38,6 +38,7 @@ __all__ = [
     "UNSTABLE_SLOT_LAYOUT_MINORS",
     "function_slots",
     "introduced_in",
+    "newest_addition",
     "release",
     "slot_count",
 ]
@@ -323,6 +324,12 @@ def _introductions() -> dict[str, int]:
         for name in entry.functions:
             found.setdefault(name, entry.minor)
     return found
+
+
+def newest_addition() -> int:
+    """The newest minor that added a ``PJRT_*`` function: a caller limited to this minor or a
+    newer one may call every function the history knows."""
+    return max(_introductions().values())
 
 
 def introduced_in(c_function: str) -> int | None:

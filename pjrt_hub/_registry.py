@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from pjrt_hub.abi import (
     PROJECT,
     Api,
+    Client,
     ApiVersion,
     NotFound,
     PluginLoadError,
@@ -235,7 +236,7 @@ class _Entry:
     verdict: Verdict | None = None
     api: Any = None
     #: ``api`` behind the version gate, built once (the gate caches a proxy class per plugin class).
-    gated: Gated | None = None
+    gated: Gated | Api | None = None
     #: What the loader read of a C library.
     probe: ProbeReport | None = None
     #: Whether ``PJRT_Plugin_Initialize`` ran (once, before the first client).
@@ -719,8 +720,9 @@ class PluginRegistry:
                 error_cls = VersionError if record.outcome is Outcome.INCOMPATIBLE else PluginLoadError
                 raise error_cls(record.name, f"{record.outcome.value}: {record.reason}")
 
-    def api(self, name: str | None = None) -> Gated:
-        """The plugin's API object, seen through the version gate."""
+    def api(self, name: str | None = None) -> Gated | Api:
+        """The plugin's API object, seen through the version gate (the object itself when the
+        gate has nothing to refuse: see :func:`pjrt_hub.gate`)."""
         name = name or self.settings.default_plugin or DEFAULT_PLUGIN
         self.require([name])
         entry = self._by_name[name.lower()]
@@ -771,7 +773,7 @@ class PluginRegistry:
         return entry.probe.client_creation_risk if entry.probe is not None else None
 
     def create_client(self, name: str | None = None, options: Mapping[str, Any] | None = None, *,
-                      allow_hardware: bool = False) -> Gated:
+                      allow_hardware: bool = False) -> Gated | Client:
         """Initialize the plugin (once) and create a client, through the version gate."""
         name = name or self.settings.default_plugin or DEFAULT_PLUGIN
         self.require([name])

@@ -460,3 +460,32 @@ def test_a_loaders_answer_becomes_a_probe_report_and_garbage_a_failure(tmp_path)
         assert record.outcome is Outcome.FAILED and "loader's answer is malformed" in record.reason, record
         assert "\n" not in record.reason and reg.probe_report(name) is None
     assert "extensions" in reg.record("garbled").reason
+
+
+def test_a_plugin_the_gate_cannot_refuse_anything_runs_without_a_proxy():
+    # The built-in CPU plugin implements the framework's own version: nothing is newer than its
+    # limit, so the registry hands out its own client, and execute returns its own buffers.
+    import numpy as np
+
+    from pjrt_hub import Gated
+    from pjrt_hub.abi import Program
+
+    program = ("func.func @main(%a: tensor<f32>) -> tensor<f32> {\n"
+               "  %0 = stablehlo.add %a, %a : tensor<f32>\n  return %0 : tensor<f32>\n}\n")
+    reg = registry()
+    reg.load()
+    client = reg.create_client("reference")
+    assert not isinstance(client, Gated) and client.unwrapped is client
+    arg = client.buffer_from_host_buffer(np.asarray(np.float32(1.5)), device=client.devices()[0]).buffer
+    out = client.compile(Program(program, "mlir")).execute([[arg]]).outputs[0][0]
+    host = out.to_host_buffer()
+    host.event.await_()
+    assert not isinstance(out, Gated) and host.array == np.float32(3.0)
+    # A framework pinned to an older minor limits the same plugin, and the gate is back.
+    older = registry(policy=Policy(framework=ApiVersion(0, 91), window_weeks=520))
+    older.load()
+    assert older.record("reference").outcome is Outcome.LOADED, older.record("reference").reason
+    gated = older.create_client("reference")
+    assert isinstance(gated, Gated) and isinstance(gated.devices()[0], Gated)
+    with pytest.raises(Unimplemented, match=r"PJRT_Device_GetAttributes\) was added in PJRT API 0.92"):
+        gated.devices()[0].get_attributes()

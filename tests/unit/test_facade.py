@@ -165,3 +165,29 @@ def test_parameterless_methods_wrap_their_results_and_leave_argument_errors_to_t
         client.platform_name("unexpected")
     with pytest.raises(TypeError, match="platform_name"):
         client.platform_name(extra=1)
+
+
+def test_a_gate_with_nothing_to_refuse_hands_out_the_plugins_own_objects():
+    # At or past the newest function the history knows, no call can be refused: a proxy would
+    # only cost time on every execute, so the plugin's own objects come back, with ``unwrapped``.
+    from pjrt_hub.abi import api
+    from pjrt_hub.abi.history import _introductions, newest_addition
+
+    newest = newest_addition()
+    function = next(name for name, minor in _introductions().items() if minor == newest)
+
+    class _Newest(_Client):
+        @api(function)
+        def newest_call(self):
+            return "called"
+
+    own = _Newest()
+    for limit in (newest, newest + 7):
+        assert gate(own, plugin="p", plugin_version=ApiVersion(0, limit), call_limit=limit) is own
+    assert own.unwrapped is own and own.newest_call() == "called"
+    assert type(own.compile(None).execute([[_Buffer(2), _Buffer(3)]]).outputs[0][0]) is _Buffer
+    # One minor short of it, the gate is there and refuses what was added last.
+    gated = gate(own, plugin="p", plugin_version=ApiVersion(0, newest - 1), call_limit=newest - 1)
+    assert gated is not own and gated.unwrapped is own
+    with pytest.raises(VersionGateRefusal, match=function):
+        gated.newest_call()
