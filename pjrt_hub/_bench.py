@@ -342,12 +342,14 @@ def _measure_in_child(name: str, programs: Sequence[str], runs: int | None, libr
 def bench(registry: Any, plugins: Sequence[str], programs: Iterable[str] | None = None, *,
           warm: bool = True, library: Sequence[str] = (), runs: int | None = None,
           progress: Progress | None = None, suite: str = "perf",
-          fastest_of: Sequence[str] = (), spread: int = 0, under_load: int = 0) -> dict[str, Any]:
+          fastest_of: Sequence[str] = (), spread: int = 0, under_load: int = 0,
+          own_sessions: bool = False) -> dict[str, Any]:
     """Run a suite (``perf`` or ``corpus``) on ``plugins``; return the report as a JSON-able dict.
 
     ``spread=N`` (N >= 2) times the programs in N fresh processes per plugin and adds the
     report's ``spread``; ``under_load=K`` (K >= 1) times them quiet and with K busy neighbour
-    processes and adds ``under_load`` (:mod:`pjrt_hub._bench_stability`). Their ``programs`` rows
+    processes (each in a session of its own with ``own_sessions``) and adds ``under_load``
+    (:mod:`pjrt_hub._bench_stability`). Their ``programs`` rows
     are the first (quiet) process's, without the warm-cache compile.
 
     ``registry`` has judged the plugins already (the caller requires them loaded); each one is
@@ -365,7 +367,8 @@ def bench(registry: Any, plugins: Sequence[str], programs: Iterable[str] | None 
     extra: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="pjrt-hub-bench-") as cache:
         if spread or under_load:
-            rows, extra = _stability(plugins, names, spread, under_load, runs, library, cache, progress)
+            rows, extra = _stability(plugins, names, spread, under_load, runs, library, cache, progress,
+                                     own_sessions)
         for index, name in enumerate(plugins if not extra else ()):
             def starting(program: str, plugin: str = name) -> None:
                 nonlocal done
@@ -394,8 +397,8 @@ def bench(registry: Any, plugins: Sequence[str], programs: Iterable[str] | None 
 
 
 def _stability(plugins: Sequence[str], names: Sequence[str], spread: int, under_load: int,
-               runs: int | None, library: Sequence[str], cache: str,
-               progress: Progress | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+               runs: int | None, library: Sequence[str], cache: str, progress: Progress | None,
+               own_sessions: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """``--spread`` / ``--under-load``: the first process's rows and the report section."""
     from pjrt_hub import _bench_stability as stability
 
@@ -407,8 +410,9 @@ def _stability(plugins: Sequence[str], names: Sequence[str], spread: int, under_
         rows, table = stability.spread(plugins, names, spread, runs=runs, library=library, cache=cache, say=say)
         return rows, {"spread": table}
     rows, table = stability.under_load(plugins, names, under_load, runs=runs, library=library, cache=cache,
-                                       say=say)
-    return rows, {"under_load": {"neighbours": under_load, "ceiling": stability.LOAD_CEILING, "rows": table}}
+                                       say=say, own_sessions=own_sessions)
+    return rows, {"under_load": {"neighbours": under_load, "ceiling": stability.LOAD_CEILING, "rows": table,
+                                 "own_sessions": own_sessions, "autogroup": stability.autogroup_enabled()}}
 
 
 def _add_ratios(rows: list[dict[str, Any]]) -> None:

@@ -12,6 +12,21 @@ one per core they are meant to take), and reports loaded / quiet per program, fl
 above :data:`LOAD_CEILING` (issue 14's "no collapse under load"). The neighbours are children of
 this process that also stop by themselves when it is gone, and are killed on the way out whatever
 happens (an error, Ctrl-C), so a benchmark never leaves spinning processes behind.
+
+What share of the cores a loaded program can get depends on how the kernel groups processes, and
+a ratio means nothing without it. By default the neighbours run in the bench's own session, as
+``stress --cpu K &`` typed in the same shell would: the scheduler then shares the cores among
+threads, and a program with two threads on two cores next to two spinners gets one core, half its
+quiet share, so about 2x is graceful. With ``own_sessions`` each neighbour starts a session of its
+own, as a program from another terminal or a service would. Where the kernel groups by session
+(``/proc/sys/kernel/sched_autogroup_enabled`` is 1, the default of most desktop and many server
+kernels) it first shares the cores among sessions: the bench then gets 1/(K+1) of them, 2/3 of a
+core on this 2-core machine with K = 2, and a program that kept both cores busy when quiet cannot
+take less than 3x its quiet time however well it behaves. Measured here: 0.61-0.65 cores in
+sessions of their own against 0.9-1.0 cores in the bench's, for every plugin. Each row also
+carries the CPU time per run, loaded / quiet, which does not depend on the share: near 1 when the
+program only got less of the machine, well above 1 when its threads burned what they got
+(spinning, oversubscription): a collapse shows there whatever the grouping.
 """
 
 from __future__ import annotations
@@ -26,7 +41,7 @@ from typing import Any, Callable, Sequence
 
 from pjrt_hub._bench import _measure_in_child
 
-__all__ = ["LOAD_CEILING", "Neighbours", "format_spread", "format_under_load", "spread", "under_load"]
+__all__ = ["LOAD_CEILING", "Neighbours", "autogroup_enabled", "format_spread", "format_under_load", "spread", "under_load"]
 
 #: loaded / quiet above this is a collapse (issue 14: "no program slower than 3x its quiet time").
 LOAD_CEILING = 3.0
@@ -43,16 +58,29 @@ _SPIN = ("import os, sys\n"
 Say = Callable[[int, int, str], None]
 
 
+def autogroup_enabled() -> bool | None:
+    """Whether the kernel shares the cores among sessions before threads (Linux's autogroup);
+    None where it cannot be read (not Linux, or a kernel built without it)."""
+    try:
+        with open("/proc/sys/kernel/sched_autogroup_enabled") as f:
+            return f.read().strip() == "1"
+    except OSError:
+        return None
+
+
 class Neighbours:
-    """``with Neighbours(k):`` K CPU-bound processes spin for the body's duration.
+    """``with Neighbours(k):`` K CPU-bound processes spin for the body's duration, in this
+    process's session, or each in a session of its own with ``own_sessions`` (see the module's
+    docstring for what that changes).
 
     The processes are killed and reaped on exit, including when the body raises (an error,
     KeyboardInterrupt); :attr:`pids` lists them while they run."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, *, own_sessions: bool = False) -> None:
         if count < 1:
             raise ValueError(f"neighbours must be at least 1, got {count}")
         self.count = count
+        self.own_sessions = own_sessions
         self.procs: list[subprocess.Popen[bytes]] = []
 
     @property
@@ -65,11 +93,7 @@ class Neighbours:
                 self.procs.append(subprocess.Popen(
                     [sys.executable, "-c", _SPIN, str(os.getpid())],
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                    # A session of its own, as another program's process would have: where the
-                    # kernel groups processes by session for fairness (autogroup, on by default on
-                    # most desktops), a neighbour in the bench's session would only compete with
-                    # the bench inside its share and overstate the slowdown.
-                    start_new_session=True))
+                    start_new_session=self.own_sessions))
             # Let them get going (and the plugins' load sampling see them) before timing starts.
             time.sleep(0.3)
         except BaseException:
@@ -146,11 +170,12 @@ def spread(plugins: Sequence[str], names: Sequence[str], processes: int, *, runs
 
 
 def under_load(plugins: Sequence[str], names: Sequence[str], neighbours: int, *, runs: int | None,
-               library: Sequence[str], cache: str, say: Say | None = None) -> tuple[list[dict[str, Any]],
-                                                                                      list[dict[str, Any]]]:
+               library: Sequence[str], cache: str, say: Say | None = None,
+               own_sessions: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Time ``names`` on each plugin quiet, then (in another fresh process) with ``neighbours``
-    spinning processes; quiet and loaded are taken back to back per plugin so that the machine's
-    other load drifts as little as possible between them.
+    spinning processes (in sessions of their own with ``own_sessions``); quiet and loaded are
+    taken back to back per plugin so that the machine's other load drifts as little as possible
+    between them.
 
     Returns ``(quiet_rows, load_rows)``: the quiet process's full bench rows and, per program and
     plugin, quiet and loaded medians, loaded / quiet and whether it passes :data:`LOAD_CEILING`."""
@@ -165,7 +190,7 @@ def under_load(plugins: Sequence[str], names: Sequence[str], neighbours: int, *,
         if say is not None:
             say(2 * list(plugins).index(plugin) + 1, 2 * len(plugins),
                 f"{plugin}: with {neighbours} busy neighbour process(es)")
-        with Neighbours(neighbours):
+        with Neighbours(neighbours, own_sessions=own_sessions):
             loaded = _medians(_measure_in_child(plugin, names, runs, library, cache))
         quiet_rows += [quiet[n] for n in names if n in quiet]
         for name in names:
@@ -182,6 +207,9 @@ def under_load(plugins: Sequence[str], names: Sequence[str], neighbours: int, *,
             else:
                 row["ratio"] = row["loaded_ms"] / row["quiet_ms"]
                 row["over_ceiling"] = row["ratio"] > LOAD_CEILING
+                if row["quiet_cores_used"] and row["loaded_cores_used"] is not None:
+                    row["cpu_per_run_ratio"] = (row["ratio"] * row["loaded_cores_used"]
+                                                / row["quiet_cores_used"])
             table.append(row)
     return quiet_rows, table
 
@@ -216,16 +244,29 @@ def format_spread(rows: Sequence[dict[str, Any]]) -> str:
 def format_under_load(load: dict[str, Any]) -> str:
     """The under-load table, with the rows over the ceiling flagged."""
     table = [["program", "plugin", "quiet", f"with {load['neighbours']} busy", "loaded/quiet",
-              "cores used quiet/loaded", ""]]
+              "cores used quiet/loaded", "CPU per run loaded/quiet", ""]]
     for r in load["rows"]:
-        ratio = r.get("ratio")
+        ratio, cpu = r.get("ratio"), r.get("cpu_per_run_ratio")
         cores = "/".join("-" if r.get(k) is None else f"{r[k]:.1f}" for k in ("quiet_cores_used", "loaded_cores_used"))
         table.append([r["name"], r["plugin"], _time(r.get("quiet_ms")), _time(r.get("loaded_ms")),
-                      "-" if ratio is None else f"{ratio:.2f}x", cores,
+                      "-" if ratio is None else f"{ratio:.2f}x", cores, "-" if cpu is None else f"{cpu:.2f}x",
                       f"OVER {load['ceiling']:g}x" if r.get("over_ceiling") else ""])
-    lines = _columns(table)
+    lines = [_sessions_line(load), *_columns(table)]
     lines += [f"{r['name']} on {r['plugin']}: error: {r['error']}" for r in load["rows"] if r.get("error")]
     over = [f"{r['name']} on {r['plugin']}" for r in load["rows"] if r.get("over_ceiling")]
     lines.append(f"slower than {load['ceiling']:g}x quiet under load: {', '.join(over)}" if over
                  else f"no program slower than {load['ceiling']:g}x its quiet time")
     return "\n".join(lines)
+
+
+def _sessions_line(load: dict[str, Any]) -> str:
+    """How the neighbours shared the machine with the bench, which bounds the ratios."""
+    k, n = load["neighbours"], os.cpu_count() or 1
+    if not load.get("own_sessions"):
+        return (f"{k} neighbour(s) in the bench's session: the cores are shared among threads "
+                f"(a program with {n} threads next to {k} spinner(s) on {n} cores gets {n * n / (n + k):.2g})")
+    if load.get("autogroup"):
+        return (f"{k} neighbour(s) in sessions of their own, kernel autogroup on: the cores are shared "
+                f"among sessions first, the bench gets 1/{k + 1} of them, and a program that used n cores "
+                f"quiet cannot take less than {k + 1}n/cores times its quiet time")
+    return f"{k} neighbour(s) in sessions of their own (kernel autogroup off or unknown: shared among threads)"

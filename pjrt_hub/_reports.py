@@ -314,12 +314,18 @@ class BenchLoadRow(_Model):
     quiet_cores_used: float | None = Field(None, description="CPU time over wall time, quiet")
     loaded_cores_used: float | None = Field(None, description="CPU time over wall time, loaded")
     over_ceiling: bool | None = Field(None, description="ratio above the ceiling")
+    cpu_per_run_ratio: float | None = Field(
+        None, description="CPU time per run, loaded / quiet: near 1 when the program only got less of the "
+                          "machine, well above 1 when its threads wasted what they got")
     error: str | None = None
 
 
 class BenchLoad(_Model):
     neighbours: int = Field(description="CPU-bound processes spinning during the loaded run")
     ceiling: float = Field(description="loaded / quiet above this is a collapse")
+    own_sessions: bool = Field(False, description="the neighbours ran in sessions of their own, not the bench's")
+    autogroup: bool | None = Field(
+        None, description="the kernel shares the cores among sessions first (Linux autogroup); None: unknown")
     rows: list[BenchLoadRow]
 
 

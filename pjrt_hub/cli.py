@@ -917,7 +917,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                        library=tuple(args.library), runs=args.runs or None,
                        progress=progress.update if progress.enabled else None, suite=suite,
                        fastest_of=[p for p in plugins if p in c_plugins],
-                       spread=args.spread or 0, under_load=args.under_load or 0)
+                       spread=args.spread or 0, under_load=args.under_load or 0,
+                       own_sessions=args.neighbour_sessions == "own")
     except PjrtHubError as exc:
         print(f"pjrt-hub bench: {_one_line(exc)}", file=sys.stderr)
         return ExitCode.PLUGIN_ERROR
@@ -952,6 +953,8 @@ def _check_stability_options(args: argparse.Namespace) -> None:
         raise _Usage(f"--spread {args.spread}: a spread needs at least 2 processes")
     if args.under_load is not None and args.under_load < 1:
         raise _Usage(f"--under-load {args.under_load}: needs at least 1 busy neighbour process")
+    if args.neighbour_sessions is not None and args.under_load is None:
+        raise _Usage("--neighbour-sessions only applies to --under-load K")
     if args.spread is not None or args.under_load is not None:
         clash = [flag for flag, on in (("--spread", args.spread is not None),
                                        ("--under-load", args.under_load is not None),
@@ -1195,6 +1198,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--under-load", type=int, default=None, metavar="K",
                    help="time the programs quiet, then while K (>= 1) CPU-bound neighbour processes spin, "
                         "and report loaded / quiet, flagging ratios above 3")
+    p.add_argument("--neighbour-sessions", choices=("shared", "own"), default=None,
+                   help="with --under-load: run the neighbours in the bench's session (shared, the default: "
+                        "the cores are shared among threads) or each in a session of its own, as programs "
+                        "from other terminals are (where the kernel's autogroup is on, the bench then gets "
+                        "1/(K+1) of the cores)")
     p.add_argument("--via", choices=("jax",), default=None,
                    help="through JAX: jit dispatch, first-call latency and the perf programs as JAX code on "
                         "the plugin (default numba_cpu) next to XLA:CPU and the plugin driven directly "

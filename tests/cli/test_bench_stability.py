@@ -46,6 +46,16 @@ def test_neighbours_spin_while_inside_and_are_reaped_on_error():
     assert not any(_alive(p) for p in pids) and _spinning_children() == []
 
 
+def test_neighbours_share_the_benchs_session_unless_asked_for_their_own():
+    # The kernel's autogroup shares the cores among sessions first: where a neighbour runs
+    # decides what share of the machine a loaded program can get.
+    with Neighbours(1) as shared:
+        assert [os.getsid(p) for p in shared.pids] == [os.getsid(0)]
+    with Neighbours(2, own_sessions=True) as own:
+        assert [os.getsid(p) for p in own.pids] == own.pids
+    assert _spinning_children() == []
+
+
 def test_neighbours_are_reaped_on_ctrl_c():
     with pytest.raises(KeyboardInterrupt):
         with Neighbours(1) as neighbours:
@@ -83,20 +93,46 @@ def test_under_load_json_with_one_neighbour_leaves_none_behind(capsys):
     assert row["ratio"] == pytest.approx(row["loaded_ms"] / row["quiet_ms"])
     assert row["over_ceiling"] is (row["ratio"] > LOAD_CEILING)
     assert row["quiet_cores_used"] > 0 and row["loaded_cores_used"] > 0
+    assert row["cpu_per_run_ratio"] == pytest.approx(
+        row["ratio"] * row["loaded_cores_used"] / row["quiet_cores_used"])
+    assert load["own_sessions"] is False
     assert report["spread"] is None
     assert _spinning_children() == []
+
+
+def test_under_load_in_sessions_of_their_own_says_so_and_what_the_kernel_does(capsys):
+    from pjrt_hub._bench_stability import autogroup_enabled
+
+    code = main(["bench", "--corpus", "--plugin", "reference", "--program", "pytree_io", "--runs", "2",
+                 "--under-load", "1", "--neighbour-sessions", "own"])
+    text = capsys.readouterr().out
+    assert code == ExitCode.OK
+    if autogroup_enabled():
+        assert "1 neighbour(s) in sessions of their own, kernel autogroup on" in text
+        assert "the bench gets 1/2 of them" in text
+    else:
+        assert "1 neighbour(s) in sessions of their own (kernel autogroup off or unknown" in text
+    assert _spinning_children() == []
+
+
+def test_neighbour_sessions_without_under_load_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["bench", "--plugin", "reference", "--neighbour-sessions", "own"])
+    assert info.value.code == ExitCode.USAGE
+    assert "--neighbour-sessions only applies to --under-load" in capsys.readouterr().err
 
 
 def test_tables_flag_a_collapse_and_show_failed_processes():
     load = {"neighbours": 2, "ceiling": 3.0, "rows": [
         {"name": "p", "plugin": "a", "quiet_ms": 2.0, "loaded_ms": 9.0, "ratio": 4.5, "over_ceiling": True,
-         "quiet_cores_used": 1.9, "loaded_cores_used": 0.4},
+         "quiet_cores_used": 1.9, "loaded_cores_used": 0.4, "cpu_per_run_ratio": 4.5 * 0.4 / 1.9},
         {"name": "p", "plugin": "b", "quiet_ms": 2.0, "loaded_ms": 3.0, "ratio": 1.5, "over_ceiling": False,
          "error": None},  # as the JSON report has it
         {"name": "q", "plugin": "a", "quiet_ms": None, "loaded_ms": None, "error": "quiet: it crashed"}]}
     text = format_under_load(load)
-    assert "4.50x         1.9/0.4                  OVER 3x" in text and "slower than 3x quiet under load: p on a" in text
+    assert "4.50x         1.9/0.4                  0.95x                     OVER 3x" in text and "slower than 3x quiet under load: p on a" in text
     assert "q on a: error: quiet: it crashed" in text and "p on b: error" not in text
+    assert text.startswith("2 neighbour(s) in the bench's session: the cores are shared among threads")
     spread = [{"name": "p", "plugin": "a", "processes": 3, "per_process_ms": [22.0, None, 41.0],
                "errors": ["process 2: it crashed"], "cores_used_per_process": [1.9, None, 1.0], "min_ms": 22.0, "median_ms": 31.5, "max_ms": 41.0,
                "max_over_min": 41.0 / 22.0}]
