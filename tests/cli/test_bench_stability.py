@@ -138,3 +138,22 @@ def test_tables_flag_a_collapse_and_show_failed_processes():
                "max_over_min": 41.0 / 22.0}]
     text = format_spread(spread)
     assert "1.86x" in text and "22.00 - 41.00     1.9 - 1.0" in text and "p on a: process 2: it crashed" in text
+
+
+def test_spread_takes_the_plugins_in_turns_so_drift_hits_them_alike(monkeypatch):
+    from pjrt_hub import _bench_stability as stability
+
+    calls = []
+
+    def measure(plugin, names, runs, library, cache):
+        calls.append(plugin)
+        ms = 10.0 + len(calls)  # the host slows down as time goes on
+        return {"rows": [{"name": n, "plugin": plugin, "execute_ms_median": ms, "outputs_match": True,
+                          "cores_used": 1.0, "minor_faults_per_run": 0.0} for n in names], "tiny_us": 1.0}
+
+    monkeypatch.setattr(stability, "_measure_in_child", measure)
+    first, table = stability.spread(["a", "b"], ["p"], 3, runs=1, library=(), cache="")
+    assert calls == ["a", "b", "a", "b", "a", "b"]
+    assert [r["plugin"] for r in first] == ["a", "b"]
+    rows = {r["plugin"]: r for r in table}
+    assert rows["a"]["per_process_ms"] == [11.0, 13.0, 15.0] and rows["b"]["per_process_ms"] == [12.0, 14.0, 16.0]
