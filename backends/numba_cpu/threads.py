@@ -13,8 +13,14 @@ does that), and giving up a thread gives up that thread's share of the cores. So
   :func:`_load_tbb` makes its library loadable, since numba looks for it by name only). Each
   parallel loop is cut into :data:`~.codegen.CHUNKS_PER_THREAD` chunks per thread, one task
   each, so an idle thread takes the chunks of one the scheduler is not running, and a program
-  keeps every thread under load: ew_chain, softmax and layernorm, which took 3-7x their quiet
-  time with two busy neighbours (one thread, 0.6 cores), take about 2x (1.0 cores). On
+  keeps every thread under load. With two busy neighbours in the same session (a fair share of
+  1.0 cores for two threads) ew_chain takes about 2x its quiet time on 0.9-1.0 cores and
+  softmax 2.1-2.6x. Layernorm, one parallel loop of about 2 ms per run, gets 0.7-0.95 cores
+  and takes 2.5-3.6x: its second thread sleeps between runs and, woken, most likely waits for
+  a neighbour's time slice to end, which is most of such a short loop (not verified). Where the kernel shares
+  the cores among sessions first and the neighbours have sessions of their own (autogroup),
+  the share is 2/3 of a core and every program that keeps two cores busy takes 3x or more,
+  XLA's as well (``bench --under-load``'s module docstring). On
   OpenMP or numba's workqueue (the user's ``NUMBA_THREADING_LAYER``, or no wheel), the shares
   are fixed and a busy machine gets fewer threads, as below for OpenBLAS;
 * OpenBLAS's shares are fixed. A small product (under :data:`SMALL_DOT_MACS` multiply-adds,
