@@ -16,8 +16,12 @@ does that), and giving up a thread gives up that thread's share of the cores. So
   keeps every thread under load. With two busy neighbours in the same session (a fair share of
   1.0 cores for two threads) ew_chain takes about 2x its quiet time on 0.9-1.0 cores and
   softmax 2.1-2.6x. Layernorm, one parallel loop of about 2 ms per run, gets 0.7-0.95 cores
-  and takes 2.5-3.6x: its second thread sleeps between runs and, woken, most likely waits for
-  a neighbour's time slice to end, which is most of such a short loop (not verified). Where the kernel shares
+  and takes 2.5-3.6x. Measured with the threads' ``/proc`` schedstat: per 7.7 ms run the
+  device thread ran 3.6 ms (its fair share), TBB's worker 1.2 ms, waiting to run for 6.3. An
+  idle oneTBB worker spins with ``sched_yield`` before it sleeps, and on this kernel (6.18,
+  EEVDF) a thread that yields while the cores are contended waits long to run again (a test
+  thread yielding for 2 ms waited 140 ms; one sleeping 2 ms waited 2): the loop has started,
+  and mostly ended, before the worker sees it. No setting of numba's or TBB's changes that. Where the kernel shares
   the cores among sessions first and the neighbours have sessions of their own (autogroup),
   the share is 2/3 of a core and every program that keeps two cores busy takes 3x or more,
   XLA's as well (``bench --under-load``'s module docstring). On
