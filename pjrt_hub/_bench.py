@@ -31,7 +31,7 @@ import tempfile
 import math
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -53,6 +53,8 @@ TINY_ADD = """func.func @main(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4x
 RUNS = {"perf_softmax": 60}
 DEFAULT_RUNS = 30
 TINY_RUNS = 3000
+#: Timed runs are taken in this many rounds over all the programs (see _measure).
+ROUNDS = 3
 #: Without ``--runs``, short programs run more often: up to this much time per program...
 RUN_BUDGET_S = 0.25
 #: ...and at most this many runs.
@@ -218,25 +220,10 @@ class _Loaded:
         self.executable.destroy()
 
 
-def _median_ms(fn: Callable[[], float], runs: int, warm: int = 3) -> float:
-    for _ in range(warm):
-        fn()
-    return statistics.median(fn() for _ in range(runs)) * 1e3
-
-
 def _usage() -> tuple[float, int]:
     """This process's CPU seconds (every thread: the plugin's pools too) and minor page faults."""
     used = resource.getrusage(resource.RUSAGE_SELF)
     return used.ru_utime + used.ru_stime, used.ru_minflt
-
-
-def _usage_per_run(before: tuple[float, int], after: tuple[float, int], wall_s: float,
-                   runs: int) -> dict[str, float]:
-    """What explains a time: ``cores_used`` is CPU time over wall time while the program ran (2.0:
-    two threads kept busy, 1.0: one), ``minor_faults_per_run`` the page faults each execute took
-    (fresh output memory the plugin touches for the first time)."""
-    return {"cores_used": (after[0] - before[0]) / wall_s if wall_s > 0 else 0.0,
-            "minor_faults_per_run": (after[1] - before[1]) / runs}
 
 
 def _budgeted_runs(fn: Callable[[], float], least: int) -> int:
@@ -270,36 +257,170 @@ Progress = Callable[[int, int, str], None]
 
 def _measure(client: Any, name: str, programs: Sequence[BenchProgram], runs: int | None,
              say: Callable[[str], None]) -> dict[str, Any]:
-    """Time one plugin on the programs (in this process)."""
-    say(f"{_STARTING}tiny add")
-    loaded = _Loaded(client, TINY_ADD, [np.arange(4, dtype=np.float32)] * 2)
-    loaded.settle()
-    tiny = _median_ms(loaded.execute_once, runs or TINY_RUNS, warm=200) * 1e3
-    loaded.close()
-    say(f"{name}: tiny add executes in {tiny:.2f} us")
-    rows = []
-    for program in programs:
-        say(f"{_STARTING}{program.name}")
-        row: dict[str, Any] = {"name": program.name, "plugin": name}
+    """Time one plugin on the programs (in this process): a :class:`_Session`, its rounds one
+    after another."""
+    session = _Session(client, name, programs, runs, say)
+    for round_ in range(ROUNDS):
+        session.run_round(round_)
+    return session.result()
+
+
+class _Session:
+    """One plugin's measurement in this process.
+
+    Made, it has compiled, checked and settled every program (timing the first results). The
+    timed runs then go in :data:`ROUNDS` rounds (:meth:`run_round`) over the tiny add and all
+    the programs, each one's share of its runs in every round (after an untimed run), and its
+    median is taken over all of them (:meth:`result`). A burst of the host's own load then falls
+    on a part of several programs' runs, which the median absorbs, instead of on all of one
+    program's; and when several plugins are timed, their rounds can take turns
+    (:func:`_measure_interleaved`), so that the host's slower minutes fall on all of them."""
+
+    def __init__(self, client: Any, name: str, programs: Sequence[BenchProgram], runs: int | None,
+                 say: Callable[[str], None]) -> None:
+        self.name, self.say = name, say
+        say(f"{_STARTING}tiny add")
+        loaded = _Loaded(client, TINY_ADD, [np.arange(4, dtype=np.float32)] * 2)
+        loaded.settle()
+        self.tiny = _Timed({}, loaded, runs or TINY_RUNS, warm=100)
+        self.rows: list[dict[str, Any]] = []
+        self.timed: list[_Timed] = [self.tiny]
+        for program in programs:
+            say(f"{_STARTING}{program.name}")
+            row: dict[str, Any] = {"name": program.name, "plugin": name}
+            try:
+                loaded = _Loaded(client, program.text(), program.inputs())
+                row["compile_ms_cold"] = loaded.compile_ms
+                row["first_result_ms_cold"] = loaded.first_result_ms
+                loaded.settle()
+                row["outputs_match"] = program.outputs_match(loaded.first_outputs) and program.outputs_match(
+                    loaded.outputs())
+                count = runs or _budgeted_runs(loaded.execute_once, RUNS.get(program.name, DEFAULT_RUNS))
+                self.timed.append(_Timed(row, loaded, count))
+            except PjrtError as exc:
+                row["error"] = str(exc)
+            row["xla_cpu_baseline_ms"] = program.xla_cpu_baseline_ms
+            row["xla_cpu_compile_ms"] = program.xla_cpu_compile_ms
+            self.rows.append(row)
+
+    def run_round(self, round_: int) -> None:
+        for entry in self.timed:
+            if "error" not in entry.row:
+                entry.run_block(round_)
+
+    def result(self) -> dict[str, Any]:
+        """The rows and the tiny add's time; the programs are unloaded."""
+        for entry in self.timed:
+            entry.finish()
+        tiny_us = statistics.median(self.tiny.times) * 1e6 if self.tiny.times else None
+        if tiny_us is not None:
+            self.say(f"{self.name}: tiny add executes in {tiny_us:.2f} us")
+        return {"rows": self.rows, "tiny_us": tiny_us}
+
+
+@dataclass
+class _Timed:
+    """One program's timed runs, taken in blocks (:func:`_measure`), and what explains them:
+    ``cores_used`` is CPU time over wall time while the program ran (2.0: two threads kept
+    busy, 1.0: one), ``minor_faults_per_run`` the page faults each execute took (fresh output
+    memory the plugin touches for the first time)."""
+
+    row: dict[str, Any]
+    loaded: _Loaded
+    count: int
+    #: untimed runs before each block
+    warm: int = 1
+    times: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    cpu: float = 0.0
+    faults: int = 0
+
+    def run_block(self, round_: int) -> None:
+        # This round's share of the runs: count * (round_ + 1) // ROUNDS of them done by its end.
+        share = self.count * (round_ + 1) // ROUNDS - len(self.times)
+        if share <= 0:
+            return
         try:
-            loaded = _Loaded(client, program.text(), program.inputs())
-            row["compile_ms_cold"] = loaded.compile_ms
-            row["first_result_ms_cold"] = loaded.first_result_ms
-            loaded.settle()
-            row["outputs_match"] = program.outputs_match(loaded.first_outputs) and program.outputs_match(
-                loaded.outputs())
-            count = runs or _budgeted_runs(loaded.execute_once, RUNS.get(program.name, DEFAULT_RUNS))
+            for _ in range(self.warm):  # untimed: the caches held another program a moment ago
+                self.loaded.execute_once()
             before, wall = _usage(), time.perf_counter()
-            row["execute_ms_median"] = _median_ms(loaded.execute_once, count, warm=min(3, count))
-            row["runs"] = count
-            row.update(_usage_per_run(before, _usage(), time.perf_counter() - wall, count + min(3, count)))
-            loaded.close()
+            self.times += [self.loaded.execute_once() for _ in range(share)]
+            after = _usage()
         except PjrtError as exc:
-            row["error"] = str(exc)
-        row["xla_cpu_baseline_ms"] = program.xla_cpu_baseline_ms
-        row["xla_cpu_compile_ms"] = program.xla_cpu_compile_ms
-        rows.append(row)
-    return {"rows": rows, "tiny_us": tiny}
+            self.row["error"] = str(exc)
+            return
+        self.seconds += time.perf_counter() - wall
+        self.cpu += after[0] - before[0]
+        self.faults += after[1] - before[1]
+
+    def finish(self) -> None:
+        if "error" not in self.row and self.times:
+            self.row["execute_ms_median"] = statistics.median(self.times) * 1e3
+            self.row["runs"] = len(self.times)
+            self.row["cores_used"] = self.cpu / self.seconds if self.seconds > 0 else 0.0
+            self.row["minor_faults_per_run"] = self.faults / len(self.times)
+        try:
+            self.loaded.close()
+        except PjrtError:
+            pass
+
+
+class _Child:
+    """A measuring process (``python -m pjrt_hub._bench``) for one plugin: its stderr is read on
+    a thread (the lines announcing a program go to ``starting``, the last others are kept for an
+    error message), so that a child filling one pipe while the parent waits on the other cannot
+    hang either."""
+
+    def __init__(self, mode: str, name: str, programs: Sequence[str], runs: int | None,
+                 library: Sequence[str], cache: str, starting: Callable[[str], None] | None) -> None:
+        self.name, self.programs = name, list(programs)
+        env = dict(os.environ, PJRT_HUB_CACHE=cache)
+        cmd = [sys.executable, "-m", "pjrt_hub._bench", mode, name, ",".join(programs), str(runs or 0), *library]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env=env)
+        self.tail: list[str] = []
+        self.reader = threading.Thread(target=self._read_stderr, args=(starting,), daemon=True)
+        self.reader.start()
+
+    def _read_stderr(self, starting: Callable[[str], None] | None) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            if line.startswith(_STARTING):
+                if starting is not None:
+                    starting(line[len(_STARTING):].strip())
+            elif line.strip():
+                self.tail.append(line.rstrip())
+                del self.tail[:-20]
+
+    def ask(self, command: str) -> str | None:
+        """Send one command line; the child's one-line answer, or None if it has ended."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write(command + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            return None
+        line = self.proc.stdout.readline()
+        return line.strip() or None
+
+    def result(self) -> dict[str, Any]:
+        """Close its stdin, read the rest of its output and wait for it: its measurement, or a
+        row with the reason for each program if it failed."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+        stdout = self.proc.stdout.read()
+        returncode = self.proc.wait()
+        self.reader.join()
+        lines = stdout.strip().splitlines()
+        if returncode != 0 or not lines:
+            reason = f"the benchmark process exited with status {returncode}" + (
+                ": " + " | ".join(self.tail[-3:]) if self.tail else "")
+            return {"rows": [{"name": p, "plugin": self.name, "error": reason} for p in self.programs],
+                    "tiny_us": None}
+        return json.loads(lines[-1])
 
 
 def _measure_in_child(name: str, programs: Sequence[str], runs: int | None, library: Sequence[str],
@@ -308,35 +429,36 @@ def _measure_in_child(name: str, programs: Sequence[str], runs: int | None, libr
     thread pools of one plugin do not slow another's, and a crash stays that plugin's.
 
     ``starting(program)`` hears of each program as the child starts it."""
-    env = dict(os.environ, PJRT_HUB_CACHE=cache)
-    cmd = [sys.executable, "-m", "pjrt_hub._bench", "--measure", name, ",".join(programs),
-           str(runs or 0), *library]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    tail: list[str] = []
+    return _Child("--measure", name, programs, runs, library, cache, starting).result()
 
-    def read_stderr() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            if line.startswith(_STARTING):
-                if starting is not None:
-                    starting(line[len(_STARTING):].strip())
-            elif line.strip():
-                tail.append(line.rstrip())
-                del tail[:-20]
 
-    # stderr is read on a thread while stdout is read here: a child that fills one pipe while
-    # the parent waits on the other would never finish.
-    reader = threading.Thread(target=read_stderr, daemon=True)
-    reader.start()
-    assert proc.stdout is not None
-    stdout = proc.stdout.read()
-    returncode = proc.wait()
-    reader.join()
-    if returncode != 0:
-        reason = f"the benchmark process exited with status {returncode}" + (
-            ": " + " | ".join(tail[-3:]) if tail else "")
-        return {"rows": [{"name": p, "plugin": name, "error": reason} for p in programs], "tiny_us": None}
-    return json.loads(stdout.strip().splitlines()[-1])
+def _measure_interleaved(plugins: Sequence[str], programs: Sequence[str], runs: int | None,
+                         library: Sequence[str], cache: str,
+                         starting: Callable[[str, str], None] | None = None) -> dict[str, dict[str, Any]]:
+    """Time every plugin, each in a process of its own, with their timed rounds in turns.
+
+    The processes are set up one after another (compiles and first results are timed with
+    nothing else running), each waiting once it is ready; then round by round each process in
+    turn runs its round while the others wait on their stdin. The host's speed drifts over
+    seconds to minutes here (whole processes measured 1.3-1.5x slower than the next one), and
+    plugins timed one after another would each get a different stretch of it."""
+    children: dict[str, _Child] = {}
+    ready: list[str] = []
+    for name in plugins:
+        def said(program: str, plugin: str = name) -> None:
+            if starting is not None:
+                starting(program, plugin)
+
+        child = children[name] = _Child("--measure-rounds", name, programs, runs, library, cache, said)
+        if child.ask("ready") == "ready":
+            ready.append(name)
+    for round_ in range(ROUNDS):
+        for name in list(ready):
+            if starting is not None:
+                starting(f"timed round {round_ + 1} of {ROUNDS}", name)
+            if children[name].ask(f"round {round_}") != f"done {round_}":
+                ready.remove(name)  # it ended: result() says why
+    return {name: child.result() for name, child in children.items()}
 
 
 def bench(registry: Any, plugins: Sequence[str], programs: Iterable[str] | None = None, *,
@@ -369,15 +491,16 @@ def bench(registry: Any, plugins: Sequence[str], programs: Iterable[str] | None 
         if spread or under_load:
             rows, extra = _stability(plugins, names, spread, under_load, runs, library, cache, progress,
                                      own_sessions)
-        for index, name in enumerate(plugins if not extra else ()):
-            def starting(program: str, plugin: str = name) -> None:
-                nonlocal done
-                if progress is not None:
-                    progress(done, total, f"{program} on {plugin}")
-                if program in names:
-                    done += 1
+        def starting(program: str, plugin: str) -> None:
+            nonlocal done
+            if progress is not None:
+                progress(done, total, f"{program} on {plugin}")
+            if program in names:
+                done += 1
 
-            measured = _measure_in_child(name, names, runs, library, cache, starting)
+        measured_by = _measure_interleaved(plugins, names, runs, library, cache, starting) if not extra else {}
+        done = total  # also when a child ended early
+        for name, measured in measured_by.items():
             if measured["tiny_us"] is not None:
                 tiny[name] = measured["tiny_us"]
             for row in measured["rows"]:
@@ -388,7 +511,6 @@ def bench(registry: Any, plugins: Sequence[str], programs: Iterable[str] | None 
                     row["compile_ms_warm"] = None if warm_run is None else warm_run["compile_ms"]
                     row["first_result_ms_warm"] = None if warm_run is None else warm_run["first_result_ms"]
                 rows.append(row)
-            done = len(entries) * (index + 1)  # also when the child ended early
     rows.sort(key=lambda r: (names.index(r["name"]), list(plugins).index(r["plugin"])))
     _add_ratios(rows)
     return {"programs": rows, "tiny_execute_us": tiny.get(plugins[0]) if plugins else None,
@@ -556,8 +678,12 @@ def _child_registry(library: Sequence[str]) -> Any:
     return PluginRegistry.from_environment(paths=tuple(library))
 
 
-def _measure_main(argv: Sequence[str]) -> int:
-    """Child of :func:`_measure_in_child`: time one plugin, print the result as JSON."""
+def _measure_main(argv: Sequence[str], driven: bool = False) -> int:
+    """Child of :func:`_measure_in_child`: time one plugin, print the result as JSON.
+
+    ``driven`` (``--measure-rounds``, :func:`_measure_interleaved`): set up, then answer the
+    lines of stdin: ``ready`` with ``ready``, ``round K`` by running round K and answering
+    ``done K``; at the end of stdin, print the result."""
     plugin, programs, runs, *library = argv
     client = _child_registry(library).create_client(plugin)
     entries = [_program_named(n) for n in programs.split(",") if n]
@@ -565,7 +691,21 @@ def _measure_main(argv: Sequence[str]) -> int:
     def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    result = _measure(client, plugin, entries, int(runs) or None, say)
+    session = _Session(client, plugin, entries, int(runs) or None, say)
+    if driven:
+        for line in sys.stdin:
+            command = line.split()
+            if command == ["ready"]:
+                print("ready", flush=True)
+            elif len(command) == 2 and command[0] == "round" and command[1].isdigit():
+                session.run_round(int(command[1]))
+                print(f"done {command[1]}", flush=True)
+            else:
+                raise SystemExit(f"pjrt_hub._bench: unknown command {line.strip()!r}")
+    else:
+        for round_ in range(ROUNDS):
+            session.run_round(round_)
+    result = session.result()
     for row in result["rows"]:
         say(_format_row(row))
     print(json.dumps(result))
@@ -591,5 +731,8 @@ if __name__ == "__main__":
         sys.exit(_warm_compile_main(sys.argv[2:]))
     if sys.argv[1:2] == ["--measure"]:
         sys.exit(_measure_main(sys.argv[2:]))
-    raise SystemExit("usage: python -m pjrt_hub._bench --measure PLUGIN PROGRAMS RUNS [LIBRARY...] | "
+    if sys.argv[1:2] == ["--measure-rounds"]:
+        sys.exit(_measure_main(sys.argv[2:], driven=True))
+    raise SystemExit("usage: python -m pjrt_hub._bench --measure|--measure-rounds PLUGIN PROGRAMS RUNS "
+                     "[LIBRARY...] | "
                      "--warm-compile PLUGIN PROGRAM_NAME [LIBRARY...]")

@@ -97,3 +97,83 @@ def test_bench_loads_scalar_and_strided_arguments_as_they_are():
         np.testing.assert_array_equal(out, [10, 6, 2])
     finally:
         loaded.close()
+
+
+def test_timed_runs_go_in_rounds_over_the_programs(monkeypatch):
+    # A burst of the host's load should fall on part of several programs' runs, not on all of
+    # one program's: each program's timed runs are split over ROUNDS rounds.
+    from pjrt_hub import _bench
+
+    programs = [p for p in _bench.bench_programs("corpus") if p.name in ("pytree_io", "cond")]
+    client = _bench._child_registry([]).create_client("reference")
+    order = []
+    real = _bench._Loaded.execute_once
+
+    def execute_once(self):
+        order.append(self)
+        return real(self)
+
+    monkeypatch.setattr(_bench._Loaded, "execute_once", execute_once)
+    measured = _bench._measure(client, "reference", programs, 6, lambda line: None)
+    rows = {r["name"]: r for r in measured["rows"]}
+    assert all(r["runs"] == 6 and r["outputs_match"] and r["execute_ms_median"] > 0 for r in rows.values())
+    assert all(r["cores_used"] > 0 and r["minor_faults_per_run"] >= 0 for r in rows.values())
+    tiny = order[0]  # the tiny add goes first in every round
+    assert order[:102] == [tiny] * 102 and measured["tiny_us"] > 0
+    timed = [o for o in order if o is not tiny]  # each round: one untimed run, then the round's share
+    first, second = timed[0], timed[3]
+    assert first is not second
+    blocks = [timed[i:i + 3] for i in range(0, len(timed), 3)]
+    assert [b[0] for b in blocks] == [first, second] * _bench.ROUNDS
+    assert all(len(set(map(id, b))) == 1 for b in blocks)
+
+
+def test_plugins_take_their_timed_rounds_in_turns(monkeypatch):
+    from pjrt_hub import _bench
+
+    asked = []
+
+    class FakeChild:
+        def __init__(self, mode, name, programs, runs, library, cache, starting):
+            assert mode == "--measure-rounds"
+            self.name = name
+
+        def ask(self, command):
+            asked.append((self.name, command))
+            if self.name == "b" and command == "round 1":
+                return None  # b crashed in its second round
+            return "ready" if command == "ready" else "done " + command.split()[1]
+
+        def result(self):
+            return {"rows": [], "tiny_us": 1.0, "who": self.name}
+
+    monkeypatch.setattr(_bench, "_Child", FakeChild)
+    results = _bench._measure_interleaved(["a", "b", "c"], ["p"], 3, (), "")
+    assert {n: r["who"] for n, r in results.items()} == {"a": "a", "b": "b", "c": "c"}
+    rounds = [f"round {r}" for r in range(_bench.ROUNDS)]
+    expected = [(n, "ready") for n in "abc"] + [(n, rounds[0]) for n in "abc"] + [(n, rounds[1]) for n in "abc"]
+    expected += [(n, r) for r in rounds[2:] for n in "ac"]
+    assert asked == expected
+
+
+def test_bench_of_two_plugins_through_the_driven_children(capsys):
+    code = main(["bench", "--corpus", "--plugin", "reference", "--plugin", "numba_cpu", "--program", "pytree_io",
+                 "--runs", "4", "--no-warm", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == ExitCode.OK
+    rows = {r["plugin"]: r for r in report["programs"]}
+    assert set(rows) == {"reference", "numba_cpu"}
+    assert all(r["outputs_match"] and r["runs"] == 4 and r["execute_ms_median"] > 0 for r in rows.values())
+    assert set(report["tiny_execute_us_by_plugin"]) == {"reference", "numba_cpu"}
+
+
+def test_a_measuring_process_that_dies_leaves_rows_saying_why(tmp_path):
+    from pjrt_hub import _bench
+
+    child = _bench._Child("--measure-rounds", "reference", ["no_such_program"], 2, (), str(tmp_path), None)
+    assert child.ask("ready") is None  # it ended before it was ready
+    result = child.result()
+    (row,) = result["rows"]
+    assert result["tiny_us"] is None and row["name"] == "no_such_program" and row["plugin"] == "reference"
+    assert row["error"].startswith("the benchmark process exited with status 1: ")
+    assert "no_such_program" in row["error"]
