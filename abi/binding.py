@@ -92,6 +92,14 @@ def _unimplemented(obj: object, method: str) -> Unimplemented:
     return Unimplemented(f"{type(obj).__name__}.{method} is not implemented by this plugin")
 
 
+class _Itself:
+    """``obj.unwrapped`` of a plugin object: the object itself. Not a property: a plugin's own
+    attribute of that name (an instance attribute it sets) still wins."""
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        return self if obj is None else obj
+
+
 class PjrtObject:
     """Base of every handle. Subclasses list their API methods in :data:`__pjrt_methods__`."""
 
@@ -108,12 +116,9 @@ class PjrtObject:
                     methods[name] = info
         cls.__pjrt_methods__ = methods
 
-    @property
-    def unwrapped(self) -> "PjrtObject":
-        """The plugin's own object: this one. A :class:`pjrt_hub.Gated` proxy has the same
-        property and gives its target, so ``obj.unwrapped`` works whether or not a gate is in
-        between."""
-        return self
+    #: The plugin's own object: this one. A :class:`pjrt_hub.Gated` proxy has the same attribute
+    #: and gives its target, so ``obj.unwrapped`` works whether or not a gate is in between.
+    unwrapped = _Itself()
 
 
 def api_methods(cls: type) -> Mapping[str, ApiMethod]:

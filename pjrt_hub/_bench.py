@@ -250,6 +250,11 @@ def _warm_first_result(plugin: str, program: str, cache: str,
 
 #: A line the measuring child writes to stderr as it starts a program (read by the parent).
 _STARTING = "pjrt-hub-bench: starting "
+#: What begins the progress message of a plugin's timed round (see :func:`bench`).
+_ROUND = "timed round "
+#: What begins the lines of the ``--measure-rounds`` protocol on the child's stdout; any other
+#: line there (a plugin's own output) is not an answer.
+_ANSWER = "pjrt-hub-bench: "
 
 #: ``progress(done, total, what)``: programs benched so far, of how many, and what runs now.
 Progress = Callable[[int, int, str], None]
@@ -274,7 +279,10 @@ class _Session:
     median is taken over all of them (:meth:`result`). A burst of the host's own load then falls
     on a part of several programs' runs, which the median absorbs, instead of on all of one
     program's; and when several plugins are timed, their rounds can take turns
-    (:func:`_measure_interleaved`), so that the host's slower minutes fall on all of them."""
+    (:func:`_measure_interleaved`), so that the host's slower minutes fall on all of them. The
+    cost: every program stays loaded until the end (the perf programs' inputs and outputs are
+    about 100 MB per plugin, the corpus's a few), and a program's first result is timed with
+    the earlier ones resident."""
 
     def __init__(self, client: Any, name: str, programs: Sequence[BenchProgram], runs: int | None,
                  say: Callable[[str], None]) -> None:
@@ -282,7 +290,7 @@ class _Session:
         say(f"{_STARTING}tiny add")
         loaded = _Loaded(client, TINY_ADD, [np.arange(4, dtype=np.float32)] * 2)
         loaded.settle()
-        self.tiny = _Timed({}, loaded, runs or TINY_RUNS, warm=100)
+        self.tiny = _Timed({"name": "tiny add", "plugin": name}, loaded, runs or TINY_RUNS, warm=100)
         self.rows: list[dict[str, Any]] = []
         self.timed: list[_Timed] = [self.tiny]
         for program in programs:
@@ -306,15 +314,18 @@ class _Session:
     def run_round(self, round_: int) -> None:
         for entry in self.timed:
             if "error" not in entry.row:
+                # Names the block a crash would end in (the parent keeps the last stderr lines).
+                self.say(f"timing {entry.row['name']}, round {round_ + 1} of {ROUNDS}")
                 entry.run_block(round_)
 
     def result(self) -> dict[str, Any]:
         """The rows and the tiny add's time; the programs are unloaded."""
         for entry in self.timed:
             entry.finish()
-        tiny_us = statistics.median(self.tiny.times) * 1e6 if self.tiny.times else None
-        if tiny_us is not None:
-            self.say(f"{self.name}: tiny add executes in {tiny_us:.2f} us")
+        tiny = self.tiny.row
+        tiny_us = None if "error" in tiny else tiny["execute_ms_median"] * 1e3
+        self.say(f"{self.name}: tiny add " + (f"error: {tiny['error']}" if tiny_us is None
+                                              else f"executes in {tiny_us:.2f} us"))
         return {"rows": self.rows, "tiny_us": tiny_us}
 
 
@@ -354,10 +365,13 @@ class _Timed:
         self.faults += after[1] - before[1]
 
     def finish(self) -> None:
-        if "error" not in self.row and self.times:
+        if "error" not in self.row and not self.times:
+            self.row["error"] = "not timed: the measurement ended before its rounds"
+        if "error" not in self.row:
             self.row["execute_ms_median"] = statistics.median(self.times) * 1e3
             self.row["runs"] = len(self.times)
             self.row["cores_used"] = self.cpu / self.seconds if self.seconds > 0 else 0.0
+            self.row["cpu_ms_per_run"] = self.cpu / len(self.times) * 1e3
             self.row["minor_faults_per_run"] = self.faults / len(self.times)
         try:
             self.loaded.close()
@@ -393,15 +407,28 @@ class _Child:
                 del self.tail[:-20]
 
     def ask(self, command: str) -> str | None:
-        """Send one command line; the child's one-line answer, or None if it has ended."""
+        """Send one command line; the child's answer (its next line that begins with
+        :data:`_ANSWER`, without it), or None if it has ended."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         try:
             self.proc.stdin.write(command + "\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             return None
-        line = self.proc.stdout.readline()
-        return line.strip() or None
+        for line in self.proc.stdout:
+            if line.startswith(_ANSWER):
+                return line[len(_ANSWER):].strip()
+            if line.strip():  # a plugin's own output: kept for an error message
+                self.tail.append(line.rstrip())
+                del self.tail[:-20]
+        return None
+
+    def kill(self) -> None:
+        """End the child now, whatever it is doing, and reap it."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.reader.join(timeout=5)
 
     def result(self) -> dict[str, Any]:
         """Close its stdin, read the rest of its output and wait for it: its measurement, or a
@@ -443,22 +470,39 @@ def _measure_interleaved(plugins: Sequence[str], programs: Sequence[str], runs: 
     seconds to minutes here (whole processes measured 1.3-1.5x slower than the next one), and
     plugins timed one after another would each get a different stretch of it."""
     children: dict[str, _Child] = {}
-    ready: list[str] = []
-    for name in plugins:
-        def said(program: str, plugin: str = name) -> None:
-            if starting is not None:
-                starting(program, plugin)
+    results: dict[str, dict[str, Any]] = {}
+    left_protocol: dict[str, str] = {}
+    try:
+        ready: list[str] = []
+        for name in plugins:
+            def said(program: str, plugin: str = name) -> None:
+                if starting is not None:
+                    starting(program, plugin)
 
-        child = children[name] = _Child("--measure-rounds", name, programs, runs, library, cache, said)
-        if child.ask("ready") == "ready":
-            ready.append(name)
-    for round_ in range(ROUNDS):
-        for name in list(ready):
-            if starting is not None:
-                starting(f"timed round {round_ + 1} of {ROUNDS}", name)
-            if children[name].ask(f"round {round_}") != f"done {round_}":
-                ready.remove(name)  # it ended: result() says why
-    return {name: child.result() for name, child in children.items()}
+            child = children[name] = _Child("--measure-rounds", name, programs, runs, library, cache, said)
+            if child.ask("ready") == "ready":
+                ready.append(name)
+        for round_ in range(ROUNDS):
+            for name in list(ready):
+                if starting is not None:
+                    starting(f"{_ROUND}{round_ + 1} of {ROUNDS}", name)
+                answer = children[name].ask(f"round {round_}")
+                if answer != f"done {round_}":
+                    ready.remove(name)
+                    if answer is not None:  # alive, but not answering as it should
+                        left_protocol[name] = f"answered {answer!r} to round {round_}"
+                        children[name].kill()
+        for name, child in children.items():
+            results[name] = child.result()
+            if name in left_protocol:  # never a partial measurement passed off as a whole one
+                results[name] = {"tiny_us": None, "rows": [
+                    {"name": p, "plugin": name, "error": f"the benchmark process {left_protocol[name]}"}
+                    for p in programs]}
+    finally:
+        for name, child in children.items():
+            if name not in results:
+                child.kill()
+    return results
 
 
 def bench(registry: Any, plugins: Sequence[str], programs: Iterable[str] | None = None, *,
@@ -482,7 +526,7 @@ def bench(registry: Any, plugins: Sequence[str], programs: Iterable[str] | None 
     """
     entries = [p for p in bench_programs(suite) if programs is None or p.name in set(programs)]
     names = [e.name for e in entries]
-    total = len(entries) * len(plugins)
+    total = (len(entries) + ROUNDS) * len(plugins)  # each program set up, then each timed round
     done = 0
     rows: list[dict[str, Any]] = []
     tiny: dict[str, float] = {}
@@ -491,11 +535,12 @@ def bench(registry: Any, plugins: Sequence[str], programs: Iterable[str] | None 
         if spread or under_load:
             rows, extra = _stability(plugins, names, spread, under_load, runs, library, cache, progress,
                                      own_sessions)
+
         def starting(program: str, plugin: str) -> None:
             nonlocal done
             if progress is not None:
                 progress(done, total, f"{program} on {plugin}")
-            if program in names:
+            if program in names or program.startswith(_ROUND):
                 done += 1
 
         measured_by = _measure_interleaved(plugins, names, runs, library, cache, starting) if not extra else {}
@@ -534,7 +579,8 @@ def _stability(plugins: Sequence[str], names: Sequence[str], spread: int, under_
     rows, table = stability.under_load(plugins, names, under_load, runs=runs, library=library, cache=cache,
                                        say=say, own_sessions=own_sessions)
     return rows, {"under_load": {"neighbours": under_load, "ceiling": stability.LOAD_CEILING, "rows": table,
-                                 "own_sessions": own_sessions, "autogroup": stability.autogroup_enabled()}}
+                                 "own_sessions": own_sessions, "autogroup": stability.autogroup_enabled(),
+                                 "cores": stability.usable_cores()}}
 
 
 def _add_ratios(rows: list[dict[str, Any]]) -> None:
@@ -691,21 +737,20 @@ def _measure_main(argv: Sequence[str], driven: bool = False) -> int:
     def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    session = _Session(client, plugin, entries, int(runs) or None, say)
-    if driven:
+    if not driven:
+        result = _measure(client, plugin, entries, int(runs) or None, say)
+    else:
+        session = _Session(client, plugin, entries, int(runs) or None, say)
         for line in sys.stdin:
             command = line.split()
             if command == ["ready"]:
-                print("ready", flush=True)
+                print(f"{_ANSWER}ready", flush=True)
             elif len(command) == 2 and command[0] == "round" and command[1].isdigit():
                 session.run_round(int(command[1]))
-                print(f"done {command[1]}", flush=True)
+                print(f"{_ANSWER}done {command[1]}", flush=True)
             else:
                 raise SystemExit(f"pjrt_hub._bench: unknown command {line.strip()!r}")
-    else:
-        for round_ in range(ROUNDS):
-            session.run_round(round_)
-    result = session.result()
+        result = session.result()
     for row in result["rows"]:
         say(_format_row(row))
     print(json.dumps(result))

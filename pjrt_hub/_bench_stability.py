@@ -19,14 +19,17 @@ a ratio means nothing without it. By default the neighbours run in the bench's o
 threads, and a program with two threads on two cores next to two spinners gets one core, half its
 quiet share, so about 2x is graceful. With ``own_sessions`` each neighbour starts a session of its
 own, as a program from another terminal or a service would. Where the kernel groups by session
-(``/proc/sys/kernel/sched_autogroup_enabled`` is 1, the default of most desktop and many server
-kernels) it first shares the cores among sessions: the bench then gets 1/(K+1) of them, 2/3 of a
-core on this 2-core machine with K = 2, and a program that kept both cores busy when quiet cannot
-take less than 3x its quiet time however well it behaves. Measured here: 0.61-0.65 cores in
-sessions of their own against 0.9-1.0 cores in the bench's, for every plugin. Each row also
-carries the CPU time per run, loaded / quiet, which does not depend on the share: near 1 when the
-program only got less of the machine, well above 1 when its threads burned what they got
-(spinning, oversubscription): a collapse shows there whatever the grouping.
+(autogroup: ``/proc/sys/kernel/sched_autogroup_enabled`` is 1, the default of most desktop and
+many server kernels, and it applies to processes in the root cpu cgroup) it first shares the cores
+among sessions: a neighbour takes at most one core, and the bench gets the larger of C/(K+1) and
+C-K of C cores, 2/3 of a core on this 2-core machine with K = 2, where a program that kept both
+cores busy when quiet cannot take less than 3x its quiet time however well it behaves. Measured
+here on the perf programs (numba_cpu): 0.61-0.65 cores in sessions of their own; in the bench's,
+0.9-1.0 for ew_chain and the MLP, 0.6-1.0 for the short softmax and layernorm (see
+``backends/numba_cpu/threads.py``). Each row also carries the CPU time per run, loaded / quiet,
+which does not depend on the share: near 1 when the program only got less of the machine, well
+above 1 when its threads burned what they got (spinning, oversubscription): a collapse shows
+there whatever the grouping.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from typing import Any, Callable, Sequence
 
 from pjrt_hub._bench import _measure_in_child
 
-__all__ = ["LOAD_CEILING", "Neighbours", "autogroup_enabled", "format_spread", "format_under_load", "spread", "under_load"]
+__all__ = ["LOAD_CEILING", "Neighbours", "autogroup_enabled", "fair_share", "usable_cores", "format_spread", "format_under_load", "spread", "under_load"]
 
 #: loaded / quiet above this is a collapse (issue 14: "no program slower than 3x its quiet time").
 LOAD_CEILING = 3.0
@@ -58,14 +61,32 @@ _SPIN = ("import os, sys\n"
 Say = Callable[[int, int, str], None]
 
 
-def autogroup_enabled() -> bool | None:
-    """Whether the kernel shares the cores among sessions before threads (Linux's autogroup);
-    None where it cannot be read (not Linux, or a kernel built without it)."""
+def autogroup_enabled(root: str = "/") -> bool | None:
+    """Whether the kernel shares the cores among this process's sessions before their threads
+    (Linux's autogroup: on in its sysctl, and applied only to tasks in the root cpu cgroup);
+    None where that cannot be read (not Linux, a kernel without it). ``root``: where ``/proc``
+    and ``/sys`` are found (tests)."""
     try:
-        with open("/proc/sys/kernel/sched_autogroup_enabled") as f:
-            return f.read().strip() == "1"
+        with open(os.path.join(root, "proc/sys/kernel/sched_autogroup_enabled")) as f:
+            if f.read().strip() != "1":
+                return False
+        with open(os.path.join(root, "proc/self/cgroup")) as f:
+            entries = [line.rstrip("\n").split(":", 2) for line in f if line.count(":") >= 2]
     except OSError:
         return None
+    for _, controllers, path in entries:
+        if "cpu" in controllers.split(","):  # cgroup v1: the cpu hierarchy
+            return path == "/"
+    for hierarchy, controllers, path in entries:
+        if hierarchy == "0" and not controllers:  # cgroup v2
+            if path == "/":
+                return True
+            try:
+                with open(os.path.join(root, "sys/fs/cgroup", path.lstrip("/"), "cgroup.controllers")) as f:
+                    return "cpu" not in f.read().split()  # a cpu controller there: a group of its own
+            except OSError:
+                return None
+    return True  # no cpu cgroup at all
 
 
 class Neighbours:
@@ -203,7 +224,9 @@ def under_load(plugins: Sequence[str], names: Sequence[str], neighbours: int, *,
             row: dict[str, Any] = {"name": name, "plugin": plugin,
                                    "quiet_ms": q.get("execute_ms_median") if q.get("outputs_match") else None,
                                    "loaded_ms": lo.get("execute_ms_median") if lo.get("outputs_match") else None,
-                                   "quiet_cores_used": q.get("cores_used"), "loaded_cores_used": lo.get("cores_used")}
+                                   "quiet_cores_used": q.get("cores_used"), "loaded_cores_used": lo.get("cores_used"),
+                                   "quiet_cpu_ms_per_run": q.get("cpu_ms_per_run"),
+                                   "loaded_cpu_ms_per_run": lo.get("cpu_ms_per_run")}
             problems = [f"{what}: {r.get('error') or 'outputs differ from the expected ones'}"
                         for what, r, ms in (("quiet", q, row["quiet_ms"]), ("loaded", lo, row["loaded_ms"]))
                         if ms is None]
@@ -212,9 +235,8 @@ def under_load(plugins: Sequence[str], names: Sequence[str], neighbours: int, *,
             else:
                 row["ratio"] = row["loaded_ms"] / row["quiet_ms"]
                 row["over_ceiling"] = row["ratio"] > LOAD_CEILING
-                if row["quiet_cores_used"] and row["loaded_cores_used"] is not None:
-                    row["cpu_per_run_ratio"] = (row["ratio"] * row["loaded_cores_used"]
-                                                / row["quiet_cores_used"])
+                if row["quiet_cpu_ms_per_run"] and row["loaded_cpu_ms_per_run"] is not None:
+                    row["cpu_per_run_ratio"] = row["loaded_cpu_ms_per_run"] / row["quiet_cpu_ms_per_run"]
             table.append(row)
     return quiet_rows, table
 
@@ -264,14 +286,33 @@ def format_under_load(load: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity), which the bench's share is out of."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def fair_share(cores: int, neighbours: int, *, by_session: bool) -> float:
+    """The cores a program with one thread per core gets next to ``neighbours`` one-thread
+    spinners: shared among threads, or among sessions first (autogroup, each neighbour in a
+    session of its own and taking at most one core)."""
+    if by_session:
+        return cores - neighbours * min(1.0, cores / (neighbours + 1))
+    return cores * cores / (cores + neighbours)
+
+
 def _sessions_line(load: dict[str, Any]) -> str:
     """How the neighbours shared the machine with the bench, which bounds the ratios."""
-    k, n = load["neighbours"], os.cpu_count() or 1
+    k, cores = load["neighbours"], load.get("cores") or usable_cores()
+    by_session = bool(load.get("own_sessions") and load.get("autogroup"))
+    share = fair_share(cores, k, by_session=by_session)
     if not load.get("own_sessions"):
-        return (f"{k} neighbour(s) in the bench's session: the cores are shared among threads "
-                f"(a program with {n} threads next to {k} spinner(s) on {n} cores gets {n * n / (n + k):.2g})")
-    if load.get("autogroup"):
-        return (f"{k} neighbour(s) in sessions of their own, kernel autogroup on: the cores are shared "
-                f"among sessions first, the bench gets 1/{k + 1} of them, and a program that used n cores "
-                f"quiet cannot take less than {k + 1}n/cores times its quiet time")
-    return f"{k} neighbour(s) in sessions of their own (kernel autogroup off or unknown: shared among threads)"
+        how = "in the bench's session: the cores are shared among threads"
+    elif by_session:
+        how = "in sessions of their own, kernel autogroup on: the cores are shared among sessions first"
+    else:
+        how = "in sessions of their own, kernel autogroup off or not applied: the cores are shared among threads"
+    return (f"{k} neighbour(s) {how}; a program with a thread per core gets {share:.2f} of {cores} cores, "
+            f"so one that kept c cores busy quiet takes at least c/{share:.2f} times its quiet time")

@@ -262,6 +262,7 @@ class BenchRow(_Model):
     cores_used: float | None = Field(
         None, description="CPU time over wall time of the timed runs (every thread of the process)")
     minor_faults_per_run: float | None = Field(None, description="minor page faults per timed execute")
+    cpu_ms_per_run: float | None = Field(None, description="CPU time (all threads) per timed execute, in ms")
     error: str | None = None
 
 
@@ -313,6 +314,8 @@ class BenchLoadRow(_Model):
     ratio: float | None = Field(None, description="loaded_ms / quiet_ms")
     quiet_cores_used: float | None = Field(None, description="CPU time over wall time, quiet")
     loaded_cores_used: float | None = Field(None, description="CPU time over wall time, loaded")
+    quiet_cpu_ms_per_run: float | None = Field(None, description="CPU time per run (all threads), quiet")
+    loaded_cpu_ms_per_run: float | None = Field(None, description="CPU time per run (all threads), loaded")
     over_ceiling: bool | None = Field(None, description="ratio above the ceiling")
     cpu_per_run_ratio: float | None = Field(
         None, description="CPU time per run, loaded / quiet: near 1 when the program only got less of the "
@@ -323,7 +326,10 @@ class BenchLoadRow(_Model):
 class BenchLoad(_Model):
     neighbours: int = Field(description="CPU-bound processes spinning during the loaded run")
     ceiling: float = Field(description="loaded / quiet above this is a collapse")
-    own_sessions: bool = Field(False, description="the neighbours ran in sessions of their own, not the bench's")
+    own_sessions: bool | None = Field(
+        None, description="the neighbours ran in sessions of their own, not the bench's (None: a report from "
+                          "before the choice existed, when they always did)")
+    cores: int | None = Field(None, description="the cores the bench could run on")
     autogroup: bool | None = Field(
         None, description="the kernel shares the cores among sessions first (Linux autogroup); None: unknown")
     rows: list[BenchLoadRow]

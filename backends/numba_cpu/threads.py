@@ -14,17 +14,20 @@ does that), and giving up a thread gives up that thread's share of the cores. So
   parallel loop is cut into :data:`~.codegen.CHUNKS_PER_THREAD` chunks per thread, one task
   each, so an idle thread takes the chunks of one the scheduler is not running, and a program
   keeps every thread under load. With two busy neighbours in the same session (a fair share of
-  1.0 cores for two threads) ew_chain takes about 2x its quiet time on 0.9-1.0 cores and
-  softmax 2.1-2.6x. Layernorm, one parallel loop of about 2 ms per run, gets 0.7-0.95 cores
-  and takes 2.5-3.6x. Measured with the threads' ``/proc`` schedstat: per 7.7 ms run the
-  device thread ran 3.6 ms (its fair share), TBB's worker 1.2 ms, waiting to run for 6.3. An
-  idle oneTBB worker spins with ``sched_yield`` before it sleeps, and on this kernel (6.18,
+  1.0 cores for two threads), over four ``bench --under-load 2`` runs: ew_chain took 1.5-2.0x
+  its quiet time on 0.9-1.0 cores, softmax 1.5-3.3x and the MLP 2.5-3.2x. Layernorm, one
+  parallel loop of about 2 ms per run, got 0.5-1.0 cores and took 2.0-4.0x. In a separate run
+  instrumented with the threads' ``/proc`` schedstat (7.7 ms per run loaded, against 2.5
+  quiet): the device thread ran 3.6 ms per run, TBB's worker 1.2 ms, waiting to run for 6.3.
+  An idle oneTBB worker spins with ``sched_yield`` before it sleeps, and on this kernel (6.18,
   EEVDF) a thread that yields while the cores are contended waits long to run again (a test
-  thread yielding for 2 ms waited 140 ms; one sleeping 2 ms waited 2): the loop has started,
-  and mostly ended, before the worker sees it. No setting of numba's or TBB's changes that. Where the kernel shares
-  the cores among sessions first and the neighbours have sessions of their own (autogroup),
-  the share is 2/3 of a core and every program that keeps two cores busy takes 3x or more,
-  XLA's as well (``bench --under-load``'s module docstring). On
+  thread alternating 2 ms of yielding with 2 ms of work next to three spinners waited 140 ms
+  per round; one sleeping instead waited 2): the loop has started, and mostly ended, before
+  the worker sees it. No setting of numba's or TBB's changes that, and one thread is no
+  better (7.3 ms loaded). Where the kernel shares the cores among sessions first and the
+  neighbours have sessions of their own (autogroup), the share is 2/3 of a core and every
+  program that keeps two cores busy takes 3x or more, XLA's as well (``bench
+  --under-load``'s module docstring). On
   OpenMP or numba's workqueue (the user's ``NUMBA_THREADING_LAYER``, or no wheel), the shares
   are fixed and a busy machine gets fewer threads, as below for OpenBLAS;
 * OpenBLAS's shares are fixed. A small product (under :data:`SMALL_DOT_MACS` multiply-adds,

@@ -2,7 +2,8 @@
 
 numba_cpu and the reference interpreter both read the runtime's cancel flag in their ``while``
 loops; executions get it through ``ExecuteOptions.timeout`` and ``LoadedExecutable.cancel``.
-Clients come from the registry, through the version gate, as a user gets them. The only timing
+Clients come from the registry, as a user gets them (at the framework's own version no gate
+stands in between). The only timing
 in here is a generous guard against hanging.
 """
 

@@ -177,3 +177,88 @@ def test_a_measuring_process_that_dies_leaves_rows_saying_why(tmp_path):
     assert result["tiny_us"] is None and row["name"] == "no_such_program" and row["plugin"] == "reference"
     assert row["error"].startswith("the benchmark process exited with status 1: ")
     assert "no_such_program" in row["error"]
+
+
+def test_a_plugins_own_output_on_stdout_is_not_taken_for_an_answer(tmp_path, monkeypatch):
+    from pjrt_hub import _bench
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("print('a plugin says hello on stdout')\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    results = _bench._measure_interleaved(["reference"], ["pytree_io"], 2, (), str(tmp_path / "cache"))
+    (row,) = results["reference"]["rows"]
+    assert "error" not in row and row["runs"] == 2 and row["outputs_match"]
+    assert results["reference"]["tiny_us"] > 0
+
+
+class _ScriptedChild:
+    """Stands in for _Child: answers from a script, records what it was told and whether it was killed."""
+
+    log: list = []
+    script: dict = {}
+
+    def __init__(self, mode, name, programs, runs, library, cache, starting):
+        self.name = name
+
+    def ask(self, command):
+        self.log.append((self.name, command))
+        answer = self.script.get((self.name, command))
+        if answer is not None:
+            return answer
+        return "ready" if command == "ready" else "done " + command.split()[1]
+
+    def kill(self):
+        self.log.append((self.name, "killed"))
+
+    def result(self):
+        self.log.append((self.name, "result"))
+        return {"rows": [{"name": "p", "plugin": self.name, "execute_ms_median": 1.0}], "tiny_us": 1.0}
+
+
+def test_a_child_that_leaves_the_protocol_gives_error_rows_not_a_partial_measurement(monkeypatch):
+    from pjrt_hub import _bench
+
+    monkeypatch.setattr(_bench, "_Child", _ScriptedChild)
+    monkeypatch.setattr(_ScriptedChild, "log", [])
+    monkeypatch.setattr(_ScriptedChild, "script", {("a", "round 0"): "banner from the plugin"})
+    results = _bench._measure_interleaved(["a", "b"], ["p"], 3, (), "")
+    assert results["a"] == {"tiny_us": None, "rows": [
+        {"name": "p", "plugin": "a", "error": "the benchmark process answered 'banner from the plugin' to round 0"}]}
+    assert results["b"]["rows"][0]["execute_ms_median"] == 1.0
+    assert ("a", "killed") in _ScriptedChild.log and ("a", "round 1") not in _ScriptedChild.log
+
+
+def test_no_child_outlives_an_error_in_the_parent(monkeypatch):
+    from pjrt_hub import _bench
+
+    monkeypatch.setattr(_bench, "_Child", _ScriptedChild)
+    monkeypatch.setattr(_ScriptedChild, "log", [])
+    monkeypatch.setattr(_ScriptedChild, "script", {})
+
+    def starting(what, plugin):
+        if what.startswith("timed round 2"):
+            raise KeyboardInterrupt
+
+    try:
+        _bench._measure_interleaved(["a", "b"], ["p"], 3, (), "", starting)
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the interrupt was swallowed")
+    assert ("a", "killed") in _ScriptedChild.log and ("b", "killed") in _ScriptedChild.log
+
+
+def test_progress_counts_the_timed_rounds_as_steps():
+    from pjrt_hub import PluginRegistry
+    from pjrt_hub._bench import ROUNDS, bench
+
+    heard = []
+    registry = PluginRegistry.from_environment()
+    bench(registry, ["reference"], ["pytree_io", "cond"], warm=False, runs=2, suite="corpus",
+          progress=lambda done, total, what: heard.append((done, total, what)))
+    total = heard[0][1]
+    assert total == 2 + ROUNDS and all(t == total for _, t, _ in heard)
+    rounds = [(done, what) for done, _, what in heard if what.startswith("timed round")]
+    assert [what for _, what in rounds] == [f"timed round {r + 1} of {ROUNDS} on reference" for r in range(ROUNDS)]
+    assert [done for done, _ in rounds] == [2 + r for r in range(ROUNDS)]  # not already at the end

@@ -93,9 +93,9 @@ def test_under_load_json_with_one_neighbour_leaves_none_behind(capsys):
     assert row["ratio"] == pytest.approx(row["loaded_ms"] / row["quiet_ms"])
     assert row["over_ceiling"] is (row["ratio"] > LOAD_CEILING)
     assert row["quiet_cores_used"] > 0 and row["loaded_cores_used"] > 0
-    assert row["cpu_per_run_ratio"] == pytest.approx(
-        row["ratio"] * row["loaded_cores_used"] / row["quiet_cores_used"])
-    assert load["own_sessions"] is False
+    assert row["quiet_cpu_ms_per_run"] > 0 and row["loaded_cpu_ms_per_run"] > 0
+    assert row["cpu_per_run_ratio"] == pytest.approx(row["loaded_cpu_ms_per_run"] / row["quiet_cpu_ms_per_run"])
+    assert load["own_sessions"] is False and load["cores"] >= 1
     assert report["spread"] is None
     assert _spinning_children() == []
 
@@ -107,11 +107,16 @@ def test_under_load_in_sessions_of_their_own_says_so_and_what_the_kernel_does(ca
                  "--under-load", "1", "--neighbour-sessions", "own"])
     text = capsys.readouterr().out
     assert code == ExitCode.OK
+    from pjrt_hub._bench_stability import fair_share, usable_cores
+
+    cores = usable_cores()
     if autogroup_enabled():
         assert "1 neighbour(s) in sessions of their own, kernel autogroup on" in text
-        assert "the bench gets 1/2 of them" in text
+        share = fair_share(cores, 1, by_session=True)
     else:
-        assert "1 neighbour(s) in sessions of their own (kernel autogroup off or unknown" in text
+        assert "1 neighbour(s) in sessions of their own, kernel autogroup off or not applied" in text
+        share = fair_share(cores, 1, by_session=False)
+    assert f"gets {share:.2f} of {cores} cores" in text
     assert _spinning_children() == []
 
 
@@ -157,3 +162,60 @@ def test_spread_takes_the_plugins_in_turns_so_drift_hits_them_alike(monkeypatch)
     assert [r["plugin"] for r in first] == ["a", "b"]
     rows = {r["plugin"]: r for r in table}
     assert rows["a"]["per_process_ms"] == [11.0, 13.0, 15.0] and rows["b"]["per_process_ms"] == [12.0, 14.0, 16.0]
+
+
+def test_fair_shares_next_to_spinners():
+    from pjrt_hub._bench_stability import fair_share
+
+    assert fair_share(2, 2, by_session=False) == pytest.approx(1.0)  # 2 of 4 threads on 2 cores
+    assert fair_share(2, 2, by_session=True) == pytest.approx(2 / 3)  # 1 of 3 sessions
+    assert fair_share(4, 1, by_session=True) == pytest.approx(3.0)  # a spinner takes one core at most
+    assert fair_share(4, 1, by_session=False) == pytest.approx(3.2)
+
+
+@pytest.mark.parametrize("sysctl, cgroup, controllers, expected", [
+    ("1", "0::/\n", None, True),
+    ("0", "0::/\n", None, False),
+    ("1", "4:memory:/x\n1:cpu,cpuacct:/\n0::/\n", None, True),  # v1: the cpu hierarchy's root
+    ("1", "1:cpu,cpuacct:/user.slice\n", None, False),  # v1: a cpu group of its own
+    ("1", "0::/user.slice/app\n", "memory pids\n", True),  # v2 without the cpu controller there
+    ("1", "0::/user.slice/app\n", "cpu memory pids\n", False),  # v2 with it: a task group of its own
+    ("1", "0::/user.slice/app\n", False, None),  # cannot tell
+])
+def test_autogroup_applies_only_in_the_root_cpu_cgroup(tmp_path, sysctl, cgroup, controllers, expected):
+    from pjrt_hub._bench_stability import autogroup_enabled
+
+    (tmp_path / "proc/sys/kernel").mkdir(parents=True)
+    (tmp_path / "proc/sys/kernel/sched_autogroup_enabled").write_text(sysctl + "\n")
+    (tmp_path / "proc/self").mkdir(parents=True)
+    (tmp_path / "proc/self/cgroup").write_text(cgroup)
+    if controllers:
+        (tmp_path / "sys/fs/cgroup/user.slice/app").mkdir(parents=True)
+        (tmp_path / "sys/fs/cgroup/user.slice/app/cgroup.controllers").write_text(controllers)
+    assert autogroup_enabled(str(tmp_path)) is expected
+
+
+def test_under_load_starts_the_neighbours_where_it_was_asked(monkeypatch):
+    from pjrt_hub import _bench_stability as stability
+
+    started = []
+
+    class Recording:
+        def __init__(self, count, *, own_sessions=False):
+            started.append((count, own_sessions))
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+    def measure(plugin, names, runs, library, cache):
+        return {"rows": [{"name": n, "plugin": plugin, "execute_ms_median": 1.0, "outputs_match": True,
+                          "cores_used": 1.0, "cpu_ms_per_run": 1.0} for n in names], "tiny_us": 1.0}
+
+    monkeypatch.setattr(stability, "Neighbours", Recording)
+    monkeypatch.setattr(stability, "_measure_in_child", measure)
+    stability.under_load(["a"], ["p"], 2, runs=1, library=(), cache="", own_sessions=True)
+    stability.under_load(["a"], ["p"], 3, runs=1, library=(), cache="")
+    assert started == [(2, True), (3, False)]

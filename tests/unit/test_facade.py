@@ -191,3 +191,10 @@ def test_a_gate_with_nothing_to_refuse_hands_out_the_plugins_own_objects():
     assert gated is not own and gated.unwrapped is own
     with pytest.raises(VersionGateRefusal, match=function):
         gated.newest_call()
+
+
+def test_a_plugins_own_unwrapped_attribute_still_wins():
+    own = _Client()
+    own.unwrapped = "the plugin's own meaning"  # a plugin class without __slots__ may set one
+    assert own.unwrapped == "the plugin's own meaning"
+    assert _Client().unwrapped is not None and type(_Client().unwrapped) is _Client

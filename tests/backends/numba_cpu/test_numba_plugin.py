@@ -1,4 +1,4 @@
-"""numba_cpu as users reach it: discovered through its entry point, behind the version gate."""
+"""numba_cpu as users reach it: discovered through its entry point, created by the registry."""
 
 from __future__ import annotations
 
