@@ -16,7 +16,6 @@ truncates toward zero and saturates, NaN becoming 0.
 
 from __future__ import annotations
 
-from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -219,38 +218,20 @@ def f2i(typingctx, x, to):
     return target(x, to), codegen
 
 
-#: ``llvm.maximum``/``llvm.minimum`` reach x86 code generation from LLVM 17 on; LLVM 14 (llvmlite
-#: 0.42-0.43, numba 0.59-0.60) aborts the process with "Cannot select" on them.
-_NATIVE_FMAXMIN = llvm.llvm_version_info >= (17,)
-
-
 def build_fmaxmin(builder: ir.IRBuilder, kind: str, x: ir.Value, y: ir.Value) -> ir.Value:
     """IEEE 754-2019 maximum (``kind="max"``) or minimum of two floats, or of two vectors of
-    floats lane by lane: NaN if either is NaN, and -0 < +0. Older LLVMs get the same from
-    compares and selects, which vectorise as well: of two equal operands (only +0 and -0 differ
-    in bits) max keeps the common bits and min any set one."""
+    floats lane by lane: NaN if either is NaN, and -0 < +0 (LLVM's ``llvm.maximum`` and
+    ``llvm.minimum``, which x86 code generation has from LLVM 17 on: numba 0.63 brings 20)."""
     fty = x.type
-    vector = isinstance(fty, ir.VectorType)
-    scalar = fty.element if vector else fty
-    bits = {ir.HalfType: 16, ir.FloatType: 32, ir.DoubleType: 64}[type(scalar)]
-    if _NATIVE_FMAXMIN:
-        name = "llvm.maximum" if kind == "max" else "llvm.minimum"
-        if vector:
-            # llvmlite names overloaded intrinsics from scalar types only: spell the vector one.
-            fn = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(fty, [fty, fty]), f"{name}.v{fty.count}f{bits}")
-        else:
-            fn = builder.module.declare_intrinsic(name, [fty], ir.FunctionType(fty, [fty, fty]))
-        return builder.call(fn, [x, y])
-    ity: ir.Type = ir.IntType(bits)
-    if vector:
-        ity = ir.VectorType(ity, fty.count)
-    xi, yi = builder.bitcast(x, ity), builder.bitcast(y, ity)
-    equal = builder.bitcast(builder.and_(xi, yi) if kind == "max" else builder.or_(xi, yi), fty)
-    wins, loses = (">", "<") if kind == "max" else ("<", ">")
-    ordered = builder.select(builder.fcmp_ordered(wins, x, y), x,
-                             builder.select(builder.fcmp_ordered(loses, x, y), y, equal))
-    return builder.select(builder.fcmp_unordered("uno", x, y), builder.fadd(x, y), ordered)
+    name = "llvm.maximum" if kind == "max" else "llvm.minimum"
+    if isinstance(fty, ir.VectorType):
+        # llvmlite names overloaded intrinsics from scalar types only: spell the vector one.
+        bits = {ir.HalfType: 16, ir.FloatType: 32, ir.DoubleType: 64}[type(fty.element)]
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(fty, [fty, fty]), f"{name}.v{fty.count}f{bits}")
+    else:
+        fn = builder.module.declare_intrinsic(name, [fty], ir.FunctionType(fty, [fty, fty]))
+    return builder.call(fn, [x, y])
 
 
 def _float_intrinsic2(name):

@@ -257,7 +257,7 @@ def test_results_never_alias_inputs(compiler):
 
 def test_a_bool_constant_array_names_a_type_numpy_1_has(compiler):
     # dtype("bool").name is "bool", which numpy < 2 has no attribute for: the generated module
-    # must say np.bool_ (numba 0.59 runs with numpy 1.26).
+    # must say np.bool_ (the oldest stack, numba 0.63.1, runs with numpy 1.26).
     program = compiler.compile("""
     func.func public @main(%a: tensor<4xi1>) -> tensor<4xi1> {
       %c = stablehlo.constant dense<[true, false, true, true]> : tensor<4xi1>

@@ -354,11 +354,11 @@ def test_total_order_comparison():
     assert out.tolist() == [True, True, True, True, False]
 
 
-# -- IEEE maximum / minimum without llvm.maximum (LLVM < 17: numba 0.59 and 0.60) -----------------
+# -- IEEE maximum / minimum (llvm.maximum, llvm.minimum) ----------------------------------------
 
 
 def _maxmin_kernel():
-    """A fresh kernel each call: the intrinsics choose their LLVM code when it compiles."""
+    """The scalar and reduction forms of fmaximum and fminimum, in one kernel."""
 
     @numba.njit
     def kernel(a, b, out):
@@ -375,12 +375,8 @@ def _maxmin_kernel():
     return kernel
 
 
-@pytest.mark.parametrize("native", [True, False], ids=["llvm.maximum", "compare-select"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_ieee_maximum_and_minimum_propagate_nan_and_order_signed_zeros(monkeypatch, native, dtype):
-    if native and not intr._NATIVE_FMAXMIN:
-        pytest.skip("this LLVM cannot select llvm.maximum")
-    monkeypatch.setattr(intr, "_NATIVE_FMAXMIN", native)
+def test_ieee_maximum_and_minimum_propagate_nan_and_order_signed_zeros(dtype):
     a = np.array([1.0, -2.0, np.nan, 3.0, 0.0, -0.0, np.inf, -np.inf, 5.0], dtype)
     b = np.array([2.0, -3.0, 1.0, np.nan, -0.0, 0.0, 1.0, -1.0, 5.0], dtype)
     out = np.zeros((3, a.size), dtype)
@@ -410,15 +406,11 @@ def _lanes_kernel(op: str, k: int):
     return kernel
 
 
-@pytest.mark.parametrize("native", [True, False], ids=["llvm.maximum", "compare-select"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("op", ["max", "min"])
-def test_max_and_min_lanes_give_the_ieee_result_in_any_row(monkeypatch, native, dtype, op):
+def test_max_and_min_lanes_give_the_ieee_result_in_any_row(dtype, op):
     """Rows with a NaN anywhere (also in the tail past the last whole block), rows where only
     the zeros' signs decide, all-infinite rows, rows shorter than the lanes and an empty row."""
-    if native and not intr._NATIVE_FMAXMIN:
-        pytest.skip("this LLVM cannot select llvm.maximum")
-    monkeypatch.setattr(intr, "_NATIVE_FMAXMIN", native)
     k, width = (8, 21) if dtype == np.float32 else (4, 10)
     rng = np.random.default_rng(3)
     x = rng.standard_normal((8, width)).astype(dtype)
