@@ -26,6 +26,7 @@ __all__ = [
     "INVALID_PROGRAM",
     "Tolerance",
     "add_one",
+    "large_arrays",
     "corpus_fingerprint",
     "donating_add_one",
     "elementwise",
@@ -229,6 +230,18 @@ def load_corpus() -> tuple[CorpusProgram, ...]:
 
 def corpus_fingerprint() -> str:
     return hashlib.sha256(_manifest_text().encode()).hexdigest()[:16]
+
+
+def large_arrays(n: int = 2048) -> str:
+    """``x * y + x`` on two ``f32[n, n]`` (16 MiB each at the default): large enough that a
+    plugin spreads it over threads (numba_cpu compiles it as a parallel program)."""
+    m = tensor((n, n), "f32")
+    return _module("jit_large_arrays", (
+        f"  func.func public @main(%x: {m}, %y: {m}) -> ({m} {{jax.result_info = \"result\"}}) {{\n"
+        f"    %0 = stablehlo.multiply %x, %y : {m}\n"
+        f"    %1 = stablehlo.add %0, %x : {m}\n"
+        f"    return %1 : {m}\n"
+        "  }\n"))
 
 
 def elementwise(name: str, params: Sequence[str], steps: Sequence[tuple[str, tuple[int, ...]]],

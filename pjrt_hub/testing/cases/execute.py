@@ -9,7 +9,7 @@ from pjrt_hub.abi import CompileOptions, ErrorCode, ExecuteOptions, HostBufferSe
 
 from .._case import Case, add_case, case, check, expect_error, fail
 from .._context import PluginUnderTest
-from .._programs import CorpusProgram, add_one, elementwise, load_corpus, tensor, two_outputs
+from .._programs import CorpusProgram, add_one, elementwise, large_arrays, load_corpus, tensor, two_outputs
 from .client import device_id
 
 
@@ -161,6 +161,42 @@ def _check_placed(ctx: PluginUnderTest, result, device, host: np.ndarray) -> Non
                                        f"device {placed}; PJRT runs the program on the device it is told to")
     got = ctx.fetch(output)
     check(np.array_equal(got, host + 1), f"x + 1 on device {device_id(device)} gave {got.tolist()}")
+
+
+@case("execute", timeout=180.0)
+def large_arrays_run_after_run(ctx: PluginUnderTest) -> None:
+    """x * y + x on two f32[2048, 2048]: large enough that a plugin spreads the work over
+    threads. The result matches numpy's, and a second run, after a plugin that compiles in the
+    background (numba_cpu) has its compiled program, gives the same bits."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2048, 2048), dtype=np.float32)
+    y = rng.standard_normal((2048, 2048), dtype=np.float32)
+    expected = x * y + x
+    executable = ctx.compile(large_arrays())
+    runs = [ctx.run(executable, x, y)]
+    _wait_compiled(executable)
+    runs.append(ctx.run(executable, x, y))
+    for index, got in enumerate(runs):
+        when = "the first run" if index == 0 else "a run after the plugin settled"
+        check(len(got) == 1 and got[0].shape == (2048, 2048),
+              f"{when} returned shapes {[list(g.shape) for g in got]}, expected [[2048, 2048]]")
+        # One rounding of a fused multiply-add (1 ulp) is within the tolerance.
+        bad = ~np.isclose(got[0], expected, rtol=1e-6, atol=1e-6)
+        check(not bad.any(), f"{when}: x * y + x differs from numpy's at {int(bad.sum())} of {bad.size} elements")
+    check(np.array_equal(runs[0][0].view(np.uint32), runs[1][0].view(np.uint32)),
+          "x * y + x gave different bits on two runs of the same executable")
+
+
+def _wait_compiled(executable) -> None:
+    """Let a plugin that answers from a first tier while it compiles in the background finish
+    compiling (numba_cpu: its program's ``wait_compiled``); others have nothing to wait for."""
+    try:
+        program = getattr(executable, "unwrapped", executable).get_executable().program
+    except (AttributeError, PjrtError):
+        return
+    wait = getattr(program, "wait_compiled", None)
+    if callable(wait):
+        wait()
 
 
 @case("execute", timeout=120.0)
