@@ -402,9 +402,14 @@ class _Child:
             if line.startswith(_STARTING):
                 if starting is not None:
                     starting(line[len(_STARTING):].strip())
-            elif line.strip():
-                self.tail.append(line.rstrip())
-                del self.tail[:-20]
+            else:
+                self._keep(line)
+
+    def _keep(self, line: str) -> None:
+        """Keep the last 20 lines of its own output, for an error message."""
+        if line.strip():
+            self.tail.append(line.rstrip())
+            del self.tail[:-20]
 
     def ask(self, command: str) -> str | None:
         """Send one command line; the child's answer (its next line that begins with
@@ -418,9 +423,7 @@ class _Child:
         for line in self.proc.stdout:
             if line.startswith(_ANSWER):
                 return line[len(_ANSWER):].strip()
-            if line.strip():  # a plugin's own output: kept for an error message
-                self.tail.append(line.rstrip())
-                del self.tail[:-20]
+            self._keep(line)  # a plugin's own output
         return None
 
     def kill(self) -> None:
@@ -429,6 +432,12 @@ class _Child:
             self.proc.kill()
         self.proc.wait()
         self.reader.join(timeout=5)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
 
     def result(self) -> dict[str, Any]:
         """Close its stdin, read the rest of its output and wait for it: its measurement, or a
@@ -443,11 +452,14 @@ class _Child:
         self.reader.join()
         lines = stdout.strip().splitlines()
         if returncode != 0 or not lines:
-            reason = f"the benchmark process exited with status {returncode}" + (
-                ": " + " | ".join(self.tail[-3:]) if self.tail else "")
-            return {"rows": [{"name": p, "plugin": self.name, "error": reason} for p in self.programs],
-                    "tiny_us": None}
+            return self.failed(f"exited with status {returncode}" + (
+                ": " + " | ".join(self.tail[-3:]) if self.tail else ""))
         return json.loads(lines[-1])
+
+    def failed(self, reason: str) -> dict[str, Any]:
+        """A measurement with no figures: each program's row says why (``reason``, of the process)."""
+        return {"rows": [{"name": p, "plugin": self.name, "error": f"the benchmark process {reason}"}
+                         for p in self.programs], "tiny_us": None}
 
 
 def _measure_in_child(name: str, programs: Sequence[str], runs: int | None, library: Sequence[str],
@@ -471,7 +483,6 @@ def _measure_interleaved(plugins: Sequence[str], programs: Sequence[str], runs: 
     plugins timed one after another would each get a different stretch of it."""
     children: dict[str, _Child] = {}
     results: dict[str, dict[str, Any]] = {}
-    left_protocol: dict[str, str] = {}
     try:
         ready: list[str] = []
         for name in plugins:
@@ -489,20 +500,17 @@ def _measure_interleaved(plugins: Sequence[str], programs: Sequence[str], runs: 
                 answer = children[name].ask(f"round {round_}")
                 if answer != f"done {round_}":
                     ready.remove(name)
-                    if answer is not None:  # alive, but not answering as it should
-                        left_protocol[name] = f"answered {answer!r} to round {round_}"
-                        children[name].kill()
+                    if answer is not None:  # alive, but not answering as it should: never a
+                        children[name].kill()  # partial measurement passed off as a whole one
+                        results[name] = children[name].failed(f"answered {answer!r} to round {round_}")
         for name, child in children.items():
-            results[name] = child.result()
-            if name in left_protocol:  # never a partial measurement passed off as a whole one
-                results[name] = {"tiny_us": None, "rows": [
-                    {"name": p, "plugin": name, "error": f"the benchmark process {left_protocol[name]}"}
-                    for p in programs]}
+            if name not in results:
+                results[name] = child.result()
     finally:
         for name, child in children.items():
             if name not in results:
                 child.kill()
-    return results
+    return {name: results[name] for name in children}
 
 
 def bench(registry: Any, plugins: Sequence[str], programs: Iterable[str] | None = None, *,

@@ -2,7 +2,7 @@
 
 import json
 
-from pjrt_hub._bench import _add_ratios, format_report
+from pjrt_hub._bench import _add_ratios, _Child, format_report
 from pjrt_hub.cli import ExitCode, main
 
 
@@ -192,6 +192,10 @@ def test_a_plugins_own_output_on_stdout_is_not_taken_for_an_answer(tmp_path, mon
     assert results["reference"]["tiny_us"] > 0
 
 
+#: _Child itself, before a test puts _ScriptedChild in its place.
+_REAL_CHILD = _Child
+
+
 class _ScriptedChild:
     """Stands in for _Child: answers from a script, records what it was told and whether it was killed."""
 
@@ -199,7 +203,7 @@ class _ScriptedChild:
     script: dict = {}
 
     def __init__(self, mode, name, programs, runs, library, cache, starting):
-        self.name = name
+        self.name, self.programs = name, list(programs)
 
     def ask(self, command):
         self.log.append((self.name, command))
@@ -210,6 +214,9 @@ class _ScriptedChild:
 
     def kill(self):
         self.log.append((self.name, "killed"))
+
+    def failed(self, reason):  # the real rows of a failed measurement
+        return _REAL_CHILD.failed(self, reason)
 
     def result(self):
         self.log.append((self.name, "result"))
@@ -227,6 +234,7 @@ def test_a_child_that_leaves_the_protocol_gives_error_rows_not_a_partial_measure
         {"name": "p", "plugin": "a", "error": "the benchmark process answered 'banner from the plugin' to round 0"}]}
     assert results["b"]["rows"][0]["execute_ms_median"] == 1.0
     assert ("a", "killed") in _ScriptedChild.log and ("a", "round 1") not in _ScriptedChild.log
+    assert ("a", "result") not in _ScriptedChild.log  # its rows are the failure's, not a partial result
 
 
 def test_no_child_outlives_an_error_in_the_parent(monkeypatch):
