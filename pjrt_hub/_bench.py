@@ -183,16 +183,10 @@ class _Loaded:
         self.first_result_ms = (time.perf_counter() - t0) * 1e3
 
     def settle(self) -> None:
-        """Wait until the plugin runs the program at full speed: numba_cpu answers first from
-        its eager tier and switches to code compiled in the background (a program's
-        ``wait_compiled``); other plugins have nothing to wait for."""
-        try:
-            program = self.executable.get_executable().program
-        except (AttributeError, PjrtError):
-            return
-        wait = getattr(program, "wait_compiled", None)
-        if wait is not None:
-            wait()
+        """Wait until the plugin runs the program at full speed (see ``wait_compiled``)."""
+        from pjrt_hub.testing._context import wait_compiled
+
+        wait_compiled(self.executable)
 
     def execute_once(self) -> float:
         t0 = time.perf_counter()

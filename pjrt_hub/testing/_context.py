@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from pjrt_hub._reports import DeclarationModel
     from pjrt_hub.abi.probe import ProbeReport
 
-__all__ = ["PluginUnderTest", "describe"]
+__all__ = ["PluginUnderTest", "describe", "wait_compiled"]
 
 #: Seconds one blocking plugin call may take (an event await, a copy to host), before scaling.
 CALL_TIMEOUT = 5.0
@@ -50,6 +50,19 @@ def describe(exc: BaseException) -> str:
         return f"{exc.code.name}: {exc.message}"
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def wait_compiled(executable: Any) -> None:
+    """Wait until the plugin runs ``executable`` at full speed: numba_cpu answers first from its
+    eager tier and switches to code compiled in the background (its program's
+    ``wait_compiled``); other plugins have nothing to wait for."""
+    try:
+        program = getattr(executable, "unwrapped", executable).get_executable().program
+    except (AttributeError, PjrtError):
+        return
+    wait = getattr(program, "wait_compiled", None)
+    if callable(wait):
+        wait()
 
 
 def _plugin_frame(exc: BaseException) -> str:

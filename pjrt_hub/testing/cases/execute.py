@@ -8,7 +8,7 @@ import numpy as np
 from pjrt_hub.abi import CompileOptions, ErrorCode, ExecuteOptions, HostBufferSemantics, PjrtError
 
 from .._case import Case, add_case, case, check, expect_error, fail
-from .._context import PluginUnderTest
+from .._context import PluginUnderTest, wait_compiled
 from .._programs import CorpusProgram, add_one, elementwise, large_arrays, load_corpus, tensor, two_outputs
 from .client import device_id
 
@@ -174,7 +174,7 @@ def large_arrays_run_after_run(ctx: PluginUnderTest) -> None:
     expected = x * y + x
     executable = ctx.compile(large_arrays())
     runs = [ctx.run(executable, x, y)]
-    _wait_compiled(executable)
+    wait_compiled(executable)
     runs.append(ctx.run(executable, x, y))
     for index, got in enumerate(runs):
         when = "the first run" if index == 0 else "a run after the plugin settled"
@@ -185,18 +185,6 @@ def large_arrays_run_after_run(ctx: PluginUnderTest) -> None:
         check(not bad.any(), f"{when}: x * y + x differs from numpy's at {int(bad.sum())} of {bad.size} elements")
     check(np.array_equal(runs[0][0].view(np.uint32), runs[1][0].view(np.uint32)),
           "x * y + x gave different bits on two runs of the same executable")
-
-
-def _wait_compiled(executable) -> None:
-    """Let a plugin that answers from a first tier while it compiles in the background finish
-    compiling (numba_cpu: its program's ``wait_compiled``); others have nothing to wait for."""
-    try:
-        program = getattr(executable, "unwrapped", executable).get_executable().program
-    except (AttributeError, PjrtError):
-        return
-    wait = getattr(program, "wait_compiled", None)
-    if callable(wait):
-        wait()
 
 
 @case("execute", timeout=120.0)
