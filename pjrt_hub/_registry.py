@@ -27,8 +27,8 @@ from pydantic import ValidationError
 from pjrt_hub.abi import (
     PROJECT,
     Api,
-    Client,
     ApiVersion,
+    Client,
     NotFound,
     PluginLoadError,
     PluginValidationError,

@@ -1201,8 +1201,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--neighbour-sessions", choices=("shared", "own"), default=None,
                    help="with --under-load: run the neighbours in the bench's session (shared, the default: "
                         "the cores are shared among threads) or each in a session of its own, as programs "
-                        "from other terminals are (where the kernel's autogroup is on, the bench then gets "
-                        "1/(K+1) of the cores)")
+                        "from other terminals are (where the kernel's autogroup is on, the cores are then "
+                        "shared among sessions first)")
     p.add_argument("--via", choices=("jax",), default=None,
                    help="through JAX: jit dispatch, first-call latency and the perf programs as JAX code on "
                         "the plugin (default numba_cpu) next to XLA:CPU and the plugin driven directly "

@@ -35,7 +35,9 @@ does that), and giving up a thread gives up that thread's share of the cores. So
   ``blas_threads(1)`` and a restore, so waking a pool costs it nothing and a busy machine cannot
   stall it. A large one (:data:`LARGE_DOT_MACS` and more, ~10 ms on one core) runs on every
   thread the program was compiled for, where a thread's share of the cores is worth more than
-  a time slice of waiting (the MLP: 2.2x its quiet time under load, against 3-4x on one thread).
+  a time slice of waiting (the MLP, with the neighbours in sessions of their own: 2.2x its
+  quiet time, against 3-4x on one thread; with them in the bench's session the two were
+  within noise of each other, 49-73 ms loaded).
   One in between runs on the cores other processes leave free (:func:`usable_threads`, from
   ``/proc/stat`` sampled at most every :data:`SAMPLE_S`), which :func:`apply` sets before each
   run of a program and :func:`restore` puts back after it (the settings are per thread): on an
