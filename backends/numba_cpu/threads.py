@@ -9,27 +9,23 @@ loop, for the share of a thread it is not running: a time slice, milliseconds. M
 1.5 ms on one; a 50 us matrix product 8-16 ms. A pool that steals work does not wait (XLA's
 does that), and giving up a thread gives up that thread's share of the cores. So:
 
-* numba's loops run on TBB when the ``tbb`` wheel is there (a dependency on Linux x86-64;
-  :func:`_load_tbb` makes its library loadable, since numba looks for it by name only). Each
-  parallel loop is cut into :data:`~.codegen.CHUNKS_PER_THREAD` chunks per thread, one task
-  each, so an idle thread takes the chunks of one the scheduler is not running, and a program
-  keeps every thread under load. With two busy neighbours in the same session (a fair share of
-  1.0 cores for two threads), over four ``bench --under-load 2`` runs: ew_chain took 1.5-2.0x
-  its quiet time on 0.9-1.0 cores, softmax 1.5-3.3x and the MLP 2.5-3.2x. Layernorm, one
-  parallel loop of about 2 ms per run, got 0.5-1.0 cores and took 2.0-4.0x. In a separate run
-  instrumented with the threads' ``/proc`` schedstat (7.7 ms per run loaded, against 2.5
-  quiet): the device thread ran 3.6 ms per run, TBB's worker 1.2 ms, waiting to run for 6.3.
-  An idle oneTBB worker spins with ``sched_yield`` before it sleeps, and on this kernel (6.18,
-  EEVDF) a thread that yields while the cores are contended waits long to run again (a test
-  thread alternating 2 ms of yielding with 2 ms of work next to three spinners waited 140 ms
-  per round; one sleeping instead waited 2): the loop has started, and mostly ended, before
-  the worker sees it. No setting of numba's or TBB's changes that, and one thread is no
-  better (7.3 ms loaded). Where the kernel shares the cores among sessions first and the
-  neighbours have sessions of their own (autogroup), the share is 2/3 of a core and every
-  program that keeps two cores busy takes 3x or more, XLA's as well (``bench
-  --under-load``'s module docstring). On
-  OpenMP or numba's workqueue (the user's ``NUMBA_THREADING_LAYER``, or no wheel), the shares
-  are fixed and a busy machine gets fewer threads, as below for OpenBLAS;
+* numba's loops run on numba_cpu's own pool (.pool): the threads running programs claim each
+  loop's chunks (:data:`~.codegen.CHUNKS_PER_THREAD` per thread) one at a time with the pool's
+  workers, which sleep on a futex when idle. TBB (the ``tbb`` wheel, a dependency on Linux
+  x86-64; :func:`_load_tbb` makes its library loadable, since numba looks for it by name only)
+  stays numba's layer for every other thread, and for the programs too where the pool is off
+  (``PJRT_HUB_NUMBA_POOL=0``, or off Linux x86-64). An idle oneTBB worker spins with
+  ``sched_yield`` before it sleeps, and on this kernel (6.18, EEVDF) a thread that yields while
+  the cores are contended waits long to run again (instrumented with the threads' ``/proc``
+  schedstat: in a 7.7 ms loaded layernorm run, TBB's worker ran 1.2 ms and waited 6.3): one
+  loop of ~1 ms, timed in a loop on the calling thread with two busy neighbours, took 3.1-3.6
+  ms on TBB and 1.2-1.9 ms on the pool. Through ``execute``, most of what is left is the
+  hand-off to the device's thread (.cpu_runtime), which a loaded machine also runs late. Where
+  the kernel shares the cores among sessions first and the neighbours have sessions of their
+  own (autogroup), the share is 2/3 of a core and every program that keeps two cores busy takes
+  3x or more, XLA's as well (``bench --under-load``'s module docstring). On OpenMP or numba's
+  workqueue with the pool off, the shares are fixed and a busy machine gets fewer threads, as
+  below for OpenBLAS;
 * OpenBLAS's shares are fixed. A small product (under :data:`SMALL_DOT_MACS` multiply-adds,
   ~0.1 ms on one core) runs on the calling thread alone: the generated code brackets it with
   ``blas_threads(1)`` and a restore, so waking a pool costs it nothing and a busy machine cannot
@@ -64,6 +60,8 @@ from llvmlite import ir
 from numba import cfunc, types
 from numba.core import cgutils
 from numba.core.extending import intrinsic
+
+from . import pool
 
 __all__ = ["LARGE_DOT_MACS", "SMALL_DOT_MACS", "SAMPLE_S", "apply", "blas_threads", "restore",
            "usable_threads", "work_stealing"]
@@ -156,17 +154,18 @@ def _load_tbb() -> bool:
 
 
 _load_tbb()
+pool.install()
 
 
 def work_stealing() -> bool:
-    """Whether numba's parallel loops run on TBB, whose idle threads take the work of a thread
-    the scheduler is not running (OpenMP's and the workqueue's shares are fixed). Starts
-    numba's threads if they were not running yet."""
+    """Whether the program's parallel loops run on threads that take the work of a thread the
+    scheduler is not running: numba_cpu's pool (.pool) or TBB (OpenMP's and the workqueue's
+    shares are fixed). Starts numba's threads if they were not running yet."""
     import numba
     from numba.np.ufunc import parallel
 
     parallel._launch_threads()
-    return numba.threading_layer() == "tbb"
+    return pool.install() or numba.threading_layer() == "tbb"
 
 
 # -- the load --------------------------------------------------------------------------------
@@ -223,13 +222,13 @@ def usable_threads(limit: int) -> int:
 _stealing: bool | None = None
 
 
-def apply(limit: int) -> tuple[int, int, int]:
+def apply(limit: int) -> tuple[int, int, int, int]:
     """Set numba's and OpenBLAS's threads of the calling thread for the next program run, and
     its parallel chunk size to one iteration per task where threads steal work.
 
-    Returns what the caller had (numba's threads, OpenBLAS's, the chunk size; -1: not set),
-    which the run puts back with :func:`restore`: the user's own parallel loops and BLAS calls
-    on this thread keep their settings."""
+    Returns what the caller had (numba's threads, OpenBLAS's, the chunk size; -1: not set) and
+    the thread's slot in the pool (.pool.enter), which the run puts back with :func:`restore`:
+    the user's own parallel loops and BLAS calls on this thread keep their settings."""
     global _stealing
     import numba
 
@@ -244,14 +243,15 @@ def apply(limit: int) -> tuple[int, int, int]:
     blas_before = _LOCAL(n) if _LOCAL is not None else -1
     # Each chunk a task of its own, for idle threads to take.
     chunks_before = numba.set_parallel_chunksize(1) if _stealing else -1
-    return numba_before, blas_before, chunks_before
+    return numba_before, blas_before, chunks_before, pool.enter()
 
 
-def restore(before: tuple[int, int, int]) -> None:
+def restore(before: tuple[int, int, int, int]) -> None:
     """Put back the calling thread's settings :func:`apply` returned."""
     import numba
 
-    numba_before, blas_before, chunks_before = before
+    numba_before, blas_before, chunks_before, slot = before
+    pool.leave(slot)
     numba.set_num_threads(numba_before)
     if blas_before > 0 and _LOCAL is not None:
         _LOCAL(blas_before)

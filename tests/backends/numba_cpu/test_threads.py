@@ -171,7 +171,8 @@ def test_a_run_leaves_the_callers_settings_and_keeps_to_the_threads_it_was_compi
 
 def test_numba_runs_its_loops_on_tbb_when_the_wheel_is_installed():
     """In a fresh process (the layer is chosen once per process): with the ``tbb`` wheel, the
-    TBB layer; a layer the user chose is kept."""
+    TBB layer; a layer the user chose is kept. The programs' own loops steal work on the pool
+    unless it is turned off."""
     import subprocess
     import sys
     from importlib.metadata import PackageNotFoundError, version
@@ -190,5 +191,8 @@ def test_numba_runs_its_loops_on_tbb_when_the_wheel_is_installed():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert out.stdout.split() == ["True", "tbb"], out.stderr
     env["NUMBA_THREADING_LAYER"] = "workqueue"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.split() == ["True", "workqueue"], out.stderr  # the program's loops: the pool
+    env["PJRT_HUB_NUMBA_POOL"] = "0"
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert out.stdout.split() == ["False", "workqueue"], out.stderr
