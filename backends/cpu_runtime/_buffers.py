@@ -348,7 +348,7 @@ class CpuBuffer(Buffer):
             except MemoryError:
                 self._unhold()
                 raise _no_host_memory(layout.nbytes, self._describe()) from None
-        event = CpuEvent()
+        event = CpuEvent(source.event._helper)  # a waiter may run the source's work
         target = dst
 
         def copy(error: PjrtError | None) -> None:
@@ -400,7 +400,7 @@ class CpuBuffer(Buffer):
                 memory._alloc(layout.nbytes)
             return CpuBuffer._make(memory, layout, duplicate, READY, layout.nbytes, True)
         assert source is not None  # _hold gives a source whenever it gives no array
-        event = CpuEvent()
+        event = CpuEvent(source.event._helper)  # a waiter may run the source's work
         pending = Pending(event)
         with client._lock:
             memory._alloc(layout.nbytes)

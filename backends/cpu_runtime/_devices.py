@@ -15,8 +15,8 @@ stream orders work on an accelerator; the thread starts on first use.
 
 from __future__ import annotations
 
+import collections
 import logging
-import queue
 import threading
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -26,6 +26,7 @@ from ._topology import CpuDeviceDescription
 
 if TYPE_CHECKING:
     from ._client import CpuClient
+    from ._events import CpuEvent
 
 __all__ = ["MEMORY_KINDS", "CpuDevice", "CpuMemory"]
 
@@ -212,26 +213,70 @@ class RemoteCpuDevice(Device):
 
 
 class _Worker:
-    """One thread running a device's work in submission order. Tasks never raise into it."""
+    """One thread running a device's work in submission order. Tasks never raise into it.
 
-    __slots__ = ("_name", "_queue", "_thread", "_lock")
+    A thread that waits for a task's event may run the queued tasks itself, in order, up to its
+    own (:meth:`help`): the hand-off to the device's thread then costs nothing. On a machine
+    other processes keep busy, each hand-off waits for the scheduler to run the woken thread
+    (measured on this 2-core machine with two busy neighbours: perf_layernorm took 6.9-8.0 ms
+    per execute-and-wait, 3.7-5.5 ms run on the waiting thread). One task runs at a time,
+    whichever thread runs it."""
+
+    __slots__ = ("_name", "_tasks", "_cond", "_running", "_thread", "_lock")
 
     def __init__(self, name: str) -> None:
         self._name = name
-        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        #: (task, whether a waiting thread may run it); a None task stops the thread.
+        self._tasks: collections.deque[tuple[Callable[[], None] | None, bool]] = collections.deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._running = False  # a task is running, on the device's thread or a helper
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def submit(self, task: Callable[[], None]) -> None:
+    def submit(self, task: Callable[[], None], helpable: bool = False) -> None:
         if self._thread is None:
             self._start()
-        self._queue.put(task)
+        with self._cond:
+            self._tasks.append((task, helpable))
+            self._cond.notify()
+
+    def help(self, event: "CpuEvent") -> None:
+        """Run queued tasks on the calling thread, in order, while ``event`` is pending and the
+        next task is one a waiter may run (not one that may loop for ever) and none runs."""
+        while not event._done:
+            with self._cond:
+                if self._running or not self._tasks or not self._tasks[0][1]:
+                    return
+                task = self._tasks.popleft()[0]
+                assert task is not None  # the stop mark is never helpable
+                self._running = True
+            try:
+                _run_task(task)
+            finally:
+                del task
+                self._finished()
+
+    def _finished(self) -> None:
+        with self._cond:
+            self._running = False
+            if self._tasks:
+                self._cond.notify()
+
+    def _next(self) -> Callable[[], None] | None:
+        with self._cond:
+            while self._running or not self._tasks:
+                self._cond.wait()
+            task = self._tasks.popleft()[0]
+            self._running = task is not None
+            return task
 
     def _start(self) -> None:
         with self._lock:
             if self._thread is None:
                 # Daemon: a program that never destroys its client must still be able to exit.
-                thread = threading.Thread(target=_run_worker, args=(self._queue,),
+                # The thread holds the worker, never the client or the device, so a forgotten
+                # client can be collected.
+                thread = threading.Thread(target=_run_worker, args=(self._next, self._finished),
                                           name=f"pjrt-hub {self._name}", daemon=True)
                 thread.start()
                 self._thread = thread
@@ -240,19 +285,27 @@ class _Worker:
         with self._lock:
             thread, self._thread = self._thread, None
         if thread is not None:
-            self._queue.put(None)
+            with self._cond:
+                self._tasks.append((None, False))
+                self._cond.notify()
             if wait and thread is not threading.current_thread():
                 thread.join()
 
 
-def _run_worker(tasks: "queue.SimpleQueue[Callable[[], None] | None]") -> None:
-    # The loop holds only the queue, never the client, so a forgotten client can be collected.
+def _run_task(task: Callable[[], None]) -> None:
+    try:
+        task()
+    except BaseException:  # noqa: BLE001 - a task bug must not take the device down with it
+        _log.exception("pjrt-hub cpu_runtime: a device task raised; the worker continues")
+
+
+def _run_worker(next_task: Callable[[], Callable[[], None] | None], finished: Callable[[], None]) -> None:
     while True:
-        task = tasks.get()
+        task = next_task()
         if task is None:
             return
         try:
-            task()
-        except BaseException:  # noqa: BLE001 - a task bug must not take the device down with it
-            _log.exception("pjrt-hub cpu_runtime: a device task raised; the worker continues")
-        del task
+            _run_task(task)
+        finally:
+            del task
+            finished()

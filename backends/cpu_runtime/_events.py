@@ -24,15 +24,19 @@ _log = logging.getLogger(__name__)
 _CALLBACKS = threading.Lock()
 
 OnReady = Callable[["PjrtError | None"], None]
+Helper = Callable[["CpuEvent"], None]
 
 
 class CpuEvent(Event):
     """Completion of host work; ``error`` is the error the work ended with, if any."""
 
-    __slots__ = ("_done", "_error", "_callbacks", "_latch", "__weakref__")
+    __slots__ = ("_done", "_error", "_callbacks", "_latch", "_helper", "__weakref__")
 
-    def __init__(self) -> None:
+    def __init__(self, helper: "Helper | None" = None) -> None:
         self._done = False
+        #: Runs queued work on the waiting thread until this event is set, if it can (a
+        #: device's queue: .devices._Worker.help); called by an :meth:`await_` without a limit.
+        self._helper = helper
         self._error: PjrtError | None = None
         self._callbacks: list[OnReady] | None = None
         latch = threading.Lock()
@@ -46,6 +50,7 @@ class CpuEvent(Event):
         event._error = error
         event._callbacks = None
         event._latch = None
+        event._helper = None
         return event
 
     # -- producer side ----------------------------------------------------------------------
@@ -77,6 +82,8 @@ class CpuEvent(Event):
         """Block until ready, or DeadlineExceeded after ``timeout`` seconds (the work goes on:
         a wait that runs out stops nothing; ``ExecuteOptions.timeout`` does)."""
         if not self._done:
+            if self._helper is not None and timeout is None:
+                self._helper(self)
             latch = self._latch
             assert latch is not None  # only an event made finished (_finished) has none
             if timeout is None or timeout >= threading.TIMEOUT_MAX:  # inf: no limit, not an OverflowError

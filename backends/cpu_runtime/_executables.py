@@ -323,7 +323,7 @@ class CpuLoadedExecutable(LoadedExecutable):
 
     __slots__ = ("_executable", "_client", "_assignment", "_devices", "_deleted", "_name", "_program",
                  "_inputs", "_outputs", "_num_inputs", "_reuse", "_donated", "_inline", "_fast",
-                 "_cancellable", "_running", "_collectives", "_flat_ids", "_runs", "_node_of_flat", "_spans",
+                 "_cancellable", "_unbounded", "_running", "_collectives", "_flat_ids", "_runs", "_node_of_flat", "_spans",
                  "_fresh", "_all_reusable", "_fast_outputs", "__weakref__")
 
     def __init__(self, executable: CpuExecutable, client: "CpuClient",
@@ -353,6 +353,8 @@ class CpuLoadedExecutable(LoadedExecutable):
                               max((layout.nbytes for layout in self._outputs), default=0))
         #: The program reads a cancel flag in its loops (``run(..., cancel=flag)``).
         self._cancellable = bool(getattr(self._program, "cancellable", False))
+        #: The program has a loop that may run long or for ever.
+        self._unbounded = bool(getattr(self._program, "unbounded_loops", False))
         #: Cancel flags of the executions not finished yet -> launches still to finish.
         self._running: dict[CancelFlag, int] = {}
         self._collectives = executable._collectives
@@ -843,8 +845,13 @@ class CpuLoadedExecutable(LoadedExecutable):
         """Create pending outputs and queue each launch on its device. Caller holds the lock."""
         outputs: list[list[Buffer]] = []
         events: list[Event] = []
+        # A waiter may run a lone launch itself (see .devices._Worker): not the launches of a
+        # program whose replicas meet in collectives, nor a loop that may run for ever, which
+        # a waiter must be able to stop waiting for.
+        helpable = len(launches) == 1 and not self._unbounded
         for launch in launches:
-            event = CpuEvent()
+            worker = launch.device._worker
+            event = CpuEvent(worker.help if helpable else None)
             task = _Execution(self, launch, event)
             memory = launch.device._memories[0]
             buffers = []
@@ -861,7 +868,7 @@ class CpuLoadedExecutable(LoadedExecutable):
             task.outputs = buffers
             outputs.append([*buffers])  # the caller's own list: it may change it, the task reads its own
             events.append(event)
-            launch.device._worker.submit(task)
+            worker.submit(task, helpable)
         return ExecuteResult(outputs, events)
 
 

@@ -888,11 +888,8 @@ def _destroy_drops_queued_work(self: Any) -> None:
     self._destroyed = True
     for device in self._devices:
         worker = device._worker
-        while True:  # the queued executions are dropped, never run
-            try:
-                worker._queue.get_nowait()
-            except Exception:  # noqa: BLE001 - queue.Empty
-                break
+        with worker._cond:  # the queued executions are dropped, never run
+            worker._tasks.clear()
         worker.stop(wait=False)
 
 

@@ -461,3 +461,70 @@ def test_a_host_copy_of_a_buffer_another_thread_donates_is_whole_or_refused(clie
             outcomes["old"] += 1
         thread.join()
     assert sum(outcomes.values()) == 30
+
+
+
+def _unstarted_worker(monkeypatch):
+    """A device worker whose thread never starts: only a waiter can run its tasks."""
+    from pjrt_hub.backends.cpu_runtime import _devices
+
+    monkeypatch.setattr(_devices._Worker, "_start", lambda self: None)
+    return _devices._Worker("test")
+
+
+def _await_in_thread(event, timeout: float = 30.0) -> bool:
+    """``event.await_()`` on a thread of its own; whether it returned within ``timeout``."""
+    waiter = threading.Thread(target=event.await_, daemon=True)
+    waiter.start()
+    waiter.join(timeout)
+    return not waiter.is_alive()
+
+
+def test_a_waiter_runs_the_queued_tasks_in_order_up_to_its_own(monkeypatch):
+    worker = _unstarted_worker(monkeypatch)
+    ran: list[tuple[int, int]] = []
+    events = [CpuEvent(worker.help) for _ in range(3)]
+
+    def task(i: int):
+        def run() -> None:
+            ran.append((i, threading.get_ident()))
+            events[i].set()
+        return run
+
+    for i in range(3):
+        worker.submit(task(i), helpable=True)
+    events[1].await_()  # no time limit: the waiter may run the work itself
+    assert ran == [(0, threading.get_ident()), (1, threading.get_ident())]
+    assert not events[2].is_ready()
+    events[2].await_()
+    assert [i for i, _ in ran] == [0, 1, 2]
+
+
+def test_a_waiter_does_not_run_work_that_may_loop_for_ever_nor_when_it_set_a_limit(monkeypatch):
+    worker = _unstarted_worker(monkeypatch)
+    first, second = CpuEvent(worker.help), CpuEvent(worker.help)
+    worker.submit(first.set, helpable=False)  # a program with an unbounded loop
+    worker.submit(second.set, helpable=True)
+    assert not _await_in_thread(second, timeout=0.2)  # behind work a waiter must not run
+    assert not first.is_ready() and not second.is_ready()
+    other = _unstarted_worker(monkeypatch)
+    third = CpuEvent(other.help)
+    other.submit(third.set, helpable=True)
+    with pytest.raises(DeadlineExceeded):
+        third.await_(timeout=0.05)  # a limit: the waiter only waits
+    third.await_()
+    assert third.is_ready()
+
+
+def test_an_execution_awaited_at_once_runs_on_the_waiting_thread(async_client, monkeypatch):
+    from pjrt_hub.backends.cpu_runtime import _devices
+
+    executable = async_client.compile(Program(sleepy(1)))
+    a, b = put_on(async_client, np.arange(4)), put_on(async_client, np.ones(4))
+    assert async_client.addressable_devices()[0]._worker._thread is None
+    monkeypatch.setattr(_devices._Worker, "_start", lambda self: None)  # no device thread at all
+    result = executable.execute([[a, b]])
+    assert _await_in_thread(result.device_complete_events[0])  # only a waiter could run it
+    host = result.outputs[0][0].to_host_buffer()
+    host.event.await_(timeout=5)
+    np.testing.assert_array_equal(host.array, [1, 2, 3, 4])
