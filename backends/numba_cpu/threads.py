@@ -19,8 +19,12 @@ does that), and giving up a thread gives up that thread's share of the cores. So
   the cores are contended waits long to run again (instrumented with the threads' ``/proc``
   schedstat: in a 7.7 ms loaded layernorm run, TBB's worker ran 1.2 ms and waited 6.3): one
   loop of ~1 ms, timed in a loop on the calling thread with two busy neighbours, took 3.1-3.6
-  ms on TBB and 1.2-1.9 ms on the pool. Through ``execute``, most of what is left is the
-  hand-off to the device's thread (.cpu_runtime), which a loaded machine also runs late. Where
+  ms on TBB and 1.2-1.9 ms on the pool. Through ``bench --under-load 2``, three runs each
+  with the pool off and on, in turns: ew_chain took 54-57 ms loaded on TBB and 42-45 on the
+  pool, softmax 9.2-13.6 and 7.9-8.2, the MLP 68-70 and 52-60, layernorm 8.4-16.0 and 8.4-9.3
+  (1.7-2.8x their quiet time on the pool, 2.1-6.7x on TBB). A thread waiting for an execution
+  runs it itself when it can (.cpu_runtime's devices), which saves the wake-up of the device's
+  thread, that a loaded machine runs late as well. Where
   the kernel shares the cores among sessions first and the neighbours have sessions of their
   own (autogroup), the share is 2/3 of a core and every program that keeps two cores busy takes
   3x or more, XLA's as well (``bench --under-load``'s module docstring). On OpenMP or numba's

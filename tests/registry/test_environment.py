@@ -43,6 +43,7 @@ OTHER_VARIABLES = {
     "PJRT_HUB_TRACEBACK": "the CLI's error handler",
     "PJRT_HUB_JAX_PLUGINS": "pjrt_hub.jax's jax_plugins entry point",
     "PJRT_HUB_NUMBA_TIERS": "numba_cpu's tiers (tests/backends/numba_cpu/test_tiers.py)",
+    "PJRT_HUB_NUMBA_POOL": "numba_cpu's pool (tests/backends/numba_cpu/test_threads.py)",
     "PJRT_HUB_NUMBA_COMPILE_AFTER": "numba_cpu's tiers (tests/backends/numba_cpu/test_tiers.py)",
     "NUMBA_THREADING_LAYER": "numba; numba_cpu keeps the user's choice (tests/backends/numba_cpu/test_threads.py)",
     "MALLOC_TRIM_THRESHOLD_": "glibc; numba_cpu keeps the user's tuning (tests/backends/numba_cpu/test_heap.py)",
