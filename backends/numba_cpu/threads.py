@@ -240,9 +240,9 @@ def apply(limit: int) -> tuple[int, int, int, int]:
         _stealing = work_stealing()  # the layer is chosen once per process
     n = usable_threads(limit)
     numba_before = numba.get_num_threads()
-    # On TBB a busy machine costs numba's loops only the cores it takes: they keep every thread
-    # (one fewer would give up that thread's share of the cores). A fixed share is waited for,
-    # so on the other layers a busy machine gets fewer threads.
+    # Where threads steal work (the pool, or TBB) a busy machine costs numba's loops only the
+    # cores it takes: they keep every thread (one fewer would give up that thread's share of
+    # the cores). A fixed share is waited for, so on the other layers a busy machine gets fewer.
     numba.set_num_threads(min(limit if _stealing else n, numba.config.NUMBA_NUM_THREADS))
     blas_before = _LOCAL(n) if _LOCAL is not None else -1
     # Each chunk a task of its own, for idle threads to take.

@@ -15,13 +15,15 @@ import pytest
 
 from pjrt_hub.backends.numba_cpu import pool, threads
 
-pytestmark = pytest.mark.skipif(not pool.install(), reason="the pool runs on Linux x86-64 only")
+if not pool.install():
+    pytest.skip("the pool runs on Linux x86-64 only", allow_module_level=True)
+from pjrt_hub.backends.numba_cpu import _pool_code  # noqa: E402 - compiled only where the pool runs
 
 CHUNKS = 32
 _WAIT = 20_000_000  # system calls chunk 0 waits for another thread's chunk at most (~2-5 s)
 
 
-@numba.njit(parallel=True, cache=False)
+@numba.njit(parallel=True, cache=False, nogil=True)
 def _who_runs(ids, flag):
     """Record ``get_thread_id`` per chunk. Chunk 0 waits (bounded) until some chunk other than
     it has run, so it ends early only if another thread took a chunk meanwhile."""
@@ -31,12 +33,12 @@ def _who_runs(ids, flag):
             n = 0
             while flag[0] == 0 and n < _WAIT:
                 n += 1
-                pool._gettid()  # a call the compiler cannot see into: flag[0] is read again
+                _pool_code._gettid()  # a call the compiler cannot see into: flag[0] is read again
         else:
             flag[0] = 1
 
 
-@numba.njit(parallel=True, cache=False)
+@numba.njit(parallel=True, cache=False, nogil=True)
 def _total(x):
     s = 0.0
     for i in numba.prange(x.size):
@@ -44,7 +46,7 @@ def _total(x):
     return s
 
 
-@numba.njit(parallel=True, cache=False)
+@numba.njit(parallel=True, cache=False, nogil=True)
 def _scaled(x, out):
     for c in numba.prange(CHUNKS):
         lo, hi = c * x.size // CHUNKS, (c + 1) * x.size // CHUNKS
@@ -66,20 +68,26 @@ def test_a_program_threads_loop_is_shared_with_the_pool_and_a_user_threads_loop_
     ids, flag = np.full(CHUNKS, -1, np.int64), np.zeros(1, np.int64)
     loops = pool.loops()
     _as_program_thread(_who_runs, ids, flag)
-    assert pool.loops() == loops + 1 and pool.workers() == numba.config.NUMBA_NUM_THREADS - 1
-    # Chunk 0 ran on the caller (id 0) and waited for a chunk a worker (id >= 1) took.
-    assert ids[0] == 0 and (ids >= 1).any(), ids
+    assert pool.loops() > loops and pool.workers() == numba.config.NUMBA_NUM_THREADS - 1
+    # Whichever thread took chunk 0 waited in it for another thread's chunk: the caller (id 0)
+    # and a worker (id >= 1) both ran chunks.
+    assert (ids == 0).any() and (ids >= 1).any(), ids
     assert ((ids >= 0) & (ids < numba.config.NUMBA_NUM_THREADS)).all(), ids
     # The same loop from a thread that runs no program goes to numba's layer.
     ids[:], flag[:] = -1, 0
+    before = pool.loops()
     _who_runs(ids, flag)
-    assert pool.loops() == loops + 1 and (ids >= 0).all()
+    assert (ids >= 0).all()
+    if threading.active_count() == 1 + pool.workers():  # no other thread could run a program meanwhile
+        assert pool.loops() == before
 
 
 def test_a_reduction_on_the_pool_indexes_its_partial_results_in_range():
     x = np.arange(1 << 20, dtype=np.float64)
+    loops = pool.loops()
     for _ in range(20):
         assert _as_program_thread(_total, x) == x.sum()
+    assert pool.loops() > loops or numba.config.NUMBA_NUM_THREADS < 2
 
 
 def test_two_program_threads_at_once_both_get_their_results():
@@ -107,7 +115,7 @@ def test_a_forked_child_runs_its_loops_and_starts_a_pool_of_its_own():
     script = (
         "import os, numba, numpy as np\n"
         "from pjrt_hub.backends.numba_cpu import pool, threads\n"
-        "@numba.njit(parallel=True, cache=False)\n"
+        "@numba.njit(parallel=True, cache=False, nogil=True)\n"
         "def f(x, out):\n"
         "    for c in numba.prange(16):\n"
         "        for i in range(c * x.size // 16, (c + 1) * x.size // 16):\n"

@@ -184,7 +184,8 @@ def test_numba_runs_its_loops_on_tbb_when_the_wheel_is_installed():
     script = ("from pjrt_hub.backends.numba_cpu import threads\n"
               "import numba\n"
               "print(threads.work_stealing(), numba.threading_layer())\n")
-    env = {k: v for k, v in __import__("os").environ.items() if k != "NUMBA_THREADING_LAYER"}
+    env = {k: v for k, v in __import__("os").environ.items()
+           if k not in ("NUMBA_THREADING_LAYER", "PJRT_HUB_NUMBA_POOL")}
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert out.stdout.split() == ["True", "tbb"], out.stderr
     env["NUMBA_THREADING_LAYER"] = "safe"  # TBB alone
