@@ -9,8 +9,10 @@ Accounting counts the bytes the runtime itself allocated (copies from host, exec
 copies between devices). Buffers that alias memory they do not own (zero-copy host arrays, views
 of DLPack producers) count nothing, because freeing them frees nothing.
 
-Executions on one device run in submission order on that device's worker thread, the way a
-stream orders work on an accelerator; the thread starts on first use.
+Executions on one device run in submission order, one at a time, the way a stream orders work on
+an accelerator: on that device's worker thread (started on first use), or on a thread waiting
+for one of them, which runs the queued ones up to its own (:meth:`_Worker.help`). A task a
+waiter runs sets its events, and so runs their ``on_ready`` callbacks, on the waiter's thread.
 """
 
 from __future__ import annotations
@@ -222,7 +224,7 @@ class _Worker:
     per execute-and-wait, 3.7-5.5 ms run on the waiting thread). One task runs at a time,
     whichever thread runs it."""
 
-    __slots__ = ("_name", "_tasks", "_cond", "_running", "_thread", "_lock")
+    __slots__ = ("_name", "_tasks", "_cond", "_running", "_runner", "_thread", "_lock")
 
     def __init__(self, name: str) -> None:
         self._name = name
@@ -230,6 +232,7 @@ class _Worker:
         self._tasks: collections.deque[tuple[Callable[[], None] | None, bool]] = collections.deque()
         self._cond = threading.Condition(threading.Lock())
         self._running = False  # a task is running, on the device's thread or a helper
+        self._runner = 0  # threading.get_ident() of the thread running it
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
@@ -242,7 +245,10 @@ class _Worker:
 
     def help(self, event: "CpuEvent") -> None:
         """Run queued tasks on the calling thread, in order, while ``event`` is pending and the
-        next task is one a waiter may run (not one that may loop for ever) and none runs."""
+        next task is one a waiter may run (not one that may loop for ever) and none runs.
+
+        A task's own errors are its events'; an interrupt (``KeyboardInterrupt`` in the main
+        thread) is raised to the waiter once the task has set its events."""
         while not event._done:
             with self._cond:
                 if self._running or not self._tasks or not self._tasks[0][1]:
@@ -250,8 +256,11 @@ class _Worker:
                 task = self._tasks.popleft()[0]
                 assert task is not None  # the stop mark is never helpable
                 self._running = True
+                self._runner = threading.get_ident()
             try:
-                _run_task(task)
+                task()
+            except Exception:  # noqa: BLE001 - as on the device's thread
+                _log.exception("pjrt-hub cpu_runtime: a device task raised; the worker continues")
             finally:
                 del task
                 self._finished()
@@ -259,6 +268,7 @@ class _Worker:
     def _finished(self) -> None:
         with self._cond:
             self._running = False
+            self._runner = 0
             if self._tasks:
                 self._cond.notify()
 
@@ -267,7 +277,12 @@ class _Worker:
             while self._running or not self._tasks:
                 self._cond.wait()
             task = self._tasks.popleft()[0]
-            self._running = task is not None
+            if task is None:  # this thread stops; a thread started after it takes the rest
+                if self._tasks:
+                    self._cond.notify()
+                return None
+            self._running = True
+            self._runner = threading.get_ident()
             return task
 
     def _start(self) -> None:
@@ -288,7 +303,9 @@ class _Worker:
             with self._cond:
                 self._tasks.append((None, False))
                 self._cond.notify()
-            if wait and thread is not threading.current_thread():
+            # Not from a task of this worker (a callback that destroys the client): the thread
+            # would wait for that very task.
+            if wait and thread is not threading.current_thread() and self._runner != threading.get_ident():
                 thread.join()
 
 

@@ -82,7 +82,7 @@ class CpuEvent(Event):
         """Block until ready, or DeadlineExceeded after ``timeout`` seconds (the work goes on:
         a wait that runs out stops nothing; ``ExecuteOptions.timeout`` does)."""
         if not self._done:
-            if self._helper is not None and timeout is None:
+            if self._helper is not None and (timeout is None or timeout >= threading.TIMEOUT_MAX):
                 self._helper(self)
             latch = self._latch
             assert latch is not None  # only an event made finished (_finished) has none

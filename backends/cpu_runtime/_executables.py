@@ -848,7 +848,7 @@ class CpuLoadedExecutable(LoadedExecutable):
         # A waiter may run a lone launch itself (see .devices._Worker): not the launches of a
         # program whose replicas meet in collectives, nor a loop that may run for ever, which
         # a waiter must be able to stop waiting for.
-        helpable = len(launches) == 1 and not self._unbounded
+        helpable = len(launches) == 1 and not self._spans and not self._unbounded
         for launch in launches:
             worker = launch.device._worker
             event = CpuEvent(worker.help if helpable else None)
@@ -887,7 +887,14 @@ class _Execution(Pending):
     def __call__(self) -> None:
         executable, launch = self.executable, self.launch
         assert launch is not None  # a worker runs a task once
-        results, reusable, error = executable._compute(launch)
+        interrupted: BaseException | None = None
+        try:
+            results, reusable, error = executable._compute(launch)
+        except BaseException as exc:  # noqa: BLE001 - an interrupt of the waiter running it (_Worker.help)
+            interrupted = exc
+            results, reusable = [], []
+            error = ExecutionError(f"{executable._name} on {launch.device._label}: interrupted "
+                                   f"({type(exc).__name__})")
         if error is not None:
             _forget_frames(error)
         client = executable._client
@@ -915,6 +922,8 @@ class _Execution(Pending):
         for hook in hooks:
             hook()
         self.event.set(error)
+        if interrupted is not None:
+            raise interrupted
 
 
 def _forget_frames(error: BaseException) -> None:

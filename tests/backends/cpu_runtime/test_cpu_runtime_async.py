@@ -493,11 +493,12 @@ def test_a_waiter_runs_the_queued_tasks_in_order_up_to_its_own(monkeypatch):
 
     for i in range(3):
         worker.submit(task(i), helpable=True)
-    events[1].await_()  # no time limit: the waiter may run the work itself
-    assert ran == [(0, threading.get_ident()), (1, threading.get_ident())]
+    assert _await_in_thread(events[1])  # no time limit: the waiter may run the work itself
+    waiter = ran[0][1]
+    assert ran == [(0, waiter), (1, waiter)] and waiter != threading.get_ident()
     assert not events[2].is_ready()
-    events[2].await_()
-    assert [i for i, _ in ran] == [0, 1, 2]
+    events[2].await_(float("inf"))  # no limit either
+    assert ran[2] == (2, threading.get_ident())
 
 
 def test_a_waiter_does_not_run_work_that_may_loop_for_ever_nor_when_it_set_a_limit(monkeypatch):
@@ -507,6 +508,7 @@ def test_a_waiter_does_not_run_work_that_may_loop_for_ever_nor_when_it_set_a_lim
     worker.submit(second.set, helpable=True)
     assert not _await_in_thread(second, timeout=0.2)  # behind work a waiter must not run
     assert not first.is_ready() and not second.is_ready()
+    second.set()  # lets the waiting thread go
     other = _unstarted_worker(monkeypatch)
     third = CpuEvent(other.help)
     other.submit(third.set, helpable=True)
@@ -528,3 +530,45 @@ def test_an_execution_awaited_at_once_runs_on_the_waiting_thread(async_client, m
     host = result.outputs[0][0].to_host_buffer()
     host.event.await_(timeout=5)
     np.testing.assert_array_equal(host.array, [1, 2, 3, 4])
+
+
+def test_an_interrupt_while_a_waiter_runs_an_execution_fails_its_event_and_reaches_the_waiter(
+        async_client, monkeypatch):
+    import _thread
+
+    from pjrt_hub.backends.cpu_runtime import _devices
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("an interrupt reaches the main thread only")
+    executable = async_client.compile(Program(sleepy(2000)))
+    a, b = put_on(async_client, np.arange(4)), put_on(async_client, np.ones(4))
+    monkeypatch.setattr(_devices._Worker, "_start", lambda self: None)  # the waiter runs it
+    result = executable.execute([[a, b]])
+    (event,) = result.device_complete_events
+    timer = threading.Timer(0.2, _thread.interrupt_main)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            event.await_()
+    finally:
+        timer.cancel()
+    assert event.is_ready() and isinstance(event.error(), ExecutionError)
+    assert "interrupted (KeyboardInterrupt)" in str(event.error())
+    with pytest.raises(ExecutionError, match="interrupted"):
+        result.outputs[0][0].to_host_buffer().event.await_(timeout=5)
+
+
+def test_a_task_a_waiter_runs_may_stop_the_worker_without_waiting_for_itself():
+    from pjrt_hub.backends.cpu_runtime import _devices
+
+    worker = _devices._Worker("test")
+    worker._start()  # the device's thread, asleep: nothing queued
+    event = CpuEvent(worker.help)
+
+    def destroy() -> None:  # a callback that destroys the client while its task runs
+        worker.stop(wait=True)
+        event.set()
+
+    with worker._cond:  # queued without waking the device's thread: the waiter takes it
+        worker._tasks.append((destroy, True))
+    assert _await_in_thread(event, timeout=10)
