@@ -127,6 +127,9 @@ def blas_threads(typingctx, n):
 
 # -- numba's threading layer ------------------------------------------------------------------
 
+#: The cores this process may run on.
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
 
 def _load_tbb() -> bool:
     """Make Intel TBB (the ``tbb`` wheel) loadable, so that numba picks its TBB threading layer.
@@ -137,12 +140,21 @@ def _load_tbb() -> bool:
     the threads already run, if the user chose OpenMP or the workqueue
     (``NUMBA_THREADING_LAYER``), or without the wheel; numba then falls back to OpenMP or its
     workqueue as before. The process then has this ``libtbb.so.12``: an extension that needs a
-    newer TBB under the same name gets this one."""
+    newer TBB under the same name gets this one.
+
+    Nor in a process allowed a single core (``taskset -c 0``, a one-CPU cpuset) unless the user
+    asked for TBB: there TBB starts no worker, and numba's TBB layer can then wait for ever at
+    interpreter exit, in its ``unload_tbb``, for a task no thread runs (a process pinned to one
+    core that had run a parallel numba_cpu program did, with numba 0.68.1 and TBB 2023.2.0).
+    OpenMP and numba's workqueue exit."""
     import numba
     from numba.np.ufunc import parallel
 
+    layer = str(numba.config.THREADING_LAYER).lower()
     # "safe" is TBB alone; "default", "threadsafe" and "forksafe" try it first (numba's order).
-    if parallel._is_initialized or str(numba.config.THREADING_LAYER).lower() in ("omp", "workqueue"):
+    if parallel._is_initialized or layer in ("omp", "workqueue"):
+        return False
+    if _CORES < 2 and layer not in ("tbb", "safe"):
         return False
     try:
         from importlib.metadata import PackageNotFoundError, distribution
@@ -186,7 +198,6 @@ class _Sample:
 
 
 _last = _Sample()
-_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 

@@ -197,3 +197,29 @@ def test_numba_runs_its_loops_on_tbb_when_the_wheel_is_installed():
     env["PJRT_HUB_NUMBA_POOL"] = "0"
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert out.stdout.split() == ["False", "workqueue"], out.stderr
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="needs CPU affinity")
+def test_a_process_allowed_one_core_runs_a_parallel_program_and_exits():
+    """TBB in a one-core process starts no worker, and numba's TBB layer then hung at exit
+    after a parallel program ran: such a process gets numba's other layers."""
+    import subprocess
+    import sys
+
+    script = ("import os\n"
+              "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+              "import numba, numpy as np\n"
+              "from pjrt_hub._bench import _Loaded, _child_registry\n"
+              "text = ('func.func @main(%a: tensor<2048x1024xf32>) -> tensor<2048x1024xf32> {\\n'\n"
+              "        '  %0 = stablehlo.sqrt %a : tensor<2048x1024xf32>\\n'\n"
+              "        '  return %0 : tensor<2048x1024xf32>\\n}\\n')\n"
+              "client = _child_registry([]).create_client('numba_cpu')\n"
+              "a = np.linspace(0, 9, 2048 * 1024, dtype=np.float32).reshape(2048, 1024)\n"
+              "loaded = _Loaded(client, text, [a])\n"
+              "loaded.settle()\n"
+              "(got,) = loaded.outputs()\n"
+              "assert np.array_equal(got, np.sqrt(a))\n"
+              "print(numba.threading_layer())\n")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "NUMBA_THREADING_LAYER"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() in ("omp", "workqueue"), out.stderr
