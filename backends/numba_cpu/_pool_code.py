@@ -12,8 +12,14 @@ from numba.core.extending import intrinsic
 
 from .pool import (_ARGS, _BUSY, _COUNT, _DATA, _DIMS, _DONE, _FN, _GEN, _GEN_MASK, _INDEX_MASK,
                    _LAYER_FOR, _LAYER_ID, _LOOPS, _MAX_ARGS, _MAX_DIMS, _MAX_RUNNERS, _MAX_WORKERS,
-                   _NDIM, _NEXT, _RUNNERS, _SLEEPING, _SPINS, _STATE, _STEPS, _SYSCALL, _THREADS,
-                   _TOTAL, _WAIT_SPINS, _WAITING, _WORDS, _WORKER_TIDS, _WORKERS)
+                   _NDIM, _NEXT, _RUNNERS, _SLEEPING, _STATE, _STEPS, _SYSCALL, _THREADS, _TOTAL,
+                   _WAITING, _WORDS, _WORKER_TIDS, _WORKERS)
+
+#: Times an idle thread checks for new work, with a ``pause`` in between (~10-50 us on x86-64),
+#: before it sleeps.
+SPIN = 2000
+#: Times the caller of a loop checks whether the other threads' chunks are done before it sleeps.
+WAIT_SPIN = 2000
 
 _SYS_GETTID = 186
 _SYS_FUTEX = 202
@@ -199,6 +205,22 @@ def _is_runner(tid):  # pragma: no cover
 
 
 @njit(cache=True)
+def _copy_dims(dim_space, dims, ndim):  # pragma: no cover
+    """A schedule entry's dimensions: the loop's, with one entry in the first."""
+    for d in range(1, ndim + 1):
+        _poke(dim_space, d, _peek(dims, d))
+    _poke(dim_space, 0, 1)
+
+
+@njit(cache=True)
+def _call_entry(entry, fn, args, steps, data, count, arg_space, dim_space):  # pragma: no cover
+    """Run schedule entry ``entry``: the arguments moved to it, as numba's layers do."""
+    for j in range(count):
+        _poke(arg_space, j, _peek(args, j) + _peek(steps, j) * entry)
+    _call_kernel(fn, arg_space, dim_space, steps, data)
+
+
+@njit(cache=True)
 def _run_entries(gen, total, fn, args, dims, steps, data, ndim, count):  # pragma: no cover
     """Claim the loop's entries one at a time and run them; returns how many this thread ran."""
     arg_space = _scratch(_MAX_ARGS)
@@ -212,12 +234,8 @@ def _run_entries(gen, total, fn, args, dims, steps, data, ndim, count):  # pragm
         if not _cas(_NEXT, current, current + 1):
             continue
         if ran == 0:  # the loop's call is only known to be this one once an entry is claimed
-            for d in range(1, ndim + 1):
-                _poke(dim_space, d, _peek(dims, d))
-            _poke(dim_space, 0, 1)
-        for j in range(count):
-            _poke(arg_space, j, _peek(args, j) + _peek(steps, j) * entry)
-        _call_kernel(fn, arg_space, dim_space, steps, data)
+            _copy_dims(dim_space, dims, ndim)
+        _call_entry(entry, fn, args, steps, data, count, arg_space, dim_space)
         ran += 1
         if _add(_DONE, 1) + 1 == total and _load(_WAITING) != 0:
             _futex_wake(_DONE, 1)
@@ -227,13 +245,9 @@ def _run_entries(gen, total, fn, args, dims, steps, data, ndim, count):  # pragm
 def _run_alone(fn, args, dims, steps, data, ndim, count):  # pragma: no cover
     arg_space = _scratch(_MAX_ARGS)
     dim_space = _scratch(_MAX_DIMS)
-    for d in range(1, ndim + 1):
-        _poke(dim_space, d, _peek(dims, d))
-    _poke(dim_space, 0, 1)
+    _copy_dims(dim_space, dims, ndim)
     for entry in range(_peek(dims, 0)):
-        for j in range(count):
-            _poke(arg_space, j, _peek(args, j) + _peek(steps, j) * entry)
-        _call_kernel(fn, arg_space, dim_space, steps, data)
+        _call_entry(entry, fn, args, steps, data, count, arg_space, dim_space)
 
 
 @cfunc(types.void(*([types.int64] * 8)), cache=True)
@@ -267,7 +281,7 @@ def _parallel_for(fn, args, dims, steps, data, ndim, count, threads):  # pragma:
         done = _load(_DONE)
         if done >= total:
             break
-        if spins < _load(_WAIT_SPINS):
+        if spins < WAIT_SPIN:
             spins += 1
             _pause()
         else:
@@ -299,10 +313,10 @@ def _worker(k):  # pragma: no cover
         gen = _load(_GEN)
         if gen == seen:
             spins = 0
-            while _load(_GEN) == seen and spins < _load(_SPINS):
+            while _load(_GEN) == seen and spins < SPIN:
                 spins += 1
                 _pause()
-            if spins >= _load(_SPINS):
+            if spins >= SPIN:
                 _add(_SLEEPING, 1)
                 if _load(_GEN) == seen:
                     _futex_wait(_GEN, seen)

@@ -13,7 +13,7 @@ This module defines ``numba_parallel_for`` again, for the threads that run numba
 chunks .codegen cuts, one per entry) are claimed one at a time by the calling thread and by
 the pool's workers, so a thread the scheduler does not run holds the loop up by one chunk at
 most, and the caller does every chunk itself if no worker comes. An idle worker spins briefly
-(:data:`SPIN`) and then sleeps on a futex: it takes no CPU from the program's own thread, and
+(``._pool_code.SPIN``) and then sleeps on a futex: it takes no CPU from the program's own thread, and
 a woken thread is run soon. Any other thread's loops (a user's own ``@njit(parallel=True)``
 code) go to numba's layer as before, which this module keeps as the fallback:
 
@@ -46,18 +46,13 @@ import threading
 import numpy as np
 from llvmlite import binding as _llvm
 
-__all__ = ["SPIN", "active", "enter", "install", "leave", "loops", "workers"]
-
-#: Times an idle thread checks for new work, with a ``pause`` in between (~10-50 us on x86-64),
-#: before it sleeps.
-SPIN = 2000
-#: Times the caller of a loop checks whether the other threads' chunks are done before it sleeps.
-WAIT_SPIN = 2000
+__all__ = ["enter", "install", "leave", "loops", "workers"]
 
 _STATE = "pjrt_hub_numba_cpu_pool_state"
 _SYSCALL = "pjrt_hub_numba_cpu_syscall"
 
-# The words of the state.
+# The words of the state. ._pool_code compiles them in, and numba's disk cache keys its code on
+# that file alone: a change here needs a change there too.
 _GEN = 0  # the newest loop's generation; workers sleep on it (a futex word)
 _NEXT = 1  # (generation << 32) | next schedule entry to claim
 _TOTAL = 2  # schedule entries of the loop
@@ -70,9 +65,7 @@ _WORKERS = 14  # workers started
 _LAYER_FOR = 15  # numba's layer's parallel_for
 _LAYER_ID = 16  # numba's layer's get_thread_id
 _LOOPS = 17  # loops the pool ran with its workers
-_SPINS = 18  # SPIN
-_WAIT_SPINS = 19  # WAIT_SPIN
-_WAITING = 20  # 1 while the loop's caller sleeps on _DONE
+_WAITING = 18  # 1 while the loop's caller sleeps on _DONE
 _RUNNERS = 32  # tids of threads running a program (0: a free slot)
 _MAX_RUNNERS = 64
 _WORKER_TIDS = _RUNNERS + _MAX_RUNNERS  # tid of worker k at _WORKER_TIDS + k, k >= 1
@@ -106,7 +99,6 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_lock)
 _installed = False
 _pid = 0
-_threads: list[threading.Thread] = []
 
 
 def _supported() -> bool:
@@ -142,8 +134,6 @@ def install() -> bool:
         if not address:
             return False
         _state = np.ctypeslib.as_array((ctypes.c_int64 * _WORDS).from_address(address))
-        _state[_SPINS] = SPIN
-        _state[_WAIT_SPINS] = WAIT_SPIN
         _state[_LAYER_FOR] = layer_for
         _state[_LAYER_ID] = layer_id
         _llvm.add_symbol(_STATE, address)
@@ -178,12 +168,8 @@ def _start(count: int) -> None:
     from . import _pool_code
 
     worker = ctypes.CFUNCTYPE(None, ctypes.c_int64)(_pool_code._worker.address)
-    started = []
     for k in range(1, count + 1):
-        thread = threading.Thread(target=worker, args=(k,), name=f"pjrt-hub-numba-{k}", daemon=True)
-        thread.start()
-        started.append(thread)
-    _threads[:] = started
+        threading.Thread(target=worker, args=(k,), name=f"pjrt-hub-numba-{k}", daemon=True).start()
     _pid = os.getpid()
     _state[_WORKERS] = count
 
@@ -207,11 +193,6 @@ def enter() -> int:
 def leave(slot: int) -> None:
     if slot >= 0:
         _state[_RUNNERS + slot] = 0
-
-
-def active() -> bool:
-    """Whether this process's programs run their loops on the pool."""
-    return _installed and _pid == os.getpid()
 
 
 def _cores() -> int:

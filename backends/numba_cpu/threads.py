@@ -24,14 +24,13 @@ does that), and giving up a thread gives up that thread's share of the cores. So
   pool, softmax 9.2-13.6 and 7.9-8.2, the MLP 68-70 and 52-60, layernorm 8.4-16.0 and 8.4-9.3
   (1.7-2.8x their quiet time on the pool, 2.1-6.7x on TBB; in four later runs on the pool,
   layernorm took 3.2-4.3x, its threads spending 1.5-1.7x the CPU per run they spend quiet,
-  cause not found). A thread waiting for an execution
-  runs it itself when it can (.cpu_runtime's devices), which saves the wake-up of the device's
-  thread, that a loaded machine runs late as well. Where
-  the kernel shares the cores among sessions first and the neighbours have sessions of their
-  own (autogroup), the share is 2/3 of a core and every program that keeps two cores busy takes
-  3x or more, XLA's as well (``bench --under-load``'s module docstring). On OpenMP or numba's
-  workqueue with the pool off, the shares are fixed and a busy machine gets fewer threads, as
-  below for OpenBLAS;
+  cause not found). A thread waiting for an execution runs it itself when it can
+  (.cpu_runtime's devices), which saves the wake-up of the device's thread, that a loaded
+  machine runs late as well. Where the kernel shares the cores among sessions first and the
+  neighbours have sessions of their own (autogroup), the share is 2/3 of a core and every
+  program that keeps two cores busy takes 3x or more, XLA's as well (``bench --under-load``'s
+  module docstring). On OpenMP or numba's workqueue with the pool off, the shares are fixed and
+  a busy machine gets fewer threads, as below for OpenBLAS;
 * OpenBLAS's shares are fixed. A small product (under :data:`SMALL_DOT_MACS` multiply-adds,
   ~0.1 ms on one core) runs on the calling thread alone: the generated code brackets it with
   ``blas_threads(1)`` and a restore, so waking a pool costs it nothing and a busy machine cannot
