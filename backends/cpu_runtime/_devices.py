@@ -224,15 +224,15 @@ class _Worker:
     per execute-and-wait, 3.7-5.5 ms run on the waiting thread). One task runs at a time,
     whichever thread runs it."""
 
-    __slots__ = ("_name", "_tasks", "_cond", "_running", "_runner", "_thread", "_lock")
+    __slots__ = ("_name", "_tasks", "_cond", "_runner", "_thread", "_lock")
 
     def __init__(self, name: str) -> None:
         self._name = name
         #: (task, whether a waiting thread may run it); a None task stops the thread.
         self._tasks: collections.deque[tuple[Callable[[], None] | None, bool]] = collections.deque()
         self._cond = threading.Condition(threading.Lock())
-        self._running = False  # a task is running, on the device's thread or a helper
-        self._runner = 0  # threading.get_ident() of the thread running it
+        #: threading.get_ident() of the thread running a task (the device's or a waiter); 0: none.
+        self._runner = 0
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
@@ -251,37 +251,32 @@ class _Worker:
         thread) is raised to the waiter once the task has set its events."""
         while not event._done:
             with self._cond:
-                if self._running or not self._tasks or not self._tasks[0][1]:
+                if self._runner or not self._tasks or not self._tasks[0][1]:
                     return
                 task = self._tasks.popleft()[0]
                 assert task is not None  # the stop mark is never helpable
-                self._running = True
                 self._runner = threading.get_ident()
             try:
-                task()
-            except Exception:  # noqa: BLE001 - as on the device's thread
-                _log.exception("pjrt-hub cpu_runtime: a device task raised; the worker continues")
+                _run_task(task, Exception)
             finally:
                 del task
                 self._finished()
 
     def _finished(self) -> None:
         with self._cond:
-            self._running = False
             self._runner = 0
             if self._tasks:
                 self._cond.notify()
 
     def _next(self) -> Callable[[], None] | None:
         with self._cond:
-            while self._running or not self._tasks:
+            while self._runner or not self._tasks:
                 self._cond.wait()
             task = self._tasks.popleft()[0]
             if task is None:  # this thread stops; a thread started after it takes the rest
                 if self._tasks:
                     self._cond.notify()
                 return None
-            self._running = True
             self._runner = threading.get_ident()
             return task
 
@@ -309,10 +304,13 @@ class _Worker:
                 thread.join()
 
 
-def _run_task(task: Callable[[], None]) -> None:
+def _run_task(task: Callable[[], None], caught: type[BaseException] = BaseException) -> None:
+    """Run ``task``, logging what it raises of ``caught``: everything on the device's thread (a
+    task bug must not take the device down with it), ``Exception`` on a waiter, to which an
+    interrupt goes on."""
     try:
         task()
-    except BaseException:  # noqa: BLE001 - a task bug must not take the device down with it
+    except caught:  # noqa: BLE001
         _log.exception("pjrt-hub cpu_runtime: a device task raised; the worker continues")
 
 
