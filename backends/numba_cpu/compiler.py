@@ -434,7 +434,7 @@ class NumbaCompiler:
         if module.num_replicas * module.num_partitions > 1:
             return None
         try:
-            eager = EagerProgram(fn)
+            eager = EagerProgram(fn, lopts.num_threads)
         except (EagerUnsupported, RecursionError):
             return None
         meta = program_meta(module, fn)

@@ -42,7 +42,7 @@ import numpy.typing as npt
 from pjrt_hub.abi import Cancelled, CompileError
 from pjrt_hub.backends.stablehlo import Block, Function, Op, TensorType, Value
 
-from . import kernels as _kernels_module  # noqa: F401  (registers the kernel rules)
+from . import kernels as _kernels_module  # registers the kernel rules
 from . import lanes as _lanes
 from . import rules as _rules_module  # noqa: F401  (registers the op rules)
 from .eager_math import NAMESPACE
@@ -444,8 +444,11 @@ class _Plan:
 class EagerProgram:
     """A call-free function (see :func:`.inline.inline_calls`) planned for the eager tier."""
 
-    def __init__(self, fn: Function) -> None:
+    def __init__(self, fn: Function, threads: int = 1) -> None:
         self.fn = fn
+        #: The threads the compiled tier was cut for: products are cut into the same row
+        #: blocks (:func:`.kernels.dot_row_blocks`), so that both call BLAS alike.
+        self.threads = threads
         self._in_kinds = [_kind(a) for a in fn.args]
         self._out_kinds = [_kind(v) for v in fn.body.terminator.operands]
         #: The ``dynamic_update_slice`` ops (by id) that update a loop's own array in place
@@ -1007,8 +1010,12 @@ def _dot_general(program: EagerProgram, op: Op) -> Step:
                 l3, lt = _arrange(env[lhs], lb, lf, lc, (B, M, K))
                 r3, rt = _arrange(env[rhs], rb, rc, rf, (B, K, N))
                 o3 = out.reshape((B, M, N))
-                for b in range(B):
-                    blas_call(l3[b].T if lt else l3[b], lt, r3[b].T if rt else r3[b], rt, o3[b])
+                blocks = _kernels_module.dot_row_blocks(M, N, B * M * N * K, program.threads, lt)
+                for c in range(blocks):
+                    lo, hi = (c * M) // blocks, ((c + 1) * M) // blocks
+                    for b in range(B):
+                        blas_call(l3[b].T[lo:hi] if lt else l3[b][lo:hi], lt, r3[b].T if rt else r3[b], rt,
+                                  o3[b][lo:hi])
             elif M * N:
                 out.fill(0)
             env[res] = out

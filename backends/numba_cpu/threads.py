@@ -31,18 +31,24 @@ does that), and giving up a thread gives up that thread's share of the cores. So
   program that keeps two cores busy takes 3x or more, XLA's as well (``bench --under-load``'s
   module docstring). On OpenMP or numba's workqueue with the pool off, the shares are fixed and
   a busy machine gets fewer threads, as below for OpenBLAS;
-* OpenBLAS's shares are fixed. A small product (under :data:`SMALL_DOT_MACS` multiply-adds,
-  ~0.1 ms on one core) runs on the calling thread alone: the generated code brackets it with
-  ``blas_threads(1)`` and a restore, so waking a pool costs it nothing and a busy machine cannot
-  stall it. A large one (:data:`LARGE_DOT_MACS` and more, ~10 ms on one core) runs on every
-  thread the program was compiled for, where a thread's share of the cores is worth more than
-  a time slice of waiting (the MLP, with the neighbours in sessions of their own: 2.2x its
-  quiet time, against 3-4x on one thread; with them in the bench's session the two were
-  within noise of each other, 49-73 ms loaded).
-  One in between runs on the cores other processes leave free (:func:`usable_threads`, from
-  ``/proc/stat`` sampled at most every :data:`SAMPLE_S`), which :func:`apply` sets before each
-  run of a program and :func:`restore` puts back after it (the settings are per thread): on an
-  idle machine every core;
+* OpenBLAS's shares are fixed, so a float product large enough to share (:data:`SMALL_DOT_MACS`
+  multiply-adds and more) with :data:`~.kernels.DOT_BLOCK_ROWS` output rows per thread is cut
+  into row blocks, one per thread, each one BLAS call on one thread, run as the chunks of a
+  parallel loop on the pool (:func:`.kernels.dot_row_blocks`): a block is run by whichever
+  thread is free, and a product whose other thread never comes takes its one-thread time. The
+  MLP (three such products), in three runs of ``bench --under-load 2`` each way, in turns: 48-68
+  ms loaded on OpenBLAS's threads (2.8-2.9x its quiet time), 38-44 ms in blocks (1.2-2.1x);
+  quiet, 18-27 and 21-34 ms (the quiet medians of this machine moved that much within minutes).
+  A small product (under :data:`SMALL_DOT_MACS`, ~0.1 ms on one core) runs on the calling thread
+  alone: the generated code brackets it with ``blas_threads(1)`` and a restore, so waking a pool
+  costs it nothing and a busy machine cannot stall it. Products that are not cut (too few rows
+  per thread, a transposed left side, one column) stay on OpenBLAS's threads: a large one
+  (:data:`LARGE_DOT_MACS` and more, ~10 ms on one core) on every thread the program was compiled
+  for, where a thread's share of the cores is worth more than a time slice of waiting; one in
+  between on the cores other processes leave free (:func:`usable_threads`, from ``/proc/stat``
+  sampled at most every :data:`SAMPLE_S`), which :func:`apply` sets before each run of a program
+  and :func:`restore` puts back after it (the settings are per thread): on an idle machine every
+  core;
 * OpenBLAS's idle workers would otherwise spin for ~0.1 s after each call, competing with the
   program's next kernel; ``OPENBLAS_THREAD_TIMEOUT`` (set in the package ``__init__``, before the
   library loads) puts them to sleep at once.
@@ -67,16 +73,11 @@ from numba.core import cgutils
 from numba.core.extending import intrinsic
 
 from . import pool
+from .kernels import LARGE_DOT_MACS, SMALL_DOT_MACS
 
 __all__ = ["LARGE_DOT_MACS", "SMALL_DOT_MACS", "SAMPLE_S", "apply", "blas_threads", "restore",
            "usable_threads", "work_stealing"]
 
-#: Products with fewer multiply-adds (batch * M * N * K) run single-threaded.
-SMALL_DOT_MACS = 1 << 23
-#: Products with at least this many (~10 ms on one core) run on every thread even when other
-#: processes keep the cores busy: a thread's share of the cores is worth more to them than the
-#: time slice OpenBLAS's fixed shares may wait for a thread the scheduler is not running.
-LARGE_DOT_MACS = 1 << 27
 #: How old the load figure may be before it is sampled again, in seconds.
 SAMPLE_S = 0.2
 

@@ -9,7 +9,8 @@ import pytest
 
 from pjrt_hub import PluginRegistry, RegistrySettings
 from pjrt_hub.abi import Program
-from pjrt_hub.backends.numba_cpu import threads
+from pjrt_hub.backends.numba_cpu import kernels, pool, threads
+from pjrt_hub.backends.numba_cpu.compiler import NumbaCompiler
 
 
 def _matmul(m: int, k: int, n: int) -> str:
@@ -19,20 +20,21 @@ def _matmul(m: int, k: int, n: int) -> str:
             f"  return %0 : tensor<{m}x{n}xf32>\n}}\n")
 
 
-def test_small_products_run_single_threaded_mid_ones_follow_the_runtime_large_ones_use_all(compiler):
+def test_small_products_run_single_threaded_mid_ones_follow_the_runtime_large_ones_use_all(numba_cache_dir):
+    compiler = NumbaCompiler(cache_dir=numba_cache_dir, num_threads=2)
     small = compiler.compile(_matmul(128, 256, 64))  # 2**21 multiply-adds
     assert "blas_threads(1)" in small.source and small._threaded is False
-    mid = compiler.compile(_matmul(256, 512, 512))  # 2**26
-    assert "blas_threads(" not in mid.source and mid._threaded is True
-    large = compiler.compile(_matmul(1024, 1024, 128))  # 2**27: every thread, load or not
-    threads_compiled_for = compiler._lowering_options(None).num_threads
-    assert f"blas_threads({threads_compiled_for})" in large.source and large._threaded is True
+    # Products with too few rows for a block per thread (kernels.DOT_BLOCK_ROWS) stay on OpenBLAS.
+    mid = compiler.compile(_matmul(200, 512, 1024))  # ~2**26.6
+    assert "blas_threads(" not in mid.source and "in prange(" not in mid.source and mid._threaded is True
+    large = compiler.compile(_matmul(128, 1024, 1024))  # 2**27: every thread, load or not
+    assert "blas_threads(2)" in large.source and large._threaded is True
     rng = np.random.default_rng(0)
-    for program, (m, k, n) in ((small, (128, 256, 64)), (large, (1024, 1024, 128))):
+    for program, (m, k, n) in ((small, (128, 256, 64)), (mid, (200, 512, 1024)), (large, (128, 1024, 1024))):
         a, b = rng.normal(size=(m, k)).astype(np.float32), rng.normal(size=(k, n)).astype(np.float32)
         (got,) = program.run([a, b])
         np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)
-    if threads._LOCAL is not None and threads_compiled_for > 1:
+    if threads._LOCAL is not None:
         # The product sets every thread for itself and gives the caller back its own setting
         # (the entry called directly: a run would first set the threads for the load).
         before = threads._LOCAL(1)
@@ -41,6 +43,44 @@ def test_small_products_run_single_threaded_mid_ones_follow_the_runtime_large_on
             assert threads._LOCAL(before) == 1
         finally:
             threads._LOCAL(before)
+
+
+@pytest.mark.parametrize("threads_for", [1, 2, 3])
+def test_dot_row_blocks_one_per_thread_only_where_each_block_is_worth_it(threads_for):
+    big = 1024 * 1024 * 128
+    assert kernels.dot_row_blocks(1024, 128, big, threads_for, False) == (threads_for if threads_for > 1 else 1)
+    assert kernels.dot_row_blocks(1024, 128, big, 16, False) == 1024 // kernels.DOT_BLOCK_ROWS
+    assert kernels.dot_row_blocks(255, 4096, big, 2, False) == 1  # no 2 blocks of 128 rows
+    assert kernels.dot_row_blocks(1024, 1, big, 2, False) == 1  # a matrix-vector product
+    assert kernels.dot_row_blocks(1024, 128, big, 2, True) == 1  # the left side transposed
+    assert kernels.dot_row_blocks(1024, 8, kernels.SMALL_DOT_MACS - 1, 2, False) == 1
+
+
+_BATCHED = ("func.func @main(%a: tensor<3x512x96xf32>, %b: tensor<3x96x160xf32>) -> tensor<3x512x160xf32> {\n"
+            "  %0 = stablehlo.dot_general %a, %b, batching_dims = [0] x [0], contracting_dims = [2] x [1] : "
+            "(tensor<3x512x96xf32>, tensor<3x96x160xf32>) -> tensor<3x512x160xf32>\n"
+            "  return %0 : tensor<3x512x160xf32>\n}\n")  # 3 * 512 * 160 * 96 multiply-adds: over 2**24
+
+
+@pytest.mark.parametrize("text, shapes", [
+    (_matmul(1024, 256, 64), ((1024, 256), (256, 64))),  # 2**24 multiply-adds
+    (_BATCHED, ((3, 512, 96), (3, 96, 160))),
+])
+def test_a_product_in_row_blocks_runs_on_the_pool_and_both_tiers_give_the_same_bits(numba_cache_dir, text, shapes):
+    from .tier_helpers import assert_same_bits, eager_program
+
+    compiler = NumbaCompiler(cache_dir=numba_cache_dir, num_threads=2)
+    program = compiler.compile(text)
+    # One single-threaded BLAS call per block, the blocks a parallel loop's chunks.
+    assert "in prange(2):" in program.source and "blas_threads(1)" in program.source, program.source
+    rng = np.random.default_rng(1)
+    a, b = (rng.normal(size=s).astype(np.float32) for s in shapes)
+    loops = pool.loops()
+    (got,) = program.run([a, b])
+    np.testing.assert_allclose(got, np.matmul(a, b), rtol=1e-4, atol=1e-3)
+    if pool.install() and numba.config.NUMBA_NUM_THREADS >= 2:
+        assert pool.loops() > loops  # the blocks went to the pool, where any thread takes them
+    assert_same_bits(eager_program(text, threads=2).run([a, b]), [got], "row blocks")
 
 
 def test_parallel_loops_are_cut_into_chunks_for_idle_threads_to_take(compiler):

@@ -13,9 +13,10 @@ from pjrt_hub.backends.numba_cpu.eager import EagerProgram
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
-def eager_program(text: str) -> EagerProgram:
+def eager_program(text: str, threads: int = 1) -> EagerProgram:
+    """The eager tier of ``text``, its products cut for ``threads`` as the compiled tier's are."""
     _, fn = _front_end(text)
-    return EagerProgram(fn)
+    return EagerProgram(fn, threads)
 
 
 def as_bits(a: np.ndarray) -> np.ndarray:
