@@ -27,6 +27,7 @@ Linux only (it pins with ``sched_setaffinity``); needs two cores for the other-c
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {"mib": args.mib, "rows": rows, "kernels": {}}
     for name, kernel in (("stream", _stream), ("compute", _compute)):
         kernel(x, out, 0, 1)  # compile
-        measure = lambda: _chunk_cpu_ms(kernel, x, out, args.seconds)  # noqa: E731
+        measure = functools.partial(_chunk_cpu_ms, kernel, x, out, args.seconds)
         alone = _with_spinner(None, measure)
         shared = _with_spinner(here, measure)
         row = {"alone_ms": alone, "core_shared_ms": shared, "core_shared_ratio": shared / alone}
