@@ -36,21 +36,27 @@ DOT_BLOCK_ROWS = 128
 
 
 def dot_row_blocks(m: int, n: int, macs: int, threads: int, lhs_transposed: bool) -> int:
-    """Row blocks a float product of ``m`` x ``n`` results per batch is cut into: one per
-    thread, each one single-threaded BLAS call, run as the chunks of a parallel loop (that
-    threads claim as they come, .pool); 1: one BLAS call on OpenBLAS's threads.
+    """Row blocks a float product of ``m`` x ``n`` results per batch is cut into when other
+    processes keep some of the cores busy: one per thread, each one single-threaded BLAS call,
+    run as the chunks of a parallel loop (that threads claim as they come, .pool); 1: never cut.
+    The generated code chooses at each run, from the cores the run found free
+    (:func:`.threads.apply` sets them as OpenBLAS's threads of the calling thread): all of them,
+    one call on OpenBLAS's threads; fewer, the blocks.
 
-    OpenBLAS gives each of its threads a fixed share and waits for all of them, so on a machine
-    other processes keep busy a product waits for the share of a thread the scheduler is not
-    running; a block nobody has claimed is run by whichever thread is free, and a product whose
-    other threads never come takes its one-thread time. Measured on this 2-core machine, a
-    1024 x 1024 x 1024 f32 product: quiet, 7.5-9.7 ms on OpenBLAS's two threads, 7.8-9.9 ms in
-    two blocks, 14 ms on one thread; with two busy neighbour processes 16-24 ms and 15-16 ms.
-    Each block packs the right-hand side again, so a block has :data:`DOT_BLOCK_ROWS` rows at
-    least (a many-core machine with fewer rows per thread keeps OpenBLAS's threads); products
-    below :data:`SMALL_DOT_MACS` run on one thread anyway, and the blocks need the left side's
-    rows contiguous (not a transposed view) and more than one column (numba calls ``gemm``
-    for each block as for the whole)."""
+    OpenBLAS gives each of its threads a fixed share and waits for all of them, so on a busy
+    machine a product waits for the share of a thread the scheduler is not running, where a
+    block nobody has claimed is run by whichever thread is free, and a product whose other
+    threads never come takes its one-thread time. On an idle machine OpenBLAS's threads are
+    faster: they share the packing of the right-hand side, which each block does again. Measured
+    on this 2-core machine, a 1024 x 1024 x 1024 f32 product with two busy neighbour processes:
+    16-24 ms on OpenBLAS's two threads, 15-16 ms in two blocks; quiet, the MLP (three such
+    products) took 5-8% longer in blocks, its threads keeping 1.6-2.0 cores busy against 2.0.
+    A block has :data:`DOT_BLOCK_ROWS` rows at least (a many-core machine with fewer rows per
+    thread keeps OpenBLAS's threads); products below :data:`SMALL_DOT_MACS` run on one thread
+    anyway, and the blocks need the left side's rows contiguous (not a transposed view) and more
+    than one column (numba calls ``gemm`` for each block as for the whole). The eager tier cuts
+    its products alike; blocks or not, each row comes from the same BLAS kernel (the tests check
+    the bits)."""
     if macs < SMALL_DOT_MACS or threads < 2 or lhs_transposed or n < 2:
         return 1
     blocks = min(threads, m // DOT_BLOCK_ROWS)
@@ -121,17 +127,28 @@ def _dot_general(ctx: Lowering, op: Op) -> Sequence[Binding]:
         blocks = dot_row_blocks(M, N, macs, ctx.options.num_threads, bool(lt))
         b = ctx.fresh("b")
         if blocks > 1:
-            # Row blocks as the chunks of a parallel loop, each one BLAS call on its thread.
+            # The cores other processes leave free, as the run set them (.threads.apply): all of
+            # them, OpenBLAS's threads (faster on an idle machine: they share the packing);
+            # fewer, row blocks as the chunks of a parallel loop, each one BLAS call on the
+            # thread that claims it.
             ctx.parallel = True
-            block, lo, hi, prev = ctx.fresh("c"), ctx.fresh("lo"), ctx.fresh("hi"), ctx.fresh("nb")
-            with ctx.block_scope(f"for {block} in prange({blocks}):") as loop:
-                loop.extract = True
-                ctx.scope.emit(f"{lo} = ({block} * {M}) // {blocks}")
-                ctx.scope.emit(f"{hi} = (({block} + 1) * {M}) // {blocks}")
-                ctx.scope.emit(f"{prev} = blas_threads(1)")
+            free = ctx.fresh("nb")
+            ctx.scope.emit(f"{free} = blas_threads(1)")
+            with ctx.block_scope(f"if {free} >= {ctx.options.num_threads}:"):
+                ctx.scope.emit(f"blas_threads({free})")
                 with ctx.block_scope(f"for {b} in range({B}):"):
-                    ctx.scope.emit(f"np.dot({l3}[{b}][{lo}:{hi}], {rt_of(b)}, {o3}[{b}][{lo}:{hi}])")
-                ctx.scope.emit(f"blas_threads({prev})")
+                    ctx.scope.emit(f"np.dot({l3}[{b}], {rt_of(b)}, {o3}[{b}])")
+            with ctx.block_scope("else:"):
+                block, lo, hi, prev = ctx.fresh("c"), ctx.fresh("lo"), ctx.fresh("hi"), ctx.fresh("nb")
+                with ctx.block_scope(f"for {block} in prange({blocks}):") as loop:
+                    loop.extract = True
+                    ctx.scope.emit(f"{lo} = ({block} * {M}) // {blocks}")
+                    ctx.scope.emit(f"{hi} = (({block} + 1) * {M}) // {blocks}")
+                    ctx.scope.emit(f"{prev} = blas_threads(1)")
+                    with ctx.block_scope(f"for {b} in range({B}):"):
+                        ctx.scope.emit(f"np.dot({l3}[{b}][{lo}:{hi}], {rt_of(b)}, {o3}[{b}][{lo}:{hi}])")
+                    ctx.scope.emit(f"blas_threads({prev})")
+            ctx.scope.emit(f"blas_threads({free})")
             return [ArrayBinding(out, out_kind)]
         # A small product runs on this thread alone, a large one on every thread the program
         # was compiled for, busy machine or not; one in between uses the threads the runtime

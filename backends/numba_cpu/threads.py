@@ -31,14 +31,15 @@ does that), and giving up a thread gives up that thread's share of the cores. So
   program that keeps two cores busy takes 3x or more, XLA's as well (``bench --under-load``'s
   module docstring). On OpenMP or numba's workqueue with the pool off, the shares are fixed and
   a busy machine gets fewer threads, as below for OpenBLAS;
-* OpenBLAS's shares are fixed, so a float product large enough to share (:data:`SMALL_DOT_MACS`
-  multiply-adds and more) with :data:`~.kernels.DOT_BLOCK_ROWS` output rows per thread is cut
-  into row blocks, one per thread, each one BLAS call on one thread, run as the chunks of a
-  parallel loop on the pool (:func:`.kernels.dot_row_blocks`): a block is run by whichever
-  thread is free, and a product whose other thread never comes takes its one-thread time. The
-  MLP (three such products), in three runs of ``bench --under-load 2`` each way, in turns: 48-68
-  ms loaded on OpenBLAS's threads (2.8-2.9x its quiet time), 38-44 ms in blocks (1.2-2.1x);
-  quiet, 18-27 and 21-34 ms (the quiet medians of this machine moved that much within minutes).
+* OpenBLAS's shares are fixed, so when a run finds some cores busy (:func:`usable_threads`) a
+  float product large enough to share (:data:`SMALL_DOT_MACS` multiply-adds and more) with
+  :data:`~.kernels.DOT_BLOCK_ROWS` output rows per thread runs in row blocks, one per thread,
+  each one BLAS call on one thread, as the chunks of a parallel loop on the pool
+  (:func:`.kernels.dot_row_blocks`): a block is run by whichever thread is free, and a product
+  whose other thread never comes takes its one-thread time. On an idle machine it runs on
+  OpenBLAS's threads, faster there. The MLP (three such products) under ``bench --under-load
+  2``, three runs each way in turns: 48-68 ms loaded on OpenBLAS's threads (2.8-2.9x its quiet
+  time), 38-44 ms in blocks (1.2-2.1x).
   A small product (under :data:`SMALL_DOT_MACS`, ~0.1 ms on one core) runs on the calling thread
   alone: the generated code brackets it with ``blas_threads(1)`` and a restore, so waking a pool
   costs it nothing and a busy machine cannot stall it. Products that are not cut (too few rows
