@@ -446,8 +446,9 @@ class EagerProgram:
 
     def __init__(self, fn: Function, threads: int = 1) -> None:
         self.fn = fn
-        #: The threads the compiled tier was cut for: products are cut into the same row
-        #: blocks (:func:`.kernels.dot_row_blocks`), so that both call BLAS alike.
+        #: The threads the compiled tier was cut for: large products are cut into the row
+        #: blocks the compiled tier runs on a busy machine (:func:`.kernels.dot_row_blocks`),
+        #: whose rows come from the same BLAS kernel as the whole product's.
         self.threads = threads
         self._in_kinds = [_kind(a) for a in fn.args]
         self._out_kinds = [_kind(v) for v in fn.body.terminator.operands]
@@ -1010,12 +1011,14 @@ def _dot_general(program: EagerProgram, op: Op) -> Step:
                 l3, lt = _arrange(env[lhs], lb, lf, lc, (B, M, K))
                 r3, rt = _arrange(env[rhs], rb, rc, rf, (B, K, N))
                 o3 = out.reshape((B, M, N))
-                blocks = _kernels_module.dot_row_blocks(M, N, B * M * N * K, program.threads, lt)
-                for c in range(blocks):
-                    lo, hi = (c * M) // blocks, ((c + 1) * M) // blocks
-                    for b in range(B):
-                        blas_call(l3[b].T[lo:hi] if lt else l3[b][lo:hi], lt, r3[b].T if rt else r3[b], rt,
-                                  o3[b][lo:hi])
+                blocks = _kernels_module.dot_row_blocks(M, N, K, B, program.threads, lt)
+                for b in range(B):
+                    if blocks == 1:
+                        blas_call(l3[b].T if lt else l3[b], lt, r3[b].T if rt else r3[b], rt, o3[b])
+                        continue
+                    for c in range(blocks):  # never transposed (dot_row_blocks)
+                        lo, hi = (c * M) // blocks, ((c + 1) * M) // blocks
+                        blas_call(l3[b][lo:hi], False, r3[b].T if rt else r3[b], rt, o3[b][lo:hi])
             elif M * N:
                 out.fill(0)
             env[res] = out

@@ -22,7 +22,7 @@ from .codegen import ArrayBinding, Binding, Lowering, ScalarBinding, index_expr,
 from .rules import convert_text, kernel, reducer, simple_reducer, unsupported_variant
 from .source import ElementKind, Expr, Scope
 
-__all__ = ["LARGE_DOT_MACS", "SMALL_DOT_MACS", "dot_row_blocks"]
+__all__ = ["DOT_BLOCK_MACS", "DOT_BLOCK_ROWS", "LARGE_DOT_MACS", "SMALL_DOT_MACS", "dot_row_blocks"]
 
 #: Products with fewer multiply-adds (batch * M * N * K) run single-threaded.
 SMALL_DOT_MACS = 1 << 23
@@ -33,15 +33,19 @@ SMALL_DOT_MACS = 1 << 23
 LARGE_DOT_MACS = 1 << 27
 #: Output rows a row block of a product has at least (see :func:`dot_row_blocks`).
 DOT_BLOCK_ROWS = 128
+#: Multiply-adds a row block's BLAS call has at least, far above OpenBLAS's small-matrix
+#: cut-offs (100**3 on SkylakeX; see :func:`dot_row_blocks`).
+DOT_BLOCK_MACS = 1 << 22
 
 
-def dot_row_blocks(m: int, n: int, macs: int, threads: int, lhs_transposed: bool) -> int:
-    """Row blocks a float product of ``m`` x ``n`` results per batch is cut into when other
-    processes keep some of the cores busy: one per thread, each one single-threaded BLAS call,
-    run as the chunks of a parallel loop (that threads claim as they come, .pool); 1: never cut.
-    The generated code chooses at each run, from the cores the run found free
-    (:func:`.threads.apply` sets them as OpenBLAS's threads of the calling thread): all of them,
-    one call on OpenBLAS's threads; fewer, the blocks.
+def dot_row_blocks(m: int, n: int, k: int, batch: int, threads: int, lhs_transposed: bool) -> int:
+    """Row blocks a BLAS product (``batch`` products of ``m`` x ``k`` by ``k`` x ``n``) is cut
+    into when other processes keep some of the cores busy: up to one per thread, each one
+    single-threaded BLAS call per batch, run as the chunks of a parallel loop (that threads claim
+    as they come, .pool); 1: never cut. The generated code chooses at each run
+    (``dot_in_blocks``): :func:`.threads.apply` asks for the blocks where some of the cores the
+    run may use are busy, the threads claim chunks (numba_cpu's pool, or TBB) and OpenBLAS's
+    thread count can be set per call; else the product is one call on OpenBLAS's threads.
 
     OpenBLAS gives each of its threads a fixed share and waits for all of them, so on a busy
     machine a product waits for the share of a thread the scheduler is not running, where a
@@ -51,16 +55,35 @@ def dot_row_blocks(m: int, n: int, macs: int, threads: int, lhs_transposed: bool
     on this 2-core machine, a 1024 x 1024 x 1024 f32 product with two busy neighbour processes:
     16-24 ms on OpenBLAS's two threads, 15-16 ms in two blocks; quiet, the MLP (three such
     products) took 5-8% longer in blocks, its threads keeping 1.6-2.0 cores busy against 2.0.
-    A block has :data:`DOT_BLOCK_ROWS` rows at least (a many-core machine with fewer rows per
-    thread keeps OpenBLAS's threads); products below :data:`SMALL_DOT_MACS` run on one thread
-    anyway, and the blocks need the left side's rows contiguous (not a transposed view) and more
-    than one column (numba calls ``gemm`` for each block as for the whole). The eager tier cuts
-    its products alike; blocks or not, each row comes from the same BLAS kernel (the tests check
-    the bits)."""
-    if macs < SMALL_DOT_MACS or threads < 2 or lhs_transposed or n < 2:
+
+    A block has :data:`DOT_BLOCK_ROWS` rows and :data:`DOT_BLOCK_MACS` multiply-adds per call at
+    least: fewer rows and the repeated packing costs more than the threads gain (a many-core
+    machine keeps OpenBLAS's threads), and a smaller call may go to OpenBLAS's small-matrix
+    kernel, which rounds differently from the one the whole product uses. Products below
+    :data:`SMALL_DOT_MACS` run on one thread anyway, and the blocks need the left side's rows
+    contiguous (not a transposed view) and more than one column (numba calls ``gemm`` for each
+    block as for the whole). Cut or not, each row then comes from the same BLAS kernel, and the
+    eager tier cuts its products alike (the tests check the bits)."""
+    if batch * m * n * k < SMALL_DOT_MACS or threads < 2 or lhs_transposed or n < 2:
         return 1
-    blocks = min(threads, m // DOT_BLOCK_ROWS)
+    blocks = min(threads, m // DOT_BLOCK_ROWS, m * n * k // DOT_BLOCK_MACS)
     return blocks if blocks >= 2 else 1
+
+
+def _one_call(ctx: Lowering, macs: int, B: int, b: str, l3: str, lt: bool, o3: str,
+              rt_of: Callable[[str], str]) -> None:
+    """A product as one BLAS call per batch. A small one runs on this thread alone, a large one
+    on every thread the program was compiled for, busy machine or not; one in between uses the
+    threads the runtime sets for the program (see .threads)."""
+    pinned = 1 if macs < SMALL_DOT_MACS else ctx.options.num_threads if macs >= LARGE_DOT_MACS else 0
+    prev = ctx.fresh("nb")
+    if pinned:
+        ctx.scope.emit(f"{prev} = blas_threads({pinned})")
+    with ctx.block_scope(f"for {b} in range({B}):"):
+        lt_text = f"{l3}[{b}].T" if lt else f"{l3}[{b}]"
+        ctx.scope.emit(f"np.dot({lt_text}, {rt_of(b)}, {o3}[{b}])")
+    if pinned:
+        ctx.scope.emit(f"blas_threads({prev})")
 
 
 def _new_array(ctx: Lowering, v: Value) -> tuple[str, ElementKind]:
@@ -124,21 +147,19 @@ def _dot_general(ctx: Lowering, op: Op) -> Sequence[Binding]:
         macs = B * M * N * K
         if macs >= SMALL_DOT_MACS:
             ctx.threaded = True
-        blocks = dot_row_blocks(M, N, macs, ctx.options.num_threads, bool(lt))
+        blocks = dot_row_blocks(M, N, K, B, ctx.options.num_threads, bool(lt))
         b = ctx.fresh("b")
         if blocks > 1:
-            # The cores other processes leave free, as the run set them (.threads.apply): all of
-            # them, OpenBLAS's threads (faster on an idle machine: they share the packing);
-            # fewer, row blocks as the chunks of a parallel loop, each one BLAS call on the
-            # thread that claims it.
+            # On a busy machine (the run sets dot_in_blocks, .threads.apply), row blocks as the
+            # chunks of a parallel loop, each one single-threaded BLAS call on the thread that
+            # claims it; else one call, as below (faster on an idle machine: OpenBLAS's threads
+            # share the packing the blocks each do again).
             ctx.parallel = True
-            free = ctx.fresh("nb")
-            ctx.scope.emit(f"{free} = blas_threads(1)")
-            with ctx.block_scope(f"if {free} >= {ctx.options.num_threads}:"):
-                ctx.scope.emit(f"blas_threads({free})")
-                with ctx.block_scope(f"for {b} in range({B}):"):
-                    ctx.scope.emit(f"np.dot({l3}[{b}], {rt_of(b)}, {o3}[{b}])")
-            with ctx.block_scope("else:"):
+            with ctx.block_scope("if dot_in_blocks():"):
+                # One BLAS thread for every block: scipy's OpenBLAS keeps one count for the
+                # process, a BLAS that keeps one per thread needs it set in each block too.
+                outer = ctx.fresh("nb")
+                ctx.scope.emit(f"{outer} = blas_threads(1)")
                 block, lo, hi, prev = ctx.fresh("c"), ctx.fresh("lo"), ctx.fresh("hi"), ctx.fresh("nb")
                 with ctx.block_scope(f"for {block} in prange({blocks}):") as loop:
                     loop.extract = True
@@ -148,20 +169,11 @@ def _dot_general(ctx: Lowering, op: Op) -> Sequence[Binding]:
                     with ctx.block_scope(f"for {b} in range({B}):"):
                         ctx.scope.emit(f"np.dot({l3}[{b}][{lo}:{hi}], {rt_of(b)}, {o3}[{b}][{lo}:{hi}])")
                     ctx.scope.emit(f"blas_threads({prev})")
-            ctx.scope.emit(f"blas_threads({free})")
+                ctx.scope.emit(f"blas_threads({outer})")
+            with ctx.block_scope("else:"):
+                _one_call(ctx, macs, B, b, l3, lt, o3, rt_of)
             return [ArrayBinding(out, out_kind)]
-        # A small product runs on this thread alone, a large one on every thread the program
-        # was compiled for, busy machine or not; one in between uses the threads the runtime
-        # sets for the program (see .threads).
-        pinned = 1 if macs < SMALL_DOT_MACS else ctx.options.num_threads if macs >= LARGE_DOT_MACS else 0
-        prev = ctx.fresh("nb")
-        if pinned:
-            ctx.scope.emit(f"{prev} = blas_threads({pinned})")
-        with ctx.block_scope(f"for {b} in range({B}):"):
-            lt_text = f"{l3}[{b}].T" if lt else f"{l3}[{b}]"
-            ctx.scope.emit(f"np.dot({lt_text}, {rt_of(b)}, {o3}[{b}])")
-        if pinned:
-            ctx.scope.emit(f"blas_threads({prev})")
+        _one_call(ctx, macs, B, b, l3, lt, o3, rt_of)
         return [ArrayBinding(out, out_kind)]
     if blas and M * N:
         # Nothing to contract: zeros (numba's fill does not take a 0-d array).

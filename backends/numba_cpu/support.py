@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit, types
 
 from . import vecmath
-from .threads import blas_threads
+from .threads import blas_threads, dot_in_blocks
 from .intrinsics import (
     advise_hugepages, ld, st,
     bitcast, ctlz, ctpop, f2i, fabs, fcmp_total, fceil, fcopysign, ffloor, fmaximum, fminimum,
@@ -33,7 +33,7 @@ from .vecmath import (
 )
 
 __all__ = [
-    "advise_hugepages", "blas_threads", "ld", "st", "lanes_add", "lanes_reset", "lanes_row", "lanes_total", "bitcast", "ctlz", "ctpop", "f2i", "fabs", "fcmp_total", "fceil", "fcopysign", "ffloor",
+    "advise_hugepages", "blas_threads", "dot_in_blocks", "ld", "st", "lanes_add", "lanes_reset", "lanes_row", "lanes_total", "bitcast", "ctlz", "ctpop", "f2i", "fabs", "fcmp_total", "fceil", "fcopysign", "ffloor",
     "fmaximum", "fminimum", "fround_afz", "fround_even", "fsqrt", "ftrunc", "i2f", "i2i", "iadd",
     "iand", "icmp", "idiv", "imul", "inot", "ior", "irem", "isub", "ixor", "radd", "rmax", "rmin",
     "rmul", "shl", "shr_arith", "shr_logical",

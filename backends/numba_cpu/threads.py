@@ -31,15 +31,16 @@ does that), and giving up a thread gives up that thread's share of the cores. So
   program that keeps two cores busy takes 3x or more, XLA's as well (``bench --under-load``'s
   module docstring). On OpenMP or numba's workqueue with the pool off, the shares are fixed and
   a busy machine gets fewer threads, as below for OpenBLAS;
-* OpenBLAS's shares are fixed, so when a run finds some cores busy (:func:`usable_threads`) a
-  float product large enough to share (:data:`SMALL_DOT_MACS` multiply-adds and more) with
-  :data:`~.kernels.DOT_BLOCK_ROWS` output rows per thread runs in row blocks, one per thread,
-  each one BLAS call on one thread, as the chunks of a parallel loop on the pool
+* OpenBLAS's shares are fixed, so when a run finds some cores busy (:func:`usable_threads`;
+  :func:`apply` then sets :func:`set_dot_blocks`, which the generated code reads with
+  :func:`dot_in_blocks`) a float product large enough to share runs in row blocks, up to one
+  per thread, each one BLAS call on one thread, as the chunks of a parallel loop on the pool
   (:func:`.kernels.dot_row_blocks`): a block is run by whichever thread is free, and a product
-  whose other thread never comes takes its one-thread time. On an idle machine it runs on
-  OpenBLAS's threads, faster there. The MLP (three such products) under ``bench --under-load
-  2``, three runs each way in turns: 48-68 ms loaded on OpenBLAS's threads (2.8-2.9x its quiet
-  time), 38-44 ms in blocks (1.2-2.1x).
+  whose other thread never comes takes its one-thread time. On an idle machine it is one call
+  on OpenBLAS's threads, faster there; so it is where chunks go to fixed shares too (numba's
+  OpenMP or workqueue layer with the pool off). The MLP (three such products) under ``bench
+  --under-load 2``, three runs each way in turns: 48-68 ms loaded on OpenBLAS's threads
+  (2.8-2.9x its quiet time), 38-44 ms in blocks (1.2-2.1x).
   A small product (under :data:`SMALL_DOT_MACS`, ~0.1 ms on one core) runs on the calling thread
   alone: the generated code brackets it with ``blas_threads(1)`` and a restore, so waking a pool
   costs it nothing and a busy machine cannot stall it. Products that are not cut (too few rows
@@ -57,7 +58,10 @@ does that), and giving up a thread gives up that thread's share of the cores. So
 ``blas_threads`` is an intrinsic calling OpenBLAS's ``openblas_set_num_threads_local`` through a
 symbol registered with LLVM in every process (:func:`_register`), so numba's disk cache keeps
 code that calls it: a ctypes pointer would be an address of one process. Without that function
-(another BLAS) the symbol is a no-op.
+(another BLAS) the symbol is a no-op. In scipy's OpenBLAS build (0.3.30) the count it sets is
+the process's, not the calling thread's (one thread sets 1, another reads 1 back): two programs
+running at once on two threads set it for each other (their results stay the same; a product
+may get the other's count of threads). The row-block flag is one word at a symbol too.
 """
 
 from __future__ import annotations
@@ -76,8 +80,8 @@ from numba.core.extending import intrinsic
 from . import pool
 from .kernels import LARGE_DOT_MACS, SMALL_DOT_MACS
 
-__all__ = ["LARGE_DOT_MACS", "SMALL_DOT_MACS", "SAMPLE_S", "apply", "blas_threads", "restore",
-           "usable_threads", "work_stealing"]
+__all__ = ["LARGE_DOT_MACS", "SMALL_DOT_MACS", "SAMPLE_S", "apply", "blas_threads", "dot_in_blocks", "restore",
+           "set_dot_blocks", "usable_threads", "work_stealing"]
 
 #: How old the load figure may be before it is sampled again, in seconds.
 SAMPLE_S = 0.2
@@ -106,12 +110,49 @@ def _openblas_local() -> "_ctypes.CFuncPtr | None":
 _LOCAL = _openblas_local()
 
 
+#: Symbol of one 64-bit word: nonzero while runs cut large products into row blocks
+#: (:func:`dot_in_blocks`); allocated once and never freed (compiled code reads it).
+_BLOCKS_SYMBOL = "pjrt_hub_numba_cpu_dot_blocks"
+_blocks_word: "ctypes.c_int64 | None" = None
+
+
 def _register() -> None:
+    global _blocks_word
     address = ctypes.cast(_LOCAL, ctypes.c_void_p).value if _LOCAL is not None else _no_blas_threads.address
     _llvm.add_symbol(_SYMBOL, address)
+    libc = ctypes.CDLL(None)
+    libc.calloc.restype = ctypes.c_void_p
+    libc.calloc.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
+    word = libc.calloc(1, 8)
+    if not word:
+        raise MemoryError("pjrt-hub numba_cpu: no memory for the dot-blocks flag")
+    _blocks_word = ctypes.c_int64.from_address(word)
+    _llvm.add_symbol(_BLOCKS_SYMBOL, word)
 
 
 _register()
+
+
+def set_dot_blocks(on: bool) -> None:
+    """Whether the next runs cut their large products into row blocks (:func:`apply` sets it
+    from the load; process-wide, as the machine's load is)."""
+    assert _blocks_word is not None
+    _blocks_word.value = 1 if on else 0
+
+
+@intrinsic
+def dot_in_blocks(typingctx):
+    """Whether this run cuts its large products into row blocks (:func:`set_dot_blocks`)."""
+
+    def codegen(context, builder, sig, args):
+        module = builder.module
+        try:
+            word = module.get_global(_BLOCKS_SYMBOL)
+        except KeyError:
+            word = ir.GlobalVariable(module, ir.IntType(64), _BLOCKS_SYMBOL)
+        return builder.icmp_signed("!=", builder.load(word), ir.Constant(ir.IntType(64), 0))
+
+    return types.boolean(), codegen
 
 
 @intrinsic
@@ -259,6 +300,9 @@ def apply(limit: int) -> tuple[int, int, int, int]:
     # the cores). A fixed share is waited for, so on the other layers a busy machine gets fewer.
     numba.set_num_threads(min(limit if _stealing else n, numba.config.NUMBA_NUM_THREADS))
     blas_before = _LOCAL(n) if _LOCAL is not None else -1
+    # Row blocks where threads claim them and some cores are busy (.kernels.dot_row_blocks);
+    # with a BLAS whose threads cannot be set per call they would nest its threads in numba's.
+    set_dot_blocks(bool(_stealing) and _LOCAL is not None and n < limit)
     # Each chunk a task of its own, for idle threads to take.
     chunks_before = numba.set_parallel_chunksize(1) if _stealing else -1
     return numba_before, blas_before, chunks_before, pool.enter()

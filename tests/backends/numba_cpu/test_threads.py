@@ -47,25 +47,43 @@ def test_small_products_run_single_threaded_mid_ones_follow_the_runtime_large_on
 
 @pytest.mark.parametrize("threads_for", [1, 2, 3])
 def test_dot_row_blocks_one_per_thread_only_where_each_block_is_worth_it(threads_for):
-    big = 1024 * 1024 * 128
-    assert kernels.dot_row_blocks(1024, 128, big, threads_for, False) == (threads_for if threads_for > 1 else 1)
-    assert kernels.dot_row_blocks(1024, 128, big, 16, False) == 1024 // kernels.DOT_BLOCK_ROWS
-    assert kernels.dot_row_blocks(255, 4096, big, 2, False) == 1  # no 2 blocks of 128 rows
-    assert kernels.dot_row_blocks(1024, 1, big, 2, False) == 1  # a matrix-vector product
-    assert kernels.dot_row_blocks(1024, 128, big, 2, True) == 1  # the left side transposed
-    assert kernels.dot_row_blocks(1024, 8, kernels.SMALL_DOT_MACS - 1, 2, False) == 1
+    rows = kernels.dot_row_blocks
+    assert rows(1024, 128, 1024, 1, threads_for, False) == (threads_for if threads_for > 1 else 1)
+    assert rows(1024, 128, 1024, 1, 16, False) == 1024 // kernels.DOT_BLOCK_ROWS
+    assert rows(255, 4096, 1024, 1, 2, False) == 1  # no 2 blocks of 128 rows
+    assert rows(1024, 1, 1 << 20, 1, 2, False) == 1  # a matrix-vector product
+    assert rows(1024, 128, 1024, 1, 2, True) == 1  # the left side transposed
+    assert rows(1024, 8, 1023, 1, 2, False) == 1  # under SMALL_DOT_MACS
+    # Blocks big enough to stay off OpenBLAS's small-matrix kernel: 2048 x 8 x 512 is 2**23
+    # multiply-adds, two blocks of 2**22 whatever the threads.
+    assert rows(2048, 8, 512, 1, 16, False) == 2
+    assert rows(512, 8, 512, 4, 2, False) == 1  # 2**23 in all, 2**21 per batch
 
 
-_BATCHED = ("func.func @main(%a: tensor<3x512x96xf32>, %b: tensor<3x96x160xf32>) -> tensor<3x512x160xf32> {\n"
+@pytest.mark.parametrize("m, k, n, dtype", [(2048, 512, 8, "f32"), (2048, 512, 8, "f64"), (1000, 333, 77, "f32"),
+                                            (4096, 2048, 2, "f32")])
+def test_row_blocks_give_the_bits_of_one_call_for_any_thread_count(m, k, n, dtype):
+    from .tier_helpers import assert_same_bits, eager_program
+
+    text = _matmul(m, k, n).replace("f32", dtype)
+    rng = np.random.default_rng(3)
+    np_type = np.float32 if dtype == "f32" else np.float64
+    a, b = rng.normal(size=(m, k)).astype(np_type), rng.normal(size=(k, n)).astype(np_type)
+    (whole,) = eager_program(text, 1).run([a, b])
+    for cut_for in (2, 3, 16, 64):
+        assert_same_bits(eager_program(text, cut_for).run([a, b]), [whole], f"cut for {cut_for} threads")
+
+
+_BATCHED = ("func.func @main(%a: tensor<3x512x96xf32>, %b: tensor<3x96x256xf32>) -> tensor<3x512x256xf32> {\n"
             "  %0 = stablehlo.dot_general %a, %b, batching_dims = [0] x [0], contracting_dims = [2] x [1] : "
-            "(tensor<3x512x96xf32>, tensor<3x96x160xf32>) -> tensor<3x512x160xf32>\n"
-            "  return %0 : tensor<3x512x160xf32>\n}\n")  # 3 * 512 * 160 * 96 multiply-adds: over 2**24
+            "(tensor<3x512x96xf32>, tensor<3x96x256xf32>) -> tensor<3x512x256xf32>\n"
+            "  return %0 : tensor<3x512x256xf32>\n}\n")  # 3 * 512 * 256 * 96 multiply-adds
 
 
 @pytest.mark.parametrize("text, shapes", [
     (_matmul(1024, 256, 64), ((1024, 256), (256, 64))),  # 2**24 multiply-adds
     (_matmul(1000, 333, 77), ((1000, 333), (333, 77))),  # blocks of uneven rows
-    (_BATCHED, ((3, 512, 96), (3, 96, 160))),
+    (_BATCHED, ((3, 512, 96), (3, 96, 256))),
 ])
 def test_a_large_product_runs_in_row_blocks_on_a_busy_machine_and_on_openblas_on_an_idle_one(
         numba_cache_dir, monkeypatch, text, shapes):
@@ -79,9 +97,9 @@ def test_a_large_product_runs_in_row_blocks_on_a_busy_machine_and_on_openblas_on
     a, b = (rng.normal(size=s).astype(np.float32) for s in shapes)
     eager = eager_program(text, threads=2).run([a, b])
     sharing = pool.install() and numba.config.NUMBA_NUM_THREADS >= 2
-    for free, in_blocks in ((1, True), (2, threads._LOCAL is None)):
+    for free, in_blocks in ((1, threads._LOCAL is not None and threads.work_stealing()), (2, False)):
         # The cores other processes leave free, as the run samples them: one of two is a busy
-        # machine. (Without OpenBLAS's per-thread setting the blocks always run.)
+        # machine. (Blocks only where threads claim chunks and OpenBLAS's threads can be set.)
         monkeypatch.setattr(threads, "usable_threads", lambda limit, free=free: min(limit, free))
         loops = pool.loops()
         (got,) = program.run([a, b])
@@ -90,6 +108,19 @@ def test_a_large_product_runs_in_row_blocks_on_a_busy_machine_and_on_openblas_on
             assert (pool.loops() > loops) == in_blocks, (free, pool.loops(), loops)
         # Blocks or one call, the same BLAS kernel per row: the same bits, as on the eager tier.
         assert_same_bits(eager, [got], f"{free} free core(s)")
+    if threads._LOCAL is not None:
+        # The entry called directly, in blocks or not, gives the caller its BLAS setting back,
+        # and the same bits.
+        for blocks in (True, False):
+            threads.set_dot_blocks(blocks)
+            before = threads._LOCAL(2)
+            try:
+                (got,) = program._entry(a, b)
+                assert threads._LOCAL(before) == 2
+            finally:
+                threads._LOCAL(before)
+                threads.set_dot_blocks(False)
+            assert_same_bits(eager, [got], f"entry, blocks {blocks}")
 
 
 def test_parallel_loops_are_cut_into_chunks_for_idle_threads_to_take(compiler):
