@@ -1011,14 +1011,14 @@ def _dot_general(program: EagerProgram, op: Op) -> Step:
                 l3, lt = _arrange(env[lhs], lb, lf, lc, (B, M, K))
                 r3, rt = _arrange(env[rhs], rb, rc, rf, (B, K, N))
                 o3 = out.reshape((B, M, N))
+                # In blocks only where the left side is not transposed (dot_row_blocks): BLAS
+                # would get a row range of a transposed view with the range's leading dimension.
                 blocks = _kernels_module.dot_row_blocks(M, N, K, B, program.threads, lt)
                 for b in range(B):
-                    if blocks == 1:
-                        blas_call(l3[b].T if lt else l3[b], lt, r3[b].T if rt else r3[b], rt, o3[b])
-                        continue
-                    for c in range(blocks):  # never transposed (dot_row_blocks)
+                    x, y = l3[b].T if lt else l3[b], r3[b].T if rt else r3[b]
+                    for c in range(blocks):
                         lo, hi = (c * M) // blocks, ((c + 1) * M) // blocks
-                        blas_call(l3[b][lo:hi], False, r3[b].T if rt else r3[b], rt, o3[b][lo:hi])
+                        blas_call(x[lo:hi], lt, y, rt, o3[b][lo:hi])
             elif M * N:
                 out.fill(0)
             env[res] = out

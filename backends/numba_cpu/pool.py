@@ -46,7 +46,7 @@ import threading
 import numpy as np
 from llvmlite import binding as _llvm
 
-__all__ = ["enter", "install", "leave", "loops", "workers"]
+__all__ = ["enter", "install", "leave", "loops", "static_words", "workers"]
 
 _STATE = "pjrt_hub_numba_cpu_pool_state"
 _SYSCALL = "pjrt_hub_numba_cpu_syscall"
@@ -106,6 +106,26 @@ def _supported() -> bool:
         os.environ.get("PJRT_HUB_NUMBA_POOL", "1") != "0"
 
 
+#: Words :func:`static_words` allocated where the C library cannot be reached by name.
+_kept: list[ctypes.Array[ctypes.c_int64]] = []
+
+
+def static_words(count: int) -> int:
+    """The address of ``count`` zeroed 64-bit words that are never freed (0 if there is no
+    memory): state compiled code finds at a symbol, which threads may still read while the
+    interpreter exits (calloc'd; elsewhere an array this module keeps)."""
+    try:
+        libc = ctypes.CDLL(None)
+        calloc = libc.calloc
+    except (OSError, TypeError, AttributeError):  # no C library by that name (Windows)
+        words = (ctypes.c_int64 * count)()
+        _kept.append(words)
+        return ctypes.addressof(words)
+    calloc.restype = ctypes.c_void_p
+    calloc.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
+    return calloc(count, 8) or 0
+
+
 def install() -> bool:
     """Define ``numba_parallel_for`` and ``get_thread_id`` for the pool (once per process),
     keeping numba's layer for other threads; must run before programs are compiled or loaded
@@ -127,17 +147,14 @@ def install() -> bool:
         if not (layer_for and layer_id):
             return False
         global _state
-        libc = ctypes.CDLL(None)
-        libc.calloc.restype = ctypes.c_void_p
-        libc.calloc.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
-        address = libc.calloc(_WORDS, 8)
+        address = static_words(_WORDS)
         if not address:
             return False
         _state = np.ctypeslib.as_array((ctypes.c_int64 * _WORDS).from_address(address))
         _state[_LAYER_FOR] = layer_for
         _state[_LAYER_ID] = layer_id
         _llvm.add_symbol(_STATE, address)
-        _llvm.add_symbol(_SYSCALL, ctypes.cast(libc.syscall, ctypes.c_void_p).value)
+        _llvm.add_symbol(_SYSCALL, ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value)
         from . import _pool_code
 
         _llvm.add_symbol("numba_parallel_for", _pool_code._parallel_for.address)

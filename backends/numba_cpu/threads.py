@@ -49,8 +49,8 @@ does that), and giving up a thread gives up that thread's share of the cores. So
   for, where a thread's share of the cores is worth more than a time slice of waiting; one in
   between on the cores other processes leave free (:func:`usable_threads`, from ``/proc/stat``
   sampled at most every :data:`SAMPLE_S`), which :func:`apply` sets before each run of a program
-  and :func:`restore` puts back after it (the settings are per thread): on an idle machine every
-  core;
+  and :func:`restore` puts back after it (numba's settings are per thread, OpenBLAS's count
+  is the process's: see below): on an idle machine every core;
 * OpenBLAS's idle workers would otherwise spin for ~0.1 s after each call, competing with the
   program's next kernel; ``OPENBLAS_THREAD_TIMEOUT`` (set in the package ``__init__``, before the
   library loads) puts them to sleep at once.
@@ -120,10 +120,7 @@ def _register() -> None:
     global _blocks_word
     address = ctypes.cast(_LOCAL, ctypes.c_void_p).value if _LOCAL is not None else _no_blas_threads.address
     _llvm.add_symbol(_SYMBOL, address)
-    libc = ctypes.CDLL(None)
-    libc.calloc.restype = ctypes.c_void_p
-    libc.calloc.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
-    word = libc.calloc(1, 8)
+    word = pool.static_words(1)
     if not word:
         raise MemoryError("pjrt-hub numba_cpu: no memory for the dot-blocks flag")
     _blocks_word = ctypes.c_int64.from_address(word)
@@ -282,8 +279,10 @@ _stealing: bool | None = None
 
 
 def apply(limit: int) -> tuple[int, int, int, int]:
-    """Set numba's and OpenBLAS's threads of the calling thread for the next program run, and
-    its parallel chunk size to one iteration per task where threads steal work.
+    """Set numba's threads of the calling thread for the next program run, OpenBLAS's (the
+    process's count in scipy's build), whether large products run in row blocks
+    (:func:`set_dot_blocks`), and the thread's parallel chunk size to one iteration per task
+    where threads steal work.
 
     Returns what the caller had (numba's threads, OpenBLAS's, the chunk size; -1: not set) and
     the thread's slot in the pool (.pool.enter), which the run puts back with :func:`restore`:
