@@ -227,7 +227,8 @@ def _names(code: CodeType) -> frozenset[str]:
 
 
 _SCALAR_IDENTITY = frozenset({"stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.transpose",
-                              "stablehlo.reverse", "stablehlo.broadcast", "stablehlo.optimization_barrier"})
+                              "stablehlo.reverse", "stablehlo.broadcast", "stablehlo.optimization_barrier",
+                              "sdy.sharding_constraint"})
 
 
 def _compute_dtype(kind: ElementKind) -> np.dtype:
@@ -769,7 +770,7 @@ def _gather(program: EagerProgram, op: Op) -> Step:
     return _single(op, fn)
 
 
-@_kernel("stablehlo.optimization_barrier")
+@_kernel("stablehlo.optimization_barrier", "sdy.sharding_constraint")
 def _optimization_barrier(program: EagerProgram, op: Op) -> Step:
     pairs = list(zip(op.operands, op.results))
 

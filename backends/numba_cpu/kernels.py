@@ -363,7 +363,7 @@ def _case(ctx: Lowering, op: Op) -> Sequence[Binding]:
     return [_named(ctx, v, name, ctx.scope) for v, name in zip(op.results, names)]
 
 
-@kernel("stablehlo.optimization_barrier", lazy_operands=True)
+@kernel("stablehlo.optimization_barrier", "sdy.sharding_constraint", lazy_operands=True)
 def _optimization_barrier(ctx: Lowering, op: Op) -> Sequence[Binding]:
     out = []
     for v in op.operands:

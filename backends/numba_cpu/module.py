@@ -30,7 +30,7 @@ _NO_FLOPS = {
     "stablehlo.slice", "stablehlo.dynamic_slice", "stablehlo.dynamic_update_slice", "stablehlo.concatenate",
     "stablehlo.pad", "stablehlo.reverse", "stablehlo.iota", "stablehlo.gather", "stablehlo.while",
     "stablehlo.case", "stablehlo.return", "func.return", "stablehlo.bitcast_convert", "stablehlo.convert",
-    "stablehlo.optimization_barrier",
+    "stablehlo.optimization_barrier", "sdy.sharding_constraint",
 }
 
 

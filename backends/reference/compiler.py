@@ -159,7 +159,7 @@ _NO_FLOPS = frozenset({
     "stablehlo.transpose", "stablehlo.reverse", "stablehlo.slice", "stablehlo.dynamic_slice",
     "stablehlo.dynamic_update_slice", "stablehlo.concatenate", "stablehlo.pad", "stablehlo.gather",
     "stablehlo.convert", "stablehlo.bitcast_convert", "stablehlo.tuple",
-    "stablehlo.get_tuple_element", "stablehlo.optimization_barrier", "func.return",
+    "stablehlo.get_tuple_element", "stablehlo.optimization_barrier", "sdy.sharding_constraint", "func.return",
     "stablehlo.return", "func.call", "stablehlo.while", "stablehlo.case", "stablehlo.if",
 })
 

@@ -344,7 +344,7 @@ def _composite(ctx: Execution, op: Op, *args):
     return Results(ctx.call(op.attributes["decomposition"].name, args))
 
 
-@register("stablehlo.optimization_barrier")
+@register("stablehlo.optimization_barrier", "sdy.sharding_constraint")
 def _optimization_barrier(ctx: Execution, op: Op, *args):
     return Results(args)
 

@@ -512,6 +512,8 @@ OPS: Mapping[str, OpDef] = define([
     # -- Shardy ---------------------------------------------------------------------------------
     OpDef("sdy.manual_computation", form=Form("manual_computation")),
     OpDef("sdy.return", form=Form("return")),
+    # Where a value is to be sharded: on one partition, the value itself.
+    OpDef("sdy.sharding_constraint", verifier="optimization_barrier", form=Form("sharding_constraint")),
 ])
 
 #: Attributes of each op after parsing, with the defaults the parser fills in when the text

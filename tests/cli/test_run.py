@@ -209,3 +209,52 @@ def test_a_scalar_is_not_a_one_element_vector(tmp_path, capsys):
                  in3=np.ones(2, np.uint16), in4=np.ones((1, 1, 2), np.int8))
     code, _, err = run(capsys, program, "--plugin", "reference", "--inputs", src)
     assert code == ExitCode.BAD_INPUT and "input in0: @main expects float32[], got float32[1]" in err
+
+
+# jax.jit with shardings over a one-device mesh, as JAX prints it: an sdy.mesh in the module
+# body, sdy.sharding attributes and a with_sharding_constraint, in both forms.
+SHARDY_PRETTY = """module @jit_f attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["a"=1]> {stablehlo.mesh = {axes = [{name = "a", size = 1 : i64}]}}
+  func.func public @main(%arg0: tensor<2x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a"}, {}]>}) -> (tensor<2x4xf32> {jax.result_info = "result"}) {
+    %cst = stablehlo.constant dense<2.000000e+00> : tensor<2x4xf32>
+    %0 = stablehlo.multiply %arg0, %cst : tensor<2x4xf32>
+    %1 = sdy.sharding_constraint %0 <@mesh, [{"a"}, {}]> : tensor<2x4xf32>
+    %2 = stablehlo.add %1, %cst : tensor<2x4xf32>
+    return %2 : tensor<2x4xf32>
+  }
+}
+"""
+SHARDY_GENERIC = """"builtin.module"() <{sym_name = "jit_f"}> ({
+  "sdy.mesh"() <{mesh = #sdy.mesh<["a"=1]>, sym_name = "mesh"}> {stablehlo.mesh = {axes = [{name = "a", size = 1 : i64}]}} : () -> ()
+  "func.func"() <{arg_attrs = [{sdy.sharding = #sdy.sharding<@mesh, [{"a"}, {}]>}], function_type = (tensor<2x4xf32>) -> tensor<2x4xf32>, res_attrs = [{jax.result_info = "result"}], sym_name = "main", sym_visibility = "public"}> ({
+  ^bb0(%arg0: tensor<2x4xf32>):
+    %0 = "stablehlo.constant"() <{value = dense<2.000000e+00> : tensor<2x4xf32>}> : () -> tensor<2x4xf32>
+    %1 = "stablehlo.multiply"(%arg0, %0) : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+    %2 = "sdy.sharding_constraint"(%1) <{sharding = #sdy.sharding<@mesh, [{"a"}, {}]>}> : (tensor<2x4xf32>) -> tensor<2x4xf32>
+    %3 = "stablehlo.add"(%2, %0) : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+    "func.return"(%3) : (tensor<2x4xf32>) -> ()
+  }) : () -> ()
+}) {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} : () -> ()
+"""
+
+
+@pytest.mark.parametrize("plugin", ["reference", "numba_cpu"])
+@pytest.mark.parametrize("form", ["pretty", "generic"])
+def test_a_program_sharded_over_one_device_runs_as_it_is(tmp_path, capsys, plugin, form):
+    path = tmp_path / "f.mlir"
+    path.write_text(SHARDY_PRETTY if form == "pretty" else SHARDY_GENERIC)
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    out = tmp_path / "out.npz"
+    code, _, stderr = run(capsys, path, "--plugin", plugin, "--inputs", inputs(tmp_path, in0=x), "--out", out)
+    assert code == ExitCode.OK, stderr
+    with np.load(out) as data:
+        np.testing.assert_array_equal(data["out0"], x * 2 + 2)
+
+
+def test_a_sharding_constraint_without_its_sharding_is_refused_by_name(tmp_path, capsys):
+    path = tmp_path / "f.mlir"
+    path.write_text(SHARDY_PRETTY.replace(' <@mesh, [{"a"}, {}]> : tensor<2x4xf32>\n', " : tensor<2x4xf32>\n"))
+    code, _, stderr = run(capsys, path, "--plugin", "reference", "--inputs",
+                          inputs(tmp_path, in0=np.zeros((2, 4), np.float32)))
+    assert code == ExitCode.BAD_INPUT
+    assert "the sharding" in stderr and "line 6" in stderr

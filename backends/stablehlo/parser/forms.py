@@ -573,6 +573,19 @@ class OpFormReader(LocationReader):
             return OpParts(name, uses, types, results, attrs)
         return OpParts(name, uses, types, list(types), attrs)
 
+    def _read_sharding_constraint(self, name: str, pos: int) -> OpParts:
+        """``sdy.sharding_constraint %x <@mesh, [{"a"}, {}]> : T``; the sharding is kept as
+        written (attribute ``sharding``: str)."""
+        cur = self.cur
+        operand = self._expect_use()
+        if not cur.peek("<"):
+            raise cur.expected("the sharding, like '<@mesh, [{\"x\"}, {}]>'")
+        attrs: dict[str, Any] = {"sharding": cur.balanced("<", ">")}
+        attrs.update(self._opt_attr_dict())
+        cur.expect(":", "':' and the type of sdy.sharding_constraint")
+        ins, outs = self._same_type_signature(name, 1)
+        return OpParts(name, [operand], ins, outs, attrs)
+
     def _read_tuple(self, name: str, pos: int) -> OpParts:
         uses, _ = self._parse_uses()
         attrs = self._opt_attr_dict()
@@ -737,6 +750,7 @@ READERS: Mapping[str, Callable[..., OpParts]] = MappingProxyType({
     "get_dimension_size": OpFormReader._read_get_dimension_size,
     "top_k": OpFormReader._read_top_k,
     "manual_computation": OpFormReader._read_manual_computation,
+    "sharding_constraint": OpFormReader._read_sharding_constraint,
 })
 
 

@@ -142,6 +142,8 @@ class Parser(OpFormReader):
                 functions.append(self._parse_function_op())
             elif cur.peek_keyword("sdy.mesh"):
                 self._parse_sdy_mesh()
+            elif cur.peek('"sdy.mesh"'):
+                self._parse_generic_sdy_mesh()
             else:
                 raise cur.expected("a function ('func.func') or an 'sdy.mesh' in the module body")
         return functions
@@ -160,8 +162,30 @@ class Parser(OpFormReader):
         if cur.peek("{"):
             self.parse_attribute_dict()
         self._optional_location()
+        self._add_mesh(name, body, start)
+
+    def _parse_generic_sdy_mesh(self) -> None:
+        """``"sdy.mesh"() <{mesh = #sdy.mesh<[...]>, sym_name = "name"}> {attrs} : () -> ()``,
+        kept as the pretty form is."""
+        cur = self.cur
+        start = cur.pos
+        cur.expect('"sdy.mesh"')
+        cur.expect("(", "'(' after \"sdy.mesh\"")
+        cur.expect(")", "')': sdy.mesh has no operands")
+        props = self._parse_properties()
+        if cur.peek("{"):
+            self.parse_attribute_dict()
+        cur.expect(":")
+        self._expect_empty_function_type()
+        self._optional_location()
+        name, mesh = props.get("sym_name"), str(props.get("mesh", ""))
+        if not isinstance(name, str) or not mesh.startswith("#sdy.mesh<"):
+            raise cur.error('"sdy.mesh" needs \'sym_name\' and \'mesh = #sdy.mesh<...>\' properties', start)
+        self._add_mesh(name, mesh[len("#sdy.mesh"):], start)
+
+    def _add_mesh(self, name: str, body: str, start: int) -> None:
         if name in self._meshes:
-            raise cur.error(f"sdy.mesh @{name} is defined twice", start)
+            raise self.cur.error(f"sdy.mesh @{name} is defined twice", start)
         self._meshes[name] = body
 
     # -- functions ---------------------------------------------------------------------------
