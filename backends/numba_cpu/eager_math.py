@@ -464,6 +464,14 @@ def isfinite_f(x):
     return fabs(x) < np.inf
 
 
+def next_after_bits(bx, by, x, y, one, sign, nan):
+    bx, by, x, y = _a(bx), _a(by), _a(x), _a(y)
+    out = np.where((x < y) == (x > 0), bx + one, bx - one)
+    out = np.where(x == 0, (by & sign) | one, out)
+    out = np.where(x == y, by, out)
+    return np.where((x != x) | (y != y), nan, out).astype(bx.dtype)
+
+
 def clamp_index(i, hi):
     v = _a(i).astype(np.int64)
     return np.minimum(np.maximum(v, 0), hi)

@@ -518,6 +518,22 @@ def _reduce_precision(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
     return kind.rounded(text)
 
 
+@elementwise("chlo.next_after", cost=4)
+def _next_after(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+    kind = ctx.kind(op.result)
+    if kind.cls != "f" or (kind.narrow and kind.narrow not in ("bf16", "f16")):
+        raise unsupported_variant(op, f"{kind.element} operands")
+    x, y = args[0].text, args[1].text
+    width = kind.bits
+    u = f"np.uint{width}"
+    nan = {16: 0x7FC0 if kind.narrow == "bf16" else 0x7E00, 32: 0x7FC00000, 64: 0x7FF8000000000000}[width]
+    consts = f"{u}(1), {u}({1 << (width - 1)}), {u}({nan})"
+    if kind.narrow:  # computed in float32, exact in the narrow format: step its bits
+        return kind.load(f"next_after_bits({kind.store(x)}, {kind.store(y)}, {x}, {y}, {consts})")
+    return (f"bitcast(next_after_bits(bitcast({x}, types.uint{width}), bitcast({y}, types.uint{width}), "
+            f"{x}, {y}, {consts}), {kind.nb})")
+
+
 @elementwise("stablehlo.map", cost=10)
 def _map(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str | Expr:
     (result,) = ctx.lower_scalar_region(op.regions[0], list(args))

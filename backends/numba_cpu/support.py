@@ -44,7 +44,7 @@ __all__ = [
     "fsign", "isign", "iabs", "imax", "imin", "ipow", "fpow64", "frem", "isfinite_f",
     "exp_f64", "log_f64", "tanh_f64", "logistic_f64", "expm1_f64", "log1p_f64", "sin_f", "cos_f", "tan_f",
     "atan2_f", "sinh_f", "cosh_f", "asin_f", "acos_f", "atan_f", "asinh_f", "acosh_f", "atanh_f",
-    "lgamma_f", "clamp_index", "sf_value", "sf_bits", "wrap_signed", "wrap_unsigned",
+    "lgamma_f", "next_after_bits", "clamp_index", "sf_value", "sf_bits", "wrap_signed", "wrap_unsigned",
     "cdiv", "csign", "cexp", "clog", "csqrt", "crsqrt", "ctanh", "csin", "ccos", "ctan", "cexpm1", "clog1p",
     "clogistic", "cpow", "cmath", "rng_threefry", "rng_philox", "reduce_precision32", "reduce_precision64", "np", "math", "types", "vecmath",
 ]
@@ -311,6 +311,22 @@ def frem(x, y):
 @_inline
 def isfinite_f(x):
     return fabs(x) < np.inf
+
+
+@_inline
+def next_after_bits(bx, by, x, y, one, sign, nan):
+    """``chlo.next_after`` on the bit patterns ``bx``, ``by`` of floats ``x``, ``y`` (one
+    format, sign-magnitude): the next value after x toward y; y itself when they are equal, the
+    smallest denormal with y's sign after a zero, the format's quiet NaN if either is NaN."""
+    if x != x or y != y:
+        return nan
+    if x == y:
+        return by
+    if x == 0:
+        return ior(iand(by, sign), one)
+    if (x < y) == (x > 0):
+        return iadd(bx, one)
+    return isub(bx, one)
 
 
 @_inline

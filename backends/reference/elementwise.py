@@ -399,9 +399,23 @@ register("stablehlo.subtract", elementwise=True)(_arith(np.subtract, np.subtract
 register("stablehlo.multiply", elementwise=True)(
     _arith(np.multiply, lambda a, b: (a & b) if a.dtype == np.bool_ else np.multiply(a, b)))
 register("stablehlo.atan2", elementwise=True)(_float_op(_atan2, "atan2"))
-register("chlo.next_after", elementwise=True)(
-    lambda ctx, op, a, b: np.nextafter(a, b.astype(a.dtype)) if a.dtype.kind == "f"
-    else compute_float(np.nextafter, a, b))
+
+
+@register("chlo.next_after", elementwise=True)
+def _next_after(ctx, op, a, b):
+    """One step from a toward b on the bit pattern (C's nextafter, for every width: numpy's
+    float16 one returns a, not b, for a == b); b when they are equal, NaN if either is."""
+    if a.dtype.itemsize not in (2, 4, 8):
+        return compute_float(np.nextafter, a, b)
+    b = b.astype(a.dtype)
+    u = np.dtype(f"u{a.dtype.itemsize}")
+    bx, by = np.asarray(a).view(u), np.asarray(b).view(u)
+    x, y = a.astype(np.float64), b.astype(np.float64)
+    one, sign = u.type(1), u.type(1 << (8 * u.itemsize - 1))
+    step = np.where((x < y) == (x > 0), bx + one, bx - one).astype(u)
+    step = np.where(x == 0, (by & sign) | one, step)
+    out = np.where(x == y, by, step).astype(u).view(a.dtype)
+    return np.where(np.isnan(x) | np.isnan(y), np.array(np.nan, a.dtype), out)
 register("chlo.polygamma", elementwise=True)(_float_op(lambda n, x: sp.polygamma(n.astype(np.int64), x), "polygamma"))
 register("chlo.zeta", elementwise=True)(_float_op(sp.zeta, "zeta"))
 

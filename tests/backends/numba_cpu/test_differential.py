@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from .numba_helpers import assert_matches
+from .tier_helpers import assert_same_bits, eager_program
 from pjrt_hub.backends.reference import Interpreter
 from pjrt_hub.backends.stablehlo import parse_module, verify
 
@@ -633,3 +634,53 @@ def test_a_scan_updates_its_stacked_output_in_place(compiler):
         loop = source[source.index("while True:"):]
         loop = loop[:loop.index("\n    return")]
         assert "np.empty" not in loop and ".copy()" not in loop, loop
+
+
+def _ordered_next_after(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """C's nextafter through the total order of the bit patterns: independent of the plugins'
+    sign-magnitude stepping."""
+    bits = 8 * x.dtype.itemsize
+    u = np.dtype(f"u{x.dtype.itemsize}")
+    mask = (1 << (bits - 1)) - 1
+    # Sign-magnitude bits as an ordered integer; -0.0 and +0.0 both map to 0.
+    kx = [-(b & mask) if b >> (bits - 1) else b for b in map(int, np.ravel(x.view(u)))]
+    wide_x, wide_y = x.astype(np.float64), y.astype(np.float64)
+    out = []
+    for k, a, b, yb in zip(kx, wide_x, wide_y, np.ravel(y.view(u))):
+        if a != a or b != b:
+            out.append(None)
+        elif a == b:
+            out.append(int(yb))
+        else:
+            n = k + (1 if b > a else -1)
+            if n == 0 and a != 0:  # stepping onto zero keeps x's sign
+                n_bits = 0 if a > 0 else 1 << (bits - 1)
+            else:
+                n_bits = n if n >= 0 else (-n) | (1 << (bits - 1))
+            out.append(n_bits)
+    nan = np.array(np.nan, x.dtype)
+    return np.array([nan if o is None else np.array(o, u).view(x.dtype) for o in out], x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, bf16])
+def test_next_after_steps_one_value_toward_the_other_in_every_width(compiler, dtype):
+    vals = [0.0, -0.0, 1.0, -1.0, 1e-45, -1e-45, np.inf, -np.inf, np.nan, 3.0e38, -3.0e38, 2.5, 1e-40, 6e-8,
+            65504.0]
+    with np.errstate(over="ignore"):
+        x = np.array([a for a in vals for _ in vals], dtype)
+        y = np.array([b for _ in vals for b in vals], dtype)
+    prog = Program(x, y, np.array(1.5, dtype))
+    t, s = tt(x.shape, dtype), tt((), dtype)
+    prog(f"chlo.next_after %a0, %a1 : {t}")
+    prog(f"chlo.next_after %a2, %a2 : {s}")
+    text = prog.text()
+    expected = _ordered_next_after(x, y)
+    got = compiler.compile(text).run(prog.args)
+    ref = Interpreter(verify(parse_module(text))).run(prog.args)
+    assert_same_bits(eager_program(text).run(prog.args), got, "eager tier against compiled")
+    for name, out in (("numba_cpu", got), ("reference", ref)):
+        nan = np.isnan(expected.astype(np.float64))
+        assert np.isnan(out[0].astype(np.float64))[nan].all(), name
+        np.testing.assert_array_equal(out[0][~nan].view(f"u{x.dtype.itemsize}"),
+                                      expected[~nan].view(f"u{x.dtype.itemsize}"), err_msg=name)
+        assert out[1] == np.array(1.5, dtype), name
