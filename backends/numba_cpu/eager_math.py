@@ -732,7 +732,7 @@ def expm1_f32(x):
     p = p * x + _M[2]
     p = p * x + _M[1]
     p = p * x + _M[0]
-    small = x + x * x * p
+    small = np.copysign(x + x * x * p, x)
     return np.where(np.abs(x) < _HALF, small, exp_f32(x) - _ONE)
 
 
@@ -784,7 +784,7 @@ def tanh_f32(x):
     x = _a(x).astype(np.float32, copy=False)
     a = np.abs(x)
     z = x * x
-    small = x + x * z * (_T0 + z * (_T1 + z * (_T2 + z * (_T3 + z * (_T4 + z * _T5)))))
+    small = np.copysign(x + x * z * (_T0 + z * (_T1 + z * (_T2 + z * (_T3 + z * (_T4 + z * _T5))))), x)
     e = exp_f32(np.minimum(_f32(2.0) * a, _f32(88.0)))
     big = _ONE - _f32(2.0) / (e + _ONE)
     big = np.where(x >= _f32(0.0), big, -big)

@@ -90,7 +90,7 @@ def expm1_f32(x):
         p = p * x + _M[2]
         p = p * x + _M[1]
         p = p * x + _M[0]
-        return x + x * x * p
+        return fcopysign(x + x * x * p, x)  # x's sign, -0 included
     return exp_f32(x) - _f(1.0)
 
 
@@ -151,7 +151,7 @@ _T0, _T1, _T2, _T3, _T4, _T5 = (
 def tanh_f32(x):
     a = fabs(x)
     z = x * x
-    small = x + x * z * (_T0 + z * (_T1 + z * (_T2 + z * (_T3 + z * (_T4 + z * _T5)))))
+    small = fcopysign(x + x * z * (_T0 + z * (_T1 + z * (_T2 + z * (_T3 + z * (_T4 + z * _T5))))), x)
     e = exp_f32(min(_f(2.0) * a, _f(88.0)))
     big = _f(1.0) - _f(2.0) / (e + _f(1.0))
     big = big if x >= _f(0.0) else -big

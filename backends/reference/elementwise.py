@@ -165,6 +165,19 @@ ieee_maximum = _signed_zero_extreme(np.maximum, largest=True)
 ieee_minimum = _signed_zero_extreme(np.minimum, largest=False)
 
 
+def _keep_zero(fn):
+    """An odd function whose scipy form loses the sign of a zero (erfinv(-0) is -0, as XLA's)."""
+    return lambda x: np.where(x == 0, x, fn(x))
+
+
+def _lgamma(x):
+    return np.where(np.isneginf(x), np.inf, sp.gammaln(x))  # scipy gives -inf at -inf
+
+
+def _digamma(x):
+    return np.where(x == 0, np.nan, sp.digamma(x))  # a pole: NaN as XLA's (scipy: -inf, +inf at -0)
+
+
 _FLOAT_UNARY = {
     "stablehlo.exponential": np.exp,
     "stablehlo.exponential_minus_one": np.expm1,
@@ -179,9 +192,9 @@ _FLOAT_UNARY = {
     "stablehlo.round_nearest_afz": _round_afz,
     "chlo.erf": sp.erf,
     "chlo.erfc": sp.erfc,
-    "chlo.erf_inv": sp.erfinv,
-    "chlo.lgamma": sp.gammaln,
-    "chlo.digamma": sp.digamma,
+    "chlo.erf_inv": _keep_zero(sp.erfinv),
+    "chlo.lgamma": _lgamma,
+    "chlo.digamma": _digamma,
     "chlo.sinh": np.sinh,
     "chlo.cosh": np.cosh,
     "chlo.tan": np.tan,
@@ -191,7 +204,7 @@ _FLOAT_UNARY = {
     "chlo.asinh": np.arcsinh,
     "chlo.acosh": np.arccosh,
     "chlo.atanh": np.arctanh,
-    "chlo.bessel_i1e": sp.i1e,
+    "chlo.bessel_i1e": _keep_zero(sp.i1e),
 }
 
 #: Correctly rounded (sqrt) or exact in any float type.

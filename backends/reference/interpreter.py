@@ -380,12 +380,17 @@ def _map(ctx: Execution, op: Op, *args):
 
 
 def _tree_reduce(combine, xs: list[np.ndarray]) -> list[np.ndarray]:
-    """Reduce the last axis of each array pairwise: log2(n) evaluations of ``combine``."""
+    """Reduce the last axis of each array pairwise: log2(n) evaluations of ``combine``.
+
+    Neighbours are paired, so each partial result covers a run of consecutive elements and is
+    combined with the run after it, the earlier one first: a body that is associative but not
+    commutative gives what a reduction in order gives (jnp.argmax's body keeps the first of two
+    NaNs only when it sees them in order)."""
     n = xs[0].shape[-1]
     while n > 1:
         half = n // 2
-        left = [x[..., :half] for x in xs]
-        right = [x[..., half:2 * half] for x in xs]
+        left = [x[..., 0:2 * half:2] for x in xs]
+        right = [x[..., 1:2 * half:2] for x in xs]
         merged = combine(*left, *right)
         if n % 2:
             merged = [np.concatenate([m, x[..., 2 * half:]], axis=-1) for m, x in zip(merged, xs)]

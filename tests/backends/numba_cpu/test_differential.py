@@ -684,3 +684,26 @@ def test_next_after_steps_one_value_toward_the_other_in_every_width(compiler, dt
         np.testing.assert_array_equal(out[0][~nan].view(f"u{x.dtype.itemsize}"),
                                       expected[~nan].view(f"u{x.dtype.itemsize}"), err_msg=name)
         assert out[1] == np.array(1.5, dtype), name
+
+
+ODD_AT_ZERO = ["stablehlo.exponential_minus_one", "stablehlo.log_plus_one", "stablehlo.tanh", "stablehlo.sine",
+               "stablehlo.tan", "stablehlo.cbrt", "stablehlo.sqrt", "chlo.erf", "chlo.erf_inv", "chlo.sinh",
+               "chlo.asin", "chlo.atan", "chlo.asinh", "chlo.atanh", "chlo.tan"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, bf16])
+def test_functions_that_are_odd_at_zero_keep_its_sign(compiler, dtype):
+    """f(-0) is -0 and f(+0) is +0 for these, in XLA as in C (jax.nn.elu of -0 is -0)."""
+    x = np.array([-0.0, 0.0], dtype)
+    prog = Program(x)
+    t = tt(x.shape, dtype)
+    for name in ODD_AT_ZERO:
+        prog(f"{name} %a0 : {t}")
+    text = prog.text()
+    got = compiler.compile(text).run(prog.args)
+    assert_same_bits(eager_program(text).run(prog.args), got, "eager tier against compiled")
+    ref = Interpreter(verify(parse_module(text))).run(prog.args)
+    for plugin, outs in (("numba_cpu", got), ("reference", ref)):
+        for name, out in zip(ODD_AT_ZERO, outs):
+            assert out.astype(np.float64).tolist() == [0.0, 0.0], (plugin, name)
+            assert np.signbit(out.astype(np.float64)).tolist() == [True, False], (plugin, name)

@@ -323,3 +323,12 @@ def test_complex_parts():
     back = ev("stablehlo.complex %x0, %x1", f32(1, 0), f32(2, -3), sig="tensor<2xcomplex<f32>>")
     assert back.tolist() == [1 + 2j, -3j]
     assert ev("stablehlo.abs %x0", np.array([3 + 4j], np.complex64), sig="(tensor<1xcomplex<f32>>) -> tensor<1xf32>").tolist() == [5.0]
+
+
+def test_special_functions_at_their_poles_and_infinities():
+    x = np.array([-np.inf, np.inf, 0.0, -0.0, -2.0], np.float32)
+    np.testing.assert_array_equal(ev("chlo.lgamma %x0", x), [np.inf, np.inf, np.inf, np.inf, np.inf])
+    assert np.isnan(ev("chlo.digamma %x0", x)[2:]).all()  # poles at 0, -0 and negative integers
+    zeros = np.array([-0.0, 0.0], np.float32)
+    for op in ("chlo.erf_inv %x0", "chlo.bessel_i1e %x0"):
+        assert np.signbit(ev(op, zeros)).tolist() == [True, False], op

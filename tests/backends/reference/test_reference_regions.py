@@ -274,3 +274,34 @@ def test_a_scan_updates_its_stacked_output_in_place_and_never_its_input(from_inp
     np.testing.assert_array_equal(xs, before)
     peak = peak_bytes(lambda: Interpreter(module).run([xs]))
     assert peak < 1.5 * xs.nbytes, f"{peak / xs.nbytes:.2f} stacks held at once"
+
+
+ARGMAX = """func.func @main(%x: tensor<{n}xf32>) -> tensor<i32> {{
+  %iota = stablehlo.iota dim = 0 : tensor<{n}xi32>
+  %ninf = stablehlo.constant dense<0xFF800000> : tensor<f32>
+  %zero = stablehlo.constant dense<0> : tensor<i32>
+  %r:2 = stablehlo.reduce(%x init: %ninf), (%iota init: %zero) across dimensions = [0] : (tensor<{n}xf32>, tensor<{n}xi32>, tensor<f32>, tensor<i32>) -> (tensor<f32>, tensor<i32>)
+   reducer(%a: tensor<f32>, %b: tensor<f32>) (%i: tensor<i32>, %j: tensor<i32>) {{
+    %gt = stablehlo.compare GT, %a, %b, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    %nan = stablehlo.compare NE, %a, %a, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    %keep = stablehlo.or %gt, %nan : tensor<i1>
+    %eq = stablehlo.compare EQ, %a, %b, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    %lt = stablehlo.compare LT, %i, %j, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    %tie = stablehlo.and %eq, %lt : tensor<i1>
+    %first = stablehlo.or %keep, %tie : tensor<i1>
+    %v = stablehlo.select %keep, %a, %b : tensor<i1>, tensor<f32>
+    %k = stablehlo.select %first, %i, %j : tensor<i1>, tensor<i32>
+    stablehlo.return %v, %k : tensor<f32>, tensor<i32>
+  }}
+  return %r#1 : tensor<i32>
+}}
+"""
+
+
+@pytest.mark.parametrize("n, nans, first", [(8, [3, 6], 3), (16, [5, 9, 12], 5), (7, [2, 6], 2), (54, [12, 20], 12)])
+def test_argmax_as_jax_writes_it_finds_the_first_of_several_nans(n, nans, first):
+    """jnp.argmax's body is associative but keeps the earlier of two NaNs only when it sees
+    them in order; a reduction in order (XLA's) gives the first."""
+    x = np.zeros(n, np.float32)
+    x[nans] = np.nan
+    assert int(run(ARGMAX.format(n=n), x)) == first
