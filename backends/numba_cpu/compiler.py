@@ -623,13 +623,14 @@ def _front_end(text: str) -> tuple[Module, Function]:
 
     from . import collective_rules, kernels, rules  # noqa: F401  (register the op rules)
     from .inline import inline_calls
+    from .resize import expand_resizing_bitcasts
 
     module = parse_module(text)
     verify = _verifier()
     if verify is not None:
         verify(module)
     call_depth(module)
-    return module, inline_calls(module)
+    return module, expand_resizing_bitcasts(inline_calls(module))
 
 
 def _forget_module(name: str, module: ModuleType) -> None:

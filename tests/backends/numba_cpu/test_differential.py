@@ -707,3 +707,28 @@ def test_functions_that_are_odd_at_zero_keep_its_sign(compiler, dtype):
         for name, out in zip(ODD_AT_ZERO, outs):
             assert out.astype(np.float64).tolist() == [0.0, 0.0], (plugin, name)
             assert np.signbit(out.astype(np.float64)).tolist() == [True, False], (plugin, name)
+
+
+@pytest.mark.parametrize("src, dst, shape", [
+    (np.float32, np.uint8, (2, 3)), (np.float64, np.uint32, (5,)), (np.float32, np.int16, ()),
+    (bf16, np.uint8, (4,)), (np.uint64, bf16, (0, 2)), (np.int64, np.float16, (3,)),
+])
+def test_bitcast_convert_to_another_width_both_ways(compiler, src, dst, shape):
+    """f32[2,3] -> ui8[2,3,4] and back, as XLA lays the parts out (little-endian, the last
+    dimension holding the parts), on both tiers and the reference."""
+    rng = np.random.default_rng(5)
+    raw = rng.integers(0, 256, size=(*shape, np.dtype(src).itemsize), dtype=np.uint8)
+    x = raw.view(src).reshape(shape)
+    k = np.dtype(src).itemsize // np.dtype(dst).itemsize
+    parts = x.reshape(-1).view(dst).reshape(*shape, k)
+    prog = Program(x, parts)
+    prog(f"stablehlo.bitcast_convert %a0 : ({tt(shape, src)}) -> {tt((*shape, k), dst)}")
+    prog(f"stablehlo.bitcast_convert %a1 : ({tt((*shape, k), dst)}) -> {tt(shape, src)}")
+    text = prog.text()
+    got = compiler.compile(text).run(prog.args)
+    ref = Interpreter(verify(parse_module(text))).run(prog.args)
+    assert_same_bits(eager_program(text).run(prog.args), got, "eager tier against compiled")
+    for plugin, (narrow, wide) in (("numba_cpu", got), ("reference", ref)):
+        assert narrow.shape == (*shape, k) and wide.shape == shape, plugin
+        np.testing.assert_array_equal(narrow.reshape(-1).view(np.uint8), raw.reshape(-1), err_msg=plugin)
+        np.testing.assert_array_equal(wide.reshape(-1).view(np.uint8), raw.reshape(-1), err_msg=plugin)
