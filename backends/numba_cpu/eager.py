@@ -331,7 +331,8 @@ def _region_function(block: Block) -> Formula:
 _PER_ELEMENT = frozenset({
     "stablehlo.sine", "stablehlo.cosine", "stablehlo.tan", "stablehlo.cbrt", "stablehlo.atan2", "chlo.erf",
     "chlo.erfc", "chlo.erf_inv", "chlo.tan", "chlo.sinh", "chlo.cosh", "chlo.asin", "chlo.acos", "chlo.atan",
-    "chlo.asinh", "chlo.acosh", "chlo.atanh", "chlo.lgamma",
+    "chlo.asinh", "chlo.acosh", "chlo.atanh", "chlo.lgamma", "chlo.digamma", "chlo.bessel_i1e", "chlo.polygamma",
+    "chlo.zeta",
 })
 #: float32 formulas transcribed from .vecmath: tens of numpy passes each.
 _VECMATH = frozenset({

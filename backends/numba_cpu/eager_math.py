@@ -644,6 +644,38 @@ def fpow64(x, y):
     return _pow(x, y)
 
 
+@functools.lru_cache(maxsize=None)
+def _special(name: str):
+    """``.special``'s compiled function (the kernels call the same; compiled on first use, or
+    loaded from numba's cache), elementwise through numpy."""
+    from . import special
+
+    compiled = getattr(special, name)
+    return np.frompyfunc(compiled, compiled.py_func.__code__.co_argcount, 1)
+
+
+def _apply_special(name: str, *xs):
+    args = np.broadcast_arrays(*(_a(x).astype(np.float64) for x in xs))
+    out = _special(name)(*args)
+    return np.float64(out) if args[0].ndim == 0 else np.asarray(out).astype(np.float64)
+
+
+def digamma_f(x):
+    return _apply_special("digamma64", x)
+
+
+def polygamma_f(n, x):
+    return _apply_special("polygamma64", n, x)
+
+
+def zeta_f(x, q):
+    return _apply_special("zeta64", x, q)
+
+
+def i1e_f(x):
+    return _apply_special("i1e64", x)
+
+
 def erf_f(x):
     return _erf(x)
 

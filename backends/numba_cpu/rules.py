@@ -372,6 +372,21 @@ def _atan2(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
     return kind.rounded(f"atan2_f32({args[0].text}, {args[1].text})")
 
 
+_FLOAT64_SPECIAL = {"chlo.digamma": "digamma_f", "chlo.bessel_i1e": "i1e_f", "chlo.polygamma": "polygamma_f",
+                    "chlo.zeta": "zeta_f"}
+
+
+@elementwise(*_FLOAT64_SPECIAL, cost=80)
+def _float64_special(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
+    """Computed in float64 whatever the type (.special: one compiled function for both tiers),
+    rounded once to the result type."""
+    kind = ctx.kind(op.result)
+    if kind.cls != "f":
+        raise unsupported_variant(op, f"{kind.element} operands")
+    text = f"{_FLOAT64_SPECIAL[op.name]}({', '.join(f'np.float64({a.text})' for a in args)})"
+    return text if kind.bits == 64 else kind.rounded(f"np.float32({text})")
+
+
 def _float_operand(op: Op, kind: ElementKind) -> None:
     if kind.cls != "f":
         raise unsupported_variant(op, f"{kind.element} operand")

@@ -732,3 +732,29 @@ def test_bitcast_convert_to_another_width_both_ways(compiler, src, dst, shape):
         assert narrow.shape == (*shape, k) and wide.shape == shape, plugin
         np.testing.assert_array_equal(narrow.reshape(-1).view(np.uint8), raw.reshape(-1), err_msg=plugin)
         np.testing.assert_array_equal(wide.reshape(-1).view(np.uint8), raw.reshape(-1), err_msg=plugin)
+
+
+@pytest.mark.parametrize("dtype, rtol", [(np.float32, 2e-6), (np.float64, 1e-12), (bf16, 1e-2)])
+def test_digamma_i1e_polygamma_zeta_as_scipy_computes_them(compiler, dtype, rtol):
+    """numba_cpu's special functions (.special) against the reference (scipy), on both tiers,
+    poles and infinities included."""
+    x = np.array([0.1, 0.5, 1.0, 2.5, 9.5, 10.5, 150.0, -0.5, -2.25, 0.0, -0.0, -3.0, np.inf, -np.inf, np.nan,
+                  1e-3, 19.5, 20.5, 80.0], dtype)
+    n = np.array([0, 1, 2, 3, 1, 2, 1, 1, 2, 1, 1, 1, 1, 1, 1, 0, 4, 1, 2], dtype)
+    s = np.array([2.0, 1.5, 3.0, 1.0, 0.5, 4.0, 2.0, 2.0, 3.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 6.0, 1.1, 2.0, 9.0],
+                 dtype)
+    prog = Program(x, n, s)
+    t = tt(x.shape, dtype)
+    prog(f"chlo.digamma %a0 : {t} -> {t}")
+    prog(f"chlo.bessel_i1e %a0 : {t} -> {t}")
+    prog(f"chlo.polygamma %a1, %a0 : {t}, {t} -> {t}")
+    prog(f"chlo.zeta %a2, %a0 : {t}, {t} -> {t}")
+    text = prog.text()
+    got = compiler.compile(text).run(prog.args)
+    assert_same_bits(eager_program(text).run(prog.args), got, "eager tier against compiled")
+    expected = Interpreter(verify(parse_module(text))).run(prog.args)
+    for name, g, e in zip(("digamma", "i1e", "polygamma", "zeta"), got, expected):
+        g64, e64 = g.astype(np.float64), e.astype(np.float64)
+        np.testing.assert_array_equal(np.isnan(g64), np.isnan(e64), err_msg=name)
+        np.testing.assert_allclose(g64[~np.isnan(e64)], e64[~np.isnan(e64)], rtol=rtol, atol=0, err_msg=name)
+    assert np.signbit(got[1][10].astype(np.float64))  # i1e(-0) = -0
