@@ -467,6 +467,14 @@ class Op:
         for region in self.regions:
             yield from region.walk()
 
+    @property
+    def label(self) -> str:
+        """The op's name, with the target of a custom call (``stablehlo.custom_call
+        @ApproxTopK``): what "unsupported op" messages name."""
+        if self.name == "stablehlo.custom_call" and self.attributes.get("call_target_name"):
+            return f"{self.name} @{self.attributes['call_target_name']}"
+        return self.name
+
     def describe(self) -> str:
         """``stablehlo.add (%3) at model.py:4:2`` for error messages."""
         res = ", ".join(v.name for v in self.results)

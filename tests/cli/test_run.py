@@ -258,3 +258,14 @@ def test_a_sharding_constraint_without_its_sharding_is_refused_by_name(tmp_path,
                           inputs(tmp_path, in0=np.zeros((2, 4), np.float32)))
     assert code == ExitCode.BAD_INPUT
     assert "the sharding" in stderr and "line 6" in stderr
+
+
+@pytest.mark.parametrize("plugin", ["reference", "numba_cpu"])
+def test_an_unsupported_custom_call_is_named_by_its_target(tmp_path, capsys, plugin):
+    from ..backends.stablehlo.test_stablehlo_verify import APPROX_TOP_K
+
+    path = tmp_path / "approx.mlir"
+    path.write_text(APPROX_TOP_K)
+    code, _, err = run(capsys, path, "--plugin", plugin, "--inputs", inputs(tmp_path, in0=np.ones((2, 4), np.float32)))
+    assert code == ExitCode.BAD_INPUT
+    assert "unsupported op 'stablehlo.custom_call @ApproxTopK' at line 10" in err

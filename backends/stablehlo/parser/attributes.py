@@ -52,6 +52,8 @@ _ENUM_KINDS: dict[str, type[enum.Enum]] = {
 #: One dimension in ``#stablehlo.conv<[b, 0, 1, f]x...>``: a spatial index or a role letter.
 _DIM_ROLE = re.compile(r"[0-9]+|[a-z]")
 
+_INDEX_TENSOR = re.compile(r"\s*tensor<((?:\d+x)*)index>")
+
 
 class AttributeReader(TypeReader):
     """Reads attributes (see the module docstring)."""
@@ -326,7 +328,13 @@ class AttributeReader(TypeReader):
             kind = "list" if isinstance(literal, list) else "splat"
         cur.expect(">", "'>' to close the dense literal")
         cur.expect(":", "':' and the type of the dense literal")
-        ty = self.parse_type()
+        index = _INDEX_TENSOR.match(self.text, cur.pos)
+        if index:
+            # MLIR's index type, in attributes only (custom_call operand_layouts): 64-bit here.
+            cur.pos = index.end()
+            ty = TensorType(tuple(int(d) for d in index.group(1).split("x")[:-1]), "i64")
+        else:
+            ty = self.parse_type()
         if not isinstance(ty, TensorType):
             raise cur.error("a dense literal needs a tensor type", start)
         try:

@@ -154,3 +154,32 @@ def test_valid_control_flow_and_gather_pass():
     }
     """
     assert "result must be tensor<6x12xf32>" in verify_error(bad_gather)
+
+
+APPROX_TOP_K = """module @jit_f {
+  func.func @top_k_gt_f32_comparator(%arg0: tensor<f32>, %arg1: tensor<f32>, %arg2: tensor<i32>, %arg3: tensor<i32>) -> tensor<i1> {
+    %0 = stablehlo.compare GT, %arg0, %arg1 : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    stablehlo.return %0 : tensor<i1>
+  }
+  func.func public @main(%arg0: tensor<2x4xf32>) -> (tensor<2x2xf32>, tensor<2x2xi32>) {
+    %0 = stablehlo.iota dim = 1 : tensor<2x4xi32>
+    %c = stablehlo.constant dense<-1> : tensor<i32>
+    %cst = stablehlo.constant dense<0xFF800000> : tensor<f32>
+    %1:2 = stablehlo.custom_call @ApproxTopK(%arg0, %0, %cst, %c) {called_computations = [@top_k_gt_f32_comparator], operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<> : tensor<0xindex>, dense<> : tensor<0xindex>]} : (tensor<2x4xf32>, tensor<2x4xi32>, tensor<f32>, tensor<i32>) -> (tensor<2x2xf32>, tensor<2x2xi32>)
+    return %1#0, %1#1 : tensor<2x2xf32>, tensor<2x2xi32>
+  }
+}
+"""
+
+
+def test_a_computation_a_custom_call_names_ends_as_a_region_does():
+    """jax.lax.approx_max_k's comparator ends with stablehlo.return; index-typed layouts are
+    read as 64-bit integers. Only the custom call itself is then left for a backend to refuse."""
+    module = verify(parse_module(APPROX_TOP_K))
+    call = next(op for op in module.main.body.ops if op.name == "stablehlo.custom_call")
+    assert call.label == "stablehlo.custom_call @ApproxTopK"
+    assert [a.tolist() for a in call.attr("operand_layouts")] == [[1, 0], [1, 0], [], []]
+    # A function that is not a custom call's computation still needs func.return.
+    plain = APPROX_TOP_K.replace("called_computations = [@top_k_gt_f32_comparator], ", "")
+    with pytest.raises(CompileError, match="must end with func.return"):
+        verify(parse_module(plain))
