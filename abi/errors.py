@@ -314,13 +314,16 @@ class UnsupportedOpError(CompileError):
     code = ErrorCode.UNIMPLEMENTED
 
     def __init__(self, op: str, *, location: str | None = None, supported: Iterable[str] = (),
-                 backend: str | None = None) -> None:
+                 backend: str | None = None, target: str | None = None) -> None:
         supported = sorted(supported)
         where = f" at {location}" if location else ""
         who = f" by {backend}" if backend else ""
         listing = ", ".join(supported) if supported else "(none)"
-        super().__init__(f"unsupported op {op!r}{where}{who}; supported ops: {listing}", plugin=backend)
+        # A custom call is named with its target: 'stablehlo.custom_call @ApproxTopK'.
+        named = f"{op} @{target}" if target else op
+        super().__init__(f"unsupported op {named!r}{where}{who}; supported ops: {listing}", plugin=backend)
         self.op = op
+        self.target = target
         self.location = location
         self.supported = tuple(supported)
 

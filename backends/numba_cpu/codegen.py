@@ -217,7 +217,8 @@ def supported_ops() -> list[str]:
 
 def unsupported_op(op: Op) -> UnsupportedOpError:
     """The error for an op this backend has no rule for (listing the ops it has)."""
-    return UnsupportedOpError(op.label, location=op.where, supported=supported_ops(), backend="numba_cpu")
+    return UnsupportedOpError(op.name, location=op.where, supported=supported_ops(), backend="numba_cpu",
+                              target=op.call_target)
 
 
 # -- the lowering context -------------------------------------------------------------------------

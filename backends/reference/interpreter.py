@@ -78,7 +78,7 @@ def check_supported(module: Module, backend: str = "reference") -> None:
     """Raise UnsupportedOpError for the first op the interpreter cannot run."""
     for op in module.walk():
         if op.name not in OPS and op.name not in _TERMINATORS:
-            raise UnsupportedOpError(op.label, location=op.where, supported=supported_ops(),
+            raise UnsupportedOpError(op.name, target=op.call_target, location=op.where, supported=supported_ops(),
                                      backend=backend)
 
 

@@ -468,12 +468,10 @@ class Op:
             yield from region.walk()
 
     @property
-    def label(self) -> str:
-        """The op's name, with the target of a custom call (``stablehlo.custom_call
-        @ApproxTopK``): what "unsupported op" messages name."""
-        if self.name == "stablehlo.custom_call" and self.attributes.get("call_target_name"):
-            return f"{self.name} @{self.attributes['call_target_name']}"
-        return self.name
+    def call_target(self) -> str | None:
+        """A custom call's target (``ApproxTopK``), else None: "unsupported op" messages name it."""
+        target = self.attributes.get("call_target_name") if self.name == "stablehlo.custom_call" else None
+        return str(target) if target else None
 
     def describe(self) -> str:
         """``stablehlo.add (%3) at model.py:4:2`` for error messages."""

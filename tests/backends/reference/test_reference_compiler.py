@@ -90,6 +90,7 @@ def test_unsupported_ops_fail_at_compile_time_with_the_supported_list():
         ReferenceCompiler().compile(text, CompileOptions())
     error = info.value
     assert error.op == "stablehlo.custom_call" and error.location == "linalg.py:12:3"
+    assert error.target == "lapack_spotrf_ffi" and "'stablehlo.custom_call @lapack_spotrf_ffi'" in str(error)
     assert "stablehlo.dot_general" in str(error) and "stablehlo.add" in str(error)
     assert set(error.supported) == set(supported_ops())
     generic = text.replace(

@@ -276,7 +276,7 @@ def test_a_scan_updates_its_stacked_output_in_place_and_never_its_input(from_inp
     assert peak < 1.5 * xs.nbytes, f"{peak / xs.nbytes:.2f} stacks held at once"
 
 
-ARGMAX = """func.func @main(%x: tensor<{n}xf32>) -> tensor<i32> {{
+ARGMAX_1D = """func.func @main(%x: tensor<{n}xf32>) -> tensor<i32> {{
   %iota = stablehlo.iota dim = 0 : tensor<{n}xi32>
   %ninf = stablehlo.constant dense<0xFF800000> : tensor<f32>
   %zero = stablehlo.constant dense<0> : tensor<i32>
@@ -304,4 +304,4 @@ def test_argmax_as_jax_writes_it_finds_the_first_of_several_nans(n, nans, first)
     them in order; a reduction in order (XLA's) gives the first."""
     x = np.zeros(n, np.float32)
     x[nans] = np.nan
-    assert int(run(ARGMAX.format(n=n), x)) == first
+    assert int(run(ARGMAX_1D.format(n=n), x)) == first

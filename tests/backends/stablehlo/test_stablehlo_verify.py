@@ -177,7 +177,7 @@ def test_a_computation_a_custom_call_names_ends_as_a_region_does():
     read as 64-bit integers. Only the custom call itself is then left for a backend to refuse."""
     module = verify(parse_module(APPROX_TOP_K))
     call = next(op for op in module.main.body.ops if op.name == "stablehlo.custom_call")
-    assert call.label == "stablehlo.custom_call @ApproxTopK"
+    assert call.call_target == "ApproxTopK"
     assert [a.tolist() for a in call.attr("operand_layouts")] == [[1, 0], [1, 0], [], []]
     # A function that is not a custom call's computation still needs func.return.
     plain = APPROX_TOP_K.replace("called_computations = [@top_k_gt_f32_comparator], ", "")
