@@ -625,10 +625,13 @@ def _front_end(text: str) -> tuple[Module, Function]:
     from .inline import inline_calls
     from .resize import expand_resizing_bitcasts
 
+    from pjrt_hub.backends.stablehlo.custom_calls import lower_custom_calls
+
     module = parse_module(text)
     verify = _verifier()
     if verify is not None:
         verify(module)
+    module = lower_custom_calls(module)
     call_depth(module)
     return module, expand_resizing_bitcasts(inline_calls(module))
 

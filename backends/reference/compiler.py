@@ -19,6 +19,7 @@ from pjrt_hub.abi import CompileError, CompileOptions, InvalidArgument
 from pjrt_hub.abi.compile_options import decode_compile_options, encode_compile_options
 from pjrt_hub.backends.cpu_runtime.compiler import TensorSpec
 from pjrt_hub.backends.stablehlo import Function, Module, Op, TensorType, output_aliases, parse_module, verify
+from pjrt_hub.backends.stablehlo.custom_calls import lower_custom_calls
 from pjrt_hub.backends.stablehlo.collectives import uses_collectives
 from pjrt_hub.backends.stablehlo.loops import unbounded_loops
 from pjrt_hub.backends.stablehlo.nesting import call_depth, run_deep
@@ -44,7 +45,7 @@ def _text(code: str | bytes) -> str:
 
 
 def _front_end(text: str) -> Module:
-    module = verify(parse_module(text))
+    module = lower_custom_calls(verify(parse_module(text)))
     call_depth(module)  # refuses recursion before the interpreter would loop on it
     return module
 

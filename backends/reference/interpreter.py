@@ -561,6 +561,18 @@ def _sort(ctx: Execution, op: Op, *inputs):
     batch = int(np.prod(batch_shape, dtype=np.int64))
     flat = [m.reshape(batch, n) for m in moved]
     order = np.empty((batch, n), dtype=np.int64)
+
+    def compare(b, i, j):
+        args = []
+        for f in flat:
+            args += [np.asarray(f[b, i]), np.asarray(f[b, j])]
+        if bool(np.asarray(ctx.region(comparator, args)[0])):
+            return -1
+        args = []
+        for f in flat:
+            args += [np.asarray(f[b, j]), np.asarray(f[b, i])]
+        return 1 if bool(np.asarray(ctx.region(comparator, args)[0])) else 0
+
     if n <= 1:
         order[:] = np.arange(n)
     elif n * n <= _PAIRWISE_LIMIT:
@@ -579,17 +591,12 @@ def _sort(ctx: Execution, op: Op, *inputs):
             rank = before.sum(axis=2) + (equal & earlier[None]).sum(axis=2)
             rows_idx = np.arange(rank.shape[0])[:, None]
             order[start:start + rows][rows_idx, rank] = np.arange(n)[None, :]
+            # A comparator that orders nothing consistently (a bare float compare meeting NaNs)
+            # gives colliding ranks: those rows are sorted one comparison at a time below.
+            bad = np.flatnonzero((np.sort(rank, axis=1) != np.arange(n)[None, :]).any(axis=1))
+            for b in (start + bad).tolist():
+                order[b] = sorted(range(n), key=functools.cmp_to_key(functools.partial(compare, b)))
     else:
-        def compare(b, i, j):
-            args = []
-            for f in flat:
-                args += [np.asarray(f[b, i]), np.asarray(f[b, j])]
-            if bool(np.asarray(ctx.region(comparator, args)[0])):
-                return -1
-            args = []
-            for f in flat:
-                args += [np.asarray(f[b, j]), np.asarray(f[b, i])]
-            return 1 if bool(np.asarray(ctx.region(comparator, args)[0])) else 0
         for b in range(batch):
             order[b] = sorted(range(n), key=functools.cmp_to_key(functools.partial(compare, b)))
     results = []

@@ -1,0 +1,88 @@
+"""Custom calls JAX emits for every backend (backends/stablehlo/custom_calls.py), on both
+built-in plugins: ``jax.lax.approx_max_k`` / ``approx_min_k`` as XLA:CPU runs them, an exact
+top-k."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pjrt_hub.backends.numba_cpu.compiler import NumbaCompiler
+from pjrt_hub.backends.reference import ReferenceCompiler
+from pjrt_hub.abi import CompileOptions
+
+# jax.jit(lambda x: jax.lax.approx_min_k(x, 2, reduction_dimension=0)).lower(f32[6, 3]).as_text()
+APPROX_MIN_K_DIM0 = """module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @top_k_lt_f32_comparator(%arg0: tensor<f32>, %arg1: tensor<f32>, %arg2: tensor<i32>, %arg3: tensor<i32>) -> tensor<i1> {
+    %0 = stablehlo.compare LT, %arg0, %arg1 : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    stablehlo.return %0 : tensor<i1>
+  }
+  func.func public @main(%arg0: tensor<6x3xf32>) -> (tensor<2x3xf32> {jax.result_info = "result[0]"}, tensor<2x3xi32> {jax.result_info = "result[1]"}) {
+    %0 = stablehlo.iota dim = 0 : tensor<6x3xi32>
+    %c = stablehlo.constant dense<-1> : tensor<i32>
+    %cst = stablehlo.constant dense<0x7F800000> : tensor<f32>
+    %1:2 = stablehlo.custom_call @ApproxTopK(%arg0, %0, %cst, %c) {backend_config = "", called_computations = [@top_k_lt_f32_comparator], mhlo.backend_config = {aggregate_to_topk = true, is_fallback = true, recall_target = 0.949999988 : f32, reduction_dim = 0 : i64, reduction_input_size_override = -1 : i64, top_k = 2 : i64}} : (tensor<6x3xf32>, tensor<6x3xi32>, tensor<f32>, tensor<i32>) -> (tensor<2x3xf32>, tensor<2x3xi32>)
+    return %1#0, %1#1 : tensor<2x3xf32>, tensor<2x3xi32>
+  }
+}
+"""
+# The same call as approx_max_k(x, 3) over the last dimension of f32[2, 8], called twice (the
+# comparator is copied for each sort).
+APPROX_MAX_K = """module @jit_f {
+  func.func @top_k_gt_f32_comparator(%arg0: tensor<f32>, %arg1: tensor<f32>, %arg2: tensor<i32>, %arg3: tensor<i32>) -> tensor<i1> {
+    %0 = stablehlo.compare GT, %arg0, %arg1 : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    stablehlo.return %0 : tensor<i1>
+  }
+  func.func public @main(%arg0: tensor<2x8xf32>) -> (tensor<2x3xf32>, tensor<2x3xi32>, tensor<2x3xf32>) {
+    %0 = stablehlo.iota dim = 1 : tensor<2x8xi32>
+    %c = stablehlo.constant dense<-1> : tensor<i32>
+    %cst = stablehlo.constant dense<0xFF800000> : tensor<f32>
+    %1:2 = stablehlo.custom_call @ApproxTopK(%arg0, %0, %cst, %c) {called_computations = [@top_k_gt_f32_comparator], mhlo.backend_config = {aggregate_to_topk = true, is_fallback = true, reduction_dim = 1 : i64, top_k = 3 : i64}} : (tensor<2x8xf32>, tensor<2x8xi32>, tensor<f32>, tensor<i32>) -> (tensor<2x3xf32>, tensor<2x3xi32>)
+    %2 = stablehlo.negate %arg0 : tensor<2x8xf32>
+    %3:2 = stablehlo.custom_call @ApproxTopK(%2, %0, %cst, %c) {called_computations = [@top_k_gt_f32_comparator], mhlo.backend_config = {aggregate_to_topk = true, is_fallback = true, reduction_dim = 1 : i64, top_k = 3 : i64}} : (tensor<2x8xf32>, tensor<2x8xi32>, tensor<f32>, tensor<i32>) -> (tensor<2x3xf32>, tensor<2x3xi32>)
+    return %1#0, %1#1, %3#0 : tensor<2x3xf32>, tensor<2x3xi32>, tensor<2x3xf32>
+  }
+}
+"""
+
+
+@pytest.fixture(params=["reference", "numba_cpu"])
+def compile_run(request, tmp_path):
+    def run(text, *args):
+        if request.param == "reference":
+            return ReferenceCompiler().compile(text, CompileOptions()).run(list(args))
+        return NumbaCompiler(cache_dir=tmp_path).compile(text).run(list(args))
+    return run
+
+
+def test_approx_min_k_along_the_first_dimension(compile_run):
+    x = np.array([[5, 1, 0], [2, 2, 9], [7, -1, 3], [2, 8, 3], [-4, 1, 6], [0, 0, 0]], np.float32)
+    values, indices = compile_run(APPROX_MIN_K_DIM0, x)
+    np.testing.assert_array_equal(indices, [[4, 2, 0], [5, 5, 5]])  # ties keep the lower index
+    np.testing.assert_array_equal(values, np.take_along_axis(x, indices, axis=0))
+
+
+def test_approx_max_k_ranks_nan_first_and_ties_by_index(compile_run):
+    x = np.array([[1, 3, 3, np.nan, 2, 3, 0, -1], [0.5, -0.0, 0.0, 4, 4, -2, 9, 1]], np.float32)
+    values, indices, negated = compile_run(APPROX_MAX_K, x)
+    np.testing.assert_array_equal(indices, [[3, 1, 2], [6, 3, 4]])
+    assert np.isnan(values[0, 0]) and values[0, 1:].tolist() == [3, 3] and values[1].tolist() == [9, 4, 4]
+    # -NaN ranks last, +0 above -0 (the total order).
+    np.testing.assert_array_equal(negated, [[1, 0, -1], [2, 0, 0]])
+    assert np.signbit(negated).tolist() == [[False, True, True], [False, False, True]]
+
+
+def test_a_sort_whose_comparator_orders_no_nan_still_permutes(compile_run):
+    """A bare GT meets NaNs: the order is the sort's business, but it stays a permutation."""
+    text = """func.func @main(%x: tensor<9xf32>, %i: tensor<9xi32>) -> (tensor<9xf32>, tensor<9xi32>) {
+      %0:2 = "stablehlo.sort"(%x, %i) ({
+      ^bb0(%a: tensor<f32>, %b: tensor<f32>, %c: tensor<i32>, %d: tensor<i32>):
+        %1 = stablehlo.compare GT, %a, %b : (tensor<f32>, tensor<f32>) -> tensor<i1>
+        stablehlo.return %1 : tensor<i1>
+      }) {dimension = 0 : i64, is_stable = true} : (tensor<9xf32>, tensor<9xi32>) -> (tensor<9xf32>, tensor<9xi32>)
+      return %0#0, %0#1 : tensor<9xf32>, tensor<9xi32>
+    }"""
+    x = np.array([1, np.nan, 3, 2, np.nan, 0, 3, -1, 5], np.float32)
+    values, indices = compile_run(text, x, np.arange(9, dtype=np.int32))
+    assert sorted(indices.tolist()) == list(range(9))
+    np.testing.assert_array_equal(values, x[indices])
