@@ -69,7 +69,7 @@ class _Lowering:
 
     def top_k(self, op: Op) -> Iterator[Op]:
         config = op.attributes.get("mhlo.backend_config") or {}
-        calls = op.attr("called_computations") or ()
+        calls: tuple[object, ...] = tuple(op.attr("called_computations") or ())
         n = len(op.results)
         if not hasattr(config, "get") or len(calls) != 1 or len(op.operands) != 2 * n:
             raise CompileError(f"{op.describe()}: ApproxTopK needs {2 * n} operands (the inputs, then their "
