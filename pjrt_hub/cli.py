@@ -17,6 +17,11 @@ status means something:
 
 A block-list entry (``--disable``, ``PJRT_HUB_DISABLE_PLUGINS``) that matches nothing is said on
 stderr but keeps the exit status: blocking a plugin that is not installed leaves nothing to do.
+
+With ``--json``, a command that fails before it has a report to print (a missing file, a bad
+program, an unknown plugin, a usage error) prints ``{"command": ..., "exit_code": N, "error":
+"..."}`` on stdout instead, the error being the line it also writes on stderr: CI reading stdout
+always gets JSON.
 """
 
 from __future__ import annotations
@@ -1244,9 +1249,50 @@ def build_parser() -> argparse.ArgumentParser:
 ENV_TRACEBACK = "PJRT_HUB_TRACEBACK"
 
 
+class _Recorded:
+    """A text stream passed through, remembering whether anything was written and the last
+    line (for ``--json`` failures, :func:`main`)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self.wrote = False
+        self.last_line = ""
+
+    def write(self, text: str) -> int:
+        if text:
+            self.wrote = True
+            lines = [line for line in text.splitlines() if line.strip()]
+            if lines:
+                self.last_line = lines[-1]
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if not getattr(args, "json", False):
+        return _main(args)
+    out, err = _Recorded(sys.stdout), _Recorded(sys.stderr)
+    sys.stdout, sys.stderr = out, err
+    code: int | None = None
+    try:
+        code = _main(args)
+        return code
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else ExitCode.USAGE
+        raise
+    finally:
+        sys.stdout, sys.stderr = out._stream, err._stream
+        if code and not out.wrote:
+            prefix = f"pjrt-hub {args.command}: "
+            error = err.last_line[len(prefix):] if err.last_line.startswith(prefix) else err.last_line
+            print(json.dumps({"command": args.command, "exit_code": int(code), "error": error}))
+
+
+def _main(args: argparse.Namespace) -> int:
     command = f"pjrt-hub {args.command}"
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning

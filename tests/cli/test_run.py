@@ -264,8 +264,28 @@ def test_a_sharding_constraint_without_its_sharding_is_refused_by_name(tmp_path,
 def test_an_unsupported_custom_call_is_named_by_its_target(tmp_path, capsys, plugin):
     from ..backends.stablehlo.test_stablehlo_verify import APPROX_TOP_K
 
-    path = tmp_path / "approx.mlir"
-    path.write_text(APPROX_TOP_K)
+    path = tmp_path / "vendor.mlir"
+    path.write_text(APPROX_TOP_K.replace("@ApproxTopK", "@VendorTopK"))  # ApproxTopK itself runs
     code, _, err = run(capsys, path, "--plugin", plugin, "--inputs", inputs(tmp_path, in0=np.ones((2, 4), np.float32)))
     assert code == ExitCode.BAD_INPUT
-    assert "unsupported op 'stablehlo.custom_call @ApproxTopK' at line 10" in err
+    assert "unsupported op 'stablehlo.custom_call @VendorTopK' at line 10" in err
+
+
+def test_with_json_a_failure_is_json_too(tmp_path, program, capsys):
+    """CI reading stdout gets JSON whether the command got as far as a report or not."""
+    src = inputs(tmp_path, in0=np.ones(3, np.float32), in1=np.ones(4, np.int32))
+    code, stdout, stderr = run(capsys, program, "--plugin", "reference", "--inputs", src, "--json")
+    assert code == ExitCode.BAD_INPUT
+    report = json.loads(stdout)
+    assert report == {"command": "run", "exit_code": 3, "error": report["error"]}
+    assert "in0" in report["error"] and "float32[3]" in report["error"] and report["error"] in stderr
+    with pytest.raises(SystemExit) as usage:
+        run(capsys, program, "--plugin", "reference", "--json")  # no --inputs
+    assert usage.value.code == ExitCode.USAGE
+    assert json.loads(capsys.readouterr().out)["exit_code"] == ExitCode.USAGE
+    ok = inputs(tmp_path, in0=np.ones(4, np.float32), in1=np.ones(4, np.int32))
+    code, stdout, _ = run(capsys, program, "--plugin", "no-such-plugin", "--inputs", ok, "--json")
+    assert code == ExitCode.NOT_FOUND and json.loads(stdout)["exit_code"] == ExitCode.NOT_FOUND
+    # A success prints its report alone.
+    code, stdout, _ = run(capsys, program, "--plugin", "reference", "--inputs", ok, "--json")
+    assert code == ExitCode.OK and "exit_code" not in json.loads(stdout)
