@@ -1546,6 +1546,34 @@ def _philox(state: np.ndarray, n_blocks: int) -> tuple[np.ndarray, np.ndarray]:
     return new, words
 
 
+@_kernel("stablehlo.triangular_solve", "stablehlo.cholesky")
+def _linalg(program: EagerProgram, op: Op) -> Step:
+    from .kernels import linalg_flags, linalg_variant
+    from .linalg import cholesky, triangular_solve
+
+    kind = _kind(op.result)
+    batch, m = linalg_variant(op, kind)
+    shapes = [(batch, *v.tensor_type.shape[-2:]) for v in op.operands]
+    out_shape = tuple(op.result.tensor_type.shape)
+    operands, result = op.operands, op.result
+    if op.name == "stablehlo.cholesky":
+        lower = int(bool(op.attr("lower")))
+
+        def compute(a: np.ndarray) -> np.ndarray:
+            return cholesky(a, lower)
+    else:
+        flags = tuple(int(f) for f in linalg_flags(op))
+
+        def compute(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # type: ignore[misc]
+            return triangular_solve(a, b, *flags)
+
+    def step(env: Env) -> None:
+        arrays = [np.ascontiguousarray(env[v], kind.storage).reshape(s) for v, s in zip(operands, shapes)]
+        env[result] = compute(*arrays).reshape(out_shape)
+
+    return step
+
+
 @_kernel("stablehlo.rng_bit_generator")
 def _rng_bit_generator(program: EagerProgram, op: Op) -> Step:
     from pjrt_hub.backends.stablehlo import RngAlgorithm

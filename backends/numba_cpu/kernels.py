@@ -892,6 +892,49 @@ def _select_and_scatter(ctx: Lowering, op: Op) -> Sequence[Binding]:
     return [ArrayBinding(out, kind)]
 
 
+_TRANSPOSE = {"NO_TRANSPOSE": 0, "TRANSPOSE": 1, "ADJOINT": 2}
+
+
+def linalg_variant(op: Op, kind: ElementKind) -> tuple[int, int]:
+    """(batch, m) of a triangular_solve or cholesky whose ``a`` is [..., m, m], or
+    UnsupportedOpError for element types .linalg does not compute in."""
+    if kind.cls not in "fc" or kind.narrow:
+        raise unsupported_variant(op, f"{kind.element} operands (float32, float64 and complex only)")
+    shape = op.operands[0].tensor_type.shape
+    return math.prod(shape[:-2]), shape[-1]
+
+
+def linalg_flags(op: Op) -> tuple[bool, bool, bool, int]:
+    """triangular_solve's (left_side, lower, unit_diagonal, transpose code)."""
+    return (bool(op.attr("left_side")), bool(op.attr("lower")), bool(op.attr("unit_diagonal")),
+            _TRANSPOSE[str(op.attr("transpose_a") or "NO_TRANSPOSE")])
+
+
+@kernel("stablehlo.triangular_solve")
+def _triangular_solve(ctx: Lowering, op: Op) -> Sequence[Binding]:
+    a, b = op.operands
+    kind = ctx.kind(op.result)
+    batch, m = linalg_variant(op, kind)
+    rows, cols = b.tensor_type.shape[-2:]
+    an, bn, out = ctx.array(a), ctx.array(b), ctx.fresh("a")
+    flags = ", ".join(f"np.int64({int(f)})" for f in linalg_flags(op))  # not literals: one compile
+    ctx.scope.emit(f"{out} = triangular_solve_nd(np.ascontiguousarray({an}).reshape(({batch}, {m}, {m})), "
+                   f"np.ascontiguousarray({bn}).reshape(({batch}, {rows}, {cols})), {flags})"
+                   f".reshape({tuple(op.result.tensor_type.shape)!r})")
+    return [ArrayBinding(out, kind)]
+
+
+@kernel("stablehlo.cholesky")
+def _cholesky(ctx: Lowering, op: Op) -> Sequence[Binding]:
+    (a,) = op.operands
+    kind = ctx.kind(op.result)
+    batch, m = linalg_variant(op, kind)
+    an, out = ctx.array(a), ctx.fresh("a")
+    ctx.scope.emit(f"{out} = cholesky_nd(np.ascontiguousarray({an}).reshape(({batch}, {m}, {m})), "
+                   f"np.int64({int(bool(op.attr('lower')))})).reshape({tuple(op.result.tensor_type.shape)!r})")
+    return [ArrayBinding(out, kind)]
+
+
 @kernel("stablehlo.rng_bit_generator")
 def _rng_bit_generator(ctx: Lowering, op: Op) -> Sequence[Binding]:
     from pjrt_hub.backends.stablehlo import RngAlgorithm

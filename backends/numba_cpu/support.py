@@ -17,7 +17,7 @@ import math
 import numpy as np
 from numba import njit, types
 
-from . import special, vecmath
+from . import linalg, special, vecmath
 from .threads import blas_threads, dot_in_blocks
 from .intrinsics import (
     advise_hugepages, ld, st,
@@ -44,7 +44,7 @@ __all__ = [
     "fsign", "isign", "iabs", "imax", "imin", "ipow", "fpow64", "frem", "isfinite_f",
     "exp_f64", "log_f64", "tanh_f64", "logistic_f64", "expm1_f64", "log1p_f64", "sin_f", "cos_f", "tan_f",
     "atan2_f", "sinh_f", "cosh_f", "asin_f", "acos_f", "atan_f", "asinh_f", "acosh_f", "atanh_f",
-    "lgamma_f", "digamma_f", "polygamma_f", "zeta_f", "i1e_f", "next_after_bits", "clamp_index", "sf_value", "sf_bits", "wrap_signed", "wrap_unsigned",
+    "lgamma_f", "triangular_solve_nd", "cholesky_nd", "digamma_f", "polygamma_f", "zeta_f", "i1e_f", "next_after_bits", "clamp_index", "sf_value", "sf_bits", "wrap_signed", "wrap_unsigned",
     "cdiv", "csign", "cexp", "clog", "csqrt", "crsqrt", "ctanh", "csin", "ccos", "ctan", "cexpm1", "clog1p",
     "clogistic", "cpow", "cmath", "rng_threefry", "rng_philox", "reduce_precision32", "reduce_precision64", "np", "math", "types", "vecmath",
 ]
@@ -312,6 +312,10 @@ def frem(x, y):
 def isfinite_f(x):
     return fabs(x) < np.inf
 
+
+# jnp.linalg's two ops, on (batch, rows, cols) arrays, compiled once for both tiers (.linalg).
+triangular_solve_nd = linalg.triangular_solve
+cholesky_nd = linalg.cholesky
 
 # float64 special functions, compiled once for both tiers (.special).
 digamma_f = special.digamma64

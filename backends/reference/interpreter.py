@@ -27,7 +27,7 @@ import numpy as np
 from pjrt_hub.abi import Cancelled, ExecutionError, InvalidArgument, PjrtError, UnsupportedOpError
 from pjrt_hub.backends.stablehlo import Block, Function, Module, Op, TensorType, TupleType
 
-from . import elementwise, rng, structural  # noqa: F401 - importing registers their ops
+from . import elementwise, linalg, rng, structural  # noqa: F401 - importing registers their ops
 from .elementwise import involves_sub_byte, sub_byte_call
 from .registry import OPS, register, supported_ops
 from .structural import pad_array, scatter_destinations

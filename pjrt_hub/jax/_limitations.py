@@ -28,11 +28,10 @@ class JaxLimitation:
 
 JAX_LIMITATIONS: tuple[JaxLimitation, ...] = (
     JaxLimitation(
-        "linalg", "jnp.linalg (inv, solve, cholesky, ...)",
-        "on a platform that is not 'cpu', JAX lowers LU and friends to loops ending in "
-        "stablehlo.triangular_solve, an op numba_cpu does not implement (on 'cpu' it would emit LAPACK "
-        "custom calls instead, which only XLA implements)",
-        ("numba_cpu",)),
+        "linalg_decompositions", "jnp.linalg.qr, eigh, svd, eig",
+        "on a platform that is not 'cpu', JAX lowers QR to a custom call @Qr (Householder) that only XLA "
+        "implements, and has no lowering at all for eigh ('MLIR translation rule for primitive eigh not "
+        "found'); inv, solve, cholesky, det and slogdet work (stablehlo.triangular_solve and cholesky)"),
     JaxLimitation(
         "host_callbacks", "jax.debug.print, jax.pure_callback, io_callback",
         "JAX lowers host callbacks only for its own platforms (cpu, cuda, rocm, tpu): 'EmitPythonCallback "

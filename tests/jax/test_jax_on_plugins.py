@@ -231,9 +231,9 @@ def test_an_error_raised_inside_a_program_reaches_python_as_xlas_do():
 
 
 def test_a_program_the_plugin_cannot_compile_is_a_jax_runtime_error():
-    a = jax.device_put(np.tril(normal(3, 3)) + 3 * np.eye(3, dtype=np.float32), jax.devices(NUMBA)[0])
-    with pytest.raises(jax.errors.JaxRuntimeError, match="UNIMPLEMENTED: unsupported op 'stablehlo.triangular_solve'"):
-        jax.jit(lambda m: lax.linalg.triangular_solve(m, m, left_side=True, lower=True))(a)
+    a = jax.device_put(normal(3, 3), jax.devices(NUMBA)[0])
+    with pytest.raises(jax.errors.JaxRuntimeError, match="UNIMPLEMENTED: unsupported op 'stablehlo.custom_call @Qr'"):
+        jax.jit(lambda m: jnp.linalg.qr(m)[0])(a)
 
 
 def test_the_reference_interpreter_serves_too():
@@ -297,9 +297,17 @@ def test_complex_numbers(dtype):
 # -- limitations (strict xfails: a gap that closes fails here until its entry goes) -------------
 
 
-@xfail_limitation("linalg")
-def test_linalg_inv():
-    assert_like_xla(lambda m: jnp.linalg.inv(m), normal(3, 3) + 3 * np.eye(3, dtype=np.float32))
+@pytest.mark.parametrize("platform", [NUMBA, REFERENCE])
+def test_linalg_inv_solve_cholesky_and_a_multivariate_normal(platform):
+    m = normal(4, 4) + 4 * np.eye(4, dtype=np.float32)
+    assert_like_xla(lambda m: (jnp.linalg.inv(m), jnp.linalg.solve(m, m[:, :2]), jnp.linalg.cholesky(m @ m.T),
+                               jnp.linalg.slogdet(m)[1]), m, platform=platform)
+    assert_like_xla(lambda m: jax.scipy.stats.multivariate_normal.logpdf(m[0], m[1], m @ m.T), m, platform=platform)
+
+
+@xfail_limitation("linalg_decompositions")
+def test_linalg_qr_and_eigh():
+    assert_like_xla(lambda m: (jnp.linalg.qr(m)[1], jnp.linalg.eigh(m + m.T)[0]), normal(3, 3))
 
 
 def test_collectives_in_pmap():

@@ -758,3 +758,46 @@ def test_digamma_i1e_polygamma_zeta_as_scipy_computes_them(compiler, dtype, rtol
         np.testing.assert_array_equal(np.isnan(g64), np.isnan(e64), err_msg=name)
         np.testing.assert_allclose(g64[~np.isnan(e64)], e64[~np.isnan(e64)], rtol=rtol, atol=0, err_msg=name)
     assert np.signbit(got[1][10].astype(np.float64))  # i1e(-0) = -0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_triangular_solve_and_cholesky_in_every_variant(compiler, dtype):
+    """What jnp.linalg (inv, solve, cholesky) lowers to off XLA's cpu platform, on both tiers,
+    against the reference and against the equations themselves; a zero pivot is inf/NaN."""
+    rng = np.random.default_rng(11)
+    a = (rng.normal(size=(2, 3, 4, 4)) + 4 * np.eye(4)).astype(dtype)
+    b_left = rng.normal(size=(2, 3, 4, 5)).astype(dtype)
+    b_right = rng.normal(size=(2, 3, 5, 4)).astype(dtype)
+    spd = (a @ np.swapaxes(a, -1, -2)).astype(dtype)
+    singular = np.zeros((1, 2, 2), dtype)
+    prog = Program(a, b_left, b_right, spd, singular, np.ones((1, 2, 1), dtype))
+    ta, tl, tr = tt(a.shape, dtype), tt(b_left.shape, dtype), tt(b_right.shape, dtype)
+    variants = [(left, lower, unit, trans) for left in (True, False) for lower in (True, False)
+                for unit, trans in ((False, "NO_TRANSPOSE"), (True, "TRANSPOSE"))]
+    for left, lower, unit, trans in variants:
+        b, t = ("%a1", tl) if left else ("%a2", tr)
+        prog(f'"stablehlo.triangular_solve"(%a0, {b}) <{{left_side = {str(left).lower()}, lower = {str(lower).lower()}, '
+             f'transpose_a = #stablehlo<transpose {trans}>, unit_diagonal = {str(unit).lower()}}}> : ({ta}, {t}) -> {t}')
+    prog(f'"stablehlo.cholesky"(%a3) <{{lower = true}}> : ({ta}) -> {ta}')
+    prog(f'"stablehlo.cholesky"(%a3) <{{lower = false}}> : ({ta}) -> {ta}')
+    ts, tb = tt(singular.shape, dtype), tt((1, 2, 1), dtype)
+    prog(f'"stablehlo.triangular_solve"(%a4, %a5) <{{left_side = true, lower = true, '
+         f'transpose_a = #stablehlo<transpose NO_TRANSPOSE>, unit_diagonal = false}}> : ({ts}, {tb}) -> {tb}')
+    text = prog.text()
+    got = compiler.compile(text).run(prog.args)
+    assert_same_bits(eager_program(text).run(prog.args), got, "eager tier against compiled")
+    ref = Interpreter(verify(parse_module(text))).run(prog.args)
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    for (left, lower, unit, trans), x, r in zip(variants, got, ref):
+        tri = np.tril(a) if lower else np.triu(a)
+        if unit:
+            tri = tri - np.diagonal(tri, axis1=-2, axis2=-1)[..., None] * np.eye(4, dtype=dtype) + np.eye(4, dtype=dtype)
+        op_a = tri if trans == "NO_TRANSPOSE" else np.swapaxes(tri, -1, -2)
+        residual = op_a @ x - b_left if left else x @ op_a - b_right
+        assert np.abs(residual).max() < tol, (left, lower, unit, trans)
+        np.testing.assert_allclose(x, r, rtol=tol, atol=tol, err_msg=str((left, lower, unit, trans)))
+    low, up, zero_pivot = got[-3], got[-2], got[-1]
+    np.testing.assert_allclose(low @ np.swapaxes(low, -1, -2), spd, rtol=tol, atol=tol * 100)
+    np.testing.assert_array_equal(up, np.swapaxes(low, -1, -2))
+    assert np.isinf(zero_pivot[0, 0, 0]) and np.isnan(zero_pivot[0, 1, 0])
+    np.testing.assert_allclose(got[-3], ref[-3], rtol=tol, atol=tol)
