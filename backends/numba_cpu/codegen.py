@@ -464,6 +464,17 @@ class Lowering:
             self.globals[name] = text
         return Expr(name)
 
+    def global_value(self, text: str) -> str:
+        """A module-level name bound to the expression ``text`` (once per distinct text): for
+        what numba wants as a global, such as ``objmode``'s result types."""
+        key = ("v", text)
+        name = self._global_keys.get(key)
+        if name is None:
+            name = f"V{len(self._global_keys)}"
+            self._global_keys[key] = name
+            self.globals[name] = text
+        return name
+
     def global_array(self, array: np.ndarray, kind: ElementKind) -> str:
         data = np.array(array, order="C")
         if kind.narrow:

@@ -935,6 +935,21 @@ def _cholesky(ctx: Lowering, op: Op) -> Sequence[Binding]:
     return [ArrayBinding(out, kind)]
 
 
+@kernel("stablehlo.fft")
+def _fft(ctx: Lowering, op: Op) -> Sequence[Binding]:
+    (x,) = op.operands
+    kind, in_kind = ctx.kind(op.result), ctx.kind(x)
+    if kind.narrow or in_kind.narrow or kind.cls not in "fc" or in_kind.cls not in "fc":
+        raise unsupported_variant(op, f"{in_kind.element} -> {kind.element}")
+    xn, out = ctx.array(x), ctx.fresh("a")
+    dtype = np.dtype(kind.storage).name
+    spec = ctx.global_value(f"types.Array(types.{dtype}, {len(op.result.tensor_type.shape)}, 'C')")
+    lengths = tuple(int(n) for n in op.attr("fft_length"))
+    with ctx.block_scope(f"with objmode({out}={spec}):"):  # numba has no FFT: numpy's (.host_fft)
+        ctx.scope.emit(f"{out} = fft_host({xn}, '{op.attr('fft_type')}', {lengths!r}, '{dtype}')")
+    return [ArrayBinding(out, kind)]
+
+
 @kernel("stablehlo.rng_bit_generator")
 def _rng_bit_generator(ctx: Lowering, op: Op) -> Sequence[Binding]:
     from pjrt_hub.backends.stablehlo import RngAlgorithm

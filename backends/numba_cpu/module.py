@@ -127,12 +127,15 @@ def render_module(module: Module, fn: Function, gen: GeneratedFunction) -> str:
         "from pjrt_hub.backends.numba_cpu.support import *  # noqa: F401,F403",
         *(["from pjrt_hub.backends.numba_cpu.cancel import Cancelled, cancel_requested  # noqa: F401"]
           if gen.cancellable else []),
-        *(["from pjrt_hub.backends.numba_cpu.collective_support import *  # noqa: F401,F403",
-           "import warnings as _warnings",
-           "from numba.core.errors import NumbaWarning as _NumbaWarning",
-           # objmode blocks hold the GIL by nature; numba warns about it on every compile.
-           "_warnings.filterwarnings('ignore', message='.*object mode.*', category=_NumbaWarning)"]
+        *(["from pjrt_hub.backends.numba_cpu.collective_support import *  # noqa: F401,F403"]
           if collectives else []),
+        *(["import warnings as _warnings",
+           "from numba.core.errors import NumbaWarning as _NumbaWarning",
+           # objmode blocks (collectives, FFT) hold the GIL by nature; numba warns about it on
+           # every compile.
+           "_warnings.filterwarnings('ignore', message='.*object mode.*', category=_NumbaWarning)"]
+          if collectives or any("objmode(" in text for text in (gen.source, *gen.helpers, *gen.blocks))
+          else []),
         "",
         f"META = {meta!r}",
         "",

@@ -305,6 +305,22 @@ def test_linalg_inv_solve_cholesky_and_a_multivariate_normal(platform):
     assert_like_xla(lambda m: jax.scipy.stats.multivariate_normal.logpdf(m[0], m[1], m @ m.T), m, platform=platform)
 
 
+@pytest.mark.parametrize("platform", [NUMBA, REFERENCE])
+def test_fft_special_functions_top_k_and_views(platform):
+    """Ops JAX emits that a first fuzz run against XLA found missing: FFT, digamma and friends,
+    nextafter (truncated_normal), approx_max_k, bitcasts to another width, sharding constraints."""
+    x = normal(4, 8)
+    assert_like_xla(lambda x: (jnp.fft.rfft(x), jnp.fft.irfft(jnp.fft.rfft(x), n=8), jnp.fft.fft2(x.astype(jnp.complex64))),
+                    x, platform=platform)
+    assert_like_xla(lambda x: (jax.scipy.special.digamma(jnp.abs(x) + 0.5), jax.scipy.special.i1e(x),
+                               jax.scipy.special.polygamma(1, jnp.abs(x) + 0.5), jnp.nextafter(x, 0.0)),
+                    x, platform=platform)
+    assert_like_xla(lambda x: jax.lax.approx_max_k(x, 3), x, platform=platform)
+    assert_like_xla(lambda x: (x.view(jnp.uint8), x.view(jnp.uint8).view(jnp.float32) + 1), x, platform=platform)
+    assert_like_xla(lambda k: jax.random.truncated_normal(k, -1.0, 1.0, (5,)), jax.random.key_data(jax.random.key(0)),
+                    platform=platform)
+
+
 @xfail_limitation("linalg_decompositions")
 def test_linalg_qr_and_eigh():
     assert_like_xla(lambda m: (jnp.linalg.qr(m)[1], jnp.linalg.eigh(m + m.T)[0]), normal(3, 3))

@@ -24,7 +24,7 @@ _ELEMENT = {
     np.dtype(bf16): "bf16", np.dtype(np.int8): "i8", np.dtype(np.int16): "i16",
     np.dtype(np.int32): "i32", np.dtype(np.int64): "i64", np.dtype(np.uint8): "ui8",
     np.dtype(np.uint16): "ui16", np.dtype(np.uint32): "ui32", np.dtype(np.uint64): "ui64",
-    np.dtype(np.bool_): "i1",
+    np.dtype(np.bool_): "i1", np.dtype(np.complex64): "complex<f32>",
 }
 
 
@@ -801,3 +801,20 @@ def test_triangular_solve_and_cholesky_in_every_variant(compiler, dtype):
     np.testing.assert_array_equal(up, np.swapaxes(low, -1, -2))
     assert np.isinf(zero_pivot[0, 0, 0]) and np.isnan(zero_pivot[0, 1, 0])
     np.testing.assert_allclose(got[-3], ref[-3], rtol=tol, atol=tol)
+
+
+def test_fft_of_every_type_against_numpy(compiler):
+    """stablehlo.fft (jnp.fft) through numpy's FFT, called from the compiled code (objmode)."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(3, 8)).astype(np.float32)
+    z = (rng.normal(size=(2, 4, 6)) + 1j * rng.normal(size=(2, 4, 6))).astype(np.complex64)
+    prog = Program(x, z)
+    spec = prog(f"stablehlo.fft %a0, type = RFFT, length = [8] : ({tt((3, 8), np.float32)}) -> tensor<3x5xcomplex<f32>>")
+    prog(f"stablehlo.fft {spec}, type = IRFFT, length = [8] : (tensor<3x5xcomplex<f32>>) -> {tt((3, 8), np.float32)}")
+    prog("stablehlo.fft %a1, type = FFT, length = [4, 6] : (tensor<2x4x6xcomplex<f32>>) -> tensor<2x4x6xcomplex<f32>>")
+    prog("stablehlo.fft %a1, type = IFFT, length = [6] : (tensor<2x4x6xcomplex<f32>>) -> tensor<2x4x6xcomplex<f32>>")
+    got = compiler.compile(prog.text()).run(prog.args)
+    expected = [np.fft.rfft(x), x, np.fft.fftn(z, axes=(1, 2)), np.fft.ifft(z)]
+    assert [g.dtype for g in got] == [np.complex64, np.float32, np.complex64, np.complex64]
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
