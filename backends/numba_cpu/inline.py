@@ -75,11 +75,7 @@ class _Inliner:
 
 def _all_values(module: Module) -> Iterator[Value]:
     for fn in module.functions.values():
-        yield from fn.args
-        for op in fn.walk():
-            yield from op.results
-            for region in op.regions:
-                yield from region.args
+        yield from fn.values()
 
 
 def inline_calls(module: Module) -> Function:

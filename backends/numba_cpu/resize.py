@@ -42,12 +42,7 @@ def _bits(ty: TensorType, op: Op) -> int:
 
 class _Expander:
     def __init__(self, fn: Function) -> None:
-        values = [*fn.args]
-        for op in fn.walk():
-            values += op.results
-            for region in op.regions:
-                values += region.args
-        self._ids = itertools.count(max((v.id for v in values), default=0) + 1)
+        self._ids = itertools.count(max((v.id for v in fn.values()), default=0) + 1)
 
     def block(self, block: Block) -> Block:
         ops: list[Op] = []

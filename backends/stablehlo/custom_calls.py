@@ -37,7 +37,7 @@ def _approx_top_k(op: Op) -> bool:
 class _Lowering:
     def __init__(self, module: Module) -> None:
         self.module = module
-        ids = [v.id for fn in module.functions.values() for v in _values(fn)]
+        ids = [v.id for fn in module.functions.values() for v in fn.values()]
         self._ids = itertools.count(max(ids, default=0) + 1)
 
     def fresh(self, v: Value) -> Value:
@@ -142,14 +142,6 @@ class _Lowering:
             out = emit("stablehlo.or", (less, emit("stablehlo.and", (y_nan, x_number))))
         body.append(Op("stablehlo.return", (out,), (), frozen_mapping(), (), call.location, call.source))
         return Block(args, tuple(body))
-
-
-def _values(fn: Function) -> Iterator[Value]:
-    yield from fn.args
-    for op in fn.walk():
-        yield from op.results
-        for region in op.regions:
-            yield from region.args
 
 
 def lower_custom_calls(module: Module) -> Module:

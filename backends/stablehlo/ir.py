@@ -512,6 +512,15 @@ class Function:
     def walk(self) -> Iterator[Op]:
         return self.body.walk()
 
+    def values(self) -> Iterator[Value]:
+        """Every value the function defines: its arguments, op results and region arguments
+        (a pass that builds new values numbers them above these)."""
+        yield from self.args
+        for op in self.walk():
+            yield from op.results
+            for region in op.regions:
+                yield from region.args
+
 
 @dataclass(frozen=True, eq=False, slots=True)
 class Module:

@@ -38,6 +38,7 @@ from .ir import (
     RngAlgorithm,
     RngDistribution,
     TensorType,
+    Transpose,
     Value,
     frozen_mapping,
 )
@@ -480,6 +481,11 @@ OPS: Mapping[str, OpDef] = define([
     OpDef("stablehlo.batch_norm_grad",
           attributes=(Attribute("epsilon", "float"), Attribute("feature_index", "int"))),
     OpDef("chlo.top_k", verifier="top_k", form=Form("top_k"), attributes=(_required("k", "int"),)),
+    # -- linear algebra (jnp.linalg off XLA's cpu platform) ---------------------------------------
+    OpDef("stablehlo.cholesky", element_classes="fc", attributes=(_flag("lower"),)),
+    OpDef("stablehlo.triangular_solve", element_classes="fc", attributes=(
+        _flag("left_side"), _flag("lower"), _flag("unit_diagonal"),
+        Attribute("transpose_a", "Transpose", default=_constant(Transpose.NO_TRANSPOSE)))),
     # -- random numbers -------------------------------------------------------------------------
     OpDef("stablehlo.rng_bit_generator", form=Form("keyword_enum", keyword="algorithm",
                                                    attribute="rng_algorithm", enum=RngAlgorithm),

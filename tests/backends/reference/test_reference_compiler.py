@@ -95,8 +95,8 @@ def test_unsupported_ops_fail_at_compile_time_with_the_supported_list():
     assert set(error.supported) == set(supported_ops())
     generic = text.replace(
         "stablehlo.custom_call @lapack_spotrf_ffi(%a) {api_version = 4 : i32} : (tensor<3x3xf32>) -> tensor<3x3xf32>",
-        '"stablehlo.cholesky"(%a) {lower = true} : (tensor<3x3xf32>) -> tensor<3x3xf32>')
-    with pytest.raises(UnsupportedOpError, match="unsupported op 'stablehlo.cholesky' at linalg.py:12:3 by reference"):
+        '"stablehlo.frobnicate"(%a) {lower = true} : (tensor<3x3xf32>) -> tensor<3x3xf32>')
+    with pytest.raises(UnsupportedOpError, match="unsupported op 'stablehlo.frobnicate' at linalg.py:12:3 by reference"):
         ReferenceCompiler().compile(generic, CompileOptions())
 
 
