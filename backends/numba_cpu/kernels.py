@@ -582,11 +582,14 @@ def scalar_constant(ctx: Lowering, v: Value) -> np.ndarray | None:
     return None
 
 
-def _identity_of(kind_name: str, dtype: np.dtype) -> object:
-    """The value ``e`` with ``a op e == a`` for every ``a``, bit for bit, for one reducer."""
+def _identity_of(kind_name: str, dtype: np.dtype, is_float: bool) -> object:
+    """The value ``e`` with ``a op e == a`` for every ``a``, bit for bit, for one reducer
+    (``is_float`` for bf16 and the 8-bit floats too, whose numpy kind is 'V'); None if it has none."""
     if dtype.kind == "b":
         return {"add": False, "or": False, "xor": False, "max": False, "mul": True, "and": True, "min": True}[kind_name]
-    if dtype.kind == "f":
+    if dtype.kind == "c":
+        return {"add": 0.0, "mul": 1.0}.get(kind_name)
+    if is_float:
         return {"add": 0.0, "mul": 1.0, "max": -np.inf, "min": np.inf}.get(kind_name)
     info = np.iinfo(dtype)
     return {"add": 0, "or": 0, "xor": 0, "mul": 1, "and": -1 if dtype.kind == "i" else info.max,
@@ -605,10 +608,11 @@ def _init_is_identity(ctx: Lowering, op: Op) -> bool:
     value = scalar_constant(ctx, op.operands[1])
     if kind_name is None or value is None:
         return False
-    identity = _identity_of(kind_name, value.dtype)
+    is_float = ctx.kind(op.operands[1]).cls in "fc"
+    identity = _identity_of(kind_name, value.dtype, is_float)
     if identity is None:
         return False
-    if value.dtype.kind == "f":
+    if is_float:
         return bool(value == identity)  # +0.0 and -0.0 both
     return bool(value == np.asarray(identity).astype(value.dtype))
 
@@ -643,7 +647,9 @@ def _emit_prefix_scan(ctx: Lowering, op: Op, d: int) -> list:
             with ctx.block_scope(f"for {j} in range({shape[d]}):") as body:
                 idx = pidx + (Expr(j, body, j),)
                 (new,) = combine([Expr(acc, body)], [ctx.read(x, idx)])
-                ctx.scope.emit(f"{acc} = {new}")
+                # Each output rounded to a narrow type before the next step uses it, as the
+                # loop below reads it back from the array (and as XLA's reduce_window does).
+                ctx.scope.emit(f"{acc} = {kind.rounded(new)}")
                 ctx.scope.emit(store_text(name, _parts(idx), kind.store(acc)))
             return [ArrayBinding(name, kind)]
         zero = Expr("0")
@@ -706,7 +712,7 @@ def _emit_clipped_window(ctx: Lowering, op: Op, wdims, strides, wdil, pads) -> l
             wd = wdil[dim]
             src[dim] = index_expr(f"({base.text} + {k})" if wd == 1 else f"({base.text} + {k} * {wd})", [base, kx])
         (new,) = combine([Expr(acc, ctx.scope)], [ctx.read(x, src)])
-        ctx.scope.emit(f"{acc} = {new}")
+        ctx.scope.emit(f"{acc} = {kind.rounded(new)}")  # a window rounds each step (see below)
         for scope in reversed(opened):
             scope.__exit__(None, None, None)
         ctx.scope.emit(store_text(name, _parts(oidx), kind.store(acc)))
@@ -757,7 +763,10 @@ def _reduce_window(ctx: Lowering, op: Op) -> Sequence[Binding]:
                 xs.append(ctx.temp(f"({val.text} if {valid.text} else {e.text})", [val, valid, e]))
             in_loop = [Expr(a, ctx.scope) for a in accs]
             new = combine(in_loop, xs)
-            ctx.scope.emit(f"{', '.join(accs)} = {', '.join(new)}")
+            # Unlike reduce (float32 accumulators, .codegen.round_accumulators), XLA:CPU's
+            # reduce_window rounds a narrow float accumulator at every step (jnp.cumsum of f16).
+            rounded = [kind.rounded(t) for t, (_, kind) in zip(new, outs)]
+            ctx.scope.emit(f"{', '.join(accs)} = {', '.join(rounded)}")
         for (name, kind), a in zip(outs, accs):
             ctx.scope.emit(store_text(name, _parts(oidx), kind.store(a)))
     return [ArrayBinding(name, kind) for name, kind in outs]

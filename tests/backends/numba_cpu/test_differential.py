@@ -818,3 +818,44 @@ def test_fft_of_every_type_against_numpy(compiler):
     assert [g.dtype for g in got] == [np.complex64, np.float32, np.complex64, np.complex64]
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, bf16])
+def test_a_narrow_cumulative_sum_rounds_each_step_as_xla(compiler, dtype):
+    """jnp.cumsum of f16 (reduce_window add) rounds every partial sum to f16, in the
+    running-scalar loop as in the loop over an inner dimension (a fuzz run found the first
+    accumulating in float32, and bf16 windows failing to compile)."""
+    x = (np.random.default_rng(1).standard_normal(15) * 10).astype(dtype)
+    t, s = tt(x.shape, dtype), tt((), dtype)
+    prog = Program(x, np.zeros((), dtype))
+    prog(f'''"stablehlo.reduce_window"(%a0, %a1) ({{
+      ^bb0(%p: {s}, %q: {s}):
+        %r = stablehlo.add %p, %q : {s}
+        stablehlo.return %r : {s}
+      }}) {{window_dimensions = array<i64: 15>, padding = dense<[[14, 0]]> : tensor<1x2xi64>}} : ({t}, {s}) -> {t}''')
+    (got,) = compiler.compile(prog.text()).run(prog.args)
+    sequential, acc = [], np.float32(0)
+    for v in x:
+        acc = np.float32(np.array(acc + np.float32(v), np.float32).astype(dtype))
+        sequential.append(acc)
+    np.testing.assert_array_equal(got.astype(np.float32), sequential)
+    check(compiler, prog, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, bf16, np.float16])
+def test_cumulative_sum_with_a_zero_init_of_every_float_kind(compiler, dtype):
+    """jnp.cumsum as JAX writes it (init a constant zero): bf16 and complex64 failed to compile
+    (their identity was looked up as an integer type's)."""
+    x = np.arange(1, 9).astype(dtype)
+    t, s = tt(x.shape, dtype), tt((), dtype)
+    text = f'''func.func @main(%x: {t}) -> {t} {{
+      %z = stablehlo.constant dense<{"(0.0, 0.0)" if dtype == np.complex64 else "0.0"}> : {s}
+      %0 = "stablehlo.reduce_window"(%x, %z) ({{
+      ^bb0(%p: {s}, %q: {s}):
+        %r = stablehlo.add %p, %q : {s}
+        stablehlo.return %r : {s}
+      }}) {{window_dimensions = array<i64: 8>, padding = dense<[[7, 0]]> : tensor<1x2xi64>}} : ({t}, {s}) -> {t}
+      return %0 : {t}
+    }}'''
+    (got,) = compiler.compile(text).run([x])
+    np.testing.assert_array_equal(got.astype(np.complex128), np.cumsum(np.arange(1, 9)))
