@@ -562,7 +562,8 @@ class PluginRegistry:
         ahead = self._probes.get(path)
         answer, raised = ahead if ahead is not None else self._probe(path)
         if raised is not None:
-            self._set(entry, Outcome.FAILED, "the library loader raised while probing it", raised)
+            detail = " ".join(f"{type(raised).__name__}: {raised}".split())[:300]
+            self._set(entry, Outcome.FAILED, f"the library loader raised while probing it ({detail})", raised)
             return
         if answer is None:
             loaders = [n.removeprefix("loader:") for n, _ in self.loader_manager().list_name_plugin()]

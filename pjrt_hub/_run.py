@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import io
 import os
 import re
 import stat
@@ -242,8 +243,21 @@ def check_output_path(out: str | Path, *, protected: Sequence[str | Path]) -> Pa
 
 def write_npz_atomically(out: str | Path, arrays: dict[str, np.ndarray]) -> Path:
     """Write ``arrays`` to exactly ``out`` (no ``.npz`` appended): a temporary file in the same
-    directory, then a rename, so a reader never sees half a file and a failure leaves the old one."""
+    directory, then a rename, so a reader never sees half a file and a failure leaves the old one.
+
+    An ``out`` that exists and is not a regular file (``/dev/null``, a FIFO a reader waits on)
+    is written into as it is: renaming over it would replace the device or pipe with a file."""
     out = Path(out)
+    try:
+        special = not stat.S_ISREG(os.stat(out).st_mode) and not out.is_dir()
+    except OSError:
+        special = False
+    if special:  # a zip needs seeking, which a device or pipe does not do: built in memory first
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        with open(out, "wb") as f:
+            f.write(buffer.getbuffer())
+        return out
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
     try:
         # savez's one keyword of its own is allow_pickle, which no output name ("out<i>") is.

@@ -1272,13 +1272,17 @@ class _Recorded:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "json", False):
-        return _main(args)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if "--json" not in words:
+        return _main(parser.parse_args(words))
+    # --json: whatever fails, argparse's own errors included, stdout gets JSON (module docstring).
     out, err = _Recorded(sys.stdout), _Recorded(sys.stderr)
     sys.stdout, sys.stderr = out, err
+    command = next((w for w in words if not w.startswith("-")), "")
     code: int | None = None
     try:
+        args = parser.parse_args(words)
+        command = args.command
         code = _main(args)
         return code
     except SystemExit as exc:
@@ -1287,9 +1291,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         sys.stdout, sys.stderr = out._stream, err._stream
         if code and not out.wrote:
-            prefix = f"pjrt-hub {args.command}: "
+            prefix = f"pjrt-hub {command}: "
             error = err.last_line[len(prefix):] if err.last_line.startswith(prefix) else err.last_line
-            print(json.dumps({"command": args.command, "exit_code": int(code), "error": error}))
+            print(json.dumps({"command": command, "exit_code": int(code), "error": error}))
 
 
 def _main(args: argparse.Namespace) -> int:

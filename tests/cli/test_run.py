@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import stat
+import threading
 
 import numpy as np
 import pytest
@@ -284,8 +288,29 @@ def test_with_json_a_failure_is_json_too(tmp_path, program, capsys):
     assert usage.value.code == ExitCode.USAGE
     assert json.loads(capsys.readouterr().out)["exit_code"] == ExitCode.USAGE
     ok = inputs(tmp_path, in0=np.ones(4, np.float32), in1=np.ones(4, np.int32))
+    for bad in (["--timeout", "0"], ["--bogus-flag"]):  # argparse's own errors
+        with pytest.raises(SystemExit):
+            run(capsys, program, "--inputs", ok, "--json", *bad)
+        assert json.loads(capsys.readouterr().out)["exit_code"] == ExitCode.USAGE
     code, stdout, _ = run(capsys, program, "--plugin", "no-such-plugin", "--inputs", ok, "--json")
     assert code == ExitCode.NOT_FOUND and json.loads(stdout)["exit_code"] == ExitCode.NOT_FOUND
     # A success prints its report alone.
     code, stdout, _ = run(capsys, program, "--plugin", "reference", "--inputs", ok, "--json")
     assert code == ExitCode.OK and "exit_code" not in json.loads(stdout)
+
+
+def test_an_output_that_is_a_pipe_is_written_into_not_replaced(tmp_path, program, capsys):
+    """--out /dev/null or a FIFO: renaming a temporary file over it (as for a regular file)
+    would replace the device or pipe, as root even /dev/null."""
+    fifo = tmp_path / "results.fifo"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+    reader.start()
+    src = inputs(tmp_path, in0=np.arange(4, dtype=np.float32), in1=np.ones(4, np.int32))
+    code, _, stderr = run(capsys, program, "--plugin", "reference", "--inputs", src, "--out", fifo)
+    reader.join(timeout=30)
+    assert code == ExitCode.OK, stderr
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    with np.load(io.BytesIO(received[0])) as data:
+        np.testing.assert_array_equal(data["out0"], [0, 2, 4, 6])

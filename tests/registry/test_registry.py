@@ -462,6 +462,23 @@ def test_a_loaders_answer_becomes_a_probe_report_and_garbage_a_failure(tmp_path)
     assert "extensions" in reg.record("garbled").reason
 
 
+def test_a_loader_that_raises_is_a_failure_that_says_what_it_raised(tmp_path):
+    """A truncated ELF file made the c_api loader raise struct.error; the record said only that
+    the loader raised."""
+    import struct
+
+    (tmp_path / "trunc.so").write_bytes(FAKE_SO)
+    loader = FakeLoader({"trunc": struct.error("unpack_from requires a buffer of at least 64 bytes")})
+    env = {"PJRT_NAMES_AND_LIBRARY_PATHS": f"trunc:{tmp_path / 'trunc.so'}"}
+    reg = PluginRegistry(RegistrySettings(autoload=False, policy=Policy(framework=ApiVersion(0, 105))), environ=env)
+    reg.add_loader(loader, "fake")
+    reg.load()
+    record = reg.record("trunc")
+    assert record.outcome is Outcome.FAILED
+    assert record.reason == ("the library loader raised while probing it "
+                             "(error: unpack_from requires a buffer of at least 64 bytes)")
+
+
 def test_a_plugin_the_gate_cannot_refuse_anything_runs_without_a_proxy():
     # The built-in CPU plugin implements the framework's own version: nothing is newer than its
     # limit, so the registry hands out its own client, and execute returns its own buffers.
