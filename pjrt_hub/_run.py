@@ -248,20 +248,20 @@ def write_npz_atomically(out: str | Path, arrays: dict[str, np.ndarray]) -> Path
     An ``out`` that exists and is not a regular file (``/dev/null``, a FIFO a reader waits on)
     is written into as it is: renaming over it would replace the device or pipe with a file."""
     out = Path(out)
+    # savez's one keyword of its own is allow_pickle, which no output name ("out<i>") is.
+    members: dict[str, Any] = arrays
     try:
         special = not stat.S_ISREG(os.stat(out).st_mode) and not out.is_dir()
     except OSError:
         special = False
     if special:  # a zip needs seeking, which a device or pipe does not do: built in memory first
         buffer = io.BytesIO()
-        np.savez(buffer, **arrays)
+        np.savez(buffer, **members)
         with open(out, "wb") as f:
             f.write(buffer.getbuffer())
         return out
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
     try:
-        # savez's one keyword of its own is allow_pickle, which no output name ("out<i>") is.
-        members: dict[str, Any] = arrays
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **members)
             f.flush()
