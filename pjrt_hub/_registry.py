@@ -156,9 +156,10 @@ class RegistrySettings:
     #: The plugin used when a command names none (``PJRT_DEVICE``, else numba_cpu). None: the
     #: registry reads ``PJRT_DEVICE`` from its environment.
     default_plugin: str | None = None
-    #: Seconds a C library may take to be probed. A cold first read of a 250 MB plugin takes a few
-    #: seconds; one that hangs (libtpu looking for a metadata server) must not hold ``list`` for
-    #: minutes. Probes run in parallel, and a result is cached on disk by the loader.
+    #: Seconds a C library may take to be probed, and a Python plugin's ``pjrt_hub_declare`` to
+    #: return. A cold first read of a 250 MB plugin takes a few seconds; one that hangs (libtpu
+    #: looking for a metadata server) must not hold ``list`` for minutes. Probes run in parallel,
+    #: and a result is cached on disk by the loader.
     probe_timeout: float = 30.0
 
     @classmethod
@@ -253,6 +254,26 @@ def _installed_version(dist: str) -> str | None:
     except md.PackageNotFoundError:
         return None
 
+
+def _within(seconds: float, call: Any) -> Any:
+    """``call()`` on a daemon thread, its result or exception, or TimeoutError after ``seconds``
+    (the thread is left behind: a hung hook cannot be stopped, only not waited for)."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name="pjrt-hub-declare", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise TimeoutError
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
 
 class PluginRegistry:
     """Finds, judges and holds plugins. Pass it around; there is no global instance."""
@@ -460,7 +481,12 @@ class PluginRegistry:
             self._set(entry, Outcome.FAILED, "registers nothing: it does not implement pjrt_hub_declare")
             return
         try:
-            raw = impls["pjrt_hub_declare"]()
+            raw = _within(self.settings.probe_timeout, impls["pjrt_hub_declare"])
+        except TimeoutError:
+            self._set(entry, Outcome.FAILED,
+                      f"hook pjrt_hub_declare did not return within {self.settings.probe_timeout:g} s "
+                      "(a declaration is data: it must not wait on devices or a network)")
+            return
         except (Exception, SystemExit) as exc:
             self._set(entry, Outcome.FAILED, f"hook pjrt_hub_declare raised {type(exc).__name__}", exc)
             return

@@ -107,6 +107,20 @@ def test_a_bad_plugin_fails_with_its_reason_and_the_others_still_load(fake_dist,
         reg.require(["bad"])
 
 
+def test_a_declaration_that_never_returns_fails_after_the_deadline(fake_dist):
+    """A pjrt_hub_declare that waits for ever (on a device, a network) held list and check for
+    ever; now the plugin fails once probe_timeout has passed, and the others load."""
+    install(fake_dist, "good-one", "good", plugin_source("0.105"))
+    install(fake_dist, "stuck-one", "stuck",
+            "import threading\nfrom pjrt_hub.abi import hookimpl\n@hookimpl\ndef pjrt_hub_declare():\n"
+            "    threading.Event().wait()\n")
+    reg = registry(probe_timeout=0.5)
+    reg.load()
+    stuck = reg.record("stuck")
+    assert stuck.outcome is Outcome.FAILED and "did not return within 0.5 s" in stuck.reason
+    assert reg.record("good").outcome is Outcome.LOADED
+
+
 def test_skewed_versions_are_incompatible_with_a_version_message(fake_dist):
     install(fake_dist, "too-old", "old", plugin_source("0.45"))
     install(fake_dist, "in-window", "recent", plugin_source("0.47"))
