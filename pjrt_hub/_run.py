@@ -57,8 +57,12 @@ class BadInput(PjrtHubError):
 
 
 def load_inputs(path: str | Path) -> list[np.ndarray]:
-    """Read ``in0..inN`` from an ``.npz`` file, in order."""
+    """Read ``in0..inN`` from an ``.npz`` file, in order. ``out*`` arrays beside them are
+    expected outputs and are skipped; a file of ``out0..outM`` alone (what ``run --out``
+    wrote) is read as ``in0..inM``, so an output file feeds back as an input file."""
     arrays = read_npz(path)
+    if arrays and all(_OUTPUT_KEY.fullmatch(key) for key in arrays):
+        arrays = {"in" + key[3:]: value for key, value in arrays.items()}
     indices: dict[int, str] = {}
     for key in arrays:
         match = _INPUT_KEY.fullmatch(key)
@@ -331,8 +335,8 @@ def check_inputs(signature: Sequence[tuple[tuple[int, ...], np.dtype]],
     """The arrays as ``@main``'s arguments (see :func:`as_argument`); BadInput names the first
     argument whose count, shape or dtype is wrong."""
     if len(arrays) != len(signature):
-        raise BadInput(f"@main takes {len(signature)} arguments but {len(arrays)} inputs were given "
-                       f"(in0..in{len(arrays) - 1})")
+        given = f"in0..in{len(arrays) - 1}" if len(arrays) > 1 else "in0" if arrays else "none"
+        raise BadInput(f"@main takes {len(signature)} arguments but {len(arrays)} inputs were given ({given})")
     converted = []
     for i, ((shape, dtype), array) in enumerate(zip(signature, arrays)):
         argument = as_argument(array, dtype)

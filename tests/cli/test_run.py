@@ -189,11 +189,18 @@ def test_an_output_file_feeds_back_as_an_input_file(tmp_path, capsys):
     src = inputs(tmp_path, in0=np.array([1.5, 3], ml_dtypes.bfloat16).view(np.uint16))
     first, second = tmp_path / "first.npz", tmp_path / "second.npz"
     assert run(capsys, program, "--plugin", "reference", "--inputs", src, "--out", first)[0] == 0
+    # As it is (out0 read as in0), and renamed.
+    assert run(capsys, program, "--plugin", "reference", "--inputs", first, "--out", second)[0] == 0
+    with np.load(second) as data:
+        np.testing.assert_array_equal(data["out0"].view(ml_dtypes.bfloat16), np.array([5.0625, 81], ml_dtypes.bfloat16))
     with np.load(first) as data:
         np.savez(tmp_path / "again.npz", in0=data["out0"])
     assert run(capsys, program, "--plugin", "reference", "--inputs", tmp_path / "again.npz", "--out", second)[0] == 0
     with np.load(second) as data:
         np.testing.assert_array_equal(data["out0"].view(ml_dtypes.bfloat16), np.array([5.0625, 81], ml_dtypes.bfloat16))
+    np.savez(tmp_path / "none.npz")
+    code, _, err = run(capsys, program, "--plugin", "reference", "--inputs", tmp_path / "none.npz")
+    assert code == ExitCode.BAD_INPUT and "takes 1 arguments but 0 inputs were given (none)" in err
 
 
 def test_bf16_given_as_bits_of_the_wrong_width_is_refused(tmp_path, capsys):
