@@ -255,6 +255,23 @@ def _installed_version(dist: str) -> str | None:
         return None
 
 
+
+def _not_a_library(path: str) -> str | None:
+    """Why ``path`` cannot be a shared library at all (empty, a text file, a truncated ELF
+    header), or None: what to say instead of "no loader reads it"."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError as exc:
+        return f"cannot read it ({exc.strerror or exc})"
+    if not head:
+        return "it is an empty file, not a shared library"
+    if not head.startswith(b"\x7fELF"):
+        return "it is not a shared library (no ELF header)"
+    if len(head) < 64:
+        return "it is a truncated ELF file (shorter than an ELF header)"
+    return None
+
 def _within(seconds: float, call: Any) -> Any:
     """``call()`` on a daemon thread, its result or exception, or TimeoutError after ``seconds``
     (the thread is left behind: a hung hook cannot be stopped, only not waited for)."""
@@ -593,7 +610,7 @@ class PluginRegistry:
             return
         if answer is None:
             loaders = [n.removeprefix("loader:") for n, _ in self.loader_manager().list_name_plugin()]
-            problems = "; ".join(self._loader_problems) or (
+            problems = "; ".join(self._loader_problems) or _not_a_library(path) or (
                 f"no installed loader reads it ({', '.join(loaders)}): is it a PJRT plugin's shared library?"
                 if loaders else f"no loader is installed ({LOADER_GROUP})")
             self._set(entry, Outcome.FOUND, f"C plugin found but not probed: {problems}")

@@ -222,7 +222,7 @@ CASES = [
          stream="stdout", line_starts="  not probed"),
     Case("probe-directory", ("probe", "./libs"), 3, ("libs", "is a directory"), stream="stdout",
          line_starts="  not probed"),
-    Case("probe-not-a-library", ("probe", "./text.so"), 3, ("no installed loader reads it",), stream="stdout",
+    Case("probe-not-a-library", ("probe", "./text.so"), 3, ("not a shared library (no ELF header)",), stream="stdout",
          line_starts="  not probed"),
     Case("probe-dev-null", ("probe", "/dev/null"), 3, ("/dev/null", "not a regular file"), stream="stdout",
          line_starts="  not probed"),

@@ -107,6 +107,21 @@ def test_a_bad_plugin_fails_with_its_reason_and_the_others_still_load(fake_dist,
         reg.require(["bad"])
 
 
+def test_a_file_no_loader_reads_says_why_it_cannot_be_a_library(tmp_path):
+    files = {"empty": b"", "text": b"hello\n", "header": b"\x7fELF", "elf": FAKE_SO.ljust(64, b"\0")}
+    for name, data in files.items():
+        (tmp_path / f"{name}.so").write_bytes(data)
+    env = {"PJRT_NAMES_AND_LIBRARY_PATHS": ",".join(f"{n}:{tmp_path / n}.so" for n in files)}
+    reg = PluginRegistry(RegistrySettings(autoload=False, policy=Policy(framework=ApiVersion(0, 105))), environ=env)
+    reg.add_loader(FakeLoader({name: None for name in files}), "fake")
+    reg.load()
+    reasons = {name: reg.record(name).reason for name in files}
+    assert reasons["empty"].endswith("it is an empty file, not a shared library")
+    assert reasons["text"].endswith("it is not a shared library (no ELF header)")
+    assert reasons["header"].endswith("it is a truncated ELF file (shorter than an ELF header)")
+    assert "no installed loader reads it (" in reasons["elf"]
+
+
 def test_a_declaration_that_never_returns_fails_after_the_deadline(fake_dist):
     """A pjrt_hub_declare that waits for ever (on a device, a network) held list and check for
     ever; now the plugin fails once probe_timeout has passed, and the others load."""
