@@ -338,6 +338,7 @@ class BenchLoad(_Model):
 class BenchReport(_Model):
     """``pjrt-hub bench --json``; rows also carry ``speedup_vs_<plugin>`` ratios."""
 
+    schema_version: int = SCHEMA_VERSION
     programs: list[BenchRow]
     tiny_execute_us: float | None = Field(None, description="the first plugin's tiny-add execute, in us")
     tiny_execute_us_by_plugin: dict[str, float]

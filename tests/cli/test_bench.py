@@ -10,6 +10,7 @@ def test_bench_json_on_the_reference_plugin(capsys):
     code = main(["bench", "--plugin", "reference", "--program", "perf_softmax", "--runs", "2", "--json"])
     report = json.loads(capsys.readouterr().out)
     assert code == ExitCode.OK
+    assert report["schema_version"] == 1  # as every other command's report
     (row,) = report["programs"]
     assert row["name"] == "perf_softmax" and row["plugin"] == "reference"
     assert row["outputs_match"] is True
