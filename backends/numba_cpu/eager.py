@@ -1556,20 +1556,12 @@ def _linalg(program: EagerProgram, op: Op) -> Step:
     shapes = [(batch, *v.tensor_type.shape[-2:]) for v in op.operands]
     out_shape = tuple(op.result.tensor_type.shape)
     operands, result = op.operands, op.result
-    if op.name == "stablehlo.cholesky":
-        lower = int(bool(op.attr("lower")))
-
-        def compute(a: np.ndarray) -> np.ndarray:
-            return cholesky(a, lower)
-    else:
-        flags = tuple(int(f) for f in linalg_flags(op))
-
-        def compute(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # type: ignore[misc]
-            return triangular_solve(a, b, *flags)
+    compute = cholesky if op.name == "stablehlo.cholesky" else triangular_solve
+    flags = linalg_flags(op)
 
     def step(env: Env) -> None:
         arrays = [np.ascontiguousarray(env[v], kind.storage).reshape(s) for v, s in zip(operands, shapes)]
-        env[result] = compute(*arrays).reshape(out_shape)
+        env[result] = compute(*arrays, *flags).reshape(out_shape)
 
     return step
 

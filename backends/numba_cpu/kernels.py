@@ -913,9 +913,12 @@ def linalg_variant(op: Op, kind: ElementKind) -> tuple[int, int]:
     return math.prod(shape[:-2]), shape[-1]
 
 
-def linalg_flags(op: Op) -> tuple[bool, bool, bool, int]:
-    """triangular_solve's (left_side, lower, unit_diagonal, transpose code)."""
-    return (bool(op.attr("left_side")), bool(op.attr("lower")), bool(op.attr("unit_diagonal")),
+def linalg_flags(op: Op) -> tuple[int, ...]:
+    """The flags .linalg takes after the arrays, as ints (0/1, and 0-2 for the transpose):
+    triangular_solve's (left_side, lower, unit_diagonal, transpose), cholesky's (lower,)."""
+    if op.name == "stablehlo.cholesky":
+        return (int(bool(op.attr("lower"))),)
+    return (int(bool(op.attr("left_side"))), int(bool(op.attr("lower"))), int(bool(op.attr("unit_diagonal"))),
             _TRANSPOSE[str(op.attr("transpose_a") or "NO_TRANSPOSE")])
 
 
@@ -926,7 +929,7 @@ def _triangular_solve(ctx: Lowering, op: Op) -> Sequence[Binding]:
     batch, m = linalg_variant(op, kind)
     rows, cols = b.tensor_type.shape[-2:]
     an, bn, out = ctx.array(a), ctx.array(b), ctx.fresh("a")
-    flags = ", ".join(f"np.int64({int(f)})" for f in linalg_flags(op))  # not literals: one compile
+    flags = ", ".join(f"np.int64({f})" for f in linalg_flags(op))  # not literals: one compile
     ctx.scope.emit(f"{out} = triangular_solve_nd(np.ascontiguousarray({an}).reshape(({batch}, {m}, {m})), "
                    f"np.ascontiguousarray({bn}).reshape(({batch}, {rows}, {cols})), {flags})"
                    f".reshape({tuple(op.result.tensor_type.shape)!r})")
@@ -939,8 +942,9 @@ def _cholesky(ctx: Lowering, op: Op) -> Sequence[Binding]:
     kind = ctx.kind(op.result)
     batch, m = linalg_variant(op, kind)
     an, out = ctx.array(a), ctx.fresh("a")
+    (lower,) = linalg_flags(op)
     ctx.scope.emit(f"{out} = cholesky_nd(np.ascontiguousarray({an}).reshape(({batch}, {m}, {m})), "
-                   f"np.int64({int(bool(op.attr('lower')))})).reshape({tuple(op.result.tensor_type.shape)!r})")
+                   f"np.int64({lower})).reshape({tuple(op.result.tensor_type.shape)!r})")
     return [ArrayBinding(out, kind)]
 
 
@@ -954,7 +958,7 @@ def _fft(ctx: Lowering, op: Op) -> Sequence[Binding]:
     dtype = np.dtype(kind.storage).name
     spec = ctx.global_value(f"types.Array(types.{dtype}, {len(op.result.tensor_type.shape)}, 'C')")
     lengths = tuple(int(n) for n in op.attr("fft_length"))
-    with ctx.block_scope(f"with objmode({out}={spec}):"):  # numba has no FFT: numpy's (.host_fft)
+    with ctx.block_scope(f"with objmode({out}={spec}):"):  # numba has no FFT: numpy's (stablehlo.fft)
         ctx.scope.emit(f"{out} = fft_host({xn}, '{op.attr('fft_type')}', {lengths!r}, '{dtype}')")
     return [ArrayBinding(out, kind)]
 

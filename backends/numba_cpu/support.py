@@ -17,8 +17,9 @@ import math
 import numpy as np
 from numba import njit, objmode, types
 
+from pjrt_hub.backends.stablehlo.fft import fft_host
+
 from . import linalg, special, vecmath
-from .host_fft import fft_host
 from .threads import blas_threads, dot_in_blocks
 from .intrinsics import (
     advise_hugepages, ld, st,

@@ -424,17 +424,7 @@ def _batch_norm_grad(ctx, op, x, scale, mean, variance, grad_output):
 @register("stablehlo.fft")
 def _fft(ctx, op, x):
     from pjrt_hub.backends.stablehlo import FftType
+    from pjrt_hub.backends.stablehlo.fft import fft_host
 
-    kind = FftType(op.attributes["fft_type"])
-    lengths = tuple(op.attributes["fft_length"])
-    axes = tuple(range(x.ndim - len(lengths), x.ndim))
-    result: np.ndarray
-    if kind == FftType.FFT:
-        result = np.fft.fftn(x.astype(np.complex128), axes=axes)
-    elif kind == FftType.IFFT:
-        result = np.fft.ifftn(x.astype(np.complex128), axes=axes)
-    elif kind == FftType.RFFT:
-        result = np.fft.rfftn(x.astype(np.float64), s=lengths, axes=axes)
-    else:
-        result = np.fft.irfftn(x.astype(np.complex128), s=lengths, axes=axes)
-    return result.astype(op.results[0].type.dtype)
+    return fft_host(x, str(FftType(op.attributes["fft_type"])), tuple(op.attributes["fft_length"]),
+                    op.results[0].type.dtype)
