@@ -255,7 +255,6 @@ def _installed_version(dist: str) -> str | None:
         return None
 
 
-
 def _not_a_library(path: str) -> str | None:
     """Why ``path`` cannot be a shared library at all (empty, a text file, a truncated ELF
     header), or None: what to say instead of "no loader reads it"."""
@@ -271,6 +270,7 @@ def _not_a_library(path: str) -> str | None:
     if len(head) < 64:
         return "it is a truncated ELF file (shorter than an ELF header)"
     return None
+
 
 def _within(seconds: float, call: Any) -> Any:
     """``call()`` on a daemon thread, its result or exception, or TimeoutError after ``seconds``
@@ -291,6 +291,7 @@ def _within(seconds: float, call: Any) -> Any:
     if "error" in box:
         raise box["error"]
     return box.get("value")
+
 
 class PluginRegistry:
     """Finds, judges and holds plugins. Pass it around; there is no global instance."""

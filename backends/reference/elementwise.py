@@ -412,6 +412,8 @@ register("stablehlo.subtract", elementwise=True)(_arith(np.subtract, np.subtract
 register("stablehlo.multiply", elementwise=True)(
     _arith(np.multiply, lambda a, b: (a & b) if a.dtype == np.bool_ else np.multiply(a, b)))
 register("stablehlo.atan2", elementwise=True)(_float_op(_atan2, "atan2"))
+register("chlo.polygamma", elementwise=True)(_float_op(lambda n, x: sp.polygamma(n.astype(np.int64), x), "polygamma"))
+register("chlo.zeta", elementwise=True)(_float_op(sp.zeta, "zeta"))
 
 
 @register("chlo.next_after", elementwise=True)
@@ -429,10 +431,6 @@ def _next_after(ctx, op, a, b):
     step = np.where(x == 0, (by & sign) | one, step)
     out = np.where(x == y, by, step).astype(u).view(a.dtype)
     return np.where(np.isnan(x) | np.isnan(y), np.array(np.nan, a.dtype), out)
-register("chlo.polygamma", elementwise=True)(_float_op(lambda n, x: sp.polygamma(n.astype(np.int64), x), "polygamma"))
-register("chlo.zeta", elementwise=True)(_float_op(sp.zeta, "zeta"))
-
-
 
 
 @register("stablehlo.maximum", elementwise=True)

@@ -105,7 +105,6 @@ class _Lowering:
                      frozen_mapping({"start_indices": (0,) * len(rs), "limit_indices": tuple(rs),
                                      "strides": (1,) * len(rs)}), (), op.location, op.source)
 
-
     def nan_aware(self, comparator: Function, call: Op) -> Block | None:
         """The sort region XLA's top-k amounts to, for JAX's float ``GT``/``LT`` comparators;
         None for any other."""
