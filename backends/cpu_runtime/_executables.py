@@ -62,6 +62,7 @@ from ._buffers import DONATED, LIVE, CpuBuffer, Layout, Pending, layout_of
 from ._cancel import CancelFlag, watch
 from ._collectives import CollectiveRun, Participant, participating
 from ._events import READY, CpuEvent, as_pjrt_error, failed_event
+from ._fast import fast_execute
 from .compiler import CompiledProgram
 
 if TYPE_CHECKING:
@@ -324,7 +325,8 @@ class CpuLoadedExecutable(LoadedExecutable):
     __slots__ = ("_executable", "_client", "_assignment", "_devices", "_deleted", "_name", "_program",
                  "_inputs", "_outputs", "_num_inputs", "_reuse", "_donated", "_inline", "_fast",
                  "_cancellable", "_unbounded", "_running", "_collectives", "_flat_ids", "_runs", "_node_of_flat", "_spans",
-                 "_fresh", "_all_reusable", "_fast_outputs", "__weakref__")
+                 "_fresh", "_all_reusable", "_fast_outputs", "_entry", "_direct_entry", "_execute_fast",
+                 "__weakref__")
 
     def __init__(self, executable: CpuExecutable, client: "CpuClient",
                  assignment: tuple[tuple[int, ...], ...], inline: bool) -> None:
@@ -347,6 +349,12 @@ class CpuLoadedExecutable(LoadedExecutable):
         self._fast = inline and not self._donated and len(self._devices) == 1 and len(flat_devices) == 1
         #: The program's results need no checking (see ``fresh_results`` in .compiler).
         self._fresh = bool(getattr(self._program, "fresh_results", False))
+        #: The program's direct entry (``direct_entry``), once it has one, and how to ask for it.
+        self._entry: Callable[..., Sequence[np.ndarray]] | None = None
+        self._direct_entry = getattr(self._program, "direct_entry", None) if self._fresh else None
+        #: The fast path for this number of arguments (see ._fast): called as
+        #: ``self._execute_fast(self, args)``, a function held here, not a bound method.
+        self._execute_fast = fast_execute(self._num_inputs)
         self._all_reusable = (True,) * len(self._outputs)
         #: (count, bytes, largest) of the outputs, accounted at once by the fast path.
         self._fast_outputs = (len(self._outputs), sum(layout.nbytes for layout in self._outputs),
@@ -409,12 +417,12 @@ class CpuLoadedExecutable(LoadedExecutable):
 
     def execute(self, argument_lists: Sequence[Sequence[Buffer]], options: ExecuteOptions | None = None,
                 execute_device: Device | None = None) -> ExecuteResult:
-        # The common call first, with as few tests as it takes to know it is one: a single
-        # argument list, no options that matter, no execute_device (see _execute_fast).
-        if (self._fast and execute_device is None and (options is None or options.timeout is None)
-                and type(argument_lists) is list and len(argument_lists) == 1
-                and not self._deleted and not self._client._destroyed):
-            result = self._execute_fast(argument_lists[0])
+        # The common call first, with as few tests as it takes to know it may be one: a single
+        # argument list and nothing else (_execute_fast checks the rest). Options without a
+        # timeout come back to it below.
+        if self._fast and options is None and execute_device is None and type(argument_lists) is list \
+                and len(argument_lists) == 1:
+            result = self._execute_fast(self, argument_lists[0])
             if result is not None:
                 return result
         if self._deleted or self._client._destroyed:
@@ -434,9 +442,10 @@ class CpuLoadedExecutable(LoadedExecutable):
         if timeout is not None:
             timeout = _seconds(timeout)
         elif (self._fast and execute_device is None and len(argument_lists) == 1
-              and type(argument_lists) is not list):
-            # Any other sequence of one list (a list took the fast path above).
-            result = self._execute_fast(argument_lists[0])
+              and (options is not None or type(argument_lists) is not list)):
+            # Options that change nothing here, or another sequence of one list (a plain list
+            # without options took the fast path above).
+            result = self._execute_fast(self, argument_lists[0])
             if result is not None:
                 return result
         non_donatable = options.non_donatable_input_indices if options is not None else ()
@@ -470,82 +479,45 @@ class CpuLoadedExecutable(LoadedExecutable):
             events.append(event)
         return ExecuteResult(outputs, events)
 
-    def _execute_fast(self, args: Sequence[CpuBuffer]) -> ExecuteResult | None:
-        """The common case, kept lean: one device, ready arguments, nothing donated, run inline.
-
-        Returns None, having changed nothing, for anything else; the general path then handles
-        it (and raises the right error for a bad argument). Every figure it needs of the
-        executable is computed once, at load (``_fast_outputs``: what its outputs allocate).
-        """
-        device = self._devices[0]
-        client = self._client
-        inputs = self._inputs
-        if len(args) != self._num_inputs:
-            return None
-        lock = client._lock
-        # acquire/release rather than ``with``: half the cost on an RLock, three times a call.
-        lock.acquire()
+    def _run_fast(self, arrays: list[np.ndarray]) -> tuple[Sequence[np.ndarray] | None, Sequence[bool] | None,
+                                                          PjrtError | None]:
+        """The fast path's run (see ._fast) when it has no direct entry yet, or the entry raised:
+        ``(results, reusable, None)``, with ``reusable`` None for fresh results, or
+        ``(None, None, error)``."""
         try:
-            # A set _array means live and ready; the identical layout object means same shape
-            # and dtype (layouts are interned). Anything else goes the general way, which
-            # checks it and says what is wrong.
-            arrays = []
-            index = 0
-            for buffer in args:
-                if (type(buffer) is not CpuBuffer or buffer._device is not device
-                        or buffer._layout is not inputs[index] or buffer._array is None):
-                    for taken in args[:index]:  # give back what was taken: nothing has changed
-                        taken._uses -= 1
-                    return None
-                buffer._uses += 1
-                arrays.append(buffer._array)
-                index += 1
-        finally:
-            lock.release()
-        error = None
-        try:
-            if self._fresh:
-                # New arrays of the declared types, this call's own list (see fresh_results).
+            if not self._fresh:
+                return (*self._run_program(arrays, None), None)
+            # New arrays of the declared types (see fresh_results), from the program's direct
+            # entry once it has one, else from run (which coerces arrays the entry refuses).
+            results: Sequence[np.ndarray] | None = None
+            if self._entry is None and self._direct_entry is not None:
+                entry = self._entry = self._direct_entry()
+                if entry is not None:
+                    try:
+                        results = entry(*arrays)
+                    except TypeError:
+                        pass
+            if results is None:
                 results = self._program.run(arrays, None)
-                if len(results) != self._fast_outputs[0]:
-                    results, reusable = self._run_checked(list(results), arrays, None)
-                else:
-                    reusable = self._all_reusable
-            else:
-                results, reusable = self._run_program(arrays, None)
+            if len(results) == self._fast_outputs[0]:
+                return results, None, None
+            return (*self._run_checked(list(results), arrays, None), None)
         except Exception as exc:  # noqa: BLE001 - an execution error goes onto the event
-            error = as_pjrt_error(exc, f"{self._name} on {device._label}")
-        del arrays
-        memory = device._memories[0]
-        hooks = None
-        lock.acquire()
-        try:
-            for buffer in args:
-                buffer._uses -= 1
-                if buffer._release is not None:
-                    hook = buffer._take_release_hook()
-                    if hook is not None:
-                        hooks = (hooks or []) + [hook]
-            if error is None:
-                memory._alloc_outputs(self._fast_outputs)
-                make = CpuBuffer._make
-                outputs: list[Buffer] = []
-                index = 0
-                for layout in self._outputs:  # a loop, not a comprehension: one frame fewer
-                    outputs.append(make(memory, layout, results[index], READY, layout.nbytes, reusable[index]))
-                    index += 1
-                event = READY
-            else:
-                event = failed_event(error)
-                outputs = [CpuBuffer._make(memory, layout, None, event, 0, True)._failed_with(error)
-                           for layout in self._outputs]
-        finally:
-            lock.release()
-        if hooks:
-            for hook in hooks:
-                hook()
-        # ExecuteResult([outputs], [event]), without the named tuple's Python-level __new__.
-        return tuple.__new__(ExecuteResult, ([outputs], [event]))
+            return None, None, as_pjrt_error(exc, f"{self._name} on {self._devices[0]._label}")
+
+    def _made_outputs(self, results: Sequence[np.ndarray] | None, reusable: Sequence[bool] | None,
+                      error: PjrtError | None) -> tuple[list[Buffer], Event]:
+        """The fast path's outputs when they are not fresh results: checked ones (``reusable``
+        says which are ours to overwrite) or, after ``error``, failed ones. Caller holds the lock."""
+        memory = self._devices[0]._memories[0]
+        if error is not None:
+            event = failed_event(error)
+            return [CpuBuffer._make(memory, layout, None, event, 0, True)._failed_with(error)
+                    for layout in self._outputs], event
+        assert results is not None and reusable is not None
+        memory._alloc_outputs(self._fast_outputs)
+        return [CpuBuffer._make(memory, layout, results[index], READY, layout.nbytes, reusable[index])
+                for index, layout in enumerate(self._outputs)], READY
 
     def _portable_device(self, device: Device) -> tuple["CpuDevice", ...]:
         if len(self._devices) != 1:

@@ -28,6 +28,14 @@ program when present (``getattr`` with a default, so older compilers keep workin
     another and from its inputs, that the program keeps no reference to (or, for a donated
     output, the ``out`` array it was given). The runtime then skips its per-result checks, the
     larger part of a tiny program's execute (numba_cpu's generated code returns such arrays).
+``direct_entry()`` (method; absent: None)
+    With ``fresh_results``: a callable that takes the input arrays as positional arguments
+    (C-contiguous, writeable, of the declared types: what a buffer holds) and returns a tuple
+    of the results, one fresh array per output, as ``run(args)`` would; or None while the
+    program has none (numba_cpu's tiered program until its compiled code is loaded). A
+    single-device execution then calls it instead of ``run`` (a tenth of a tiny program's
+    execute is ``run``'s own work). When it raises, the runtime calls ``run`` with the same
+    arrays, which coerces what the entry refused (numba's TypeError) or raises the error again.
 ``unbounded_loops`` (bool, default False)
     A loop of the program may run long or forever: it is not a counted loop of a few
     iterations (``pjrt_hub.backends.stablehlo.loops``). Such a program never runs inline on the

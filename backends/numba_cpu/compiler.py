@@ -33,7 +33,7 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence, cast
 
 import numpy as np
 
@@ -237,6 +237,21 @@ class NumbaProgram:
         self._plain_extra = (_NOT_CANCELLED,) if self.cancellable else ()
 
     # -- running --
+
+    def direct_entry(self) -> Callable[..., tuple[np.ndarray, ...]] | None:
+        """The generated entry itself, for a plain program (see ``direct_entry`` in the
+        runtime's compiler protocol); a loop program's gets the flag nobody sets appended."""
+        if not self._plain or not self.fresh_results:
+            return None
+        entry = self._entry
+        if not self._plain_extra:
+            return cast("Callable[..., tuple[np.ndarray, ...]]", entry)
+        extra = self._plain_extra
+
+        def with_flag(*args: np.ndarray) -> tuple[np.ndarray, ...]:
+            return entry(*args, *extra)
+
+        return with_flag
 
     def run(self, args: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None = None, *,
             cancel: np.ndarray | None = None) -> list[np.ndarray]:

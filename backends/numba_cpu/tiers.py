@@ -140,7 +140,7 @@ class TieredProgram:
         self._compiled: NumbaProgram | None = None
         self._lock = threading.Lock()
         self._narrow_out = tuple(i for i, s in enumerate(self.outputs) if s.dtype.itemsize == 2 and s.dtype.kind in "fV")
-        #: Executions answered by each tier (for tests and ``bench``).
+        #: Calls of :meth:`run` answered by each tier (for tests).
         self.runs = {"eager": 0, "compiled": 0}
         #: A program the eager tier runs slowly (large arrays, many transcendentals) is compiled
         #: at once, and its eager runs give way to the compiled code as soon as it is loaded.
@@ -195,6 +195,13 @@ class TieredProgram:
         return job.done.is_set() and job.program is not None
 
     # -- running --
+
+    def direct_entry(self) -> Callable[..., tuple[np.ndarray, ...]] | None:
+        """The compiled program's direct entry once it is loaded, else None (see
+        ``direct_entry`` in the runtime's compiler protocol). Its calls are not counted in
+        :attr:`runs`."""
+        compiled = self._ready()
+        return None if compiled is None else compiled.direct_entry()
 
     def run(self, args: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None = None, *,
             cancel: np.ndarray | None = None) -> list[np.ndarray]:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from dataclasses import fields
+
 import numpy as np
 import pytest
-from .cpu_runtime_minihlo import add_module, module
+from .cpu_runtime_minihlo import MiniCompiler, MiniProgram, add_module, module
 
 from pjrt_hub.abi import (
     CompileOptions,
@@ -12,8 +16,9 @@ from pjrt_hub.abi import (
     FailedPrecondition,
     HostBufferSemantics,
     InvalidArgument,
+    Program,
 )
-from pjrt_hub.backends.cpu_runtime import READY
+from pjrt_hub.backends.cpu_runtime import READY, CpuApi, CpuBuffer
 
 S = HostBufferSemantics
 F32 = np.float32
@@ -322,3 +327,156 @@ def test_the_fast_path_counts_every_output_in_the_memory_statistics(client, put,
     for output in outputs:
         output.destroy()
     assert memory.stats().bytes_in_use == before.bytes_in_use
+
+
+# -- a program with a direct entry (``fresh_results`` and ``direct_entry``: numba_cpu's) ----------
+
+
+class _FreshProgram(MiniProgram):
+    """A mini program that returns fresh arrays and offers a direct entry once ``ready``."""
+
+    fresh_results = True
+
+    def __init__(self, program: MiniProgram) -> None:
+        super().__init__(**{f.name: getattr(program, f.name) for f in fields(MiniProgram)})
+        self.ready = False
+        self.entry_calls = 0
+        self.refuse = False  # the entry raises TypeError, as numba's dispatcher does for odd arrays
+
+    def direct_entry(self):
+        if not self.ready:
+            return None
+
+        def entry(*arrays):
+            self.entry_calls += 1
+            if self.refuse:
+                raise TypeError("No matching definition for argument type(s)")
+            return tuple(self._compute(arrays))
+
+        return entry
+
+    def _compute(self, arrays):
+        env = dict(zip(self.arg_names, arrays))
+        for name, step in self.steps:
+            env[name] = step(env)
+        return [np.array(env[name]) for name in self.result_names]
+
+
+@pytest.fixture
+def fresh_client():
+    class Compiler(MiniCompiler):
+        def compile(self, code, options):
+            self.last = _FreshProgram(super().compile(code, options))
+            return self.last
+
+    compiler = Compiler()
+    client = CpuApi(compiler).client_create()
+    yield client, compiler
+    client.destroy()
+
+
+TWO_OUTPUTS = ("%0 = stablehlo.add %arg0, %arg1 : tensor<4xf32>\n%1 = stablehlo.multiply %arg0, %arg1 : tensor<4xf32>\n"
+               "%2 = stablehlo.reshape %1 : (tensor<4xf32>) -> tensor<2x2xf32>\nreturn %0, %2 : tensor<4xf32>, tensor<2x2xf32>")
+
+
+def test_the_fast_path_calls_a_direct_entry_once_the_program_has_one(fresh_client):
+    client, compiler = fresh_client
+    executable = client.compile(Program(module(TWO_OUTPUTS, args="%arg0: tensor<4xf32>, %arg1: tensor<4xf32>",
+                                               results="tensor<4xf32>, tensor<2x2xf32>")))
+    program = compiler.last
+    device = client.devices()[0]
+    a = client.buffer_from_host_buffer(np.arange(4, dtype=F32), device=device).buffer
+    b = client.buffer_from_host_buffer(ones(value=3), device=device).buffer
+
+    def outputs():
+        added, multiplied = executable.execute([[a, b]]).outputs[0]
+        np.testing.assert_array_equal(added.to_host_buffer().array, [3, 4, 5, 6])
+        np.testing.assert_array_equal(multiplied.to_host_buffer().array, [[0, 3], [6, 9]])
+        return added, multiplied
+
+    outputs()  # no entry yet: run answers
+    assert (program.runs, program.entry_calls) == (1, 0)
+    program.ready = True
+    memory = device.default_memory()
+    before = memory.stats()
+    added, multiplied = outputs()
+    assert (program.runs, program.entry_calls) == (1, 1)
+    after = memory.stats()
+    assert (after.bytes_in_use - before.bytes_in_use, after.num_allocs - before.num_allocs) == (32, 2)
+    assert after.peak_bytes_in_use >= after.bytes_in_use and after.largest_alloc_size >= 16
+    # The outputs the fast path built are the buffers CpuBuffer._make builds, slot for slot.
+    for output in (added, multiplied):
+        made = CpuBuffer._make(memory, output._layout, output._array, READY, output._layout.nbytes, True)
+        slots = [name for name in CpuBuffer.__slots__ if name != "__weakref__"]
+        assert {name: getattr(output, name) for name in slots} == {name: getattr(made, name) for name in slots}
+        made._accounted = 0  # the same storage: freed once, by the output
+        output.destroy()
+    assert memory.stats().bytes_in_use == before.bytes_in_use
+    # An entry that refuses the arrays (TypeError) hands the call to run, with the same result.
+    program.refuse = True
+    outputs()
+    assert (program.runs, program.entry_calls) == (2, 2)
+
+
+def _chain(n: int) -> str:
+    """A module of ``n`` f32[4] arguments whose result is their sum plus 1 (n = 0: the constant 1)."""
+    lines = ["%c = stablehlo.constant dense<1.0> : tensor<4xf32>"]
+    last = "%c"
+    for i in range(n):
+        lines.append(f"%s{i} = stablehlo.add {last}, %arg{i} : tensor<4xf32>")
+        last = f"%s{i}"
+    lines.append(f"%r = stablehlo.add {last}, %c : tensor<4xf32>")
+    lines.append("return %r : tensor<4xf32>")
+    return module("\n".join(lines), args=", ".join(f"%arg{i}: tensor<4xf32>" for i in range(n)),
+                  results="tensor<4xf32>")
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 16, 17, 40])
+def test_the_fast_path_of_every_arity_runs_and_refuses_a_bad_last_argument(fresh_client, n):
+    # The fast path is written out per number of arguments (._fast): each arity computes, with
+    # run and with the direct entry, and a bad last argument leaves no hold on the others.
+    client, compiler = fresh_client
+    executable = client.compile(Program(_chain(n)))
+    program = compiler.last
+    device = client.devices()[0]
+    buffers = [client.buffer_from_host_buffer(np.full(4, i + 1, F32), device=device).buffer for i in range(n)]
+    expected = np.full(4, 2 + n * (n + 1) / 2, F32)
+    for ready in (False, True):
+        program.ready = ready
+        (out,), = executable.execute([buffers]).outputs
+        np.testing.assert_array_equal(out.to_host_buffer().array, expected)
+    assert (program.runs, program.entry_calls) == (1, 1)
+    assert all(buffer._uses == 0 for buffer in buffers)
+    if n:
+        wrong = client.buffer_from_host_buffer(np.ones(4, np.float64), device=device).buffer
+        with pytest.raises(InvalidArgument, match=rf"argument {n - 1} of .* expected f32\[4\], got f64\[4\]"):
+            executable.execute([[*buffers[:-1], wrong]])
+        assert all(buffer._uses == 0 for buffer in buffers)
+    else:
+        with pytest.raises(InvalidArgument, match="supplied 1 buffers but compiled program expected 0"):
+            executable.execute([[client.buffer_from_host_buffer(ones(), device=device).buffer]])
+
+
+def test_a_zero_copy_argument_deleted_during_a_fast_execution_is_released_after_it(client, compile_text):
+    # The fast path holds its arguments while the program runs: the owner of a zero-copy host
+    # array hears that it is free only once the execution that read it is over.
+    from .cpu_runtime_minihlo import gate
+
+    executable = compile_text(module(
+        "%0 = stablehlo.custom_call @gate_fastpath_release(%arg0) : (tensor<4xf32>) -> tensor<4xf32>\n"
+        "return %0 : tensor<4xf32>", args="%arg0: tensor<4xf32>", results="tensor<4xf32>"))
+    host = np.arange(4, dtype=F32)
+    transfer = client.buffer_from_host_buffer(host, semantics=S.IMMUTABLE_ZERO_COPY)
+    results = []
+    running = threading.Thread(target=lambda: results.append(executable.execute([[transfer.buffer]])))
+    running.start()
+    deadline = time.monotonic() + 30
+    while transfer.buffer._uses == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    transfer.buffer.delete()
+    assert transfer.buffer.is_deleted() and not transfer.done_with_host_buffer.is_ready()
+    gate("fastpath_release").set()
+    running.join(30)
+    assert transfer.done_with_host_buffer.is_ready()
+    (out,), = results[0].outputs
+    np.testing.assert_array_equal(out.to_host_buffer().array, host)

@@ -758,12 +758,17 @@ def test_a_while_loop_with_many_carried_values_gives_the_same_result_on_every_pa
         s = s + a
         t = np.float32(t + a.sum(dtype=np.float32))
     program = tiered.compile(_MANY_CARRIES)
+    assert program.direct_entry() is None  # nothing compiled yet: the runtime calls run
     eager = program.run([x, y, k])
     compiled = program.wait_compiled(timeout=600)
     direct = program.run([x, y, k])
     flagged = compiled.run([x, y, k], cancel=np.zeros(1, np.int32))
-    assert program.runs == {"eager": 1, "compiled": 1}
-    for got in (direct, flagged):
+    # What an executable calls once it has it: the entry with the flag nobody sets appended.
+    entry = program.direct_entry()
+    assert entry is not None
+    by_entry = list(entry(x, y, k))
+    assert program.runs == {"eager": 1, "compiled": 1}  # the entry's calls are not run's
+    for got in (direct, flagged, by_entry):
         assert_same_bits(eager, got, "many carries")
     assert int(direct[0]) == 7 and int(direct[3]) == 2 * 3 ** 7
     np.testing.assert_array_equal(direct[1], a)
