@@ -801,14 +801,16 @@ class PluginRegistry:
             self._set(entry, Outcome.FAILED, f"hook pjrt_hub_get_api raised {type(exc).__name__}", exc)
             raise PluginLoadError(name, f"pjrt_hub_get_api raised {_describe(exc)}") from exc
         if not isinstance(api, Api):
-            raise PluginValidationError(
-                name, f"pjrt_hub_get_api returned {type(api).__name__}, expected a pjrt_hub.abi.Api")
-        reported = ApiVersion.parse(api.api_version())
-        if reported != entry.version:
-            raise PluginValidationError(
-                name, f"declared PJRT API {entry.version} but its Api reports {reported}; the "
-                "declaration must tell the truth about the version")
-        return api
+            problem = f"pjrt_hub_get_api returned {type(api).__name__}, expected a pjrt_hub.abi.Api"
+        else:
+            reported = ApiVersion.parse(api.api_version())
+            if reported == entry.version:
+                return api
+            problem = (f"declared PJRT API {entry.version} but its Api reports {reported}; the "
+                       "declaration must tell the truth about the version")
+        # Recorded, as a raising hook is: the plugin cannot be used, and every later call says why.
+        self._set(entry, Outcome.FAILED, problem)
+        raise PluginValidationError(name, problem)
 
     def client_creation_risk(self, name: str) -> str | None:
         """Why creating a client for this plugin is unsafe here, or None."""

@@ -94,9 +94,13 @@ class PluginUnderTest:
 
     def __init__(self, registry: "PluginRegistry", name: str, *, timeout_scale: float = 1.0) -> None:
         self.registry = registry
-        self.record: "PluginRecord" = registry.record(name)
-        self.name = self.record.name
-        self.kind = self.record.kind
+        record = registry.record(name)
+        self.name = record.name
+        self.kind = record.kind
+        #: The record as the registry loaded it, before any case ran (version/loaded judges it).
+        self.load_record: "PluginRecord" = record
+        #: Loaded by the registry before any case ran (a failure after that came from its Api).
+        self._loaded_at_start = record.outcome.value == "loaded"
         self.framework: ApiVersion = registry.policy.framework
         self.timeout_scale = timeout_scale
         #: What the plugin declared, as the registry read it (None for a C plugin).
@@ -110,6 +114,13 @@ class PluginUnderTest:
         self.step = ""
 
     # -- what the registry knows ---------------------------------------------------------------
+
+    @property
+    def record(self) -> "PluginRecord":
+        """The registry's record of the plugin, as it is now: a Python plugin whose
+        ``pjrt_hub_get_api`` fails, or whose Api reports another version than it declared, is
+        recorded as failed when a case first asks for its Api."""
+        return self.registry.record(self.name)
 
     @property
     def loaded(self) -> bool:
@@ -150,8 +161,9 @@ class PluginUnderTest:
         if item.id == "version/loaded":
             return None
         if not self.loaded:
-            return (f"plugin {self.name} is not loaded ({self.record.outcome.value}: {self.record.reason}); "
-                    "see version/loaded")
+            where = ("the first case that asked for its Api failed with the details" if self._loaded_at_start
+                     else "see version/loaded")
+            return f"plugin {self.name} cannot be used ({self.record.outcome.value}: {self.record.reason}); {where}"
         declared = self.declared_version
         if item.min_api_minor and declared is not None and declared.minor < item.min_api_minor:
             return (f"needs PJRT API 0.{item.min_api_minor}; plugin {self.name} implements {declared}")

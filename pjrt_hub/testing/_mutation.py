@@ -147,7 +147,9 @@ def run_matching(ctx: Any, patterns: Sequence[str]) -> dict[str, tuple[str, str]
     from . import cases as _cases  # noqa: F401 - registers the cases
 
     results: dict[str, tuple[str, str]] = {}
-    for case_id, item in CASES.items():
+    # In the order of a conformance run (group by group): the first case to meet a defect is
+    # the one that reports it there too.
+    for case_id, item in sorted(CASES.items(), key=lambda kv: GROUPS.index(kv[1].group)):
         if not matching(case_id, patterns):
             continue
         limited = ctx.limitation_for(item) is not None

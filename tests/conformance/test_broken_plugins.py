@@ -32,6 +32,45 @@ def test_a_plugin_that_reports_another_version_cannot_be_used_at_all(fake_dist, 
     install_plugin(fake_dist, "liar", BROKEN["reports_another_version"].source)
     results = run_cases("liar", ("version/*", "client/platform_name"))
     assert results["version/loaded"][0] == "passed"  # the declaration alone looks fine
-    outcome, message = results["client/platform_name"]
+    outcome, message = results["version/api_version"]  # the first case to ask for its Api
     assert outcome == "failed"
-    assert "failed: PluginValidationError" in message and "declared PJRT API 0.105 but its Api reports 0.81" in message
+    assert "PluginValidationError" in message and "declared PJRT API 0.105 but its Api reports 0.81" in message
+    # Every later case is skipped with the reason, rather than failing again on it.
+    outcome, message = results["client/platform_name"]
+    assert outcome == "skipped"
+    assert "cannot be used (failed: declared PJRT API 0.105 but its Api reports 0.81" in message
+    assert "the first case that asked for its Api failed" in message
+
+
+_GET_API_RAISES = '''
+from pjrt_hub.abi import PluginDeclaration, hookimpl
+
+
+class Plugin:
+    @hookimpl
+    def pjrt_hub_declare(self):
+        return PluginDeclaration(api_version="0.105", platform_name="acme")
+
+    @hookimpl
+    def pjrt_hub_get_api(self):
+        raise ImportError("the acme runtime needs libacme.so, which is not installed")
+
+
+plugin = Plugin()
+'''
+
+
+def test_a_plugin_whose_api_cannot_be_made_fails_one_case_and_skips_the_rest(fake_dist, run_cases):
+    # Not a failure per case repeating the same cause: the first case that asks for the Api
+    # fails with it, and the registry records the plugin as failed, so the rest are skipped.
+    install_plugin(fake_dist, "acme", _GET_API_RAISES)
+    results = run_cases("acme", ("*",))
+    failed = {k: v[1] for k, v in results.items() if v[0] == "failed"}
+    assert list(failed) == ["version/api_version"], failed
+    assert "pjrt_hub_get_api raised ImportError" in failed["version/api_version"]
+    assert "libacme.so" in failed["version/api_version"]
+    ran = [k for k, v in results.items() if v[0] == "passed"]
+    assert ran == ["version/loaded"], ran
+    skipped = [v[1] for k, v in results.items() if v[0] == "skipped" and not k.startswith(("abi/", "jax/"))]
+    assert len(skipped) > 100
+    assert all("cannot be used (failed: hook pjrt_hub_get_api raised ImportError)" in m for m in skipped)

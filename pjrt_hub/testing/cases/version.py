@@ -24,8 +24,8 @@ from .._programs import add_one
 @case("version")
 def loaded(ctx: PluginUnderTest) -> None:
     """The registry found the plugin, read its declaration and the version policy accepted it."""
-    r = ctx.record
-    if not ctx.loaded:
+    r = ctx.load_record  # as loaded: what its Api does later is other cases' to say
+    if r.outcome.value != "loaded":
         detail = f" ({r.error})" if r.error and r.error not in (r.reason or "") else ""
         fail(f"plugin {r.name} was not loaded: {r.outcome.value}: {r.reason}{detail}")
 
