@@ -79,6 +79,10 @@ class _Slot:
     done: threading.Event = field(default_factory=threading.Event)
     value: Any = None
     error: BaseException | None = None
+    #: For an object the cases share: the first case that asked for it. Cases run one after
+    #: another, so a later case that finds the object still missing, or failed, knows that
+    #: this case failed on it (see ``PluginUnderTest._lazy``).
+    first_waiter: str | None = None
 
     def fill(self, factory: Callable[[], Any]) -> None:
         try:
@@ -112,6 +116,8 @@ class PluginUnderTest:
         self._memo: dict[str, Any] = {}
         #: The plugin call in progress, for the message of a case that runs out of time.
         self.step = ""
+        #: The case running now (set by ``run_case``), for the messages of later cases.
+        self.case_id: str | None = None
 
     # -- what the registry knows ---------------------------------------------------------------
 
@@ -216,13 +222,28 @@ class PluginUnderTest:
                              daemon=True).start()
         limit = self.seconds(timeout)
         self.step = what
+        # One defect, one failure: the first case that meets it fails; every later case that
+        # needs the same object is skipped with the cause (and not made to wait again for a
+        # call that hangs: if it returns after all, later cases use what it returned).
+        earlier = None
+        if self.case_id is not None:
+            if slot.first_waiter is None:
+                slot.first_waiter = self.case_id
+            if slot.first_waiter not in (None, self.case_id):
+                earlier = slot.first_waiter
+        if earlier is not None and not slot.done.is_set():
+            raise CaseSkipped(f"{what} has not returned: {earlier} waited for it first and failed; "
+                              "not waited for again")
         if not slot.done.wait(limit):
             raise CaseFailure(f"{what} did not finish within {limit:g} s")
         if slot.error is not None:
             exc = slot.error
             if isinstance(exc, (CaseFailure, CaseSkipped)):
                 raise exc
-            raise CaseFailure(f"{what} failed: {describe(exc)}{_plugin_frame(exc) if not isinstance(exc, PjrtError) else ''}")
+            cause = f"{describe(exc)}{_plugin_frame(exc) if not isinstance(exc, PjrtError) else ''}"
+            if earlier is not None:
+                raise CaseSkipped(f"{what} failed, and {earlier} failed on it first: {cause}")
+            raise CaseFailure(f"{what} failed: {cause}")
         return slot.value
 
     # -- the shared objects --------------------------------------------------------------------

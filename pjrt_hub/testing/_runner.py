@@ -27,6 +27,7 @@ def run_case(item: Case, ctx: PluginUnderTest) -> None:
     if reason is not None:
         raise CaseSkipped(reason)
     limit = ctx.seconds(item.timeout)
+    ctx.case_id = item.id
     slot = _Slot()
     worker = threading.Thread(target=slot.fill, args=(lambda: item.run(ctx),),
                               name=f"pjrt-conformance {item.id}[{ctx.name}]", daemon=True)

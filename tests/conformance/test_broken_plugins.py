@@ -74,3 +74,34 @@ def test_a_plugin_whose_api_cannot_be_made_fails_one_case_and_skips_the_rest(fak
     skipped = [v[1] for k, v in results.items() if v[0] == "skipped" and not k.startswith(("abi/", "jax/"))]
     assert len(skipped) > 100
     assert all("cannot be used (failed: hook pjrt_hub_get_api raised ImportError)" in m for m in skipped)
+
+
+def _client_create(body: str) -> str:
+    from ..fixtures.broken import _plugin
+
+    return _plugin("import threading\n", api=f"def client_create(self, *args, **kwargs):\n        {body}")
+
+
+@pytest.mark.parametrize(("defect", "body", "first_failure", "later_skip"), [
+    ("raises", 'raise RuntimeError("the acme card is not plugged in")',
+     ("creating a client failed: RuntimeError: the acme card is not plugged in",),
+     "creating a client failed, and {first} failed on it first: RuntimeError: the acme card is not plugged in"),
+    ("hangs", "threading.Event().wait()",
+     ("did not finish within", "creating a client"),  # the case's bound or the creation's, first
+     "creating a client has not returned: {first} waited for it first and failed; not waited for again"),
+])
+def test_a_client_that_cannot_be_created_fails_one_case_and_skips_the_rest(fake_dist, run_cases, defect,
+                                                                          body, first_failure, later_skip):
+    # One defect, one failure: the cases that need the shared client after the first one that
+    # met the defect are skipped with its cause, and a creation that hangs is not waited for
+    # again by each of them (with this scale, 230 waits of 1.2 s each).
+    install_plugin(fake_dist, f"noclient_{defect}", _client_create(body))
+    results = run_cases(f"noclient_{defect}", ("client/*", "devices/*", "buffers/*", "execute/*"),
+                        timeout_scale=0.02)
+    failed = [k for k, v in results.items() if v[0] == "failed"]
+    assert len(failed) == 1, failed
+    first = failed[0]
+    assert all(words in results[first][1] for words in first_failure), results[first]
+    skipped = [v[1] for k, v in results.items() if v[0] == "skipped" and k != first]
+    assert len(skipped) > 20
+    assert all(later_skip.format(first=first) in message for message in skipped), skipped[:3]

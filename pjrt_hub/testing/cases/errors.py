@@ -17,7 +17,7 @@ import numpy as np
 
 from pjrt_hub.abi import BufferType, CompileOptions, ErrorCode, ExecuteOptions, PjrtError
 
-from .._case import Case, add_case, fail
+from .._case import Case, CaseSkipped, add_case, fail
 from .._context import CALL_TIMEOUT, PluginUnderTest, describe
 from .._programs import add_one, donating_add_one, elementwise, tensor
 from .client import device_id
@@ -56,6 +56,8 @@ class Misuse:
                 return
             fail(f"{self.description}: the plugin answered {describe(exc)}; the contract names "
                  f"{' or '.join(c.name for c in self.codes)} ({self.source})")
+        except CaseSkipped:  # the shared client failed in an earlier case
+            raise
         except Exception as exc:  # noqa: BLE001 - a bare Python error is the finding
             fail(f"{self.description}: the plugin raised {type(exc).__name__}: {exc} instead of a PJRT error; the "
                  f"contract names {' or '.join(c.name for c in self.codes)} ({self.source})")

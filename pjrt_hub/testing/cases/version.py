@@ -16,7 +16,7 @@ import numpy as np
 
 from pjrt_hub.abi import ApiVersion, api_methods, binding
 
-from .._case import Case, CaseFailure, add_case, case, check, fail
+from .._case import Case, CaseFailure, CaseSkipped, add_case, case, check, fail
 from .._context import PluginUnderTest, describe
 from .._programs import add_one
 
@@ -56,6 +56,8 @@ def _instances(ctx: PluginUnderTest) -> tuple[dict[type, Any], list[str]]:
     def get(cls: type, make: Callable[[], Any], how: str) -> None:
         try:
             obj = make()
+        except CaseSkipped:  # the shared client failed in an earlier case
+            raise
         except (CaseFailure, Exception) as exc:  # noqa: BLE001 - reported, not raised
             problems.append(f"{cls.__name__} (no instance: {how} failed: {describe(exc)})")
             return
