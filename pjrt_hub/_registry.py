@@ -6,6 +6,13 @@ declared (an import that raises, a hook that raises, garbage in its declaration)
 host: it is recorded, and every other plugin still loads. Failures are raised only when asked
 for: :meth:`PluginRegistry.require` for plugins the user named, or strict loading.
 
+A C library is probed in a child process (a loader's ``pjrt_hub_probe_library``). A Python
+plugin is Python code the host runs, so it is imported here; with ``isolate_python`` (the CLI's
+and the conformance run's setting) one of another distribution is imported and declared in a
+child process first (:func:`preflight`), in parallel with the probes, so that a plugin whose
+import ends the process (``os._exit``, a crash in an extension module, KeyboardInterrupt) fails
+alone. :meth:`PluginRegistry.preflight_client` does the same for a first client.
+
 The version is read and judged before ``PluginManager.register()``, so a skewed plugin is refused
 with a version message rather than a hook-validation error.
 """
@@ -14,12 +21,13 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import os
+import subprocess
 import re
 import threading
 import traceback
 import warnings
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Literal, Mapping, Sequence
 
 import pluggy
 from pydantic import ValidationError
@@ -161,6 +169,11 @@ class RegistrySettings:
     #: looking for a metadata server) must not hold ``list`` for minutes. Probes run in parallel,
     #: and a result is cached on disk by the loader.
     probe_timeout: float = 30.0
+    #: Import each Python plugin of another distribution, and call its ``pjrt_hub_declare``,
+    #: in a child process first (:func:`preflight`): one whose import ends the process
+    #: (``os._exit``, a crash in an extension module) then fails alone instead of taking the
+    #: command with it. The CLI sets it; a framework imports its plugins in its own process.
+    isolate_python: bool = False
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "RegistrySettings":
@@ -293,6 +306,99 @@ def _within(seconds: float, call: Any) -> Any:
     return box.get("value")
 
 
+#: Entry points of pjrt-hub's own Python plugins (numba_cpu, reference), never isolated.
+_OWN_MODULE = "pjrt_hub."
+
+#: What a :func:`preflight` child prints when it got through (a plugin may print too).
+_PREFLIGHT_DONE = "pjrt-hub-preflight: done"
+_PREFLIGHT_IMPORTED = "pjrt-hub-preflight: imported"
+#: How the record of a ``pjrt_hub_declare`` that never returned reads (see _load_python).
+_PREFLIGHT_HUNG = "did not return within"
+
+_PREFLIGHT = f"""\
+import sys
+from importlib.metadata import EntryPoint
+name, value, group, timeout = sys.argv[1:5]
+try:
+    obj = EntryPoint(name, value, group).load()
+except (Exception, SystemExit):
+    obj = None  # recorded when the registry imports it again: only an end of the process is news here
+except BaseException as exc:  # KeyboardInterrupt at import: the registry does not catch it
+    print("pjrt-hub-preflight: raised " + type(exc).__name__, flush=True)
+    sys.exit(0)
+print({_PREFLIGHT_IMPORTED!r}, flush=True)
+if obj is not None:
+    from pjrt_hub._registry import PluginRegistry, RegistrySettings
+    settings = RegistrySettings(autoload=False, library_paths="", probe_timeout=float(timeout))
+    record = PluginRegistry(settings).register(obj, name)
+    if {_PREFLIGHT_HUNG!r} in (record.reason or ""):  # not to be waited for again
+        print("pjrt-hub-preflight: hung " + record.reason, flush=True)
+print({_PREFLIGHT_DONE!r}, flush=True)
+"""
+
+
+def preflight(ep: md.EntryPoint, timeout: float) -> str | None:
+    """Import a Python plugin's entry point and call its ``pjrt_hub_declare`` in a child
+    process: None when that process got through (what the plugin raised, if anything, is
+    recorded when the registry imports it in its own), else why the plugin must not be
+    imported here: it ended the process, raised KeyboardInterrupt, or did not finish."""
+    import subprocess
+    import sys
+
+    what = f"importing {ep.value!r}"
+    cmd = [sys.executable, "-c", _PREFLIGHT, ep.name, ep.value, ep.group, str(timeout)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=2 * timeout + 10,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return (f"{what} and declaring it did not finish within {2 * timeout + 10:g} s in a child process "
+                "(pjrt-hub imports each plugin there first)")
+    except OSError as exc:
+        return f"could not start a child process to import it first: {exc}"
+    lines = done.stdout.splitlines()
+    hung = next((line.removeprefix("pjrt-hub-preflight: hung ") for line in lines
+                 if line.startswith("pjrt-hub-preflight: hung ")), None)
+    if hung is not None:
+        return hung
+    if _PREFLIGHT_DONE in lines:
+        return None
+    raised = next((line.rsplit(" ", 1)[-1] for line in lines if line.startswith("pjrt-hub-preflight: raised ")), None)
+    if raised is not None:
+        return f"{what} raised {raised} (in a child process, where pjrt-hub imports each plugin first)"
+    if _PREFLIGHT_IMPORTED in lines:
+        what = f"its pjrt_hub_declare (after {what})"
+    return (f"{what} ended the process: a child process doing it {_how_it_ended(done)} (pjrt-hub imports "
+            "each plugin there first, so that one that ends its process fails alone)")
+
+
+def _how_it_ended(done: "subprocess.CompletedProcess[str]") -> str:
+    """``was killed by SIGSEGV`` or ``ended with exit status 3``, and the last line it wrote to stderr."""
+    import signal
+
+    code = done.returncode
+    if code < 0:
+        try:
+            end = f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            end = f"was killed by signal {-code}"
+    else:
+        end = f"ended with exit status {code}"
+    last = done.stderr.strip().splitlines()[-1:] or [""]
+    return end + (f"; its last words: {last[0][-300:]}" if last[0] else "")
+
+
+_CLIENT_PREFLIGHT = f"""\
+import sys
+from pjrt_hub._registry import PluginRegistry
+name = sys.argv[1]
+try:
+    PluginRegistry.from_environment(requested=frozenset([name.lower()])).create_client(name)
+except Exception:
+    pass  # an error is the cases' to report: only an end of the process is news here
+print({_PREFLIGHT_DONE!r}, flush=True)
+"""
+
+
 class PluginRegistry:
     """Finds, judges and holds plugins. Pass it around; there is no global instance."""
 
@@ -312,6 +418,9 @@ class PluginRegistry:
         self._probes: dict[str, tuple[ProbeReport | Mapping[str, Any] | None, BaseException | None]] = {}
         #: ``(setting, selector)`` pairs that named at least one candidate.
         self._matched: set[tuple[str, str]] = set()
+        #: What :func:`preflight` found of each isolated Python plugin (a problem, or None), by
+        #: entry point, gathered ahead with the probes.
+        self._preflights: dict[str, str | None] = {}
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "PluginRegistry":
@@ -478,6 +587,14 @@ class PluginRegistry:
         if entry.obj is None:
             ep = candidate.entry_point
             assert ep is not None
+            if self._isolated(candidate):
+                key = candidate.entry_point_text or ""
+                if key not in self._preflights:
+                    self._preflights[key] = preflight(ep, self.settings.probe_timeout)
+                problem = self._preflights[key]
+                if problem is not None:
+                    self._set(entry, Outcome.FAILED, problem)
+                    return
             try:
                 entry.obj = ep.load()
             except (Exception, SystemExit) as exc:  # a plugin's import may raise anything
@@ -502,7 +619,7 @@ class PluginRegistry:
             raw = _within(self.settings.probe_timeout, impls["pjrt_hub_declare"])
         except TimeoutError:
             self._set(entry, Outcome.FAILED,
-                      f"hook pjrt_hub_declare did not return within {self.settings.probe_timeout:g} s "
+                      f"hook pjrt_hub_declare {_PREFLIGHT_HUNG} {self.settings.probe_timeout:g} s "
                       "(a declaration is data: it must not wait on devices or a network)")
             return
         except (Exception, SystemExit) as exc:
@@ -577,28 +694,41 @@ class PluginRegistry:
             if candidate.kind == "c" and not candidate.problem and candidate.library_path:
                 paths.append(candidate.library_path)
         paths = list(dict.fromkeys(paths))
-        if len(paths) < 2:
-            return  # nothing to overlap; _load_c probes it
-        loaders = self.loader_manager()
-        pending = iter(paths)
+        isolated = [c for c in holders.values() if self._isolated(c)]
+        if len(paths) + len(isolated) < 2:
+            return  # nothing to overlap; _load_c probes it, _load_python preflights it
+        loaders = self.loader_manager() if paths else None
+        pending: Iterator[str | Candidate] = iter([*paths, *isolated])
         taking = threading.Lock()
 
         def work() -> None:
             # A few threads take paths in turn (concurrent.futures would cost list 4 ms to import);
-            # _probe never raises.
+            # _probe and preflight never raise.
             while True:
                 with taking:
-                    path = next(pending, None)
-                if path is None:
+                    job = next(pending, None)
+                if job is None:
                     return
-                self._probes[path] = self._probe(path, loaders)
+                if isinstance(job, str):
+                    self._probes[job] = self._probe(job, loaders)
+                else:
+                    assert job.entry_point is not None
+                    self._preflights[job.entry_point_text or ""] = preflight(job.entry_point,
+                                                                            self.settings.probe_timeout)
 
         workers = [threading.Thread(target=work, name=f"pjrt-hub-probe-{i}", daemon=True)
-                   for i in range(min(len(paths), max(2, os.cpu_count() or 2), 8))]
+                   for i in range(min(len(paths) + len(isolated), max(2, os.cpu_count() or 2), 8))]
         for thread in workers:
             thread.start()
         for thread in workers:
             thread.join()
+
+    def _isolated(self, candidate: Candidate) -> bool:
+        """Whether this Python candidate is imported in a child process first (isolate_python):
+        an entry point of another distribution than pjrt-hub's own (its built-in plugins)."""
+        ep = candidate.entry_point
+        return (self.settings.isolate_python and candidate.kind == "python" and ep is not None
+                and not candidate.problem and not ep.value.startswith(_OWN_MODULE))
 
     def _load_c(self, entry: _Entry) -> None:
         path = entry.record.library_path
@@ -811,6 +941,38 @@ class PluginRegistry:
         # Recorded, as a raising hook is: the plugin cannot be used, and every later call says why.
         self._set(entry, Outcome.FAILED, problem)
         raise PluginValidationError(name, problem)
+
+    def isolated(self, name: str) -> bool:
+        """Whether this plugin is a Python plugin the registry imported in a child process first
+        (``isolate_python``): one of another distribution than pjrt-hub."""
+        entry = self._entry(name)
+        return entry.candidate is not None and self._isolated(entry.candidate)
+
+    def preflight_client(self, name: str, timeout: float) -> str | None:
+        """Create a client of an isolated Python plugin (:meth:`isolated`) in a child process
+        first. If that ends the process (``os._exit``, a crash in the plugin's runtime), the
+        plugin is recorded as failed and the reason returned, as it is when the creation does
+        not return within ``timeout`` s; otherwise None (a raised error is the caller's to meet)."""
+        import sys
+
+        entry = self._entry(name)
+        if entry.record.outcome is not Outcome.LOADED or not self.isolated(name):
+            return None
+        cmd = [sys.executable, "-c", _CLIENT_PREFLIGHT, entry.record.name]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            reason = (f"creating a client did not return within {timeout:g} s (in a child process, where "
+                      "pjrt-hub creates one first)")
+        except OSError:
+            return None
+        else:
+            if _PREFLIGHT_DONE in done.stdout.splitlines():
+                return None
+            reason = (f"creating a client ended the process: a child process doing it {_how_it_ended(done)} "
+                      "(pjrt-hub creates one there first, so that a plugin that ends its process fails alone)")
+        self._set(entry, Outcome.FAILED, reason)
+        return reason
 
     def client_creation_risk(self, name: str) -> str | None:
         """Why creating a client for this plugin is unsafe here, or None."""

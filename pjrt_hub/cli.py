@@ -167,9 +167,10 @@ def _registry(args: argparse.Namespace) -> Any:
         overrides["allowed"] = frozenset(selector(n) for n in args.only if n.strip())
     if args.no_autoload:
         overrides["autoload"] = False
+    # isolate_python: a plugin whose import ends the process fails alone, not the command.
     registry = PluginRegistry.from_environment(
         policy=policy, extension_requests=requests, paths=tuple(args.library),
-        probe_timeout=getattr(args, "probe_timeout", _PROBE_TIMEOUT), **overrides)
+        probe_timeout=getattr(args, "probe_timeout", _PROBE_TIMEOUT), isolate_python=True, **overrides)
     args.built_registry = registry  # for _late_selection_notes
     return registry
 

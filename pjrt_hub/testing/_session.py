@@ -19,7 +19,7 @@ import pytest
 from pjrt_hub.abi import ApiVersion
 
 from ._case import CASES, GROUPS, Case, CaseFailure, CaseSkipped, matching, suite_version
-from ._context import PluginUnderTest
+from ._context import COMPILE_TIMEOUT, PluginUnderTest
 from ._report import CaseOutcome, CaseResult, ConformanceReport, Counts, PluginConformance
 from ._runner import run_case
 from ._worker import CaseWorker, isolation_available
@@ -44,7 +44,8 @@ def make_registry(plugins: list[str], *, framework: str | None = None, strict: b
     names = [candidate_for_path(p).name if is_library_path(p) else p for p in plugins]
     # Only the plugins asked for are imported: another installed plugin that hangs or crashes
     # while it is declared must not take this run with it.
-    registry = PluginRegistry.from_environment(policy=policy, paths=paths,
+    # isolate_python: a plugin whose import ends the process fails version/loaded, not the run.
+    registry = PluginRegistry.from_environment(policy=policy, paths=paths, isolate_python=True,
                                                requested=frozenset(n.lower() for n in names))
     registry.load()
     return registry, names
@@ -132,6 +133,15 @@ class ConformanceSession:
             option = f"--pjrt-via {self.via}" if self.via else "--pjrt-framework-version"
             raise pytest.UsageError(f"{option}: {exc}") from None
 
+        isolate = not config.getoption("pjrt_in_process") and isolation_available() and not self.via
+        if isolate:
+            # A Python plugin of another distribution creates its first client in a child process:
+            # one whose creation ends the process fails version/loaded instead of ending the run.
+            for name in dict.fromkeys(names):
+                try:
+                    self.registry.preflight_client(name, COMPILE_TIMEOUT * self.timeout_scale)
+                except NotFound:
+                    pass  # reported below, with the option that named it
         self.contexts: list[PluginUnderTest] = []
         for asked, name in zip(self.requested, names):
             try:
@@ -140,7 +150,6 @@ class ConformanceSession:
                 raise pytest.UsageError(f"--pjrt-plugin {asked}: {exc.message}") from None
         # C plugins run in worker processes (a crash fails one case), unless asked otherwise.
         # A served struct lives in this process (and JAX holds it): its cases run here.
-        isolate = not config.getoption("pjrt_in_process") and isolation_available() and not self.via
         self.workers: dict[str, CaseWorker] = {}
         for asked, ctx in zip(self.requested, self.contexts):
             if isolate and ctx.kind == "c" and ctx.name not in self.workers:

@@ -13,11 +13,29 @@ NEWER = FixturePlugin("toy_0_106", "0.106", None, "at 0.106, no backward policy"
 
 CRASHING = FixturePlugin("crashing", "0.105", source=textwrap.dedent("""
     import ctypes
+    from pjrt_hub.testing.toy import ToyApi, ToyClient, ToyPlugin
+
+    class CrashingClient(ToyClient):
+        def platform_name(self):
+            ctypes.string_at(0)  # reads address 0, as a C plugin with a bad pointer does
+
+    class CrashingApi(ToyApi):
+        client_class = CrashingClient
+
+    class CrashingPlugin(ToyPlugin):
+        api_class = CrashingApi
+
+    plugin = CrashingPlugin()
+"""))
+
+#: Crashes as soon as a client is made: the conformance run finds that out in a child process.
+CRASHING_AT_CREATION = FixturePlugin("crashing_early", "0.105", source=textwrap.dedent("""
+    import ctypes
     from pjrt_hub.testing.toy import ToyApi, ToyPlugin
 
     class CrashingApi(ToyApi):
         def client_create(self, options=None):
-            ctypes.string_at(0)  # reads address 0, as a C plugin with a bad pointer does
+            ctypes.string_at(0)
 
     class CrashingPlugin(ToyPlugin):
         api_class = CrashingApi
@@ -90,6 +108,20 @@ def test_a_crashing_plugin_becomes_a_red_cell_and_the_run_goes_on(tmp_path):
                             include_installed=False, cases=("client/platform_name",), cell_timeout=120)
     assert (again.cells_run, again.cells_cached) == (1, 1)
     assert again.report.cell("crashing", "0.105").status is CellStatus.ERROR
+
+
+def test_a_plugin_whose_client_creation_crashes_fails_its_cell_with_the_signal(tmp_path):
+    # Conformance creates a Python plugin's first client in a child process: the crash is a
+    # finding about the plugin (version/loaded fails naming the signal), not a red error cell.
+    run = run_environment(tmp_path / "out", frameworks=["0.105"], fixtures=[CRASHING_AT_CREATION, TOY],
+                          include_installed=False, cases=("version/loaded", "client/platform_name"),
+                          cell_timeout=120)
+    cell = run.report.cell("crashing_early", "0.105")
+    assert cell.status is CellStatus.FAILED and cell.error is None
+    (failure,) = cell.failures
+    assert failure.id == "version/loaded"
+    assert "creating a client ended the process" in failure.message and "SIGSEGV" in failure.message
+    assert run.report.cell("toy_0_81", "0.105").status is CellStatus.PASSED
 
 
 def test_a_plugin_asked_for_but_absent_is_a_row_of_error_cells(tmp_path):

@@ -1,0 +1,127 @@
+"""A Python plugin whose import, declaration or client creation ends the process fails alone.
+
+The CLI and the conformance run import each Python plugin of another distribution in a child
+process first (``isolate_python``), and the conformance run creates its first client there too:
+a plugin that calls ``os._exit``, crashes or raises KeyboardInterrupt is recorded as failed with
+what happened, and every other plugin, and the command, go on. The children see the fake
+distributions through PYTHONPATH, as an installed plugin is seen through site-packages.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pjrt_hub import PluginRegistry, RegistrySettings
+from pjrt_hub.cli import ExitCode, main
+
+from ..conftest import plugin_source
+
+HOSTILE_IMPORTS = {
+    "exits": ("import os\nos._exit(3)\n", "importing 'hostile_mod' ended the process: a child process doing "
+                                          "it ended with exit status 3"),
+    "crashes": ("import ctypes\nctypes.string_at(0)\n", "importing 'hostile_mod' ended the process: a child "
+                                                        "process doing it was killed by SIGSEGV"),
+    "interrupts": ("raise KeyboardInterrupt\n", "importing 'hostile_mod' raised KeyboardInterrupt"),
+}
+
+
+@pytest.fixture
+def children_see(site, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(site))
+
+
+def _install(fake_dist, name: str, source: str) -> None:
+    fake_dist(f"{name}-pjrt", entry_points={"pjrt_hub.plugins": {name: f"{name}_mod"}},
+              files={f"{name}_mod.py": source})
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE_IMPORTS))
+def test_a_plugin_whose_import_ends_the_process_fails_alone(fake_dist, children_see, kind):
+    source, words = HOSTILE_IMPORTS[kind]
+    _install(fake_dist, "hostile", source)
+    _install(fake_dist, "good", plugin_source("0.105"))
+    registry = PluginRegistry(RegistrySettings(isolate_python=True), environ={})
+    records = {r.name: r for r in registry.load()}
+    assert records["hostile"].outcome.value == "failed"
+    assert words in records["hostile"].reason, records["hostile"].reason
+    assert records["good"].outcome.value == "loaded"
+    assert records["numba_cpu"].outcome.value == "loaded"  # pjrt-hub's own: imported here directly
+
+
+def test_a_declaration_that_ends_the_process_is_named_as_such(fake_dist, children_see):
+    source = plugin_source("0.105").replace("def pjrt_hub_declare():\n", "def pjrt_hub_declare():\n    import os; os._exit(5)\n")
+    assert "os._exit(5)" in source
+    _install(fake_dist, "quitter", source)
+    record = PluginRegistry(RegistrySettings(isolate_python=True), environ={}).record("quitter")
+    assert record.outcome.value == "failed"
+    assert "its pjrt_hub_declare (after importing 'quitter_mod') ended the process" in record.reason
+    assert "exit status 5" in record.reason
+
+
+def test_a_plugin_that_merely_raises_is_recorded_as_before(fake_dist, children_see):
+    # The child only reports an end of the process: what a plugin raises is recorded by the
+    # registry's own import, with the same words as without isolation.
+    _install(fake_dist, "raiser", "raise ImportError('libacme.so.1: cannot open shared object file')\n")
+    isolated = PluginRegistry(RegistrySettings(isolate_python=True), environ={}).record("raiser")
+    plain = PluginRegistry(RegistrySettings(), environ={}).record("raiser")
+    assert isolated.outcome == plain.outcome and isolated.reason == plain.reason
+    assert "raised ImportError" in isolated.reason
+
+
+def test_check_reports_a_plugin_that_ends_the_process_and_goes_on(fake_dist, children_see, capsys):
+    _install(fake_dist, "hostile", HOSTILE_IMPORTS["crashes"][0])
+    _install(fake_dist, "good", plugin_source("0.105"))
+    code = main(["check", "--json", "--only", "hostile", "--only", "good"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == ExitCode.FAILURE
+    outcomes = {p["name"]: p["outcome"] for p in report["plugins"]}
+    assert (outcomes["good"], outcomes["hostile"]) == ("loaded", "failed")
+    assert any("hostile: failed: importing 'hostile_mod' ended the process" in p for p in report["problems"])
+
+
+_CLIENT_EXITS = plugin_source("0.105", body="""
+
+def _exit_at_creation(self, options=None):
+    import os
+    os._exit(17)
+
+
+FakeApi.client_create = _exit_at_creation
+""")
+
+
+def test_conformance_of_a_plugin_whose_client_creation_ends_the_process_fails_version_loaded(
+        fake_dist, children_see, capsys):
+    _install(fake_dist, "exiting", _CLIENT_EXITS)
+    code = main(["conformance", "--plugin", "exiting", "--json", "--case", "version/*", "--case", "client/*"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == ExitCode.FAILURE
+    (plugin,) = report["plugins"]
+    assert plugin["load_outcome"] == "failed"
+    assert "creating a client ended the process: a child process doing it ended with exit status 17" in \
+        plugin["load_reason"]
+    failed = [c["id"] for c in plugin["cases"] if c["outcome"] == "failed"]
+    assert failed == ["version/loaded"]
+
+
+def test_conformance_of_a_plugin_whose_client_creation_hangs_fails_version_loaded_once(
+        fake_dist, children_see, capsys):
+    _install(fake_dist, "stuck", plugin_source("0.105", body="""
+
+def _hang_at_creation(self, options=None):
+    import threading
+    threading.Event().wait()
+
+
+FakeApi.client_create = _hang_at_creation
+"""))
+    code = main(["conformance", "--plugin", "stuck", "--json", "--case", "version/*", "--case", "client/*",
+                 "--timeout-scale", "0.02"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == ExitCode.FAILURE
+    (plugin,) = report["plugins"]
+    assert plugin["load_outcome"] == "failed"
+    assert "creating a client did not return within 1.2 s (in a child process" in plugin["load_reason"]
+    assert [c["id"] for c in plugin["cases"] if c["outcome"] == "failed"] == ["version/loaded"]
