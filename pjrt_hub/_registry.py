@@ -315,26 +315,46 @@ _PREFLIGHT_IMPORTED = "pjrt-hub-preflight: imported"
 #: How the record of a ``pjrt_hub_declare`` that never returned reads (see _load_python).
 _PREFLIGHT_HUNG = "did not return within"
 
+#: The children write their answers to file descriptor 1 directly, each on a line of its own
+#: (a plugin may print without a newline, or replace sys.stdout), and end with os._exit once
+#: they have answered (a plugin's threads or exit handlers must not hold them up).
 _PREFLIGHT = f"""\
-import sys
-from importlib.metadata import EntryPoint
+import os, sys
+def say(line):
+    os.write(1, ("\\n" + line + "\\n").encode())
 name, value, group, timeout = sys.argv[1:5]
+from importlib.metadata import EntryPoint
 try:
     obj = EntryPoint(name, value, group).load()
 except (Exception, SystemExit):
     obj = None  # recorded when the registry imports it again: only an end of the process is news here
 except BaseException as exc:  # KeyboardInterrupt at import: the registry does not catch it
-    print("pjrt-hub-preflight: raised " + type(exc).__name__, flush=True)
-    sys.exit(0)
-print({_PREFLIGHT_IMPORTED!r}, flush=True)
+    say("pjrt-hub-preflight: raised " + type(exc).__name__)
+    os._exit(0)
+say({_PREFLIGHT_IMPORTED!r})
 if obj is not None:
     from pjrt_hub._registry import PluginRegistry, RegistrySettings
     settings = RegistrySettings(autoload=False, library_paths="", probe_timeout=float(timeout))
     record = PluginRegistry(settings).register(obj, name)
     if {_PREFLIGHT_HUNG!r} in (record.reason or ""):  # not to be waited for again
-        print("pjrt-hub-preflight: hung " + record.reason, flush=True)
-print({_PREFLIGHT_DONE!r}, flush=True)
+        say("pjrt-hub-preflight: hung " + record.reason)
+say({_PREFLIGHT_DONE!r})
+os._exit(0)
 """
+
+
+def _child_environment() -> dict[str, str]:
+    """The environment of a preflight child: this one, with this process's import path, so
+    that the child finds the plugin (and pjrt-hub) where the registry does."""
+    import sys
+
+    paths = [p for p in sys.path if p]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+
+
+def _run_child(cmd: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout,
+                          stdin=subprocess.DEVNULL, env=_child_environment())
 
 
 def preflight(ep: md.EntryPoint, timeout: float) -> str | None:
@@ -347,14 +367,16 @@ def preflight(ep: md.EntryPoint, timeout: float) -> str | None:
 
     what = f"importing {ep.value!r}"
     cmd = [sys.executable, "-c", _PREFLIGHT, ep.name, ep.value, ep.group, str(timeout)]
+    # The import itself gets a generous bound (importing a framework can take a minute cold);
+    # the declaration has ``timeout`` within it.
+    bound = max(120.0, 2 * timeout + 10)
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=2 * timeout + 10,
-                              stdin=subprocess.DEVNULL)
+        done = _run_child(cmd, bound)
     except subprocess.TimeoutExpired:
-        return (f"{what} and declaring it did not finish within {2 * timeout + 10:g} s in a child process "
+        return (f"{what} and declaring it did not finish within {bound:g} s in a child process "
                 "(pjrt-hub imports each plugin there first)")
-    except OSError as exc:
-        return f"could not start a child process to import it first: {exc}"
+    except OSError:
+        return None  # no child to be had: the machine's problem, not the plugin's; import it here
     lines = done.stdout.splitlines()
     hung = next((line.removeprefix("pjrt-hub-preflight: hung ") for line in lines
                  if line.startswith("pjrt-hub-preflight: hung ")), None)
@@ -388,14 +410,18 @@ def _how_it_ended(done: "subprocess.CompletedProcess[str]") -> str:
 
 
 _CLIENT_PREFLIGHT = f"""\
-import sys
+import os, sys
+from pjrt_hub._policy import Policy
 from pjrt_hub._registry import PluginRegistry
-name = sys.argv[1]
+from pjrt_hub.abi import ApiVersion
+name, framework, strict = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+policy = Policy(framework=ApiVersion.parse(framework), strict=strict)
 try:
-    PluginRegistry.from_environment(requested=frozenset([name.lower()])).create_client(name)
-except Exception:
+    PluginRegistry.from_environment(policy=policy, requested=frozenset([name.lower()])).create_client(name)
+except BaseException:
     pass  # an error is the cases' to report: only an end of the process is news here
-print({_PREFLIGHT_DONE!r}, flush=True)
+os.write(1, ("\\n" + {_PREFLIGHT_DONE!r} + "\\n").encode())
+os._exit(0)
 """
 
 
@@ -876,6 +902,13 @@ class PluginRegistry:
         """The load record of a plugin by name; NotFound lists the names there are."""
         return self._entry(name).record
 
+    def current_record(self, name: str) -> PluginRecord:
+        """The record as it is now, read without the registry's lock, which a plugin call may
+        hold for as long as it hangs (``pjrt_hub_get_api``, ``plugin_initialize``). NotFound
+        lists the names there are."""
+        entry = self._by_name.get(name.lower()) if self._loaded else None
+        return entry.record if entry is not None else self.record(name)
+
     def probe_report(self, name: str) -> ProbeReport | None:
         """What the loader read of a C plugin's library (None for a Python plugin, or a library
         no loader answered for). NotFound lists the names there are."""
@@ -958,9 +991,11 @@ class PluginRegistry:
         entry = self._entry(name)
         if entry.record.outcome is not Outcome.LOADED or not self.isolated(name):
             return None
-        cmd = [sys.executable, "-c", _CLIENT_PREFLIGHT, entry.record.name]
+        policy = self.settings.policy
+        cmd = [sys.executable, "-c", _CLIENT_PREFLIGHT, entry.record.name, str(policy.framework),
+               "1" if policy.strict else "0"]
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+            done = _run_child(cmd, timeout)
         except subprocess.TimeoutExpired:
             reason = (f"creating a client did not return within {timeout:g} s (in a child process, where "
                       "pjrt-hub creates one first)")

@@ -503,7 +503,11 @@ class CpuLoadedExecutable(LoadedExecutable):
                 return results, None, None
             return (*self._run_checked(list(results), arrays, None), None)
         except Exception as exc:  # noqa: BLE001 - an execution error goes onto the event
-            return None, None, as_pjrt_error(exc, f"{self._name} on {self._devices[0]._label}")
+            return None, None, self._execution_error(exc)
+
+    def _execution_error(self, exc: Exception) -> PjrtError:
+        """What the fast path puts on the event and the outputs when the program raised."""
+        return as_pjrt_error(exc, f"{self._name} on {self._devices[0]._label}")
 
     def _made_outputs(self, results: Sequence[np.ndarray] | None, reusable: Sequence[bool] | None,
                       error: PjrtError | None) -> tuple[list[Buffer], Event]:

@@ -60,8 +60,11 @@ def execute_fast(self, args):
         try:
             results = entry({arrays})
             reusable = error = None
-        except Exception:  # run() again: it coerces what the entry refused, or raises the error
+        except TypeError:  # arrays the entry does not take as they are: run() coerces them
             results, reusable, error = self._run_fast([{arrays}])
+        except Exception as exc:  # an execution error goes onto the event and the outputs
+            results = reusable = None
+            error = self._execution_error(exc)
     del {arrays_del}
     hooks = None
     lock.acquire()

@@ -34,8 +34,9 @@ program when present (``getattr`` with a default, so older compilers keep workin
     of the results, one fresh array per output, as ``run(args)`` would; or None while the
     program has none (numba_cpu's tiered program until its compiled code is loaded). A
     single-device execution then calls it instead of ``run`` (a tenth of a tiny program's
-    execute is ``run``'s own work). When it raises, the runtime calls ``run`` with the same
-    arrays, which coerces what the entry refused (numba's TypeError) or raises the error again.
+    execute is ``run``'s own work). When it raises TypeError (numba's dispatcher refusing an
+    array), the runtime calls ``run`` with the same arrays, which coerces them; any other
+    exception is the execution's error, as from ``run``.
 ``unbounded_loops`` (bool, default False)
     A loop of the program may run long or forever: it is not a counted loop of a few
     iterations (``pjrt_hub.backends.stablehlo.loops``). Such a program never runs inline on the

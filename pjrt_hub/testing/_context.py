@@ -79,10 +79,11 @@ class _Slot:
     done: threading.Event = field(default_factory=threading.Event)
     value: Any = None
     error: BaseException | None = None
-    #: For an object the cases share: the first case that asked for it. Cases run one after
-    #: another, so a later case that finds the object still missing, or failed, knows that
-    #: this case failed on it (see ``PluginUnderTest._lazy``).
-    first_waiter: str | None = None
+    #: For an object the cases share: the cases waiting for it now, and the first case that
+    #: failed on it (its error, or a wait that ran out), which later cases name when they are
+    #: skipped (see ``PluginUnderTest._lazy``).
+    waiting: set[str] = field(default_factory=set)
+    failed_in: str | None = None
 
     def fill(self, factory: Callable[[], Any]) -> None:
         try:
@@ -126,7 +127,7 @@ class PluginUnderTest:
         """The registry's record of the plugin, as it is now: a Python plugin whose
         ``pjrt_hub_get_api`` fails, or whose Api reports another version than it declared, is
         recorded as failed when a case first asks for its Api."""
-        return self.registry.record(self.name)
+        return self.registry.current_record(self.name)
 
     @property
     def loaded(self) -> bool:
@@ -225,16 +226,18 @@ class PluginUnderTest:
         # One defect, one failure: the first case that meets it fails; every later case that
         # needs the same object is skipped with the cause (and not made to wait again for a
         # call that hangs: if it returns after all, later cases use what it returned).
-        earlier = None
-        if self.case_id is not None:
-            if slot.first_waiter is None:
-                slot.first_waiter = self.case_id
-            if slot.first_waiter not in (None, self.case_id):
-                earlier = slot.first_waiter
+        case_id = self.case_id
+        earlier = slot.failed_in if case_id is not None and slot.failed_in not in (None, case_id) else None
         if earlier is not None and not slot.done.is_set():
-            raise CaseSkipped(f"{what} has not returned: {earlier} waited for it first and failed; "
-                              "not waited for again")
-        if not slot.done.wait(limit):
+            raise CaseSkipped(f"{what} has not returned: {earlier} waited for it and failed; not waited for again")
+        if case_id is not None:
+            slot.waiting.add(case_id)
+        try:
+            finished = slot.done.wait(limit)
+        finally:
+            slot.waiting.discard(case_id or "")
+        if not finished:
+            slot.failed_in = slot.failed_in or case_id
             raise CaseFailure(f"{what} did not finish within {limit:g} s")
         if slot.error is not None:
             exc = slot.error
@@ -242,9 +245,19 @@ class PluginUnderTest:
                 raise exc
             cause = f"{describe(exc)}{_plugin_frame(exc) if not isinstance(exc, PjrtError) else ''}"
             if earlier is not None:
-                raise CaseSkipped(f"{what} failed, and {earlier} failed on it first: {cause}")
+                raise CaseSkipped(f"{what} failed (first met in {earlier}): {cause}")
+            slot.failed_in = slot.failed_in or case_id
             raise CaseFailure(f"{what} failed: {cause}")
         return slot.value
+
+    def case_timed_out(self, case_id: str) -> None:
+        """``case_id`` ran out of time: if it was waiting for a shared object, that object is
+        one it failed on (later cases are skipped rather than made to wait again)."""
+        with self._lock:
+            slots = list(self._slots.values())
+        for slot in slots:
+            if case_id in slot.waiting and not slot.done.is_set():
+                slot.failed_in = slot.failed_in or case_id
 
     # -- the shared objects --------------------------------------------------------------------
 
@@ -257,6 +270,7 @@ class PluginUnderTest:
     @property
     def client(self) -> Any:
         """One client for the whole run, created once (``PJRT_Client_Create``)."""
+        _ = self.api  # the client comes from the Api: a case meets (or is skipped for) its failure first
         return self._lazy("client", lambda: self.registry.create_client(self.name), "creating a client",
                           COMPILE_TIMEOUT)
 

@@ -33,6 +33,7 @@ def run_case(item: Case, ctx: PluginUnderTest) -> None:
                               name=f"pjrt-conformance {item.id}[{ctx.name}]", daemon=True)
     worker.start()
     if not slot.done.wait(limit):
+        ctx.case_timed_out(item.id)
         step = f"; the plugin call in progress: {ctx.step}" if ctx.step else ""
         raise CaseFailure(f"{item.id} did not finish within {limit:g} s{step}")
     exc = slot.error

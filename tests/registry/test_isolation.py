@@ -3,8 +3,8 @@
 The CLI and the conformance run import each Python plugin of another distribution in a child
 process first (``isolate_python``), and the conformance run creates its first client there too:
 a plugin that calls ``os._exit``, crashes or raises KeyboardInterrupt is recorded as failed with
-what happened, and every other plugin, and the command, go on. The children see the fake
-distributions through PYTHONPATH, as an installed plugin is seen through site-packages.
+what happened, and every other plugin, and the command, go on. The children get this process's
+import path, so they see the fake distributions the tests install on it.
 """
 
 from __future__ import annotations
@@ -27,18 +27,13 @@ HOSTILE_IMPORTS = {
 }
 
 
-@pytest.fixture
-def children_see(site, monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", str(site))
-
-
 def _install(fake_dist, name: str, source: str) -> None:
     fake_dist(f"{name}-pjrt", entry_points={"pjrt_hub.plugins": {name: f"{name}_mod"}},
               files={f"{name}_mod.py": source})
 
 
 @pytest.mark.parametrize("kind", sorted(HOSTILE_IMPORTS))
-def test_a_plugin_whose_import_ends_the_process_fails_alone(fake_dist, children_see, kind):
+def test_a_plugin_whose_import_ends_the_process_fails_alone(fake_dist, kind):
     source, words = HOSTILE_IMPORTS[kind]
     _install(fake_dist, "hostile", source)
     _install(fake_dist, "good", plugin_source("0.105"))
@@ -50,7 +45,7 @@ def test_a_plugin_whose_import_ends_the_process_fails_alone(fake_dist, children_
     assert records["numba_cpu"].outcome.value == "loaded"  # pjrt-hub's own: imported here directly
 
 
-def test_a_declaration_that_ends_the_process_is_named_as_such(fake_dist, children_see):
+def test_a_declaration_that_ends_the_process_is_named_as_such(fake_dist):
     source = plugin_source("0.105").replace("def pjrt_hub_declare():\n", "def pjrt_hub_declare():\n    import os; os._exit(5)\n")
     assert "os._exit(5)" in source
     _install(fake_dist, "quitter", source)
@@ -60,7 +55,7 @@ def test_a_declaration_that_ends_the_process_is_named_as_such(fake_dist, childre
     assert "exit status 5" in record.reason
 
 
-def test_a_plugin_that_merely_raises_is_recorded_as_before(fake_dist, children_see):
+def test_a_plugin_that_merely_raises_is_recorded_as_before(fake_dist):
     # The child only reports an end of the process: what a plugin raises is recorded by the
     # registry's own import, with the same words as without isolation.
     _install(fake_dist, "raiser", "raise ImportError('libacme.so.1: cannot open shared object file')\n")
@@ -70,7 +65,7 @@ def test_a_plugin_that_merely_raises_is_recorded_as_before(fake_dist, children_s
     assert "raised ImportError" in isolated.reason
 
 
-def test_check_reports_a_plugin_that_ends_the_process_and_goes_on(fake_dist, children_see, capsys):
+def test_check_reports_a_plugin_that_ends_the_process_and_goes_on(fake_dist, capsys):
     _install(fake_dist, "hostile", HOSTILE_IMPORTS["crashes"][0])
     _install(fake_dist, "good", plugin_source("0.105"))
     code = main(["check", "--json", "--only", "hostile", "--only", "good"])
@@ -93,7 +88,7 @@ FakeApi.client_create = _exit_at_creation
 
 
 def test_conformance_of_a_plugin_whose_client_creation_ends_the_process_fails_version_loaded(
-        fake_dist, children_see, capsys):
+        fake_dist, capsys):
     _install(fake_dist, "exiting", _CLIENT_EXITS)
     code = main(["conformance", "--plugin", "exiting", "--json", "--case", "version/*", "--case", "client/*"])
     report = json.loads(capsys.readouterr().out)
@@ -107,7 +102,7 @@ def test_conformance_of_a_plugin_whose_client_creation_ends_the_process_fails_ve
 
 
 def test_conformance_of_a_plugin_whose_client_creation_hangs_fails_version_loaded_once(
-        fake_dist, children_see, capsys):
+        fake_dist, capsys):
     _install(fake_dist, "stuck", plugin_source("0.105", body="""
 
 def _hang_at_creation(self, options=None):
@@ -125,3 +120,12 @@ FakeApi.client_create = _hang_at_creation
     assert plugin["load_outcome"] == "failed"
     assert "creating a client did not return within 1.2 s (in a child process" in plugin["load_reason"]
     assert [c["id"] for c in plugin["cases"] if c["outcome"] == "failed"] == ["version/loaded"]
+
+
+def test_a_plugin_that_prints_at_import_is_not_mistaken_for_one_that_died(fake_dist):
+    # The child's answer is a line of its own on file descriptor 1, whatever the plugin wrote
+    # there (no newline) or did to sys.stdout.
+    _install(fake_dist, "chatty", "import sys\nsys.stdout.write('acme runtime 2.1 ready')\nsys.stdout = None\n"
+             + plugin_source("0.105"))
+    record = PluginRegistry(RegistrySettings(isolate_python=True), environ={}).record("chatty")
+    assert record.outcome.value == "loaded", record.reason

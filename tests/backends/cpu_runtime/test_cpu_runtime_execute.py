@@ -342,6 +342,7 @@ class _FreshProgram(MiniProgram):
         self.ready = False
         self.entry_calls = 0
         self.refuse = False  # the entry raises TypeError, as numba's dispatcher does for odd arrays
+        self.fail = False  # the entry raises as a failing program does
 
     def direct_entry(self):
         if not self.ready:
@@ -351,6 +352,8 @@ class _FreshProgram(MiniProgram):
             self.entry_calls += 1
             if self.refuse:
                 raise TypeError("No matching definition for argument type(s)")
+            if self.fail:
+                raise FloatingPointError("the program's own failure")
             return tuple(self._compute(arrays))
 
         return entry
@@ -416,6 +419,14 @@ def test_the_fast_path_calls_a_direct_entry_once_the_program_has_one(fresh_clien
     program.refuse = True
     outputs()
     assert (program.runs, program.entry_calls) == (2, 2)
+    # Any other exception is the execution's error, on the event and every output; the program
+    # is not run a second time.
+    program.refuse, program.fail = False, True
+    result = executable.execute([[a, b]])
+    assert (program.runs, program.entry_calls) == (2, 3)
+    with pytest.raises(Exception, match="the program's own failure"):
+        result.device_complete_events[0].await_()
+    assert all(out.ready_event().error() is not None for out in result.outputs[0])
 
 
 def _chain(n: int) -> str:
