@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import os
-import subprocess
 import re
+import subprocess
+import sys
 import threading
 import traceback
 import warnings
@@ -346,8 +347,6 @@ os._exit(0)
 def _child_environment() -> dict[str, str]:
     """The environment of a preflight child: this one, with this process's import path, so
     that the child finds the plugin (and pjrt-hub) where the registry does."""
-    import sys
-
     paths = [p for p in sys.path if p]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
 
@@ -362,9 +361,6 @@ def preflight(ep: md.EntryPoint, timeout: float) -> str | None:
     process: None when that process got through (what the plugin raised, if anything, is
     recorded when the registry imports it in its own), else why the plugin must not be
     imported here: it ended the process, raised KeyboardInterrupt, or did not finish."""
-    import subprocess
-    import sys
-
     what = f"importing {ep.value!r}"
     cmd = [sys.executable, "-c", _PREFLIGHT, ep.name, ep.value, ep.group, str(timeout)]
     # The import itself gets a generous bound (importing a framework can take a minute cold);
@@ -986,8 +982,6 @@ class PluginRegistry:
         first. If that ends the process (``os._exit``, a crash in the plugin's runtime), the
         plugin is recorded as failed and the reason returned, as it is when the creation does
         not return within ``timeout`` s; otherwise None (a raised error is the caller's to meet)."""
-        import sys
-
         entry = self._entry(name)
         if entry.record.outcome is not Outcome.LOADED or not self.isolated(name):
             return None

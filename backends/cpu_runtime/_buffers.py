@@ -171,19 +171,11 @@ class CpuBuffer(Buffer):
         arrays of the declared layouts), accounted to ``memory`` at once (``figures`` as in
         :meth:`CpuMemory._alloc_outputs`). Caller holds the client's lock.
 
-        What :meth:`_make` and :meth:`CpuMemory._alloc_outputs` do, written out: a tiny
-        program's execute is mostly this bookkeeping, and a call per output and per account is
-        a tenth of it. The buffers must have the same slots and values as ``_make``'s, and the
-        accounts the same figures (a test compares them)."""
+        What :meth:`_make` does for each, written out: a tiny program's execute is mostly this
+        bookkeeping, and a call per output is a tenth of it. The buffers must have the same
+        slots and values as ``_make``'s (a test compares them)."""
+        memory._alloc_outputs(figures)
         device = memory._device
-        count, nbytes, largest = figures
-        for account in (memory._account, device._account):  # CpuMemory._alloc_outputs, inline
-            in_use = account.in_use = account.in_use + nbytes
-            account.num_allocs += count
-            if in_use > account.peak:
-                account.peak = in_use
-            if largest > account.largest:
-                account.largest = largest
         client = device._client
         new = object.__new__
         outputs: list[Buffer] = []

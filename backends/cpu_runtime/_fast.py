@@ -73,7 +73,7 @@ def execute_fast(self, args):
         if {any_release}:
             hooks = _release_hooks(({buffers}))
         if reusable is None and error is None:
-            outputs = fresh_outputs(self._devices[0]._memories[0], self._outputs, results, self._fast_outputs)
+            outputs = fresh_outputs(device._memories[0], self._outputs, results, self._fast_outputs)
             event = READY
         else:
             outputs, event = self._made_outputs(results, reusable, error)

@@ -104,8 +104,6 @@ class PluginUnderTest:
         self.kind = record.kind
         #: The record as the registry loaded it, before any case ran (version/loaded judges it).
         self.load_record: "PluginRecord" = record
-        #: Loaded by the registry before any case ran (a failure after that came from its Api).
-        self._loaded_at_start = record.outcome.value == "loaded"
         self.framework: ApiVersion = registry.policy.framework
         self.timeout_scale = timeout_scale
         #: What the plugin declared, as the registry read it (None for a C plugin).
@@ -168,8 +166,9 @@ class PluginUnderTest:
         if item.id == "version/loaded":
             return None
         if not self.loaded:
-            where = ("the first case that asked for its Api failed with the details" if self._loaded_at_start
-                     else "see version/loaded")
+            # Loaded before any case ran: the failure came later, from its Api.
+            where = ("the first case that asked for its Api failed with the details"
+                     if self.load_record.outcome.value == "loaded" else "see version/loaded")
             return f"plugin {self.name} cannot be used ({self.record.outcome.value}: {self.record.reason}); {where}"
         declared = self.declared_version
         if item.min_api_minor and declared is not None and declared.minor < item.min_api_minor:
