@@ -31,10 +31,13 @@ which does not depend on the share: near 1 when the program only got less of the
 above 1 when its threads burned what they got (spinning, oversubscription): a collapse shows
 there whatever the grouping. Not every rise is the program's: a machine may run the same code
 slower while a core is time-sliced (``benchmarks/time_slicing.py`` measures it without
-pjrt-hub). On this 2-core VM (no performance counters to say why), in one half hour, with one
-CPU-bound Python process sharing the core, a single-threaded numba kernel streaming a 64 MiB
-working set (layernorm rows) took 1.3-2x its CPU time per chunk, the same kernel on 16 MiB or
-a compute-bound one 0.95-1.05x; half an hour later the effect was 0.97-1.2x. In one
+pjrt-hub). On this 2-core VM (no performance counters to say why), a single-threaded numba
+kernel streaming a 64 MiB working set (layernorm rows) took, at times, 1.5x its CPU time per
+chunk with one CPU-bound Python process sharing its core, and 1.5x as well with no other
+process when it idled 0.5 ms between chunks; at other times it ran at that slower speed alone
+too, and sharing cost it 1.0-1.2x. The same kernel on 16 MiB, or a compute-bound one: 1.0-1.16x.
+The machine keeps such a working set cached only while it is swept back to back, so a
+memory-bound program's quiet time is its cached speed and its loaded time its uncached one. In one
 three-plugin run XLA's own plugin took 1.84x the CPU per run, and 3.98x the time, on
 perf_layernorm.
 """

@@ -23,8 +23,11 @@ does that), and giving up a thread gives up that thread's share of the cores. So
   with the pool off and on, in turns: ew_chain took 54-57 ms loaded on TBB and 42-45 on the
   pool, softmax 9.2-13.6 and 7.9-8.2, the MLP 68-70 and 52-60, layernorm 8.4-16.0 and 8.4-9.3
   (1.7-2.8x their quiet time on the pool, 2.1-6.7x on TBB; in four later runs on the pool,
-  layernorm took 3.2-4.3x, its threads spending 1.5-1.7x the CPU per run they spend quiet,
-  cause not found). A thread waiting for an execution runs it itself when it can
+  layernorm took 3.2-4.3x, its threads spending 1.5-1.7x the CPU per run they spend quiet:
+  the machine serves its 64 MiB working set from cache only while runs come back to back, and
+  a plain numba kernel slows as much when it only idles between chunks, with no other process,
+  ``benchmarks/time_slicing.py``; a loop cut into 4x as many chunks left the threads' time
+  asleep and the CPU per run where they were). A thread waiting for an execution runs it itself when it can
   (.cpu_runtime's devices), which saves the wake-up of the device's thread, that a loaded
   machine runs late as well. Where the kernel shares the cores among sessions first and the
   neighbours have sessions of their own (autogroup), the share is 2/3 of a core and every
