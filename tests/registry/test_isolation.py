@@ -76,7 +76,7 @@ def test_check_reports_a_plugin_that_ends_the_process_and_goes_on(fake_dist, cap
     assert any("hostile: failed: importing 'hostile_mod' ended the process" in p for p in report["problems"])
 
 
-_CLIENT_EXITS = plugin_source("0.105", body="""
+_EXIT_AT_CREATION = """
 
 def _exit_at_creation(self, options=None):
     import os
@@ -84,7 +84,8 @@ def _exit_at_creation(self, options=None):
 
 
 FakeApi.client_create = _exit_at_creation
-""")
+"""
+_CLIENT_EXITS = plugin_source("0.105", body=_EXIT_AT_CREATION)
 
 
 def test_conformance_of_a_plugin_whose_client_creation_ends_the_process_fails_version_loaded(
@@ -129,3 +130,20 @@ def test_a_plugin_that_prints_at_import_is_not_mistaken_for_one_that_died(fake_d
              + plugin_source("0.105"))
     record = PluginRegistry(RegistrySettings(isolate_python=True), environ={}).record("chatty")
     assert record.outcome.value == "loaded", record.reason
+
+
+def test_the_client_child_judges_versions_with_the_registrys_window_and_floor(fake_dist):
+    # 0.28 is below the default floor (0.29): only --floor-minor lets it in. The child that
+    # creates the first client must judge it the same way, or it refuses the plugin, reports
+    # nothing, and the client is then created in the caller's process, unprotected.
+    from pjrt_hub import Policy
+
+    _install(fake_dist, "oldexit", plugin_source("0.28", body=_EXIT_AT_CREATION))
+    assert PluginRegistry(RegistrySettings(isolate_python=True), environ={}).record("oldexit").outcome.value == "incompatible"
+    for policy in (Policy(floor_minor=20), Policy(floor_minor=0, window_weeks=1000)):
+        registry = PluginRegistry(RegistrySettings(isolate_python=True, policy=policy), environ={})
+        assert registry.record("oldexit").outcome.value == "loaded"
+        reason = registry.preflight_client("oldexit", 60)
+        assert reason is not None and "creating a client ended the process" in reason, reason
+        assert "exit status 17" in reason
+        assert registry.record("oldexit").outcome.value == "failed"
