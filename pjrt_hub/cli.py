@@ -32,6 +32,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 import warnings
 from typing import Any, Callable, Sequence, TextIO
 
@@ -310,17 +311,34 @@ def cmd_check(args: argparse.Namespace) -> int:
 # -- conformance -------------------------------------------------------------------------------
 
 
+#: Skipped cases sharing a reason are listed under it once when there are at least this many.
+_GROUP_SKIPS = 3
+
+
 def _render_conformance(report: Any) -> str:
     marks = {"passed": "passed ", "failed": "FAILED ", "xfailed": "xfailed", "skipped": "skipped"}
     lines = [f"PJRT conformance suite {report.suite_version}, framework PJRT API {report.framework_version}"]
     for p in report.plugins:
         dist = f", {p.distribution} {p.distribution_version}" if p.distribution else ""
         lines += ["", f"{p.plugin} ({p.kind}{dist}, PJRT API {p.api_version or '?'}): {p.counts}"]
+        # A reason many cases were skipped for (a plugin that cannot be used, a C-only check)
+        # is printed once, with their ids, where the first of them would be.
+        skips: dict[str, list[str]] = {}
+        for c in p.cases:
+            if c.outcome.value == "skipped":
+                skips.setdefault(" ".join((c.message or "").split()), []).append(c.id)
         for c in p.cases:
             detail = c.message or ""
             if c.outcome.value == "xfailed":
                 detail = f"limitation: {c.limitation}" + (f" ({c.message})" if c.message else "")
             text = " ".join(detail.split())
+            same = skips.get(text, []) if c.outcome.value == "skipped" else []
+            if len(same) >= _GROUP_SKIPS:
+                if c.id == same[0]:
+                    lines.append(f"  {marks['skipped']}  {len(same)} cases" + (f": {text}" if text else ""))
+                    lines += textwrap.wrap(", ".join(same), 100, initial_indent=" " * 11,
+                                           subsequent_indent=" " * 11, break_on_hyphens=False)
+                continue
             lines.append(f"  {marks[c.outcome.value]}  {c.id}" + (f": {text}" if text else ""))
         if not p.tested:
             lines.append("  nothing was tested: every selected case was skipped")

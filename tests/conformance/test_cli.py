@@ -19,7 +19,10 @@ def test_a_conforming_plugin_exits_zero_and_lists_every_case(fake_dist, capsys):
     abi = sum(1 for case_id in CASES if case_id.startswith("abi/"))
     assert f"toy (python, pjrt-fixture-toy 1.0, PJRT API 0.105): 11 passed, 0 failed, 0 xfailed, {abi} skipped" in out
     assert "  passed   client/lookup_device_negative_id" in out
-    assert "  skipped  abi/api_struct_size: a check for c plugins; toy is a python plugin" in out
+    # The C-only checks share their reason: it is printed once, above their ids.
+    assert f"  skipped  {abi} cases: a check for c plugins; toy is a python plugin\n           abi/" in out
+    assert out.count("a check for c plugins") == 1
+    assert all(case_id in out for case_id in CASES if case_id.startswith(("abi/", "client/")))
     assert out.rstrip().endswith("OK: no case failed.")
 
 
@@ -65,3 +68,17 @@ def test_the_framework_version_is_acted(fake_dist, capsys):
                  "--json"]) == ExitCode.FAILURE
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] is False and report["plugins"][0]["tested"] is False
+
+
+def test_a_plugin_that_cannot_be_used_prints_its_cause_once_not_per_case(fake_dist, capsys):
+    from .test_broken_plugins import _GET_API_RAISES
+
+    install_plugin(fake_dist, "acme", _GET_API_RAISES)
+    assert main(["conformance", "--plugin", "acme"]) == ExitCode.FAILURE
+    out = capsys.readouterr().out
+    assert "  FAILED   version/api_version: getting the plugin's Api failed" in out
+    cause = "cannot be used (failed: hook pjrt_hub_get_api raised ImportError)"
+    (line,) = [line for line in out.splitlines() if cause in line]
+    assert line.startswith("  skipped  ") and " cases: plugin acme " in line, line
+    assert all(case_id in out for case_id in CASES)  # every case is still named
+    assert len(out.splitlines()) < len(CASES) // 2, out  # not a line per case
