@@ -98,8 +98,11 @@ def test_conformance_of_a_plugin_whose_client_creation_ends_the_process_fails_ve
     assert plugin["load_outcome"] == "failed"
     assert "creating a client ended the process: a child process doing it ended with exit status 17" in \
         plugin["load_reason"]
-    failed = [c["id"] for c in plugin["cases"] if c["outcome"] == "failed"]
-    assert failed == ["version/loaded"]
+    failed = {c["id"]: c["message"] for c in plugin["cases"] if c["outcome"] == "failed"}
+    assert list(failed) == ["version/loaded"]
+    # It loaded, but no client can be made: the case says it cannot be used, and why.
+    assert failed["version/loaded"].startswith(
+        "plugin exiting cannot be used: failed: creating a client ended the process"), failed
 
 
 def test_conformance_of_a_plugin_whose_client_creation_hangs_fails_version_loaded_once(

@@ -27,7 +27,7 @@ def loaded(ctx: PluginUnderTest) -> None:
     r = ctx.load_record  # as loaded: what its Api does later is other cases' to say
     if r.outcome.value != "loaded":
         detail = f" ({r.error})" if r.error and r.error not in (r.reason or "") else ""
-        fail(f"plugin {r.name} was not loaded: {r.outcome.value}: {r.reason}{detail}")
+        fail(f"plugin {r.name} cannot be used: {r.outcome.value}: {r.reason}{detail}")
 
 
 @case("version")
