@@ -342,13 +342,14 @@ class NumbaCompiler:
     name = "numba_cpu"
 
     def __init__(self, cache_dir: str | os.PathLike | None = None, *, num_threads: int | None = None,
-                 parallel_threshold: int | None = None, tiered: bool = False,
+                 parallel_threshold: int | None = None, stream_min_bytes: int | None = None, tiered: bool = False,
                  compile_after: int | None = None) -> None:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.stats = CacheStats()
         keep_freed_memory()  # outputs reuse what the last run freed (see .heap)
         self._num_threads = num_threads
         self._parallel_threshold = parallel_threshold
+        self._stream_min_bytes = stream_min_bytes
         env = _env_flag("PJRT_HUB_NUMBA_TIERS")
         self.tiered = tiered if env is None else env
         if compile_after is None:
@@ -384,7 +385,10 @@ class NumbaCompiler:
         threshold = int(env.get("numba_cpu_parallel_threshold",
                                 self._parallel_threshold if self._parallel_threshold is not None
                                 else LoweringOptions.parallel_threshold))
-        return LoweringOptions(parallel_threshold=threshold, num_threads=max(1, threads))
+        stream = int(env.get("numba_cpu_stream_min_bytes",
+                             self._stream_min_bytes if self._stream_min_bytes is not None
+                             else LoweringOptions.stream_min_bytes))
+        return LoweringOptions(parallel_threshold=threshold, num_threads=max(1, threads), stream_min_bytes=stream)
 
     def _tiered_for(self, options: CompileOptions | None) -> bool:
         env = dict(getattr(options, "env_option_overrides", None) or {})

@@ -440,6 +440,79 @@ def advise_hugepages(typingctx, arr):
 
 __all__ += ["advise_hugepages"]
 
+_STREAM_VECTOR = 32  # bytes per non-temporal store: an AVX register, the widest every x86-64 with AVX has
+
+
+@intrinsic
+def stream_row(typingctx, dst, offset, src):
+    """Copy all of ``src`` (C-contiguous) into the flat elements of ``dst`` from ``offset`` on,
+    with non-temporal stores: the data goes to memory without first reading the lines it
+    replaces into the caches (a normal store reads each line before writing it, a third more
+    memory traffic for an output written once) and without evicting what the caches hold.
+    Normal stores up to the first 32-byte boundary of the destination and after the last one.
+    The stores are weakly ordered: :func:`stream_fence` must follow before another thread reads
+    the data (the generated code puts one at the end of each chunk of a parallel loop)."""
+    if not (isinstance(dst, types.Array) and isinstance(src, types.Array) and isinstance(offset, types.Integer)
+            and dst.dtype == src.dtype and src.layout == "C"):
+        return None
+
+    def codegen(context, builder, sig, args):
+        from numba.core import cgutils
+
+        dty, _, sty = sig.args
+        dst_ary = context.make_array(dty)(context, builder, args[0])
+        src_ary = context.make_array(sty)(context, builder, args[2])
+        i8p = ir.IntType(8).as_pointer()
+        i64 = ir.IntType(64)
+        itemsize = ir.Constant(i64, context.get_abi_sizeof(context.get_data_type(dty.dtype)))
+        start = builder.mul(context.cast(builder, args[1], sig.args[1], types.int64), itemsize)
+        dptr = builder.gep(builder.bitcast(dst_ary.data, i8p), [start])
+        sptr = builder.bitcast(src_ary.data, i8p)
+        nbytes = builder.mul(src_ary.nitems, itemsize)
+        width = ir.Constant(i64, _STREAM_VECTOR)
+        misaligned = builder.and_(builder.ptrtoint(dptr, i64), ir.Constant(i64, _STREAM_VECTOR - 1))
+        head = builder.and_(builder.sub(width, misaligned), ir.Constant(i64, _STREAM_VECTOR - 1))
+        head = builder.select(builder.icmp_unsigned("<", head, nbytes), head, nbytes)
+        cgutils.raw_memcpy(builder, dptr, sptr, head, 1)
+        body = builder.sub(nbytes, head)
+        vectors = builder.udiv(body, width)
+        vec = ir.VectorType(i64, _STREAM_VECTOR // 8)
+        nontemporal = builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)])
+        with cgutils.for_range(builder, vectors) as loop:
+            at = builder.add(head, builder.mul(loop.index, width))
+            value = builder.load(builder.bitcast(builder.gep(sptr, [at]), vec.as_pointer()), align=1)
+            store = builder.store(value, builder.bitcast(builder.gep(dptr, [at]), vec.as_pointer()),
+                                  align=_STREAM_VECTOR)
+            store.set_metadata("nontemporal", nontemporal)
+        done = builder.add(head, builder.mul(vectors, width))
+        cgutils.raw_memcpy(builder, builder.gep(dptr, [done]), builder.gep(sptr, [done]),
+                           builder.sub(nbytes, done), 1)
+        return context.get_dummy_value()
+
+    return types.none(dst, offset, src), codegen
+
+
+@intrinsic
+def stream_fence(typingctx):
+    """Order the :func:`stream_row` stores before the stores that follow (x86 ``sfence``; a
+    release fence elsewhere), so that a thread that sees the loop done sees the data."""
+
+    def codegen(context, builder, sig, args):
+        from llvmlite import binding
+
+        if binding.get_process_triple().startswith(("x86_64", "i386", "i686")):
+            fn = builder.module.globals.get("llvm.x86.sse.sfence") or ir.Function(
+                builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.x86.sse.sfence")
+            builder.call(fn, [])
+        else:
+            builder.fence("release")
+        return context.get_dummy_value()
+
+    return types.none(), codegen
+
+
+__all__ += ["stream_fence", "stream_row"]
+
 
 def _item_pointer(context, builder, aryty, ary_val, idxty, idx_val):
     from numba.core import cgutils
