@@ -88,26 +88,29 @@ class CpuMemory(Memory):
 
     def _alloc(self, nbytes: int) -> None:
         """Count an allocation here and on the device. Caller holds the client's lock."""
-        # Written out rather than two method calls: this runs for every output of every execution.
-        for account in (self._account, self._device._account):
-            in_use = account.in_use = account.in_use + nbytes
-            account.num_allocs += 1
-            if in_use > account.peak:
-                account.peak = in_use
-            if nbytes > account.largest:
-                account.largest = nbytes
+        self._alloc_outputs((1, nbytes, nbytes))
 
     def _alloc_outputs(self, figures: tuple[int, int, int]) -> None:
         """Count the outputs of one execution at once: ``(count, total bytes, largest)``, as
-        ``count`` calls of :meth:`_alloc` would. Caller holds the client's lock."""
+        ``count`` allocations of their sizes would. Caller holds the client's lock.
+
+        Written out for the memory's account and the device's, not a loop over the two: this
+        runs for every execution, and the loop is a quarter of its cost."""
         count, nbytes, largest = figures
-        for account in (self._account, self._device._account):  # the memory's, the device's
-            in_use = account.in_use = account.in_use + nbytes
-            account.num_allocs += count
-            if in_use > account.peak:
-                account.peak = in_use
-            if largest > account.largest:
-                account.largest = largest
+        account = self._account
+        in_use = account.in_use = account.in_use + nbytes
+        account.num_allocs += count
+        if in_use > account.peak:
+            account.peak = in_use
+        if largest > account.largest:
+            account.largest = largest
+        account = self._device._account
+        in_use = account.in_use = account.in_use + nbytes
+        account.num_allocs += count
+        if in_use > account.peak:
+            account.peak = in_use
+        if largest > account.largest:
+            account.largest = largest
 
     def _free(self, nbytes: int) -> None:
         self._account.in_use -= nbytes

@@ -481,24 +481,15 @@ class CpuLoadedExecutable(LoadedExecutable):
 
     def _run_fast(self, arrays: list[np.ndarray]) -> tuple[Sequence[np.ndarray] | None, Sequence[bool] | None,
                                                           PjrtError | None]:
-        """The fast path's run (see ._fast) when it has no direct entry yet, or the entry raised:
-        ``(results, reusable, None)``, with ``reusable`` None for fresh results, or
-        ``(None, None, error)``."""
+        """The fast path's run (see ._fast) when the program has no direct entry yet, or the
+        entry refused the arrays: ``(results, reusable, None)``, with ``reusable`` None for
+        fresh results, or ``(None, None, error)``."""
         try:
             if not self._fresh:
                 return (*self._run_program(arrays, None), None)
-            # New arrays of the declared types (see fresh_results), from the program's direct
-            # entry once it has one, else from run (which coerces arrays the entry refuses).
-            results: Sequence[np.ndarray] | None = None
-            if self._entry is None and self._direct_entry is not None:
-                entry = self._entry = self._direct_entry()
-                if entry is not None:
-                    try:
-                        results = entry(*arrays)
-                    except TypeError:
-                        pass
-            if results is None:
-                results = self._program.run(arrays, None)
+            # New arrays of the declared types (see fresh_results); run coerces arrays the
+            # direct entry refused.
+            results = self._program.run(arrays, None)
             if len(results) == self._fast_outputs[0]:
                 return results, None, None
             return (*self._run_checked(list(results), arrays, None), None)

@@ -13,10 +13,15 @@ outputs that are not fresh) is the executable's own methods, in :mod:`._executab
 
 The function made for ``n`` arguments is ``execute_fast(executable, args)``: an
 :class:`ExecuteResult`, or None having changed nothing when the call is not the common case
-(the general path then checks it and raises the right error). Under the client's lock it takes
-a hold (``_uses``) on every argument and reads its array, then runs the program without the
-lock, then gives the holds back and makes the outputs under the lock again, and runs the
-release hooks that came due (zero-copy arguments whose owner dropped them meanwhile) after it.
+(the general path then checks it and raises the right error). Under the client's lock it checks
+the arguments and, once the program has a direct entry (its compiled code), runs it and makes
+the outputs without letting go of the lock: no other thread can delete or donate an argument
+meanwhile, and the run is short (the executable runs inline only below
+:class:`~._executables.InlinePolicy`'s limits). Before that (the program's first tier), or when
+the entry refuses the arrays, it takes a hold (``_uses``) on every argument instead, runs the
+program without the lock, then gives the holds back and makes the outputs under the lock again,
+and runs the release hooks that came due (zero-copy arguments whose owner dropped them
+meanwhile) after it.
 """
 
 from __future__ import annotations
@@ -50,21 +55,29 @@ def execute_fast(self, args):
         # A set _array means live and ready; the identical layout object means the same shape
         # and dtype (layouts are interned). Nothing is taken until all of them are checked.
 {checks}
+        entry = self._entry
+        if entry is None and self._direct_entry is not None:
+            entry = self._entry = self._direct_entry()  # None until the program has one
+        if entry is not None:
+            # The compiled program, cheap enough to run inline: run it holding the lock, so
+            # that no other thread can delete or donate an argument meanwhile, instead of
+            # taking a hold on each and locking again to give them back.
+            try:
+                results = entry({direct})
+            except TypeError:  # arrays the entry does not take as they are: run() coerces them
+                pass
+            except Exception as exc:  # an execution error goes onto the event and the outputs
+                outputs, event = self._made_outputs(None, None, self._execution_error(exc))
+                return new_result(ExecuteResult, ([outputs], [event]))
+            else:
+                outputs = fresh_outputs(device._memories[0], self._outputs, results, self._fast_outputs)
+                return new_result(ExecuteResult, ([outputs], [READY]))
 {takes}
     finally:
         lock.release()
-    entry = self._entry
-    if entry is None:
-        results, reusable, error = self._run_fast([{arrays}])
-    else:
-        try:
-            results = entry({arrays})
-            reusable = error = None
-        except TypeError:  # arrays the entry does not take as they are: run() coerces them
-            results, reusable, error = self._run_fast([{arrays}])
-        except Exception as exc:  # an execution error goes onto the event and the outputs
-            results = reusable = None
-            error = self._execution_error(exc)
+    # No direct entry yet (the program still runs on its first tier), or one that refused the
+    # arrays: run() without the lock, the arguments held.
+    results, reusable, error = self._run_fast([{arrays}])
     del {arrays_del}
     hooks = None
     lock.acquire()
@@ -114,6 +127,7 @@ def fast_execute(n: int) -> FastExecute:
                        "                return None"),
             "takes": "        arrays = [b._array for b in args]\n        for b in args:\n            b._uses += 1",
             "arrays": "*arrays",
+            "direct": "*[b._array for b in args]",
             "arrays_del": "arrays",
             "gives": "        for b in args:\n            b._uses -= 1",
             "any_release": "any(b._release is not None for b in args)",
@@ -129,6 +143,7 @@ def fast_execute(n: int) -> FastExecute:
                 f"            return None" for i in range(n)),
             "takes": "\n".join(f"        a{i} = b{i}._array\n        b{i}._uses += 1" for i in range(n)),
             "arrays": ", ".join(f"a{i}" for i in range(n)),
+            "direct": ", ".join(f"b{i}._array" for i in range(n)),
             "arrays_del": ", ".join(f"a{i}" for i in range(n)),
             "gives": "\n".join(f"        b{i}._uses -= 1" for i in range(n)),
             "any_release": " or ".join(f"b{i}._release is not None" for i in range(n)),
@@ -136,7 +151,7 @@ def fast_execute(n: int) -> FastExecute:
         }
     else:
         parts = {"unpack_buffers": "pass", "unpack_layouts": "pass", "checks": "        pass", "takes": "",
-                 "arrays": "", "arrays_del": "args", "gives": "        pass", "any_release": "False",
+                 "arrays": "", "direct": "", "arrays_del": "args", "gives": "        pass", "any_release": "False",
                  "buffers": ""}
     source = _TEMPLATE.format(n=n, **parts)
     namespace: dict[str, Any] = {

@@ -343,6 +343,7 @@ class _FreshProgram(MiniProgram):
         self.entry_calls = 0
         self.refuse = False  # the entry raises TypeError, as numba's dispatcher does for odd arrays
         self.fail = False  # the entry raises as a failing program does
+        self.during = None  # called inside the entry
 
     def direct_entry(self):
         if not self.ready:
@@ -350,6 +351,8 @@ class _FreshProgram(MiniProgram):
 
         def entry(*arrays):
             self.entry_calls += 1
+            if self.during is not None:
+                self.during()
             if self.refuse:
                 raise TypeError("No matching definition for argument type(s)")
             if self.fail:
@@ -427,6 +430,33 @@ def test_the_fast_path_calls_a_direct_entry_once_the_program_has_one(fresh_clien
     with pytest.raises(Exception, match="the program's own failure"):
         result.device_complete_events[0].await_()
     assert all(out.ready_event().error() is not None for out in result.outputs[0])
+
+
+def test_no_other_thread_deletes_an_argument_while_a_direct_entry_runs(fresh_client):
+    # The fast path runs the compiled entry holding the client's lock: a delete from another
+    # thread waits for the run, then happens; the run reads the whole array.
+    client, compiler = fresh_client
+    executable = client.compile(Program(add_module()))
+    program = compiler.last
+    program.ready = True
+    device = client.devices()[0]
+    a = client.buffer_from_host_buffer(np.arange(4, dtype=F32), device=device).buffer
+    b = client.buffer_from_host_buffer(ones(value=3), device=device).buffer
+    seen = {}
+
+    def during():
+        deleter = threading.Thread(target=a.delete)
+        deleter.start()
+        deleter.join(0.3)
+        seen.update(deleter=deleter, waited=deleter.is_alive(), deleted=a.is_deleted())
+
+    program.during = during
+    (out,) = executable.execute([[a, b]]).outputs[0]
+    seen["deleter"].join(10)
+    assert (program.runs, program.entry_calls) == (0, 1)
+    assert seen["waited"] and not seen["deleted"]
+    assert a.is_deleted()
+    np.testing.assert_array_equal(out.to_host_buffer().array, [3, 4, 5, 6])
 
 
 def _chain(n: int) -> str:
