@@ -171,9 +171,10 @@ class CpuClient(Client):
         # A program with a loop that may run long or forever runs on the worker even when its
         # cost figures say cheap (they count a loop body once), so that execute returns and
         # the caller can wait with a timeout, or cancel it.
-        inline = not self._asynchronous or (self._inline_policy.allows(flops, accessed)
-                                            and not getattr(executable._program, "unbounded_loops", False))
-        return CpuLoadedExecutable(executable, self, assignment, inline)
+        short = (self._inline_policy.allows(flops, accessed)
+                 and not getattr(executable._program, "unbounded_loops", False))
+        inline = not self._asynchronous or short
+        return CpuLoadedExecutable(executable, self, assignment, inline, short=short)
 
     # -- buffers ---------------------------------------------------------------------------------
 

@@ -329,7 +329,7 @@ class CpuLoadedExecutable(LoadedExecutable):
                  "__weakref__")
 
     def __init__(self, executable: CpuExecutable, client: "CpuClient",
-                 assignment: tuple[tuple[int, ...], ...], inline: bool) -> None:
+                 assignment: tuple[tuple[int, ...], ...], inline: bool, *, short: bool = True) -> None:
         self._executable = executable
         self._client = client
         self._assignment = assignment
@@ -350,8 +350,11 @@ class CpuLoadedExecutable(LoadedExecutable):
         #: The program's results need no checking (see ``fresh_results`` in .compiler).
         self._fresh = bool(getattr(self._program, "fresh_results", False))
         #: The program's direct entry (``direct_entry``), once it has one, and how to ask for it.
+        #: The fast path runs it holding the client's lock, so only for a program that is
+        #: ``short`` by the inline policy's limits (a synchronous client runs every program
+        #: inline, however long); a longer one goes through ``run``, the lock let go.
         self._entry: Callable[..., Sequence[np.ndarray]] | None = None
-        self._direct_entry = getattr(self._program, "direct_entry", None) if self._fresh else None
+        self._direct_entry = getattr(self._program, "direct_entry", None) if self._fresh and short else None
         #: The fast path for this number of arguments (see ._fast): called as
         #: ``self._execute_fast(self, args)``, a function held here, not a bound method.
         self._execute_fast = fast_execute(self._num_inputs)

@@ -16,8 +16,9 @@ The function made for ``n`` arguments is ``execute_fast(executable, args)``: an
 (the general path then checks it and raises the right error). Under the client's lock it checks
 the arguments and, once the program has a direct entry (its compiled code), runs it and makes
 the outputs without letting go of the lock: no other thread can delete or donate an argument
-meanwhile, and the run is short (the executable runs inline only below
-:class:`~._executables.InlinePolicy`'s limits). Before that (the program's first tier), or when
+meanwhile, and the run is short (only a program within :class:`~._executables.InlinePolicy`'s
+limits and without unbounded loops is given its entry; a synchronous client runs longer ones
+inline too, through ``run``). Before that (the program's first tier), or when
 the entry refuses the arrays, it takes a hold (``_uses``) on every argument instead, runs the
 program without the lock, then gives the holds back and makes the outputs under the lock again,
 and runs the release hooks that came due (zero-copy arguments whose owner dropped them

@@ -36,7 +36,9 @@ program when present (``getattr`` with a default, so older compilers keep workin
     single-device execution then calls it instead of ``run`` (a tenth of a tiny program's
     execute is ``run``'s own work). When it raises TypeError (numba's dispatcher refusing an
     array), the runtime calls ``run`` with the same arrays, which coerces them; any other
-    exception is the execution's error, as from ``run``.
+    exception is the execution's error, as from ``run``. The runtime asks for the entry, and
+    calls it, holding the client's lock (for short programs only: see the runtime's fast path),
+    so neither may wait for another thread that uses the client.
 ``unbounded_loops`` (bool, default False)
     A loop of the program may run long or forever: it is not a counted loop of a few
     iterations (``pjrt_hub.backends.stablehlo.loops``). Such a program never runs inline on the

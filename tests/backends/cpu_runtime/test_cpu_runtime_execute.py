@@ -361,6 +361,11 @@ class _FreshProgram(MiniProgram):
 
         return entry
 
+    def run(self, args, out=None):
+        if self.during is not None:
+            self.during()
+        return super().run(args, out)
+
     def _compute(self, arrays):
         env = dict(zip(self.arg_names, arrays))
         for name, step in self.steps:
@@ -457,6 +462,43 @@ def test_no_other_thread_deletes_an_argument_while_a_direct_entry_runs(fresh_cli
     assert seen["waited"] and not seen["deleted"]
     assert a.is_deleted()
     np.testing.assert_array_equal(out.to_host_buffer().array, [3, 4, 5, 6])
+
+
+def test_a_synchronous_client_runs_a_long_program_without_holding_the_lock():
+    # A synchronous client runs every program inline, however long: a program beyond the
+    # inline policy's limits goes through run, the lock let go (a delete from another thread
+    # goes ahead; the run keeps its hold on the array), never through the entry under the lock.
+    from pjrt_hub.backends.cpu_runtime._executables import InlinePolicy
+
+    class Compiler(MiniCompiler):
+        def compile(self, code, options):
+            self.last = _FreshProgram(super().compile(code, options))
+            return self.last
+
+    compiler = Compiler()
+    client = CpuApi(compiler, inline_policy=InlinePolicy(max_flops=-1)).client_create({"asynchronous": False})
+    try:
+        executable = client.compile(Program(add_module()))
+        program = compiler.last
+        program.ready = True
+        device = client.devices()[0]
+        a = client.buffer_from_host_buffer(np.arange(4, dtype=F32), device=device).buffer
+        b = client.buffer_from_host_buffer(ones(value=3), device=device).buffer
+        seen = {}
+
+        def during():
+            deleter = threading.Thread(target=a.delete)
+            deleter.start()
+            deleter.join(10)
+            seen.update(done=not deleter.is_alive(), deleted=a.is_deleted())
+
+        program.during = during
+        (out,) = executable.execute([[a, b]]).outputs[0]
+        assert (program.runs, program.entry_calls) == (1, 0)
+        assert seen == {"done": True, "deleted": True}
+        np.testing.assert_array_equal(out.to_host_buffer().array, [3, 4, 5, 6])
+    finally:
+        client.destroy()
 
 
 def _chain(n: int) -> str:
