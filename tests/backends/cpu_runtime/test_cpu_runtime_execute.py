@@ -437,37 +437,13 @@ def test_the_fast_path_calls_a_direct_entry_once_the_program_has_one(fresh_clien
     assert all(out.ready_event().error() is not None for out in result.outputs[0])
 
 
-def test_no_other_thread_deletes_an_argument_while_a_direct_entry_runs(fresh_client):
-    # The fast path runs the compiled entry holding the client's lock: a delete from another
-    # thread waits for the run, then happens; the run reads the whole array.
-    client, compiler = fresh_client
-    executable = client.compile(Program(add_module()))
-    program = compiler.last
-    program.ready = True
-    device = client.devices()[0]
-    a = client.buffer_from_host_buffer(np.arange(4, dtype=F32), device=device).buffer
-    b = client.buffer_from_host_buffer(ones(value=3), device=device).buffer
-    seen = {}
-
-    def during():
-        deleter = threading.Thread(target=a.delete)
-        deleter.start()
-        deleter.join(0.3)
-        seen.update(deleter=deleter, waited=deleter.is_alive(), deleted=a.is_deleted())
-
-    program.during = during
-    (out,) = executable.execute([[a, b]]).outputs[0]
-    seen["deleter"].join(10)
-    assert (program.runs, program.entry_calls) == (0, 1)
-    assert seen["waited"] and not seen["deleted"]
-    assert a.is_deleted()
-    np.testing.assert_array_equal(out.to_host_buffer().array, [3, 4, 5, 6])
-
-
-def test_a_synchronous_client_runs_a_long_program_without_holding_the_lock():
-    # A synchronous client runs every program inline, however long: a program beyond the
-    # inline policy's limits goes through run, the lock let go (a delete from another thread
-    # goes ahead; the run keeps its hold on the array), never through the entry under the lock.
+@pytest.mark.parametrize("kind", ["short", "long_synchronous"])
+def test_a_delete_from_another_thread_during_a_run(kind):
+    # The fast path runs a short program's compiled entry holding the client's lock: a delete
+    # from another thread waits for the run, then happens. A synchronous client runs every
+    # program inline, however long: one beyond the inline policy's limits goes through run with
+    # the lock let go (the delete goes ahead; the run keeps its hold on the array), never
+    # through the entry under the lock. Either way the run reads the whole array.
     from pjrt_hub.backends.cpu_runtime._executables import InlinePolicy
 
     class Compiler(MiniCompiler):
@@ -476,7 +452,10 @@ def test_a_synchronous_client_runs_a_long_program_without_holding_the_lock():
             return self.last
 
     compiler = Compiler()
-    client = CpuApi(compiler, inline_policy=InlinePolicy(max_flops=-1)).client_create({"asynchronous": False})
+    if kind == "short":
+        client = CpuApi(compiler).client_create()
+    else:
+        client = CpuApi(compiler, inline_policy=InlinePolicy(max_flops=-1)).client_create({"asynchronous": False})
     try:
         executable = client.compile(Program(add_module()))
         program = compiler.last
@@ -489,13 +468,19 @@ def test_a_synchronous_client_runs_a_long_program_without_holding_the_lock():
         def during():
             deleter = threading.Thread(target=a.delete)
             deleter.start()
-            deleter.join(10)
-            seen.update(done=not deleter.is_alive(), deleted=a.is_deleted())
+            deleter.join(0.3 if kind == "short" else 10)
+            seen.update(deleter=deleter, went_ahead=not deleter.is_alive(), deleted=a.is_deleted())
 
         program.during = during
         (out,) = executable.execute([[a, b]]).outputs[0]
-        assert (program.runs, program.entry_calls) == (1, 0)
-        assert seen == {"done": True, "deleted": True}
+        seen["deleter"].join(10)
+        if kind == "short":
+            assert (program.runs, program.entry_calls) == (0, 1)
+            assert not seen["went_ahead"] and not seen["deleted"]
+        else:
+            assert (program.runs, program.entry_calls) == (1, 0)
+            assert seen["went_ahead"] and seen["deleted"]
+        assert a.is_deleted()
         np.testing.assert_array_equal(out.to_host_buffer().array, [3, 4, 5, 6])
     finally:
         client.destroy()
