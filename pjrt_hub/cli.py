@@ -404,7 +404,9 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         except ImportError:
             print("pjrt-hub conformance --via jax needs JAX: pip install 'pjrt-hub[jax]'", file=sys.stderr)
             return ExitCode.USAGE
-    registry, names = make_registry(plugins, framework=framework, strict=args.strict)
+    policy = {"framework": framework, "strict": args.strict, "window_weeks": args.window_weeks,
+              "floor_minor": args.floor_minor}
+    registry, names = make_registry(plugins, **policy)
     known = {r.name.lower() for r in registry.records}
     missing = [p for p, n in zip(plugins, names) if n.lower() not in known]
     if missing:
@@ -413,7 +415,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         return ExitCode.NOT_FOUND
     progress = Progress.for_command("", json_output=args.json or args.pytest_output)
     try:
-        report = run_conformance(plugins, framework=framework, strict=args.strict, cases=args.case,
+        report = run_conformance(plugins, **policy, cases=args.case,
                                  timeout_scale=args.timeout_scale, junit=args.junit,
                                  show_output=args.pytest_output and not args.json,
                                  progress=progress.update if progress.enabled else None, via=args.via)
@@ -1126,6 +1128,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--framework-version", type=_api_version, default=None, metavar="MAJOR.MINOR",
                    help=f"act as a framework at this PJRT API version (default {history.NEWEST_KNOWN})")
     p.add_argument("--strict", action="store_true", help="require the exact framework version")
+    p.add_argument("--window-weeks", type=_non_negative, default=None, metavar="N",
+                   help="forward-compatibility window for older plugins, in weeks (default 6)")
+    p.add_argument("--floor-minor", type=_non_negative, default=None, metavar="MINOR",
+                   help=f"oldest plugin minor accepted where the history has no dates "
+                        f"(default {history.FLOOR_MINOR}, upstream's kMinPjRtMinor)")
     p.add_argument("--timeout-scale", type=_positive, default=1.0, metavar="X",
                    help="multiply every case's time bound by X")
     p.add_argument("--junit", default=None, metavar="FILE", help="also write a JUnit XML report")

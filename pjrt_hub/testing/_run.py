@@ -54,6 +54,7 @@ def _case_label(nodeid: str) -> str:
 
 
 def run_conformance(plugins: Sequence[str], *, framework: str | None = None, strict: bool = False,
+                    window_weeks: int | None = None, floor_minor: int | None = None,
                     cases: Sequence[str] = (), timeout_scale: float = 1.0, junit: str | None = None,
                     show_output: bool = False, extra_args: Sequence[str] = (),
                     progress: Progress | None = None, via: str | None = None) -> ConformanceReport:
@@ -80,6 +81,10 @@ def run_conformance(plugins: Sequence[str], *, framework: str | None = None, str
             args += ["--pjrt-framework-version", str(framework)]
         if strict:
             args.append("--pjrt-strict")
+        if window_weeks is not None:
+            args += ["--pjrt-window-weeks", str(window_weeks)]
+        if floor_minor is not None:
+            args += ["--pjrt-floor-minor", str(floor_minor)]
         if via:
             args += ["--pjrt-via", via]
         if junit:

@@ -30,16 +30,30 @@ __all__ = ["ConformanceItem", "ConformanceSession", "make_registry"]
 SUITE_NODE = "pjrt-conformance"
 
 
-def make_registry(plugins: list[str], *, framework: str | None = None, strict: bool = False) -> tuple[Any, list[str]]:
+def suite_policy(framework: str | None = None, strict: bool = False, window_weeks: int | None = None,
+                 floor_minor: int | None = None) -> Any:
+    """The version policy of a conformance run: the defaults, but for what was asked."""
+    from pjrt_hub import Policy
+
+    asked: dict[str, Any] = {"strict": strict}
+    if framework:
+        asked["framework"] = ApiVersion.parse(framework)
+    if window_weeks is not None:
+        asked["window_weeks"] = window_weeks
+    if floor_minor is not None:
+        asked["floor_minor"] = floor_minor
+    return Policy(**asked)
+
+
+def make_registry(plugins: list[str], *, framework: str | None = None, strict: bool = False,
+                  window_weeks: int | None = None, floor_minor: int | None = None) -> tuple[Any, list[str]]:
     """A registry for the named plugins (library paths are added as C plugins); returns the
     registry and the registry names of the plugins, in order. The environment applies as to
     every command (``PJRT_HUB_STRICT``, the block- and allow-lists, ...)."""
-    from pjrt_hub import Policy, PluginRegistry
+    from pjrt_hub import PluginRegistry
     from pjrt_hub._discovery import candidate_for_path, is_library_path
 
-    policy = Policy(framework=ApiVersion.parse(framework)) if framework else Policy()
-    if strict:
-        policy = Policy(framework=policy.framework, strict=True)
+    policy = suite_policy(framework, strict, window_weeks, floor_minor)
     paths = tuple(p for p in plugins if is_library_path(p))
     names = [candidate_for_path(p).name if is_library_path(p) else p for p in plugins]
     # Only the plugins asked for are imported: another installed plugin that hangs or crashes
@@ -116,19 +130,20 @@ class ConformanceSession:
         self.report_path: str | None = config.getoption("pjrt_report")
         self.only: bool = config.getoption("pjrt_only")
         self.via: str | None = config.getoption("pjrt_via", default=None)
+        #: The version policy asked for (see suite_policy).
+        self.policy_options: dict[str, Any] = {
+            "framework": config.getoption("pjrt_framework_version"), "strict": config.getoption("pjrt_strict"),
+            "window_weeks": config.getoption("pjrt_window_weeks", default=None),
+            "floor_minor": config.getoption("pjrt_floor_minor", default=None)}
         from pjrt_hub.abi import NotFound, PjrtHubError
 
         try:
             if self.via:
                 from ._via import served_registry
 
-                self.registry, names = served_registry(self.requested, via=self.via,
-                                                       framework=config.getoption("pjrt_framework_version"),
-                                                       strict=config.getoption("pjrt_strict"))
+                self.registry, names = served_registry(self.requested, via=self.via, **self.policy_options)
             else:
-                self.registry, names = make_registry(self.requested,
-                                                     framework=config.getoption("pjrt_framework_version"),
-                                                     strict=config.getoption("pjrt_strict"))
+                self.registry, names = make_registry(self.requested, **self.policy_options)
         except (PjrtHubError, ValueError) as exc:
             option = f"--pjrt-via {self.via}" if self.via else "--pjrt-framework-version"
             raise pytest.UsageError(f"{option}: {exc}") from None
@@ -153,9 +168,8 @@ class ConformanceSession:
         self.workers: dict[str, CaseWorker] = {}
         for asked, ctx in zip(self.requested, self.contexts):
             if isolate and ctx.kind == "c" and ctx.name not in self.workers:
-                self.workers[ctx.name] = CaseWorker(asked, framework=config.getoption("pjrt_framework_version"),
-                                                    strict=config.getoption("pjrt_strict"),
-                                                    timeout_scale=self.timeout_scale)
+                self.workers[ctx.name] = CaseWorker(asked, timeout_scale=self.timeout_scale,
+                                                    **self.policy_options)
         self.results: dict[str, CaseResult] = {}
         self.owners: dict[str, tuple[PluginUnderTest, Case]] = {}
         self.started = time.monotonic()

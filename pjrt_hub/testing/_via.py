@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from pjrt_hub.abi import ApiVersion, Limitation
+from pjrt_hub.abi import Limitation
 
 __all__ = ["VIAS", "served_registry"]
 
@@ -33,10 +33,13 @@ class ViaError(ValueError):
 
 
 def served_registry(plugins: Sequence[str], *, via: str, framework: str | None = None,
-                    strict: bool = False) -> tuple[Any, list[str]]:
+                    strict: bool = False, window_weeks: int | None = None,
+                    floor_minor: int | None = None) -> tuple[Any, list[str]]:
     """A registry holding each of ``plugins`` and its served form ``NAME@VIA``; returns the
     registry and the served names, in order."""
-    from pjrt_hub import Policy, PluginRegistry
+    from pjrt_hub import PluginRegistry
+
+    from ._session import suite_policy
     from pjrt_hub._discovery import is_library_path
     from pjrt_hub.backends.c_api.served import LOADER, candidate, publish
 
@@ -46,9 +49,7 @@ def served_registry(plugins: Sequence[str], *, via: str, framework: str | None =
         if is_library_path(name):
             raise ViaError(f"{name} is a C plugin; --via serves pjrt-hub's Python plugins as a PJRT_Api (a C "
                            "plugin already is one: run the suite on it directly)")
-    policy = Policy(framework=ApiVersion.parse(framework)) if framework else Policy()
-    if strict:
-        policy = Policy(framework=policy.framework, strict=True)
+    policy = suite_policy(framework, strict, window_weeks, floor_minor)
     served_names = [f"{name}@{via}" for name in plugins]
     requested = frozenset(n.lower() for n in [*plugins, *served_names])
     registry = PluginRegistry.from_environment(policy=policy, requested=requested)

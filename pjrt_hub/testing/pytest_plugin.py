@@ -21,6 +21,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="act as a framework at this PJRT API version (default: the newest in the history)")
     group.addoption("--pjrt-strict", action="store_true", default=False,
                     help="require the exact framework version (the version policy's strict mode)")
+    group.addoption("--pjrt-window-weeks", type=int, default=None, metavar="N",
+                    help="forward-compatibility window for older plugins, in weeks (default 6)")
+    group.addoption("--pjrt-floor-minor", type=int, default=None, metavar="MINOR",
+                    help="oldest plugin minor accepted where the history has no dates (default: upstream's)")
     group.addoption("--pjrt-case", action="append", default=[], metavar="PATTERN",
                     help="only the cases whose id (group/name) matches this fnmatch pattern (repeatable)")
     group.addoption("--pjrt-timeout-scale", type=float, default=1.0, metavar="X",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
+import pytest
+
 from pjrt_hub.cli import ExitCode, main
 from pjrt_hub.testing import CASES, ConformanceReport
 
@@ -82,3 +84,24 @@ def test_a_plugin_that_cannot_be_used_prints_its_cause_once_not_per_case(fake_di
     assert line.startswith("  skipped  ") and " cases: plugin acme " in line, line
     assert all(case_id in out for case_id in CASES)  # every case is still named
     assert len(out.splitlines()) < len(CASES) // 2, out  # not a line per case
+
+
+def test_the_window_and_the_floor_are_acted(fake_dist, capsys):
+    # A plugin at 0.28 is below the default floor (0.29): refused, unless --floor-minor (or a
+    # window that reaches it) lets it in, as for `check`. Its Python plugin runs in this process
+    # and its first client is made in a child (client preflight), both under that policy.
+    from ..conftest import plugin_source
+
+    fake_dist("old-pjrt", entry_points={"pjrt_hub.plugins": {"old": "old_mod"}},
+              files={"old_mod.py": plugin_source("0.28")})
+    assert main(["conformance", "--plugin", "old", "--case", "version/loaded", "--json"]) == ExitCode.FAILURE
+    (case,) = json.loads(capsys.readouterr().out)["plugins"][0]["cases"]
+    assert case["outcome"] == "failed" and "older than the minimum supported version 0.29" in case["message"]
+    assert main(["conformance", "--plugin", "old", "--case", "version/loaded", "--case", "client/platform_name",
+                 "--floor-minor", "20", "--json"]) == ExitCode.OK
+    report = json.loads(capsys.readouterr().out)
+    assert [c["outcome"] for c in report["plugins"][0]["cases"]] == ["passed", "passed"]
+    with pytest.raises(SystemExit) as stopped:
+        main(["conformance", "--plugin", "old", "--window-weeks", "-1"])
+    assert stopped.value.code == ExitCode.USAGE
+    assert "--window-weeks: expected a number >= 0, got -1" in capsys.readouterr().err
