@@ -505,14 +505,16 @@ class CpuLoadedExecutable(LoadedExecutable):
 
     def _made_outputs(self, results: Sequence[np.ndarray] | None, reusable: Sequence[bool] | None,
                       error: PjrtError | None) -> tuple[list[Buffer], Event]:
-        """The fast path's outputs when they are not fresh results: checked ones (``reusable``
+        """The fast path's outputs: fresh results (``reusable`` None), checked ones (``reusable``
         says which are ours to overwrite) or, after ``error``, failed ones. Caller holds the lock."""
         memory = self._devices[0]._memories[0]
         if error is not None:
             event = failed_event(error)
             return [CpuBuffer._make(memory, layout, None, event, 0, True)._failed_with(error)
                     for layout in self._outputs], event
-        assert results is not None and reusable is not None
+        assert results is not None
+        if reusable is None:
+            return CpuBuffer._fresh_outputs(memory, self._outputs, results, self._fast_outputs), READY
         memory._alloc_outputs(self._fast_outputs)
         return [CpuBuffer._make(memory, layout, results[index], READY, layout.nbytes, reusable[index])
                 for index, layout in enumerate(self._outputs)], READY

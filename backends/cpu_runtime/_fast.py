@@ -86,11 +86,7 @@ def execute_fast(self, args):
 {gives}
         if {any_release}:
             hooks = _release_hooks(({buffers}))
-        if reusable is None and error is None:
-            outputs = fresh_outputs(device._memories[0], self._outputs, results, self._fast_outputs)
-            event = READY
-        else:
-            outputs, event = self._made_outputs(results, reusable, error)
+        outputs, event = self._made_outputs(results, reusable, error)
     finally:
         lock.release()
     if hooks:

@@ -87,9 +87,9 @@ class StreamedRow(RowBuffer):
     computes each row of ``target`` here, then ``stream_row`` copies it with non-temporal stores
     to ``row_size`` elements of ``target`` at the row's flat offset."""
 
-    target: str = ""
-    row_size: int = 0
-    outer_shape: tuple[int, ...] = ()
+    target: str
+    row_size: int
+    outer_shape: tuple[int, ...]
 
 
 Binding = ArrayBinding | ScalarBinding | Lazy | RowBuffer
