@@ -611,10 +611,7 @@ class PluginRegistry:
             ep = candidate.entry_point
             assert ep is not None
             if self._isolated(candidate):
-                key = candidate.entry_point_text or ""
-                if key not in self._preflights:
-                    self._preflights[key] = preflight(ep, self.settings.probe_timeout)
-                problem = self._preflights[key]
+                problem = self._preflight(candidate)
                 if problem is not None:
                     self._set(entry, Outcome.FAILED, problem)
                     return
@@ -735,9 +732,7 @@ class PluginRegistry:
                 if isinstance(job, str):
                     self._probes[job] = self._probe(job, loaders)
                 else:
-                    assert job.entry_point is not None
-                    self._preflights[job.entry_point_text or ""] = preflight(job.entry_point,
-                                                                            self.settings.probe_timeout)
+                    self._preflight(job)
 
         workers = [threading.Thread(target=work, name=f"pjrt-hub-probe-{i}", daemon=True)
                    for i in range(min(len(paths) + len(isolated), max(2, os.cpu_count() or 2), 8))]
@@ -745,6 +740,15 @@ class PluginRegistry:
             thread.start()
         for thread in workers:
             thread.join()
+
+    def _preflight(self, candidate: Candidate) -> str | None:
+        """:func:`preflight` of an isolated Python candidate, once (gathered ahead with the
+        probes, or when it is loaded)."""
+        key = candidate.entry_point_text or ""
+        if key not in self._preflights:
+            assert candidate.entry_point is not None
+            self._preflights[key] = preflight(candidate.entry_point, self.settings.probe_timeout)
+        return self._preflights[key]
 
     def _isolated(self, candidate: Candidate) -> bool:
         """Whether this Python candidate is imported in a child process first (isolate_python):

@@ -169,7 +169,7 @@ class ConformanceSession:
         for asked, ctx in zip(self.requested, self.contexts):
             if isolate and ctx.kind == "c" and ctx.name not in self.workers:
                 self.workers[ctx.name] = CaseWorker(asked, timeout_scale=self.timeout_scale,
-                                                    **self.policy_options)
+                                                    policy=self.policy_options)
         self.results: dict[str, CaseResult] = {}
         self.owners: dict[str, tuple[PluginUnderTest, Case]] = {}
         self.started = time.monotonic()

@@ -38,10 +38,10 @@ def served_registry(plugins: Sequence[str], *, via: str, framework: str | None =
     """A registry holding each of ``plugins`` and its served form ``NAME@VIA``; returns the
     registry and the served names, in order."""
     from pjrt_hub import PluginRegistry
-
-    from ._session import suite_policy
     from pjrt_hub._discovery import is_library_path
     from pjrt_hub.backends.c_api.served import LOADER, candidate, publish
+
+    from ._session import suite_policy
 
     if via not in VIAS:
         raise ViaError(f"unknown transport {via!r}; choose one of {', '.join(VIAS)}")

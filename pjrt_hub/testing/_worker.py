@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import IO, Any
+from typing import IO, Any, Mapping
 
 from ._case import CASES, Case, CaseFailure, CaseSkipped
 
@@ -58,10 +58,9 @@ def _signal_name(returncode: int | None) -> str:
 class CaseWorker:
     """The parent's end: one worker process for one C plugin, restarted after a crash."""
 
-    def __init__(self, asked: str, *, framework: str | None, strict: bool, timeout_scale: float,
-                 window_weeks: int | None = None, floor_minor: int | None = None) -> None:
-        self.config = {"asked": asked, "framework": framework, "strict": strict, "timeout_scale": timeout_scale,
-                       "window_weeks": window_weeks, "floor_minor": floor_minor}
+    def __init__(self, asked: str, *, timeout_scale: float, policy: Mapping[str, Any]) -> None:
+        """``policy``: the run's version policy, as :func:`._session.make_registry` takes it."""
+        self.config = {"asked": asked, "timeout_scale": timeout_scale, "policy": dict(policy)}
         self.timeout_scale = timeout_scale
         self._proc: subprocess.Popen[bytes] | None = None
         self._read_fd: int | None = None
@@ -201,8 +200,7 @@ def _serve(protocol: IO[str]) -> None:
     from . import cases as _cases  # noqa: F401 - registers the cases
 
     config = json.loads(sys.stdin.readline())
-    registry, names = make_registry([config["asked"]], framework=config["framework"], strict=config["strict"],
-                                    window_weeks=config.get("window_weeks"), floor_minor=config.get("floor_minor"))
+    registry, names = make_registry([config["asked"]], **config["policy"])
     ctx = PluginUnderTest(registry, names[0], timeout_scale=config["timeout_scale"])
     for line in sys.stdin:
         request = json.loads(line)

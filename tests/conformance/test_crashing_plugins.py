@@ -133,7 +133,7 @@ class StandIn(CaseWorker):
     """A worker running ``script`` instead of the suite's worker."""
 
     def __init__(self, script: str) -> None:
-        super().__init__("unused", framework=None, strict=False, timeout_scale=1.0)
+        super().__init__("unused", timeout_scale=1.0, policy={})
         self.script = script
 
     def command(self, protocol_fd: int) -> list[str]:
