@@ -536,7 +536,7 @@ def bench(registry: Any, plugins: Sequence[str], programs: Iterable[str] | None 
     with tempfile.TemporaryDirectory(prefix="pjrt-hub-bench-") as cache:
         if spread or under_load:
             rows, extra = _stability(plugins, names, spread, under_load, runs, library, cache, progress,
-                                     own_sessions)
+                                     own_sessions, fastest_of)
 
         def starting(program: str, plugin: str) -> None:
             nonlocal done
@@ -567,8 +567,8 @@ def bench(registry: Any, plugins: Sequence[str], programs: Iterable[str] | None 
 
 def _stability(plugins: Sequence[str], names: Sequence[str], spread: int, under_load: int,
                runs: int | None, library: Sequence[str], cache: str, progress: Progress | None,
-               own_sessions: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """``--spread`` / ``--under-load``: the first process's rows and the report section."""
+               own_sessions: bool = False, fastest_of: Sequence[str] = ()) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``--spread`` / ``--under-load``: the first process's rows and the report section(s)."""
     from pjrt_hub import _bench_stability as stability
 
     def say(done: int, total: int, message: str) -> None:
@@ -576,8 +576,9 @@ def _stability(plugins: Sequence[str], names: Sequence[str], spread: int, under_
             progress(done, total, message)
 
     if spread:
-        rows, table = stability.spread(plugins, names, spread, runs=runs, library=library, cache=cache, say=say)
-        return rows, {"spread": table}
+        rows, table, ratios = stability.spread(plugins, names, spread, runs=runs, library=library, cache=cache,
+                                               say=say, fastest_of=fastest_of)
+        return rows, {"spread": table, "spread_ratios": ratios}
     rows, table = stability.under_load(plugins, names, under_load, runs=runs, library=library, cache=cache,
                                        say=say, own_sessions=own_sessions)
     return rows, {"under_load": {"neighbours": under_load, "ceiling": stability.LOAD_CEILING, "rows": table,

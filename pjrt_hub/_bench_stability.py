@@ -3,11 +3,14 @@ survive a busy machine?
 
 ``bench`` times each plugin in one fresh process; a result that depends on the process (thread
 pools sized at start-up, memory placement, a load figure sampled at the wrong moment) then looks
-like noise. ``--spread N`` runs the same measurement in N fresh processes one after another and
-reports, per program and plugin, the min / median / max of the N per-process medians and max/min:
-a bimodal program shows a ratio near 2 where a stable one stays near 1, and each process's
-``cores_used`` (CPU time over wall time while timed) shows whether it ran on one thread or two. ``--under-load K`` times
-the programs quiet, then again while K CPU-bound neighbour processes spin (plain Python loops,
+like noise. ``--spread N`` runs the same measurement in N rounds of fresh processes, one per
+plugin, whose timed runs take turns as in ``bench``, and reports, per program and plugin, the
+min / median / max of the N per-process medians and max/min: a bimodal program shows a ratio
+near 2 where a stable one stays near 1, and each process's ``cores_used`` (CPU time over wall
+time while timed) shows whether it ran on one thread or two. The host's speed drifts too, within
+seconds on a shared machine, and moves every plugin's times alike; so it also reports the first
+plugin's median over each other's round by round, which that drift moves far less.
+``--under-load K`` times the programs quiet, then again while K CPU-bound neighbour processes spin (plain Python loops,
 one per core they are meant to take), and reports loaded / quiet per program, flagging any ratio
 above :data:`LOAD_CEILING` (issue 14's "no collapse under load"). The neighbours are children of
 this process that also stop by themselves when it is gone, and are killed on the way out whatever
@@ -52,7 +55,7 @@ import time
 from types import TracebackType
 from typing import Any, Callable, Sequence
 
-from pjrt_hub._bench import _measure_in_child
+from pjrt_hub._bench import _measure_in_child, _measure_interleaved
 
 __all__ = ["LOAD_CEILING", "Neighbours", "autogroup_enabled", "fair_share", "usable_cores", "format_spread", "format_under_load", "spread", "under_load"]
 
@@ -154,31 +157,36 @@ def _medians(measured: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def spread(plugins: Sequence[str], names: Sequence[str], processes: int, *, runs: int | None,
-           library: Sequence[str], cache: str, say: Say | None = None) -> tuple[list[dict[str, Any]],
-                                                                                  list[dict[str, Any]]]:
-    """Time ``names`` on each plugin in ``processes`` fresh processes, one after another, in
-    rounds of one process per plugin.
+           library: Sequence[str], cache: str, say: Say | None = None,
+           fastest_of: Sequence[str] = ()) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Time ``names`` on each plugin in ``processes`` fresh processes, in rounds of one process per
+    plugin whose timed rounds take turns, as ``bench`` times them
+    (:func:`pjrt_hub._bench._measure_interleaved`).
 
-    Returns ``(first_rows, spread_rows)``: the first process's full bench rows (cold compile,
-    outputs checked) and, per program and plugin, the per-process medians with their min /
-    median / max and max/min. A process that fails leaves ``None`` in its place and its error."""
+    Returns ``(first_rows, spread_rows, ratio_rows)``: the first round's full bench rows (cold
+    compile, outputs checked); per program and plugin, the per-process medians with their min /
+    median / max and max/min; and per program, the first plugin's median over each other
+    plugin's in the same round (``against``: that plugin, or ``fastest``: the fastest of
+    ``fastest_of``, or of all the others if that is empty, where there are two), round by round. A process that fails leaves ``None`` in its place and its error.
+
+    The host's own speed drifts within seconds here (a shared machine: one thread's 1024^3 f32
+    product took 15.5 ms and 23-31 ms a second later, pinned to either core, with nothing of
+    pjrt-hub loaded), so a plugin's spread over processes is mostly the host's; a ratio taken
+    within one round, the plugins timed in turns, is not, and shows what is the plugin's own."""
     if processes < 2:
         raise ValueError(f"a spread needs at least 2 processes, got {processes}")
     first: list[dict[str, Any]] = []
     per: dict[tuple[str, str], list[float | None]] = {}
     errors: dict[tuple[str, str], list[str]] = {}
     usage: dict[tuple[str, str], list[tuple[float | None, float | None]]] = {}
-    # Round by round, one process of each plugin in turn: the host's own speed drifts over
-    # minutes (a shared machine; measured here: the MLP's per-process medians moved 18-27 ms on
-    # all three plugins alike when interleaved), and a spread taken plugin after plugin would
-    # charge that drift to whichever plugin ran during it.
     for index in range(processes):
-        for plugin in plugins:
+        def starting(program: str, plugin: str, index: int = index) -> None:
             if say is not None:
-                say(index * len(plugins) + list(plugins).index(plugin), len(plugins) * processes,
-                    f"{plugin}: process {index + 1} of {processes}")
-            measured = _measure_in_child(plugin, names, runs, library, cache)
-            rows = _medians(measured)
+                say(index, processes, f"round {index + 1} of {processes}: {program} on {plugin}")
+
+        measured_by = _measure_interleaved(plugins, names, runs, library, cache, starting)
+        for plugin in plugins:
+            rows = _medians(measured_by[plugin])
             if index == 0:
                 first += [rows[n] for n in names if n in rows]
             for name in names:
@@ -193,16 +201,42 @@ def spread(plugins: Sequence[str], names: Sequence[str], processes: int, *, runs
     for name in names:
         for plugin in plugins:
             values = per.get((name, plugin), [])
-            good = [v for v in values if v is not None]
             row: dict[str, Any] = {"name": name, "plugin": plugin, "processes": len(values),
                                    "per_process_ms": values, "errors": errors.get((name, plugin), []),
                                    "cores_used_per_process": [u[0] for u in usage.get((name, plugin), [])],
                                    "minor_faults_per_run_per_process": [u[1] for u in usage.get((name, plugin), [])]}
-            if good:
-                row.update(min_ms=min(good), median_ms=statistics.median(good), max_ms=max(good),
-                           max_over_min=max(good) / min(good))
+            row.update(_range(values, "ms"))
             table.append(row)
-    return first, table
+    return first, table, _round_ratios(plugins, names, per, fastest_of)
+
+
+def _range(values: Sequence[float | None], unit: str) -> dict[str, float]:
+    """min / median / max (``min_<unit>`` ...) and max/min of the values there are."""
+    good = [v for v in values if v is not None]
+    if not good:
+        return {}
+    return {f"min_{unit}": min(good), f"median_{unit}": statistics.median(good), f"max_{unit}": max(good),
+            "max_over_min": max(good) / min(good)}
+
+
+def _round_ratios(plugins: Sequence[str], names: Sequence[str], per: dict[tuple[str, str], list[float | None]],
+                  fastest_of: Sequence[str]) -> list[dict[str, Any]]:
+    """The first plugin's time over each other plugin's, round by round, and over the fastest
+    of ``fastest_of`` (or of the others) in that round where there are two or more."""
+    subject, others = plugins[0], list(plugins[1:])
+    pool = [p for p in fastest_of if p in others] if fastest_of else others
+    table = []
+    for name in names:
+        mine = per.get((name, subject), [])
+        columns = {other: per.get((name, other), []) for other in others}
+        if len(pool) > 1:
+            columns["fastest"] = [min((v for v in vs if v is not None), default=None)
+                                  for vs in zip(*(per.get((name, p), []) for p in pool))]
+        for against, theirs in columns.items():
+            ratios = [None if a is None or b is None else a / b for a, b in zip(mine, theirs)]
+            table.append({"name": name, "plugin": subject, "against": against, "per_process": ratios,
+                          **_range(ratios, "ratio")})
+    return table
 
 
 def under_load(plugins: Sequence[str], names: Sequence[str], neighbours: int, *, runs: int | None,
@@ -262,8 +296,9 @@ def _columns(table: list[list[str]]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
 
 
-def format_spread(rows: Sequence[dict[str, Any]]) -> str:
-    """The spread table: one line per program and plugin."""
+def format_spread(rows: Sequence[dict[str, Any]], ratios: Sequence[dict[str, Any]] = ()) -> str:
+    """The spread table, one line per program and plugin, then the first plugin's ratios to the
+    others, round by round (:func:`spread`)."""
     table = [["program", "plugin", "processes", "min", "median", "max", "max/min", "per process (ms)",
               "cores used"]]
     for r in rows:
@@ -274,6 +309,16 @@ def format_spread(rows: Sequence[dict[str, Any]]) -> str:
                       "-" if r.get("max_over_min") is None else f"{r['max_over_min']:.2f}x", per, cores])
     lines = _columns(table)
     lines += [f"{r['name']} on {r['plugin']}: {e}" for r in rows for e in r["errors"]]
+    if ratios:
+        table = [["program", "plugin", "over", "min", "median", "max", "per process"]]
+        for r in ratios:
+            per = " ".join("-" if v is None else f"{v:.2f}" for v in r["per_process"])
+            against = "the fastest other" if r["against"] == "fastest" else r["against"]
+            table.append([r["name"], r["plugin"], against,
+                          *("-" if r.get(k) is None else f"{r[k]:.2f}x" for k in ("min_ratio", "median_ratio", "max_ratio")),
+                          per])
+        lines += ["", "time over the other plugins' in the same round (timed in turns, so that the host's drift "
+                      "hits them alike):", *_columns(table)]
     lines.append("noisy on a shared machine: compare spreads from several runs")
     return "\n".join(lines)
 

@@ -304,6 +304,20 @@ class BenchSpreadRow(_Model):
     errors: list[str] = []
 
 
+class BenchSpreadRatio(_Model):
+    """``bench --spread N``: one program, the first plugin's median over another's, round by round
+    (each round's processes timed in turns, so that the host's drift cancels)."""
+
+    name: str
+    plugin: str = Field(description="the first plugin, whose time is over the other's")
+    against: str = Field(description="the other plugin, or 'fastest': the fastest real plugin in each round")
+    per_process: list[float | None] = Field(description="each round's ratio; null where either failed")
+    min_ratio: float | None = None
+    median_ratio: float | None = None
+    max_ratio: float | None = None
+    max_over_min: float | None = None
+
+
 class BenchLoadRow(_Model):
     """``bench --under-load K``: one program on one plugin, quiet and with K busy neighbours."""
 
@@ -346,4 +360,6 @@ class BenchReport(_Model):
     suite: str = Field("perf", description="perf: the four large programs; corpus: the public corpus")
     summary: BenchSummary | None = None
     spread: list[BenchSpreadRow] | None = Field(None, description="--spread N: per-process medians")
+    spread_ratios: list[BenchSpreadRatio] | None = Field(
+        None, description="--spread N: the first plugin's median over each other's, round by round")
     under_load: BenchLoad | None = Field(None, description="--under-load K: quiet against loaded")

@@ -996,7 +996,7 @@ def _format_bench(report: dict[str, Any]) -> str:
 
     text = format_report(report)
     if report.get("spread") is not None:
-        text += "\n\nspread over fresh processes (execute, median of each process):\n" + format_spread(report["spread"])
+        text += "\n\nspread over fresh processes (execute, median of each process):\n" + format_spread(report["spread"], report.get("spread_ratios") or ())
     if report.get("under_load") is not None:
         text += "\n\nunder load (execute medians):\n" + format_under_load(report["under_load"])
     return text
@@ -1223,9 +1223,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="timed runs per program (default: 30, softmax 60, more for short programs, "
                         "up to 0.25 s each; tiny add 3000)")
     p.add_argument("--spread", type=int, default=None, metavar="N",
-                   help="time the programs in N (>= 2) fresh processes per plugin, one after another, and "
+                   help="time the programs in N (>= 2) rounds of fresh processes, one per plugin, and "
                         "report the min / median / max of the per-process medians (shows a time that "
-                        "depends on the process)")
+                        "depends on the process) and the first plugin's time over the others', round by round")
     p.add_argument("--under-load", type=int, default=None, metavar="K",
                    help="time the programs quiet, then while K (>= 1) CPU-bound neighbour processes spin, "
                         "and report loaded / quiet, flagging ratios above 3")

@@ -65,12 +65,17 @@ def test_neighbours_are_reaped_on_ctrl_c():
 
 
 def test_spread_json_over_two_processes(capsys):
-    code = main(["bench", "--corpus", "--plugin", "reference", "--program", "broadcast_ops", "--runs", "2",
-                 "--spread", "2", "--json"])
+    code = main(["bench", "--corpus", "--plugin", "reference", "--plugin", "numba_cpu", "--program", "broadcast_ops",
+                 "--runs", "2", "--spread", "2", "--json"])
     report = json.loads(capsys.readouterr().out)
     assert code == ExitCode.OK
-    assert [r["name"] for r in report["programs"]] == ["broadcast_ops"]  # the first process's rows
-    (row,) = report["spread"]
+    # The first round's rows.
+    assert [(r["name"], r["plugin"]) for r in report["programs"]] == [("broadcast_ops", "reference"),
+                                                                     ("broadcast_ops", "numba_cpu")]
+    row, theirs = report["spread"]
+    (ratio,) = report["spread_ratios"]
+    assert ratio["plugin"] == "reference" and ratio["against"] == "numba_cpu"
+    assert ratio["per_process"] == [pytest.approx(a / b) for a, b in zip(row["per_process_ms"], theirs["per_process_ms"])]
     assert row["name"] == "broadcast_ops" and row["plugin"] == "reference" and row["processes"] == 2
     assert len(row["per_process_ms"]) == 2 and all(v > 0 for v in row["per_process_ms"])
     assert row["min_ms"] == min(row["per_process_ms"]) and row["max_ms"] == max(row["per_process_ms"])
@@ -141,27 +146,64 @@ def test_tables_flag_a_collapse_and_show_failed_processes():
     spread = [{"name": "p", "plugin": "a", "processes": 3, "per_process_ms": [22.0, None, 41.0],
                "errors": ["process 2: it crashed"], "cores_used_per_process": [1.9, None, 1.0], "min_ms": 22.0, "median_ms": 31.5, "max_ms": 41.0,
                "max_over_min": 41.0 / 22.0}]
-    text = format_spread(spread)
+    ratios = [{"name": "p", "plugin": "a", "against": "fastest", "per_process": [1.1, None, 0.9], "min_ratio": 0.9,
+               "median_ratio": 1.0, "max_ratio": 1.1, "max_over_min": 1.1 / 0.9}]
+    text = format_spread(spread, ratios)
     assert "1.86x" in text and "22.00 - 41.00     1.9 - 1.0" in text and "p on a: process 2: it crashed" in text
+    assert "time over the other plugins' in the same round" in text
+    assert "p        a       the fastest other  0.90x  1.00x   1.10x  1.10 - 0.90" in text
+    assert "same round" not in format_spread(spread)
 
 
-def test_spread_takes_the_plugins_in_turns_so_drift_hits_them_alike(monkeypatch):
+def test_spread_times_each_round_in_turns_and_divides_within_the_round(monkeypatch):
     from pjrt_hub import _bench_stability as stability
 
-    calls = []
+    rounds = []
 
-    def measure(plugin, names, runs, library, cache):
-        calls.append(plugin)
-        ms = 10.0 + len(calls)  # the host slows down as time goes on
-        return {"rows": [{"name": n, "plugin": plugin, "execute_ms_median": ms, "outputs_match": True,
-                          "cores_used": 1.0, "minor_faults_per_run": 0.0} for n in names], "tiny_us": 1.0}
+    def measure(plugins, names, runs, library, cache, starting):
+        rounds.append(list(plugins))
+        host = 1.0 + len(rounds)  # the host slows down as time goes on, for every plugin alike
+        own = {"a": 10.0, "b": 20.0, "c": 8.0}
+        out = {}
+        for plugin in plugins:
+            starting("round 1 of 3", plugin)
+            ms = None if plugin == "c" and len(rounds) == 2 else own[plugin] * host
+            out[plugin] = {"rows": [{"name": n, "plugin": plugin, "execute_ms_median": ms, "outputs_match": ms is not None,
+                                     "cores_used": 1.0, "minor_faults_per_run": 0.0} for n in names], "tiny_us": 1.0}
+        return out
 
-    monkeypatch.setattr(stability, "_measure_in_child", measure)
-    first, table = stability.spread(["a", "b"], ["p"], 3, runs=1, library=(), cache="")
-    assert calls == ["a", "b", "a", "b", "a", "b"]
-    assert [r["plugin"] for r in first] == ["a", "b"]
+    said = []
+    monkeypatch.setattr(stability, "_measure_interleaved", measure)
+    first, table, ratios = stability.spread(["a", "b", "c"], ["p"], 3, runs=1, library=(), cache="",
+                                            say=lambda done, total, what: said.append((done, total, what)),
+                                            fastest_of=["b", "c"])
+    assert rounds == [["a", "b", "c"]] * 3
+    assert said[0] == (0, 3, "round 1 of 3: round 1 of 3 on a") and said[-1][:2] == (2, 3)
+    assert [r["plugin"] for r in first] == ["a", "b", "c"]
     rows = {r["plugin"]: r for r in table}
-    assert rows["a"]["per_process_ms"] == [11.0, 13.0, 15.0] and rows["b"]["per_process_ms"] == [12.0, 14.0, 16.0]
+    assert rows["a"]["per_process_ms"] == [20.0, 30.0, 40.0] and rows["a"]["max_over_min"] == 2.0
+    assert rows["c"]["per_process_ms"] == [16.0, None, 32.0] and rows["c"]["errors"] == [
+        "process 2: outputs differ from the expected ones"]
+    by = {r["against"]: r for r in ratios}
+    assert set(by) == {"b", "c", "fastest"} and all(r["plugin"] == "a" for r in ratios)
+    assert by["b"]["per_process"] == [0.5, 0.5, 0.5] and by["b"]["max_over_min"] == 1.0  # the drift cancels
+    assert by["c"]["per_process"] == [1.25, None, 1.25] and by["c"]["median_ratio"] == 1.25
+    # The fastest of b and c in each round: c, except where c failed.
+    assert by["fastest"]["per_process"] == [1.25, 0.5, 1.25]
+
+
+def test_spread_ratios_without_a_second_real_plugin_have_no_fastest_column(monkeypatch):
+    from pjrt_hub import _bench_stability as stability
+
+    def measure(plugins, names, runs, library, cache, starting):
+        return {p: {"rows": [{"name": n, "plugin": p, "execute_ms_median": 2.0, "outputs_match": True} for n in names],
+                    "tiny_us": None} for p in plugins}
+
+    monkeypatch.setattr(stability, "_measure_interleaved", measure)
+    _, _, ratios = stability.spread(["a", "b", "ref"], ["p", "q"], 2, runs=1, library=(), cache="", fastest_of=["b"])
+    assert [(r["name"], r["against"]) for r in ratios] == [("p", "b"), ("p", "ref"), ("q", "b"), ("q", "ref")]
+    _, _, alone = stability.spread(["a"], ["p"], 2, runs=1, library=(), cache="")
+    assert alone == []
 
 
 def test_fair_shares_next_to_spinners():
