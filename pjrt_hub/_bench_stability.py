@@ -167,12 +167,13 @@ def spread(plugins: Sequence[str], names: Sequence[str], processes: int, *, runs
     compile, outputs checked); per program and plugin, the per-process medians with their min /
     median / max and max/min; and per program, the first plugin's median over each other
     plugin's in the same round (``against``: that plugin, or ``fastest``: the fastest of
-    ``fastest_of``, or of all the others if that is empty, where there are two), round by round. A process that fails leaves ``None`` in its place and its error.
+    ``fastest_of``, or of all the others if that is empty, where there are two), round by round.
+    A process that fails leaves ``None`` in its place and its error.
 
     The host's own speed drifts within seconds here (a shared machine: one thread's 1024^3 f32
     product took 15.5 ms and 23-31 ms a second later, pinned to either core, with nothing of
-    pjrt-hub loaded), so a plugin's spread over processes is mostly the host's; a ratio taken
-    within one round, the plugins timed in turns, is not, and shows what is the plugin's own."""
+    pjrt-hub loaded), so much of a plugin's spread over processes is the host's; a ratio taken
+    within one round, the plugins timed in turns, varies far less with it."""
     if processes < 2:
         raise ValueError(f"a spread needs at least 2 processes, got {processes}")
     first: list[dict[str, Any]] = []
