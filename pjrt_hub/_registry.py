@@ -344,16 +344,17 @@ os._exit(0)
 """
 
 
-def _child_environment() -> dict[str, str]:
-    """The environment of a preflight child: this one, with this process's import path, so
-    that the child finds the plugin (and pjrt-hub) where the registry does."""
+def child_environment() -> dict[str, str]:
+    """The environment of a child process that loads plugins (a preflight child, a conformance
+    worker): this one, with this process's import path, so that the child finds the plugin (and
+    pjrt-hub) where the registry does."""
     paths = [p for p in sys.path if p]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
 
 
 def _run_child(cmd: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout,
-                          stdin=subprocess.DEVNULL, env=_child_environment())
+                          stdin=subprocess.DEVNULL, env=child_environment())
 
 
 def preflight(ep: md.EntryPoint, timeout: float) -> str | None:

@@ -3,9 +3,10 @@
 The items hang off the session (there is no test file to collect), one collector per plugin, so
 node ids read ``pjrt-conformance[toy]::client/lookup_device``, ``-k`` selects by plugin, group or
 case, and everything pytest offers (``-x``, ``--junitxml``, ``-v``, xdist-free reruns) applies. A
-declared limitation becomes a strict xfail marker on its items. The cases of a C plugin run in a
-worker process (:mod:`._worker`), so that a plugin that crashes fails a case instead of ending
-the run; ``--pjrt-in-process`` runs them here (for a debugger).
+declared limitation becomes a strict xfail marker on its items. The cases of a C plugin, and of a
+Python plugin of another distribution than pjrt-hub, run in a worker process (:mod:`._worker`),
+so that a plugin that crashes fails a case instead of ending the run; ``--pjrt-in-process`` runs
+them here (for a debugger).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from pjrt_hub import Outcome
 from pjrt_hub.abi import ApiVersion
 
 from ._case import CASES, GROUPS, Case, CaseFailure, CaseSkipped, matching, suite_version
@@ -163,11 +165,16 @@ class ConformanceSession:
                 self.contexts.append(PluginUnderTest(self.registry, name, timeout_scale=self.timeout_scale))
             except NotFound as exc:
                 raise pytest.UsageError(f"--pjrt-plugin {asked}: {exc.message}") from None
-        # C plugins run in worker processes (a crash fails one case), unless asked otherwise.
-        # A served struct lives in this process (and JAX holds it): its cases run here.
+        # C plugins and Python plugins of other distributions run in worker processes (a crash
+        # fails one case), unless asked otherwise: a Python plugin may call native code as well.
+        # pjrt-hub's own run here, as does a served struct (JAX holds it in this process), and a
+        # Python plugin the preflight above found unusable: its cases are judged from this
+        # registry's record (a worker's own registry makes no client first, and would not know).
         self.workers: dict[str, CaseWorker] = {}
         for asked, ctx in zip(self.requested, self.contexts):
-            if isolate and ctx.kind == "c" and ctx.name not in self.workers:
+            foreign = ctx.kind == "c" or (self.registry.isolated(ctx.name)
+                                          and self.registry.record(ctx.name).outcome is Outcome.LOADED)
+            if isolate and foreign and ctx.name not in self.workers:
                 self.workers[ctx.name] = CaseWorker(asked, timeout_scale=self.timeout_scale,
                                                     policy=self.policy_options)
         self.results: dict[str, CaseResult] = {}

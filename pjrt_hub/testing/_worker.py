@@ -1,7 +1,9 @@
-"""C plugins run their cases in a worker process, so that a crash is a failed case, not a dead run.
+"""C plugins, and Python plugins of other distributions, run their cases in a worker process, so
+that a crash is a failed case, not a dead run.
 
 A C plugin lives in the process that loads it: a segfault or an abort inside it ends that
-process, with pytest and every result in it. So the suite drives each C plugin from a worker
+process, with pytest and every result in it; so may a Python plugin, through the native code it
+calls or an ``os._exit``. So the suite drives each such plugin from a worker
 (``python -m pjrt_hub.testing._worker``) that loads it once and runs cases as asked, one JSON
 line per case each way. When the worker dies, the case it was running fails with the signal and
 the last lines the plugin wrote to stderr, a fresh worker takes the next case, and after
@@ -26,6 +28,8 @@ import time
 import traceback
 from typing import IO, Any, Mapping
 
+from pjrt_hub._registry import child_environment
+
 from ._case import CASES, Case, CaseFailure, CaseSkipped
 
 __all__ = ["CaseWorker", "MAX_CONSECUTIVE_CRASHES", "WORKER_GRACE", "isolation_available"]
@@ -37,6 +41,8 @@ WORKER_GRACE = 60.0
 MAX_CONSECUTIVE_CRASHES = 3
 #: Lines of the worker's stderr kept for a crash report.
 STDERR_TAIL = 12
+#: Seconds a worker whose pipe closed is given to exit by itself, so that its exit status is known.
+EXIT_WAIT = 2.0
 
 
 def isolation_available() -> bool:
@@ -80,10 +86,12 @@ class CaseWorker:
         read_fd, write_fd = os.pipe()
         self._stderr = tempfile.TemporaryFile(prefix="pjrt-conformance-worker-")
         try:
+            # The suite's sys.path too: a plugin importable here (pytest's rootdir or ``pythonpath``,
+            # a path added at run time) must be importable in the worker.
             self._proc = subprocess.Popen(
                 self.command(write_fd),
                 stdin=subprocess.PIPE, stdout=self._stderr, stderr=self._stderr, pass_fds=(write_fd,),
-                start_new_session=True)
+                start_new_session=True, env=child_environment())
         finally:
             os.close(write_fd)
         self._read_fd = read_fd
@@ -173,6 +181,12 @@ class CaseWorker:
         except BrokenPipeError:
             line = None
         if line is None:
+            # Its end of the pipe closed: it is exiting (or dead). Its own exit status, if it comes
+            # at once, says more than the SIGKILL that stops whatever is left of it.
+            try:
+                self._proc.wait(timeout=EXIT_WAIT)
+            except subprocess.TimeoutExpired:
+                pass
             code = self._stop(kill=True)
             tail = self._stderr_tail()
             self.crashes_in_a_row += 1

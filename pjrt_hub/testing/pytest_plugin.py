@@ -32,8 +32,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--pjrt-report", default=None, metavar="FILE",
                     help="write the conformance report as JSON (schema: pjrt-hub conformance --schema)")
     group.addoption("--pjrt-in-process", action="store_true", default=False,
-                    help="run the cases of C plugins in this process rather than in a worker process "
-                         "(a crash of the plugin then ends the run; for debuggers)")
+                    help="run the cases of C plugins and of other distributions' Python plugins in this "
+                         "process rather than in a worker process (a crash of the plugin then ends the run; "
+                         "for debuggers)")
     group.addoption("--pjrt-via", default=None, choices=("c_api", "jax"),
                     help="run the suite on each named Python plugin served as a PJRT_Api struct and consumed "
                          "back through the C bridge (c_api), with the struct registered with JAX and the jax "

@@ -28,6 +28,18 @@ CRASHING = FixturePlugin("crashing", "0.105", source=textwrap.dedent("""
     plugin = CrashingPlugin()
 """))
 
+#: Ends the cell's own process, and only that one, when it imports the plugin: what a harness
+#: fault or the machine (the OOM killer) would do. Conformance contains the plugin's own crashes.
+CRASHES_THE_CELL = FixturePlugin("crashes_the_cell", "0.105", source=textwrap.dedent("""
+    import ctypes, sys
+    from pjrt_hub.testing.toy import ToyPlugin
+
+    if sys.argv[0].endswith("_cell_main.py"):
+        ctypes.string_at(0)
+
+    plugin = ToyPlugin()
+"""))
+
 #: Crashes as soon as a client is made: the conformance run finds that out in a child process.
 CRASHING_AT_CREATION = FixturePlugin("crashing_early", "0.105", source=textwrap.dedent("""
     import ctypes
@@ -95,19 +107,31 @@ def test_accepted_and_refused_cells_then_the_cache_reuses_them(tmp_path):
     assert more.report.cell("toy_0_81", "0.95").rule == "window-floor"
 
 
-def test_a_crashing_plugin_becomes_a_red_cell_and_the_run_goes_on(tmp_path):
+def test_a_plugin_that_crashes_in_a_case_fails_that_case_in_its_cell(tmp_path):
+    # Its cases run in a conformance worker: the crash is a finding about the plugin.
     run = run_environment(tmp_path / "out", frameworks=["0.105"], fixtures=[CRASHING, TOY],
                           include_installed=False, cases=("client/platform_name",), cell_timeout=120)
-    crashed = run.report.cell("crashing", "0.105")
+    cell = run.report.cell("crashing", "0.105")
+    assert cell.status is CellStatus.FAILED and cell.error is None
+    (failure,) = cell.failures
+    assert failure.id == "client/platform_name"
+    assert failure.message.startswith("the plugin crashed the conformance worker (SIGSEGV) during client/platform_name")
+    assert run.report.cell("toy_0_81", "0.105").status is CellStatus.PASSED
+
+
+def test_a_cell_whose_process_crashes_becomes_a_red_cell_and_the_run_goes_on(tmp_path):
+    run = run_environment(tmp_path / "out", frameworks=["0.105"], fixtures=[CRASHES_THE_CELL, TOY],
+                          include_installed=False, cases=("client/platform_name",), cell_timeout=120)
+    crashed = run.report.cell("crashes_the_cell", "0.105")
     assert crashed.status is CellStatus.ERROR
     assert "crashed (SIGSEGV) before it reported" in crashed.error
     assert run.report.cell("toy_0_81", "0.105").status is CellStatus.PASSED
     # A red cell says nothing certain about the plugin (the harness or the machine may be at
     # fault): it is not cached, the next run tries it again, while the passed cell comes from the cache.
-    again = run_environment(tmp_path / "out", frameworks=["0.105"], fixtures=[CRASHING, TOY],
+    again = run_environment(tmp_path / "out", frameworks=["0.105"], fixtures=[CRASHES_THE_CELL, TOY],
                             include_installed=False, cases=("client/platform_name",), cell_timeout=120)
     assert (again.cells_run, again.cells_cached) == (1, 1)
-    assert again.report.cell("crashing", "0.105").status is CellStatus.ERROR
+    assert again.report.cell("crashes_the_cell", "0.105").status is CellStatus.ERROR
 
 
 def test_a_plugin_whose_client_creation_crashes_fails_its_cell_with_the_signal(tmp_path):

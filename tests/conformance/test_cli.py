@@ -88,8 +88,8 @@ def test_a_plugin_that_cannot_be_used_prints_its_cause_once_not_per_case(fake_di
 
 def test_the_window_and_the_floor_are_acted(fake_dist, capsys):
     # A plugin at 0.28 is below the default floor (0.29): refused, unless --floor-minor (or a
-    # window that reaches it) lets it in, as for `check`. Its Python plugin runs in this process
-    # and its first client is made in a child (client preflight), both under that policy.
+    # window that reaches it) lets it in, as for `check`. Its first client is made in a child
+    # (client preflight) and its cases run in a worker process, both under that policy.
     from ..conftest import plugin_source
 
     fake_dist("old-pjrt", entry_points={"pjrt_hub.plugins": {"old": "old_mod"}},

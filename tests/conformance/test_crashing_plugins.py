@@ -175,3 +175,103 @@ def test_a_silent_worker_is_killed_and_a_dead_one_reported():
     with pytest.raises(CaseFailure, match=r"(?s)crashed the conformance worker \(SIGABRT\) during client/stand_in; "
                                           r"its last lines:\nF0000 dying"):
         dying.run(QUICK)
+
+
+# -- Python plugins of other distributions ----------------------------------------------------------
+
+# The toy plugin, but its client's platform_version reads address 0 (native code a Python plugin
+# calls, gone wrong), and its process_index ends the process.
+_NATIVE_CRASH = '''
+import ctypes, os, sys
+from pjrt_hub.testing.toy import ToyApi, ToyClient, ToyPlugin
+
+class AcmeClient(ToyClient):
+    def platform_version(self):
+        print("acme: reading the version register", file=sys.stderr, flush=True)
+        return ctypes.string_at(0).decode()
+
+    def process_index(self):
+        os._exit(3)
+
+class AcmeApi(ToyApi):
+    client_class = AcmeClient
+
+class AcmePlugin(ToyPlugin):
+    api_class = AcmeApi
+
+plugin = AcmePlugin()
+'''
+
+
+def test_a_python_plugin_of_another_distribution_that_crashes_fails_the_case_and_the_run_goes_on(fake_dist):
+    from pjrt_hub.testing import ConformanceReport
+
+    from ..fixtures import install_plugin
+
+    install_plugin(fake_dist, "acme", _NATIVE_CRASH)
+    cases = ["client/platform_name", "client/platform_version", "client/process_index", "client/devices"]
+    # Were the cases run in the command's process, the crash would end it.
+    done = _conformance_in_a_child("--plugin", "acme", *[arg for case in cases for arg in ("--case", case)])
+    assert done.returncode == 1, (done.returncode, done.stderr[-2000:])
+    found = by_id(ConformanceReport.model_validate_json(done.stdout))
+    assert found["client/platform_name"] == ("passed", None)
+    outcome, message = found["client/platform_version"]
+    assert outcome == "failed" and message.startswith(
+        "the plugin crashed the conformance worker (SIGSEGV) during client/platform_version")
+    assert "acme: reading the version register" in message
+    outcome, message = found["client/process_index"]
+    assert outcome == "failed" and message.startswith(
+        "the plugin crashed the conformance worker (exit status 3) during client/process_index")
+    # A fresh worker after each crash.
+    assert found["client/devices"] == ("passed", None)
+    # Where a debugger is wanted, the cases run in this process: here only a harmless one.
+    here = run_conformance(["acme"], cases=["client/platform_name"], extra_args=["--pjrt-in-process"])
+    assert by_id(here)["client/platform_name"] == ("passed", None)
+
+
+_CREATION_EXITS = '''
+import os
+from pjrt_hub.testing.toy import ToyApi, ToyPlugin
+
+class QuitterApi(ToyApi):
+    def client_create(self, options=None, **kwargs):
+        os._exit(17)
+
+class QuitterPlugin(ToyPlugin):
+    api_class = QuitterApi
+
+plugin = QuitterPlugin()
+'''
+
+
+def _conformance_in_a_child(*args: str) -> subprocess.CompletedProcess[str]:
+    """``pjrt-hub conformance ARGS --json`` in a process of its own (a crash there ends only it)."""
+    from pjrt_hub._registry import child_environment
+
+    return subprocess.run([sys.executable, "-c", "import sys; from pjrt_hub.cli import main; sys.exit(main())",
+                           "conformance", "--json", *args],
+                          capture_output=True, text=True, env=child_environment(), timeout=300)
+
+
+def test_a_python_plugin_whose_client_creation_ends_the_process_fails_version_loaded(fake_dist):
+    from pjrt_hub.testing import ConformanceReport
+
+    from ..fixtures import install_plugin
+
+    install_plugin(fake_dist, "quitter", _CREATION_EXITS)
+    done = _conformance_in_a_child("--plugin", "quitter", "--case", "version/loaded", "--case", "client/devices")
+    assert done.returncode == 1, (done.returncode, done.stderr[-2000:])
+    found = by_id(ConformanceReport.model_validate_json(done.stdout))
+    outcome, message = found["version/loaded"]
+    assert outcome == "failed" and "creating a client ended the process" in message and "exit status 17" in message
+    outcome, message = found["client/devices"]
+    assert outcome == "skipped" and "plugin quitter cannot be used" in message
+
+
+def test_pjrt_hubs_own_plugins_run_in_the_suites_process(monkeypatch):
+    from pjrt_hub.testing import _worker
+
+    started = []
+    monkeypatch.setattr(_worker.CaseWorker, "_start", lambda self: started.append(self.config["asked"]))
+    report = run_conformance(["reference"], cases=["client/platform_name"])
+    assert by_id(report)["client/platform_name"] == ("passed", None) and started == []
