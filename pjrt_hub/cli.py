@@ -922,7 +922,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         _plugin_target(args, path)
     registry = _registry(args)
     records = registry.load()
-    plugins = list(args.plugin) or ["numba_cpu", "reference"]
+    # A plugin named twice is timed once: its processes are known by its name.
+    plugins = list(dict.fromkeys(args.plugin)) or ["numba_cpu", "reference"]
     if not args.plugin:
         # Real C plugins found (installed wheels, --library) join the run, unless a client for them
         # would need hardware that is not here.

@@ -48,10 +48,13 @@ def suite_policy(framework: str | None = None, strict: bool = False, window_week
 
 
 def make_registry(plugins: list[str], *, framework: str | None = None, strict: bool = False,
-                  window_weeks: int | None = None, floor_minor: int | None = None) -> tuple[Any, list[str]]:
+                  window_weeks: int | None = None, floor_minor: int | None = None,
+                  isolate_python: bool = True) -> tuple[Any, list[str]]:
     """A registry for the named plugins (library paths are added as C plugins); returns the
     registry and the registry names of the plugins, in order. The environment applies as to
-    every command (``PJRT_HUB_STRICT``, the block- and allow-lists, ...)."""
+    every command (``PJRT_HUB_STRICT``, the block- and allow-lists, ...). ``isolate_python``:
+    import a Python plugin of another distribution in a child process first (a conformance
+    worker, which is such a process itself, does not)."""
     from pjrt_hub import PluginRegistry
     from pjrt_hub._discovery import candidate_for_path, is_library_path
 
@@ -61,7 +64,7 @@ def make_registry(plugins: list[str], *, framework: str | None = None, strict: b
     # Only the plugins asked for are imported: another installed plugin that hangs or crashes
     # while it is declared must not take this run with it.
     # isolate_python: a plugin whose import ends the process fails version/loaded, not the run.
-    registry = PluginRegistry.from_environment(policy=policy, paths=paths, isolate_python=True,
+    registry = PluginRegistry.from_environment(policy=policy, paths=paths, isolate_python=isolate_python,
                                                requested=frozenset(n.lower() for n in names))
     registry.load()
     return registry, names
@@ -244,10 +247,13 @@ class ConformanceSession:
             # A run that skipped every case proved nothing: it is not a pass.
             tested = counts.passed + counts.failed + counts.xfailed > 0
             r = ctx.record
+            # Where the cases ran in a worker, the plugin's Api was asked for there, not here.
+            seen = self.workers[ctx.name].record if ctx.name in self.workers else None
+            outcome, reason = (seen["outcome"], seen["reason"]) if seen else (r.outcome.value, r.reason)
             plugins.append(PluginConformance(
                 plugin=ctx.name, kind=ctx.kind, distribution=r.distribution,
                 distribution_version=r.distribution_version, library_path=r.library_path,
-                api_version=r.api_version, load_outcome=r.outcome.value, load_reason=r.reason,
+                api_version=r.api_version, load_outcome=outcome, load_reason=reason,
                 verdict_rule=r.verdict.rule if r.verdict else None,
                 call_limit=r.verdict.call_limit if r.verdict else None,
                 counts=counts, cases=results, tested=tested, ok=counts.failed == 0 and tested))

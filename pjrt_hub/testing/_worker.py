@@ -43,11 +43,25 @@ MAX_CONSECUTIVE_CRASHES = 3
 STDERR_TAIL = 12
 #: Seconds a worker whose pipe closed is given to exit by itself, so that its exit status is known.
 EXIT_WAIT = 2.0
+#: How often a worker that has not answered yet is checked for being gone, in seconds.
+POLL_S = 0.5
 
 
 def isolation_available() -> bool:
     """Workers need POSIX pipes and process groups (every PJRT plugin wheel is Linux-only anyway)."""
     return os.name == "posix"
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the worker's process group (it leads a session of its own): the worker, if it
+    is still there, and whatever the plugin started in it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # nothing left in it
+    except PermissionError:
+        if proc.poll() is None:
+            proc.kill()
 
 
 def _signal_name(returncode: int | None) -> str:
@@ -74,6 +88,8 @@ class CaseWorker:
         self._stderr: IO[bytes] | None = None
         self.crashes_in_a_row = 0
         self.last_crash: str | None = None
+        #: The plugin's load outcome and reason as the worker last reported them, if it did.
+        self.record: dict[str, Any] | None = None
         self.grace = WORKER_GRACE
 
     # -- the process -----------------------------------------------------------------------
@@ -107,21 +123,22 @@ class CaseWorker:
             self._read_fd = None
         if proc is None:
             return None
-        if kill and proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                proc.kill()
+        if kill:
+            _kill_group(proc)
         try:
             if proc.stdin is not None:
                 proc.stdin.close()
         except OSError:
             pass
         try:
-            return proc.wait(timeout=10)
+            code = proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            return proc.wait()
+            _kill_group(proc)
+            code = proc.wait()
+        # What the plugin started in the worker's session (helper processes, forked children)
+        # goes with it, even once the worker itself is gone.
+        _kill_group(proc)
+        return code
 
     def _stderr_tail(self) -> str:
         if self._stderr is None:
@@ -142,14 +159,17 @@ class CaseWorker:
     # -- one case --------------------------------------------------------------------------
 
     def _read_line(self, deadline: float) -> bytes | None:
-        """The next protocol line, or None when the worker closed its end (it died)."""
-        assert self._read_fd is not None
+        """The next protocol line, or None when the worker died: its end of the pipe closed, or
+        it is gone while a process it forked still holds that end open."""
+        assert self._read_fd is not None and self._proc is not None
         while b"\n" not in self._buffer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError
-            ready, _, _ = select.select([self._read_fd], [], [], remaining)
+            ready, _, _ = select.select([self._read_fd], [], [], min(remaining, POLL_S))
             if not ready:
+                if self._proc.poll() is not None and not select.select([self._read_fd], [], [], 0)[0]:
+                    return None
                 continue
             chunk = os.read(self._read_fd, 65536)
             if not chunk:
@@ -195,6 +215,8 @@ class CaseWorker:
                               f"{item.id}" + (f"; its last lines:\n{tail}" if tail else ""))
         self.crashes_in_a_row = 0
         answer = json.loads(line)
+        if isinstance(answer.get("record"), dict):
+            self.record = answer["record"]
         outcome, message = answer.get("outcome"), answer.get("message") or ""
         if outcome == "skipped":
             raise CaseSkipped(message)
@@ -214,7 +236,8 @@ def _serve(protocol: IO[str]) -> None:
     from . import cases as _cases  # noqa: F401 - registers the cases
 
     config = json.loads(sys.stdin.readline())
-    registry, names = make_registry([config["asked"]], **config["policy"])
+    # This process is the one at stake already: the plugin is imported here, not first in a child.
+    registry, names = make_registry([config["asked"]], **config["policy"], isolate_python=False)
     ctx = PluginUnderTest(registry, names[0], timeout_scale=config["timeout_scale"])
     for line in sys.stdin:
         request = json.loads(line)
@@ -231,6 +254,10 @@ def _serve(protocol: IO[str]) -> None:
                                                     + traceback.format_exc(limit=8))
         else:
             answer.update(outcome="passed")
+        # The plugin as this process knows it now: a Python plugin whose Api could not be made is
+        # recorded as failed here, where its Api was asked for, and the parent reports that.
+        record = ctx.record
+        answer["record"] = {"outcome": record.outcome.value, "reason": record.reason}
         protocol.write(json.dumps(answer) + "\n")
         protocol.flush()
 

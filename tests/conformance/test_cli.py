@@ -86,6 +86,36 @@ def test_a_plugin_that_cannot_be_used_prints_its_cause_once_not_per_case(fake_di
     assert len(out.splitlines()) < len(CASES) // 2, out  # not a line per case
 
 
+def test_the_json_report_says_the_plugin_failed_where_its_api_failed_in_the_worker(fake_dist, capsys):
+    # The cases run in a worker process; the Api is asked for there, and the report takes the
+    # plugin's outcome from there.
+    from .test_broken_plugins import _GET_API_RAISES
+
+    install_plugin(fake_dist, "acme", _GET_API_RAISES)
+    assert main(["conformance", "--plugin", "acme", "--case", "version/*", "--case", "client/platform_name",
+                 "--json"]) == ExitCode.FAILURE
+    (plugin,) = json.loads(capsys.readouterr().out)["plugins"]
+    assert plugin["load_outcome"] == "failed"
+    assert plugin["load_reason"] == "hook pjrt_hub_get_api raised ImportError"
+
+
+def test_the_worker_imports_the_plugin_itself_not_first_in_a_child_of_its_own(fake_dist, tmp_path):
+    # The suite imports a Python plugin of another distribution in a child first; a conformance
+    # worker is such a process already, and importing it once more there only costs time.
+    log = tmp_path / "imports.log"
+    source = ("import os, sys\n"
+              f"with open({str(log)!r}, 'a') as f:\n"
+              "    f.write(f'{os.getpid()} {os.getppid()} {sys.argv[0]}\\n')\n"
+              "from pjrt_hub.testing.toy import ToyPlugin\n"
+              "plugin = ToyPlugin()\n")
+    install_plugin(fake_dist, "counted", source)
+    assert main(["conformance", "--plugin", "counted", "--case", "client/platform_name"]) == ExitCode.OK
+    lines = [line.split(" ", 2) for line in log.read_text().splitlines()]
+    workers = {pid for pid, _, argv0 in lines if argv0.endswith("_worker.py")}
+    assert workers, lines  # the cases ran in a worker, which imported the plugin
+    assert not [line for line in lines if line[1] in workers], lines
+
+
 def test_the_window_and_the_floor_are_acted(fake_dist, capsys):
     # A plugin at 0.28 is below the default floor (0.29): refused, unless --floor-minor (or a
     # window that reaches it) lets it in, as for `check`. Its first client is made in a child

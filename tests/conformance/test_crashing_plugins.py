@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -151,6 +152,37 @@ for line in sys.stdin:
 """
 SILENT = "import sys, time\nsys.stdin.readline(); sys.stdin.readline(); time.sleep(60)\n"
 ABORTS = "import os, sys\nsys.stdin.readline(); sys.stdin.readline(); print('F0000 dying', file=sys.stderr); os.abort()\n"
+
+
+# Forks a child that keeps the protocol pipe open and sleeps, then dies: the parent must see the
+# worker gone without waiting for the pipe to close, and the child must not outlive it.
+FORKS_AND_DIES = """
+import os, sys, time
+sys.stdin.readline(); sys.stdin.readline()
+child = os.fork()
+if child == 0:
+    time.sleep(60)
+    os._exit(0)
+print(f"helper {child}", file=sys.stderr, flush=True)
+os.abort()
+"""
+
+
+def test_a_worker_that_dies_while_its_child_holds_the_pipe_is_seen_dead_and_its_child_goes_too():
+    import re
+
+    worker = StandIn(FORKS_AND_DIES)
+    worker.grace = 30.0  # a worker taken for silent would be reported as killed after this
+    with pytest.raises(CaseFailure, match=r"(?s)crashed the conformance worker \(SIGABRT\) during client/stand_in"
+                       ) as failure:
+        worker.run(QUICK)
+    (helper,) = re.findall(r"helper (\d+)", str(failure.value))
+    for _ in range(100):  # killed with the worker's group; reaped by init
+        if not Path(f"/proc/{helper}").exists() or "State:\tZ" in Path(f"/proc/{helper}/status").read_text():
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the worker's child {helper} outlived it")
 
 
 def test_a_worker_answer_becomes_the_case_outcome():
