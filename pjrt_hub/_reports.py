@@ -310,7 +310,8 @@ class BenchSpreadRatio(_Model):
 
     name: str
     plugin: str = Field(description="the first plugin, whose time is over the other's")
-    against: str = Field(description="the other plugin, or 'fastest': the fastest real plugin in each round")
+    against: str = Field(description="the other plugin, or 'fastest': in each round the fastest of the real XLA "
+                                     "plugins run, where there are two or more (of all the others where none is real)")
     per_process: list[float | None] = Field(description="each round's ratio; null where either failed")
     min_ratio: float | None = None
     median_ratio: float | None = None
