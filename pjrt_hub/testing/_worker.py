@@ -213,8 +213,15 @@ class CaseWorker:
             self.last_crash = f"{_signal_name(code)} during {item.id}"
             raise CaseFailure(f"the plugin crashed the conformance worker ({_signal_name(code)}) during "
                               f"{item.id}" + (f"; its last lines:\n{tail}" if tail else ""))
-        self.crashes_in_a_row = 0
         answer = json.loads(line)
+        if "setup_error" in answer:  # the worker could not make what the suite made: no case ran
+            self._stop(kill=True)
+            self._stderr_tail()
+            self.crashes_in_a_row += 1
+            self.last_crash = f"the worker could not load {self.config['asked']}"
+            raise CaseFailure(f"{item.id}: the conformance worker could not load plugin {self.config['asked']!r}, "
+                              f"which this process loaded: {answer['setup_error']}")
+        self.crashes_in_a_row = 0
         if isinstance(answer.get("record"), dict):
             self.record = answer["record"]
         outcome, message = answer.get("outcome"), answer.get("message") or ""
@@ -236,9 +243,14 @@ def _serve(protocol: IO[str]) -> None:
     from . import cases as _cases  # noqa: F401 - registers the cases
 
     config = json.loads(sys.stdin.readline())
-    # This process is the one at stake already: the plugin is imported here, not first in a child.
-    registry, names = make_registry([config["asked"]], **config["policy"], isolate_python=False)
-    ctx = PluginUnderTest(registry, names[0], timeout_scale=config["timeout_scale"])
+    try:
+        # This process is the one at stake already: the plugin is imported here, not first in a
+        # child.
+        registry, names = make_registry([config["asked"]], **config["policy"], isolate_python=False)
+        ctx = PluginUnderTest(registry, names[0], timeout_scale=config["timeout_scale"])
+    except Exception as exc:  # noqa: BLE001 - the parent hears it instead of a bare exit status
+        protocol.write(json.dumps({"setup_error": f"{type(exc).__name__}: {exc}"}) + "\n")
+        return
     for line in sys.stdin:
         request = json.loads(line)
         case_id = request["case"]

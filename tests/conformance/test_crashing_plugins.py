@@ -185,6 +185,21 @@ def test_a_worker_that_dies_while_its_child_holds_the_pipe_is_seen_dead_and_its_
         pytest.fail(f"the worker's child {helper} outlived it")
 
 
+def test_a_worker_that_cannot_load_the_plugin_says_so_and_is_given_up_on():
+    worker = CaseWorker("no_such_plugin", timeout_scale=1.0, policy={})
+    try:
+        for _ in range(MAX_CONSECUTIVE_CRASHES):
+            with pytest.raises(CaseFailure, match=r"client/stand_in: the conformance worker could not load plugin "
+                                                  r"'no_such_plugin', which this process loaded: NotFound: .*no plugin "
+                                                  r"named 'no_such_plugin'"):
+                worker.run(QUICK)
+        with pytest.raises(CaseFailure, match=r"not run: .* times in a row \(last: the worker could not load "
+                                              r"no_such_plugin\)"):
+            worker.run(QUICK)
+    finally:
+        worker.close()
+
+
 def test_a_worker_answer_becomes_the_case_outcome():
     worker = StandIn(ANSWERS)
     try:
