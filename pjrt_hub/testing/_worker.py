@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import IO, Any, Mapping
+from typing import IO, Any, Callable, Mapping
 
 from pjrt_hub._registry import child_environment
 
@@ -76,7 +76,7 @@ def _signal_name(returncode: int | None) -> str:
 
 
 class CaseWorker:
-    """The parent's end: one worker process for one C plugin, restarted after a crash."""
+    """The parent's end: one worker process for one plugin, restarted after a crash."""
 
     def __init__(self, asked: str, *, timeout_scale: float, policy: Mapping[str, Any]) -> None:
         """``policy``: the run's version policy, as :func:`._session.make_registry` takes it."""
@@ -178,6 +178,16 @@ class CaseWorker:
         line, self._buffer = self._buffer.split(b"\n", 1)
         return line
 
+    def _lost(self, what: "str | Callable[[int | None], str]") -> tuple[int | None, str]:
+        """Stop a worker that failed its case (killing its group) and count it towards giving
+        up; ``what`` (or ``what(exit status)``) is the failure the give-up message names. Returns
+        the exit status and the last lines of its stderr."""
+        code = self._stop(kill=True)
+        tail = self._stderr_tail()
+        self.crashes_in_a_row += 1
+        self.last_crash = what if isinstance(what, str) else what(code)
+        return code, tail
+
     def run(self, item: Case) -> None:
         """Run ``item`` in the worker: return if it passed, raise CaseSkipped or CaseFailure."""
         if self.crashes_in_a_row >= MAX_CONSECUTIVE_CRASHES:
@@ -192,10 +202,7 @@ class CaseWorker:
             self._proc.stdin.flush()
             line = self._read_line(time.monotonic() + limit)
         except TimeoutError:
-            self._stop(kill=True)
-            tail = self._stderr_tail()
-            self.crashes_in_a_row += 1
-            self.last_crash = f"no answer within {limit:g} s during {item.id}"
+            _, tail = self._lost(f"no answer within {limit:g} s during {item.id}")
             raise CaseFailure(f"{item.id}: the conformance worker gave no answer within {limit:g} s and was "
                               f"killed" + (f"; its last lines:\n{tail}" if tail else "")) from None
         except BrokenPipeError:
@@ -207,18 +214,12 @@ class CaseWorker:
                 self._proc.wait(timeout=EXIT_WAIT)
             except subprocess.TimeoutExpired:
                 pass
-            code = self._stop(kill=True)
-            tail = self._stderr_tail()
-            self.crashes_in_a_row += 1
-            self.last_crash = f"{_signal_name(code)} during {item.id}"
+            code, tail = self._lost(lambda code: f"{_signal_name(code)} during {item.id}")
             raise CaseFailure(f"the plugin crashed the conformance worker ({_signal_name(code)}) during "
                               f"{item.id}" + (f"; its last lines:\n{tail}" if tail else ""))
         answer = json.loads(line)
         if "setup_error" in answer:  # the worker could not make what the suite made: no case ran
-            self._stop(kill=True)
-            self._stderr_tail()
-            self.crashes_in_a_row += 1
-            self.last_crash = f"the worker could not load {self.config['asked']}"
+            self._lost(f"the worker could not load {self.config['asked']}")
             raise CaseFailure(f"{item.id}: the conformance worker could not load plugin {self.config['asked']!r}, "
                               f"which this process loaded: {answer['setup_error']}")
         self.crashes_in_a_row = 0
