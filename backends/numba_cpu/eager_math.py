@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from . import mathconst
+from .target import HAS_FMA
 
 __all__ = ["NAMESPACE", "TYPES"]
 
@@ -733,10 +734,46 @@ _ONE = _f32(1.0)
 _HALF = _f32(0.5)
 
 
+_LOW29 = np.uint64((1 << 29) - 1)
+_HALF_ULP32 = np.uint64(1 << 28)
+
+
+def _fma32(a, b, c):
+    """float32 ``a * b + c`` rounded once, as the compiled tier's ``llvm.fma``. The product of
+    two float32 is exact in float64 and the float64 sum is rounded once; rounding that to float32
+    is the fma's result except where the sum was rounded onto a float32 halfway point (or lies
+    below float32's normal range): there the sum's exact error (TwoSum) turns it into the
+    round-to-odd sum, which rounds to float32 correctly (Boldo and Melquiond, 2008)."""
+    p = np.multiply(a, b, dtype=np.float64)
+    c64 = np.asarray(c, dtype=np.float64)
+    s = np.asarray(p + c64)
+    bits = s.view(np.uint64)
+    suspect = ((bits & _LOW29) == _HALF_ULP32) | (np.abs(s) < 2.0 ** -125)
+    if suspect.any():
+        p, c64 = np.broadcast_to(p, s.shape)[suspect], np.broadcast_to(c64, s.shape)[suspect]
+        t = s[suspect]
+        v = t - p
+        err = (p - (t - v)) + (c64 - v)
+        even = (t.view(np.uint64) & np.uint64(1)) == 0
+        away = (err > 0) == (t > 0)
+        step = np.where(even & (err != 0), np.where(away, 1, -1), 0).astype(np.int64)
+        s[suspect] = (t.view(np.int64) + step).view(np.float64)
+    return s.astype(np.float32)
+
+
 def _exp_core(x):
-    k = (x * _LOG2E + _ROUND) - _ROUND
-    r = (x - k * _LN2_HI) - k * _LN2_LO
-    p = _ONE + r * (_ONE + r * (_HALF + r * (_E3 + r * (_E4 + r * (_E5 + r * (_E6 + r * _E7))))))
+    if HAS_FMA:  # as .vecmath._exp_core_fused
+        k = _fma32(x, _LOG2E, _ROUND) - _ROUND
+        r = _fma32(-k, _LN2_HI, x)
+        r = _fma32(-k, _LN2_LO, r)
+        p = _fma32(r, _E7, _E6)
+        for c in (_E5, _E4, _E3, _HALF, _ONE, _ONE):
+            p = _fma32(p, r, c)
+    else:
+        k = (x * _LOG2E + _ROUND) - _ROUND
+        r = (x - k * _LN2_HI) - k * _LN2_LO
+        p = _ONE + r * (_ONE + r * (_HALF + r * (_E3 + r * (_E4 + r * (_E5 + r * (_E6 + r * _E7))))))
+    # p * 2**n in two exact steps and one rounding: what vscalef gives in one
     n = _a(k).astype(np.int32)
     h = n >> _i32(1)
     s1 = ((h + _i32(127)) << _i32(23)).view(np.float32)

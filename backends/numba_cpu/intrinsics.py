@@ -24,7 +24,7 @@ from numba.core.extending import intrinsic
 __all__ = [
     "bitcast", "ctlz", "ctpop", "f2i", "fmaximum", "fminimum", "iadd", "iand", "idiv", "imul",
     "inot", "ior", "irem", "isub", "ixor", "icmp", "i2i", "i2f", "radd", "rmul", "rmax", "rmin",
-    "shl", "shr_arith", "shr_logical", "fcmp_total",
+    "shl", "shr_arith", "shr_logical", "fcmp_total", "ffma", "fldexp",
 ]
 
 
@@ -572,3 +572,38 @@ def st(typingctx, arr, idx, value):
 
 
 __all__ += ["ld", "st"]
+
+
+
+def _ffma(typingctx, a, b, c):
+    """``a * b + c`` rounded once (``llvm.fma``), on floats of one type: one instruction where
+    the target has FMA (.target), elsewhere a call to libm's ``fma``, as exact but scalar."""
+    if not (a == b == c and isinstance(a, types.Float)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        fty = args[0].type
+        fn = builder.module.declare_intrinsic("llvm.fma", [fty], ir.FunctionType(fty, [fty, fty, fty]))
+        return builder.call(fn, args)
+
+    return a(a, b, c), codegen
+
+
+def _fldexp(typingctx, x, n):
+    """``x * 2**n`` rounded once (``llvm.ldexp``: IEEE's ``scaleB``), so a result below the
+    normal range comes out denormal and one past it infinite; ``n`` an int32. One instruction
+    with AVX-512 (``vscalef``), elsewhere a call to libm's ``ldexp``, which keeps a loop scalar."""
+    if not isinstance(x, types.Float) or n != types.int32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        fty = args[0].type
+        name = f"llvm.ldexp.{'f32' if isinstance(fty, ir.FloatType) else 'f64'}.i32"
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(fty, [fty, ir.IntType(32)]), name)
+        return builder.call(fn, args)
+
+    return x(x, n), codegen
+
+
+ffma = intrinsic(_ffma)
+fldexp = intrinsic(_fldexp)
