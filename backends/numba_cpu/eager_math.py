@@ -781,10 +781,22 @@ def _exp_core(x):
     return p * s1 * s2
 
 
+#: Elements of exp's argument taken at a time: the fma emulation's float64 temporaries then stay
+#: in the core's cache (on 4M elements, 0.63 s at once and 0.18 s in blocks).
+_EXP_BLOCK = 1 << 14
+
+
 def exp_f32(x):
     x = _a(x).astype(np.float32, copy=False)
     xc = np.minimum(np.maximum(np.nan_to_num(x, nan=0.0), _f32(-104.0)), _f32(89.0))
-    y = _exp_core(xc)
+    if xc.size > _EXP_BLOCK:
+        flat = xc.reshape(-1)
+        y = np.empty_like(flat)
+        for start in range(0, flat.size, _EXP_BLOCK):
+            y[start:start + _EXP_BLOCK] = _exp_core(flat[start:start + _EXP_BLOCK])
+        y = y.reshape(xc.shape)
+    else:
+        y = _exp_core(xc)
     return np.where(x == x, y, x)
 
 

@@ -17,6 +17,7 @@ numba = pytest.importorskip("numba")
 from pjrt_hub.backends.numba_cpu import eager_math as em  # noqa: E402
 from pjrt_hub.backends.numba_cpu import intrinsics as intr  # noqa: E402
 from pjrt_hub.backends.numba_cpu import target  # noqa: E402
+from pjrt_hub.backends.numba_cpu import vecmath as vm  # noqa: E402
 
 ULP = np.float32(2.0 ** -23)
 
@@ -119,3 +120,23 @@ def test_this_machine_reads_its_flags():
     if sys.platform.startswith("linux") and not os.environ.get("NUMBA_CPU_FEATURES"):
         flags = open("/proc/cpuinfo").read()
         assert target.HAS_FMA == (" fma " in flags or " fma\n" in flags)
+
+
+@numba.njit(error_model="numpy")
+def _exp_all(x, out):
+    for i in range(x.size):
+        out[i] = vm.exp_f32(x[i])
+
+
+def test_a_large_argument_taken_in_blocks_gives_the_compiled_bits():
+    """The eager exp takes more than a block's elements a block at a time (3-D, not a multiple
+    of the block): the same bits as the compiled exp, NaN and the range's ends included."""
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-110, 95, size=(3, 7, em._EXP_BLOCK // 5 + 1)).astype(np.float32)
+    x.flat[[0, 5, -1]] = [np.nan, -np.inf, np.inf]
+    with np.errstate(over="ignore", invalid="ignore"):  # as the eager tier runs it
+        got = em.exp_f32(x)
+    assert got.shape == x.shape and got.dtype == np.float32
+    want = np.empty(x.size, np.float32)
+    _exp_all(x.reshape(-1), want)
+    np.testing.assert_array_equal(got.reshape(-1).view(np.uint32), want.view(np.uint32))
