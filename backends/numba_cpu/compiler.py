@@ -87,8 +87,11 @@ def backend_digest() -> str:
     """Hash of the source that shapes the generated code (this backend and the shared StableHLO
     front end): part of every cache key, so that a change to a lowering rule, a helper (whose
     machine code numba inlines into the cached functions) or the parser can never be served
-    stale code from the cache."""
-    h = hashlib.sha256()
+    stale code from the cache. With it, exp's path (.target: fused multiply-adds or not), which
+    changes the code the helpers compile to."""
+    from .target import TAG
+
+    h = hashlib.sha256(TAG.encode())
     here = Path(__file__).parent
     for path in sorted([*here.glob("*.py"), *(here.parent / "stablehlo").glob("*.py")]):
         if path.name != "plugin.py":

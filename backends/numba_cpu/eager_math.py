@@ -743,7 +743,8 @@ def _fma32(a, b, c):
     two float32 is exact in float64 and the float64 sum is rounded once; rounding that to float32
     is the fma's result except where the sum was rounded onto a float32 halfway point (or lies
     below float32's normal range): there the sum's exact error (TwoSum) turns it into the
-    round-to-odd sum, which rounds to float32 correctly (Boldo and Melquiond, 2008)."""
+    round-to-odd sum, which rounds to float32 correctly (Boldo and Melquiond, 2008). NaN
+    payloads may differ from the instruction's (the tiers' contract treats NaNs as equal)."""
     p = np.multiply(a, b, dtype=np.float64)
     c64 = np.asarray(c, dtype=np.float64)
     s = np.asarray(p + c64)

@@ -574,7 +574,6 @@ def st(typingctx, arr, idx, value):
 __all__ += ["ld", "st"]
 
 
-
 def _ffma(typingctx, a, b, c):
     """``a * b + c`` rounded once (``llvm.fma``), on floats of one type: one instruction where
     the target has FMA (.target), elsewhere a call to libm's ``fma``, as exact but scalar."""
@@ -598,7 +597,8 @@ def _fldexp(typingctx, x, n):
 
     def codegen(context, builder, sig, args):
         fty = args[0].type
-        name = f"llvm.ldexp.{'f32' if isinstance(fty, ir.FloatType) else 'f64'}.i32"
+        bits = {ir.HalfType: 16, ir.FloatType: 32, ir.DoubleType: 64}[type(fty)]
+        name = f"llvm.ldexp.f{bits}.i32"
         fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(fty, [fty, ir.IntType(32)]), name)
         return builder.call(fn, args)
 

@@ -55,6 +55,17 @@ def test_a_product_rounded_onto_a_halfway_point_is_rounded_once():
     assert em._fma32(-a, b, -c)[0] == -(one + ULP)
 
 
+def test_a_sum_below_the_normal_range_is_rounded_once():
+    """A product of about 2**-150 * (1 - 2**-46) plus the largest denormal: float64 rounds the sum
+    onto the smallest normal's halfway point below it, which rounds up; one fma stays denormal."""
+    bits = np.array([0x1A000001, 0x19FFFFFE, 0x007FFFFF], np.uint32).view(np.float32)
+    a, b, c = (np.array([v], np.float32) for v in bits)
+    twice = (a.astype(np.float64) * b + c).astype(np.float32)
+    assert twice.view(np.uint32)[0] == 0x00800000
+    assert em._fma32(a, b, c).view(np.uint32)[0] == 0x007FFFFF
+    assert _compiled_fma(a, b, c).view(np.uint32)[0] == 0x007FFFFF
+
+
 def test_the_emulation_matches_the_instruction_on_random_and_tiny_operands():
     rng = np.random.default_rng(7)
     n = 200_000
@@ -105,21 +116,71 @@ print(json.dumps({"fma": target.HAS_FMA, "scalef": target.HAS_SCALEF,
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the target's features are read on Linux")
-def test_a_target_without_fma_takes_the_separate_steps_on_both_tiers(tmp_path):
-    env = dict(os.environ, NUMBA_CPU_NAME="x86-64", NUMBA_CPU_FEATURES="+sse2,+sse3,+ssse3,+sse4.1,+sse4.2",
-               NUMBA_CACHE_DIR=str(tmp_path))
+_SSE_ONLY = dict(NUMBA_CPU_NAME="x86-64", NUMBA_CPU_FEATURES="+sse2,+sse3,+ssse3,+sse4.1,+sse4.2")
+
+
+def _run_script(tmp_path, **env_changes):
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), **env_changes)
+    env.pop(target.DECISION_VARIABLE, None)
+    env.update({k: v for k, v in env_changes.items() if k == target.DECISION_VARIABLE})
     proc = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_target_without_fma_takes_the_separate_steps_on_both_tiers(tmp_path):
+    report = _run_script(tmp_path, **_SSE_ONLY)
     assert report == {**report, "fma": False, "scalef": False, "same": True}
     assert report["rel"] < 3e-7
 
 
-def test_this_machine_reads_its_flags():
-    if sys.platform.startswith("linux") and not os.environ.get("NUMBA_CPU_FEATURES"):
-        flags = open("/proc/cpuinfo").read()
-        assert target.HAS_FMA == (" fma " in flags or " fma\n" in flags)
+def test_a_decision_passed_down_is_kept_against_numba_settings_that_changed(tmp_path):
+    """As the background compile process inherits it: numba compiles for SSE only, and exp still
+    takes the fused path the parent's eager tier takes (as libm calls), with the same bits."""
+    report = _run_script(tmp_path, **_SSE_ONLY, **{target.DECISION_VARIABLE: "fma,scalef"})
+    assert report == {**report, "fma": True, "scalef": True, "same": True}
+    assert report["rel"] < 3e-7
+
+
+_DIGEST = "from pjrt_hub.backends.numba_cpu.compiler import backend_digest; print(backend_digest())"
+
+
+def test_the_decision_is_part_of_every_cache_key():
+    def digest(decision):
+        env = dict(os.environ, **{target.DECISION_VARIABLE: decision})
+        return subprocess.run([sys.executable, "-c", _DIGEST], env=env, capture_output=True, text=True,
+                              check=True, timeout=120).stdout.strip()
+
+    assert digest("fma,scalef") != digest("")
+
+
+@pytest.mark.parametrize("env, fma, scalef", [
+    ({"NUMBA_CPU_FEATURES": "+sse2,+fma,-fma"}, False, False),
+    ({"NUMBA_CPU_FEATURES": " +avx512f"}, True, True),  # LLVM: avx512f implies fma
+    ({"NUMBA_CPU_FEATURES": ""}, False, False),
+    ({"NUMBA_CPU_NAME": "generic"}, False, False),
+    ({"NUMBA_CPU_NAME": "Generic", "NUMBA_CPU_FEATURES": "+fma"}, True, False),
+])
+def test_numba_settings_read_as_numba_reads_them(monkeypatch, env, fma, scalef):
+    for name in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", "NUMBA_ENABLE_AVX"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    features = target.numba_features()
+    assert ("fma" in features, "avx512f" in features) == (fma, scalef)
+
+
+def test_the_flags_agree_with_what_numba_compiles_for():
+    """Here, with no NUMBA_* settings: numba's own target features."""
+    if any(os.environ.get(n) for n in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", "NUMBA_ENABLE_AVX")):
+        pytest.skip("numba settings in the environment")
+    from numba.core import config
+    from numba.core.registry import cpu_target
+
+    features = set(cpu_target.target_context.codegen()._tm_features.split(","))
+    assert ("+fma" in features) == target.HAS_FMA
+    if config.ENABLE_AVX:  # numba turns AVX off by itself on some CPU names (see .target)
+        assert ("+avx512f" in features) == target.HAS_SCALEF
 
 
 @numba.njit(error_model="numpy")
