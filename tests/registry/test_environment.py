@@ -45,6 +45,7 @@ OTHER_VARIABLES = {
     "PJRT_HUB_NUMBA_TIERS": "numba_cpu's tiers (tests/backends/numba_cpu/test_tiers.py)",
     "PJRT_HUB_NUMBA_POOL": "numba_cpu's pool (tests/backends/numba_cpu/test_threads.py)",
     "PJRT_HUB_NUMBA_COMPILE_AFTER": "numba_cpu's tiers (tests/backends/numba_cpu/test_tiers.py)",
+    "PJRT_HUB_NUMBA_VECMATH": "numba_cpu's exp path (tests/backends/numba_cpu/test_fused_exp.py)",
     "NUMBA_THREADING_LAYER": "numba; numba_cpu keeps the user's choice (tests/backends/numba_cpu/test_threads.py)",
     "MALLOC_TRIM_THRESHOLD_": "glibc; numba_cpu keeps the user's tuning (tests/backends/numba_cpu/test_heap.py)",
 }
