@@ -120,9 +120,9 @@ _SSE_ONLY = dict(NUMBA_CPU_NAME="x86-64", NUMBA_CPU_FEATURES="+sse2,+sse3,+ssse3
 
 
 def _run_script(tmp_path, **env_changes):
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), **env_changes)
-    env.pop(target.DECISION_VARIABLE, None)
-    env.update({k: v for k, v in env_changes.items() if k == target.DECISION_VARIABLE})
+    # Without this process's decision, unless the test passes one down itself.
+    env = {k: v for k, v in os.environ.items() if k != target.DECISION_VARIABLE}
+    env.update(NUMBA_CACHE_DIR=str(tmp_path), **env_changes)
     proc = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
