@@ -25,6 +25,7 @@ __all__ = [
     "bitcast", "ctlz", "ctpop", "f2i", "fmaximum", "fminimum", "iadd", "iand", "idiv", "imul",
     "inot", "ior", "irem", "isub", "ixor", "icmp", "i2i", "i2f", "radd", "rmul", "rmax", "rmin",
     "shl", "shr_arith", "shr_logical", "fcmp_total", "ffma", "fldexp",
+    "wide_vectors",
 ]
 
 
@@ -607,3 +608,24 @@ def _fldexp(typingctx, x, n):
 
 ffma = intrinsic(_ffma)
 fldexp = intrinsic(_fldexp)
+
+
+@intrinsic
+def wide_vectors(typingctx):
+    """Ask LLVM to vectorise the function this is called in with 512-bit registers, where the
+    target decided so (.target WIDE_VECTORS); elsewhere nothing. Called first in every generated
+    function and in every ``prange`` body, which numba compiles as a function of its own.
+
+    It sets LLVM's ``prefer-vector-width`` (what ``clang -mprefer-vector-width=512`` sets) and
+    ``min-legal-vector-width`` on that function alone. llvmlite's attribute set admits only the
+    attributes it knows, so these two string attributes are added past its check; LLVM reads
+    them from the function's header like any other."""
+    from .target import WIDE_VECTORS
+
+    def codegen(context, builder, sig, args):
+        if WIDE_VECTORS:
+            for attribute in ('"prefer-vector-width"="512"', '"min-legal-vector-width"="512"'):
+                set.add(builder.function.attributes, attribute)
+        return context.get_dummy_value()
+
+    return types.none(), codegen

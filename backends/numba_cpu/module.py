@@ -143,16 +143,33 @@ def render_module(module: Module, fn: Function, gen: GeneratedFunction) -> str:
     for name, text in gen.globals.items():
         lines.append(f"{name} = {text}")
     for helper in gen.helpers:
-        lines += ["", "", "@njit(cache=True, error_model='numpy', nogil=True)", helper]
+        lines += ["", "", "@njit(cache=True, error_model='numpy', nogil=True)", _vectorised(helper)]
     for kernel in gen.kernels:
-        lines += ["", "", "@njit(cache=True, error_model='numpy', nogil=True, parallel=True)", kernel]
+        lines += ["", "", "@njit(cache=True, error_model='numpy', nogil=True, parallel=True)", _vectorised(kernel)]
     for block in gen.blocks:
-        lines += ["", "", "@njit(cache=True, error_model='numpy', nogil=True)", block]
+        lines += ["", "", "@njit(cache=True, error_model='numpy', nogil=True)", _vectorised(block)]
     lines += [
         "",
         "",
         f"@njit({sig}, cache=True, error_model='numpy', nogil=True)",
-        gen.source,
+        _vectorised(gen.source),
         "",
     ]
     return "\n".join(lines)
+
+
+def _vectorised(function: str) -> str:
+    """``function`` with ``wide_vectors()`` first in its body and in each of its ``prange``
+    bodies (numba compiles those as functions of their own), where the target vectorises wide
+    (.target WIDE_VECTORS); elsewhere as it is."""
+    from .target import WIDE_VECTORS
+
+    if not WIDE_VECTORS:
+        return function
+    out: list[str] = []
+    for line in function.split("\n"):
+        out.append(line)
+        stripped = line.lstrip()
+        if line.endswith(":") and (stripped.startswith("def ") or (stripped.startswith("for ") and " in prange(" in line)):
+            out.append(" " * (len(line) - len(stripped) + 4) + "wide_vectors()")
+    return "\n".join(out)

@@ -25,7 +25,7 @@ from .intrinsics import (
     advise_hugepages, ld, st, stream_fence, stream_row,
     bitcast, ctlz, ctpop, f2i, fabs, fcmp_total, fceil, fcopysign, ffloor, fmaximum, fminimum,
     fround_afz, fround_even, fsqrt, ftrunc, i2f, i2i, iadd, iand, icmp, idiv, imul, inot, ior,
-    irem, isub, ixor, radd, rmax, rmin, rmul, shl, shr_arith, shr_logical,
+    irem, isub, ixor, radd, rmax, rmin, rmul, shl, shr_arith, shr_logical, wide_vectors,
 )
 from .lane_intrinsics import lanes_add, lanes_reset, lanes_row, lanes_total
 from .vecmath import (
@@ -38,7 +38,7 @@ __all__ = [
     "advise_hugepages", "stream_fence", "stream_row", "blas_threads", "dot_in_blocks", "ld", "st", "lanes_add", "lanes_reset", "lanes_row", "lanes_total", "bitcast", "ctlz", "ctpop", "f2i", "fabs", "fcmp_total", "fceil", "fcopysign", "ffloor",
     "fmaximum", "fminimum", "fround_afz", "fround_even", "fsqrt", "ftrunc", "i2f", "i2i", "iadd",
     "iand", "icmp", "idiv", "imul", "inot", "ior", "irem", "isub", "ixor", "radd", "rmax", "rmin",
-    "rmul", "shl", "shr_arith", "shr_logical",
+    "rmul", "shl", "shr_arith", "shr_logical", "wide_vectors",
     "acos_f32", "acosh_f32", "asin_f32", "asinh_f32", "atan_f32", "atan2_f32", "atanh_f32", "cbrt_f", "cbrt_f32",
     "cosh_f32", "sinh_f32", "cos_f32", "erf_f", "erf_f32", "erf_inv_f", "erfc_f", "erfc_f32", "exp_f32",
     "expm1_f32", "fmod_f32", "log1p_f32", "log_f32", "logistic_f32", "pow_f32", "sin_f32", "tan_f32", "tanh_f32",
