@@ -368,7 +368,10 @@ def _optimization_barrier(ctx: Lowering, op: Op) -> Sequence[Binding]:
     out = []
     for v in op.operands:
         if v.tensor_type.rank:
-            ctx.array(v)
+            name = ctx.array(v)
+            # The result is the operand's array: two values, one array, so neither is updated
+            # in place (a reader of one would see the other's update).
+            ctx.share([name])
             out.append(ctx.env[v])
         else:
             out.append(ScalarBinding(ctx.read(v, ())))

@@ -46,6 +46,16 @@ TRANSPOSED = _program("""  %u = stablehlo.dot_general %x, %w, contracting_dims =
   return %v : tensor<40x40xf32>""", "%x: tensor<40x32xf32>, %w: tensor<32x40xf32>, %c: tensor<40x40xf32>",
                       "tensor<40x40xf32>")
 
+# %u passes an optimization barrier, whose result is %u's array: the barrier's result has one
+# reader, %u another after it.
+BARRIER = _program(f"""{_DOT}
+  %o = stablehlo.optimization_barrier %u : tensor<48x40xf32>
+  %e = stablehlo.exponential %o : tensor<48x40xf32>
+  %two = stablehlo.constant dense<2.0> : tensor<48x40xf32>
+  %t = stablehlo.multiply %u, %two : tensor<48x40xf32>
+  return %e, %t : tensor<48x40xf32>, tensor<48x40xf32>""", "%x: tensor<48x32xf32>, %w: tensor<32x40xf32>",
+                   "tensor<48x40xf32>, tensor<48x40xf32>")
+
 # The caller's array, and a result of another element type.
 ARGUMENT = _program("""  %v = stablehlo.add %x, %y : tensor<48x40xf32>
   return %v : tensor<48x40xf32>""", "%x: tensor<48x40xf32>, %y: tensor<48x40xf32>", "tensor<48x40xf32>")
@@ -86,6 +96,7 @@ def _arrays_made(source: str, shape: str) -> int:
     ("read_again", READ_AGAIN, "(48, 40)", False),
     ("returned", RETURNED, "(48, 40)", False),
     ("transposed", TRANSPOSED, "(40, 40)", False),
+    ("barrier", BARRIER, "(48, 40)", False),
     ("argument", ARGUMENT, "(48, 40)", False),
     ("converted", CONVERTED, "(48, 40)", False),
     ("recurrent", RECURRENT, "(40, 40)", True),
@@ -106,3 +117,23 @@ def test_written_in_place_only_where_nothing_reads_the_operand_again(compiler, n
     with np.errstate(all="ignore"):
         eager = eager_program(text).run(inputs)
     assert_same_bits(eager, compiled, name)
+
+
+# The same for dynamic_update_slice, which updates its operand in place when it is the
+# operand's one reader: here the operand is the barrier's result, whose array %u still needs.
+UPDATED_THROUGH_BARRIER = _program(f"""{_DOT}
+  %o = stablehlo.optimization_barrier %u : tensor<48x40xf32>
+  %p = stablehlo.constant dense<7.0> : tensor<4x4xf32>
+  %i = stablehlo.constant dense<3> : tensor<i32>
+  %d = stablehlo.dynamic_update_slice %o, %p, %i, %i : (tensor<48x40xf32>, tensor<4x4xf32>, tensor<i32>, tensor<i32>) -> tensor<48x40xf32>
+  %two = stablehlo.constant dense<2.0> : tensor<48x40xf32>
+  %t = stablehlo.multiply %u, %two : tensor<48x40xf32>
+  return %d, %t : tensor<48x40xf32>, tensor<48x40xf32>""", "%x: tensor<48x32xf32>, %w: tensor<32x40xf32>",
+                                   "tensor<48x40xf32>, tensor<48x40xf32>")
+
+
+def test_an_update_in_place_never_reaches_an_array_another_value_holds(compiler):
+    inputs = _inputs(UPDATED_THROUGH_BARRIER, np.random.default_rng(6))
+    compiled = compiler.compile(UPDATED_THROUGH_BARRIER).run(inputs)
+    assert_same_bits(eager_program(UPDATED_THROUGH_BARRIER).run(inputs), compiled, "dynamic_update_slice")
+    assert np.all(compiled[0][3:7, 3:7] == 7.0) and not np.any(compiled[1][3:7, 3:7] == 14.0)
