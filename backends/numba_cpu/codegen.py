@@ -28,10 +28,11 @@ The op rules live in :mod:`.rules`; this module is the machinery they use.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable, Literal, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Literal, Protocol, Sequence
 
 import numpy as np
 
@@ -634,6 +635,18 @@ class Lowering:
     def share(self, names: Sequence[str]) -> None:
         """Mark control-flow result variables as possibly sharing their arrays (see :attr:`_shared`)."""
         self._shared.update(names)
+
+    @contextlib.contextmanager
+    def sharing(self, names: Sequence[str]) -> Iterator[None]:
+        """Within the block, treat ``names`` as shared (:attr:`_shared`): nothing updates them
+        in place. A while loop's condition reads the carried arrays its body updates in place,
+        and is itself each one's only reader, as its own plan counts them."""
+        added = [n for n in names if n not in self._shared]
+        self._shared.update(added)
+        try:
+            yield
+        finally:
+            self._shared.difference_update(added)
 
     def sole_user(self, v: Value, op: Op) -> bool:
         users = self.readers.get(v, ())

@@ -317,7 +317,8 @@ def _while(ctx: Lowering, op: Op) -> Sequence[Binding]:
     with ctx.block_scope("while True:") as loop:
         ctx.emit_cancel_check()
         _bind_carried(ctx, cond.args, names, loop)
-        (c,) = ctx.lower_block(cond)
+        with ctx.sharing(names):  # the body may update them in place, the condition never
+            (c,) = ctx.lower_block(cond)
         assert isinstance(c, ScalarBinding)  # the condition is a 0-d i1: a scalar binding
         ctx.scope.emit(f"if not {c.expr.text}: break")
         _bind_carried(ctx, body.args, names, loop)

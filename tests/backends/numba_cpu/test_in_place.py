@@ -137,3 +137,49 @@ def test_an_update_in_place_never_reaches_an_array_another_value_holds(compiler)
     compiled = compiler.compile(UPDATED_THROUGH_BARRIER).run(inputs)
     assert_same_bits(eager_program(UPDATED_THROUGH_BARRIER).run(inputs), compiled, "dynamic_update_slice")
     assert np.all(compiled[0][3:7, 3:7] == 7.0) and not np.any(compiled[1][3:7, 3:7] == 14.0)
+
+
+def _loop_with_condition(condition: str, extra_args: str = "") -> str:
+    """A loop whose body updates the carried %h in place (one row a step) and whose condition
+    reads %h through ``condition`` (defining %s, a sum) first."""
+    return _program(f"""{_DOT}
+  %c0 = stablehlo.constant dense<0> : tensor<i32>
+  %r:2 = stablehlo.while(%i = %c0, %h = %u) : tensor<i32>, tensor<48x40xf32>
+    cond {{
+{condition}
+      %lim = stablehlo.constant dense<1.0e9> : tensor<f32>
+      %lt0 = stablehlo.compare LT, %s, %lim : (tensor<f32>, tensor<f32>) -> tensor<i1>
+      %n = stablehlo.constant dense<3> : tensor<i32>
+      %lt1 = stablehlo.compare LT, %i, %n, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      %lt = stablehlo.and %lt0, %lt1 : tensor<i1>
+      stablehlo.return %lt : tensor<i1>
+    }} do {{
+      %q = stablehlo.constant dense<1.0> : tensor<1x40xf32>
+      %d = stablehlo.dynamic_update_slice %h, %q, %i, %c0 : (tensor<48x40xf32>, tensor<1x40xf32>, tensor<i32>, tensor<i32>) -> tensor<48x40xf32>
+      %one = stablehlo.constant dense<1> : tensor<i32>
+      %j = stablehlo.add %i, %one : tensor<i32>
+      stablehlo.return %j, %d : tensor<i32>, tensor<48x40xf32>
+    }}
+  return %r#1 : tensor<48x40xf32>""", "%x: tensor<48x32xf32>, %w: tensor<32x40xf32>" + extra_args, "tensor<48x40xf32>")
+
+
+# Found by a second reader: the condition's own plan makes it the only reader of the carried
+# array, which the body updates in place (so it is the loop's, not shared).
+CONDITION_UPDATES = _loop_with_condition("""      %p = stablehlo.constant dense<100.0> : tensor<4x4xf32>
+      %z = stablehlo.constant dense<0> : tensor<i32>
+      %m = stablehlo.dynamic_update_slice %h, %p, %z, %z : (tensor<48x40xf32>, tensor<4x4xf32>, tensor<i32>, tensor<i32>) -> tensor<48x40xf32>
+      %zero = stablehlo.constant dense<0.0> : tensor<f32>
+      %s = stablehlo.reduce(%m init: %zero) applies stablehlo.add across dimensions = [0, 1] : (tensor<48x40xf32>, tensor<f32>) -> tensor<f32>""")
+CONDITION_MAPS = _loop_with_condition("""      %e = stablehlo.exponential %h : tensor<48x40xf32>
+      %p = stablehlo.dot_general %e, %y, contracting_dims = [1] x [0] : (tensor<48x40xf32>, tensor<40x8xf32>) -> tensor<48x8xf32>
+      %zero = stablehlo.constant dense<0.0> : tensor<f32>
+      %s = stablehlo.reduce(%p init: %zero) applies stablehlo.add across dimensions = [0, 1] : (tensor<48x8xf32>, tensor<f32>) -> tensor<f32>""",
+                                      ", %y: tensor<40x8xf32>")
+
+
+@pytest.mark.parametrize("text", [CONDITION_UPDATES, CONDITION_MAPS], ids=["update_slice", "elementwise"])
+def test_a_loop_condition_never_writes_into_the_carried_arrays(compiler, text):
+    inputs = _inputs(text, np.random.default_rng(8))
+    compiled = compiler.compile(text).run(inputs)
+    with np.errstate(all="ignore"):
+        assert_same_bits(eager_program(text).run(inputs), compiled, "condition")
