@@ -139,7 +139,13 @@ def _rsqrt(x):
 
 
 def _round_afz(x):
-    return np.copysign(np.floor(np.abs(x) + 0.5), x)  # keeps the sign of -0 and of -0.4
+    # From trunc(x) and the fraction x - trunc(x), which is exact: floor(|x| + 0.5) rounds the
+    # sum first (the largest float below 0.5 gives 1, 2**52 + 1 gives 2**52 + 2). trunc keeps
+    # the sign of -0 and of -0.4.
+    t = np.trunc(x)
+    with np.errstate(invalid="ignore"):  # inf - inf: inf stays t
+        up = np.abs(x - t) >= 0.5
+    return np.where(up, t + np.copysign(np.ones_like(t), x), t)
 
 
 def _signed_zero_extreme(fn, largest: bool):

@@ -194,7 +194,11 @@ def bool_binary(name: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def _round_afz(v):
-    return np.copysign(np.floor(np.abs(v) + 0.5), v)  # round(-0.4) is -0, as C's round
+    """C's round: half away from zero, round(-0.4) is -0. The fraction v - trunc(v) is exact,
+    where floor(|v| + 0.5) would round the sum first (2**52 + 1 to 2**52 + 2)."""
+    t = np.trunc(v)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.abs(v - t) >= 0.5, t + np.copysign(1.0, v), t)
 
 
 def ieee_maximum(a, b):

@@ -26,7 +26,7 @@ CASES = {
     # saturating at the narrow range.
     "f32": ([EwOp("binary", "maximum"), EwOp("binary", "minimum"), EwOp("clamp"), EwOp("unary", "round_nearest_afz"),
              EwOp("convert", arg="i4"), EwOp("convert", arg="ui4"), EwOp("convert", arg="i2"), EwOp("convert", arg="ui2")],
-            [[-0.0, 0.0, -0.4, 100.0, -100.0, nan, 7.9, -8.5], [0.0, -0.0, 1.0, 1.0, nan, 1.0, -0.0, 0.0],
+            [[-0.0, 0.0, -0.4, 2.0 ** 23 + 1, -0.49999997, nan, 7.9, -8.5], [0.0, -0.0, 1.0, 1.0, nan, 1.0, -0.0, 0.0],
              [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, -0.0]]),
     # reference: int4 divide raised (np.iinfo of int4); the logical and arithmetic shifts, popcnt
     # and count_leading_zeros of sub-byte integers look at their own bits.
@@ -41,6 +41,12 @@ CASES = {
     "f8E4M3FN": ([EwOp("convert", arg="f8E8M0FNU"), EwOp("convert", arg="f8E5M2FNUZ"), EwOp("convert", arg="f4E2M1FN"),
                   EwOp("binary", "add")],
                  [[448.0, -448.0, 0.5, nan, 0.0, -0.0, 3.0, 0.015625], [1.0] * 8, [0.0] * 8]),
+    # reference and the rules themselves: round_nearest_afz as floor(|x| + 0.5) rounds the sum
+    # first, so the largest float below 0.5 became 1 and 2**52 + 1 became 2**52 + 2 (the
+    # long-profile run found the second; the f32 case above has 2**23 + 1 and -0.49999997).
+    "f64": ([EwOp("unary", "round_nearest_afz"), EwOp("binary", "add")],
+            [[2.0 ** 52 + 1, 0.49999999999999994, -0.49999999999999994, 2.0 ** 52 - 0.5, 2.5, -2.5, inf, nan],
+             [1.0] * 8, [0.0] * 8]),
     # reference: ui8 arithmetic shift right fills with the top bit, as XLA's does.
     "ui8": ([EwOp("binary", "shift_right_arithmetic"), EwOp("binary", "power")],
             [[255, 128, 127, 0, 200, 3, 2, 1], [1, 7, 8, 9, 0, 200, 7, 255], [0] * 8]),
