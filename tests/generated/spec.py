@@ -398,6 +398,10 @@ def reduce(x: np.ndarray, dims: Sequence[int], name: str, init, e: Element) -> n
               "or": np.logical_or, "maximum": np.logical_or, "add": np.logical_or, "xor": np.logical_xor}[name]
         return fn.reduce(np.concatenate([flat, np.full(out_shape + (1,), bool(init))], axis=-1), axis=-1)
     v = wide(flat)
+    # The init as the program holds it, in the element type: an identity the type cannot hold
+    # (0 in f8E8M0FNU, which has no zero) is what the program starts from, NaN there.
+    with np.errstate(all="ignore"):
+        init = wide(np.asarray(init, np.complex128 if e.cls == "c" else np.float64).astype(e.dtype))
     init_arr = np.full(out_shape + (1,), init, dtype=v.dtype)
     v = np.concatenate([init_arr, v], axis=-1)
     with np.errstate(all="ignore"):

@@ -177,3 +177,17 @@ def test_complex_corner_cases_found_against_xla(clients):
         assert np.isinf(d[0].real) and d[1] == 0.5 + 0.5j, (name, d)
         assert dot.shape == () and dot == 0, name
         assert b.shape == (0, 0, 1, 0) and q.shape == (0, 5), name
+
+
+def test_a_reduction_starts_from_its_init_as_the_element_type_holds_it():
+    """The long-profile run: reduce add over no dimensions of f8E8M0FNU, whose init 0 is NaN in
+    that type (it has no zero). Both plugins gave NaN, as body(init, x) is; the rules gave x."""
+    from .spec import reduce
+
+    e = ELEMENTS["f8E8M0FNU"]
+    x = np.array([[[nan, nan], [nan, 0.5]]]).astype(e.dtype)
+    assert np.isnan(reduce(x, [], "add", 0, e).astype(np.float64)).all()
+    f = ELEMENTS["f32"]
+    y = np.array([[1.5, -2.0], [0.25, 8.0]], np.float32)
+    np.testing.assert_array_equal(reduce(y, [], "add", 0, f), y)
+    np.testing.assert_array_equal(reduce(y, [1], "add", 0, f), np.array([-0.5, 8.25], np.float32))
