@@ -19,7 +19,7 @@ from numba import njit, objmode, types
 
 from pjrt_hub.backends.stablehlo.fft import fft_host
 
-from . import linalg, special, vecmath
+from . import boxing, linalg, special, vecmath
 from .threads import blas_threads, dot_in_blocks
 from .intrinsics import (
     advise_hugepages, ld, st, stream_fence, stream_row,
@@ -33,6 +33,10 @@ from .vecmath import (
     erf_f, erf_f32, erf_inv_f, erfc_f, erfc_f32, exp_f32, expm1_f32, fmod_f32, log1p_f32, log_f32, logistic_f32,
     pow_f32, sin_f32, sinh_f32, tan_f32, tanh_f32,
 )
+
+# Before a generated module compiles its entry: the results come back without a Python call
+# (.boxing).
+boxing.install()
 
 __all__ = [
     "advise_hugepages", "stream_fence", "stream_row", "blas_threads", "dot_in_blocks", "ld", "st", "lanes_add", "lanes_reset", "lanes_row", "lanes_total", "bitcast", "ctlz", "ctpop", "f2i", "fabs", "fcmp_total", "fceil", "fcopysign", "ffloor",
