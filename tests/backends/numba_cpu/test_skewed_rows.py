@@ -1,0 +1,94 @@
+"""Rows skewed by one (``Lowering._emit_skewed``): where a group's last member divides each
+element of a row by something the members before it reduced from that row (softmax), the
+divisions of row i-1 share a loop with the arithmetic of row i, each reading its own row's
+buffers.
+
+Every program runs on the compiled tier and the eager tier (numpy, op by op, in row order): the
+bits must be the same, so a row read from the wrong buffer shows as a difference. Rows of -inf
+and NaN go through too, and row counts where a thread's chunk has one row or two."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from .tier_helpers import assert_same_bits, eager_program
+
+SKEWED_LOOP = re.compile(r"for i\d+ in range\(\w+ \+ 1, \w+\):")
+
+
+def _softmax(rows: int, cols: int, also_exp: bool = False, tail: str = "divide") -> str:
+    t, r = f"tensor<{rows}x{cols}xf32>", f"tensor<{rows}xf32>"
+    results = f"%out, %e : {t}, {t}" if also_exp else f"%out : {t}"
+    types_ = f"{t}, {t}" if also_exp else t
+    if tail == "divide":
+        last = f"%out = stablehlo.divide %e, %sb : {t}"
+    elif tail == "sqrt":
+        last = f"%q = stablehlo.sqrt %e : {t}\n  %out = stablehlo.multiply %q, %sb : {t}"
+    else:
+        last = f"%out = stablehlo.multiply %e, %sb : {t}"
+    return f"""func.func public @main(%x: {t}) -> ({types_}) {{
+  %ninf = stablehlo.constant dense<0xFF800000> : tensor<f32>
+  %m = stablehlo.reduce(%x init: %ninf) applies stablehlo.maximum across dimensions = [1] : ({t}, tensor<f32>) -> {r}
+  %mb = stablehlo.broadcast_in_dim %m, dims = [0] : ({r}) -> {t}
+  %d = stablehlo.subtract %x, %mb : {t}
+  %e = stablehlo.exponential %d : {t}
+  %zero = stablehlo.constant dense<0.0> : tensor<f32>
+  %s = stablehlo.reduce(%e init: %zero) applies stablehlo.add across dimensions = [1] : ({t}, tensor<f32>) -> {r}
+  %sb = stablehlo.broadcast_in_dim %s, dims = [0] : ({r}) -> {t}
+  {last}
+  return {results}
+}}
+"""
+
+
+def _input(rows: int, cols: int, seed: int) -> np.ndarray:
+    x = (np.random.default_rng(seed).standard_normal((rows, cols)) * 8).astype(np.float32)
+    if rows >= 3:
+        x[1] = -np.inf  # every exponential NaN: 0/0
+        x[2, 0] = np.nan
+    return x
+
+
+@pytest.mark.parametrize("rows, cols, skewed", [
+    (2, 64, True),      # one row before the loop, one after it, none in it
+    (3, 7, True),
+    (17, 300, True),
+    (600, 1024, True),  # parallel: chunks of 37-38 rows, each skewed on its own
+    (8, 70000, True),   # parallel: a chunk of one row
+    (1, 64, False),     # one row: nothing to overlap
+    (33, 1, True),      # one element per row
+])
+def test_skewed_rows_give_the_bits_of_row_order(compiler, rows, cols, skewed):
+    text = _softmax(rows, cols)
+    program = compiler.compile(text)
+    assert bool(SKEWED_LOOP.search(program.source)) == skewed, program.source
+    x = _input(rows, cols, rows)
+    compiled = program.run([x])
+    with np.errstate(all="ignore"):
+        eager = eager_program(text).run([x])
+    assert_same_bits(eager, compiled, f"softmax {rows}x{cols}")
+    assert np.isnan(compiled[0][1]).all() if rows >= 3 else True
+
+
+def test_a_row_the_last_member_reads_from_an_output_array(compiler):
+    """The exponentials are returned too: the divisions read row i-1 of their array while row i
+    is written into it."""
+    text = _softmax(40, 96, also_exp=True)
+    program = compiler.compile(text)
+    assert SKEWED_LOOP.search(program.source), program.source
+    x = _input(40, 96, 7)
+    with np.errstate(all="ignore"):
+        assert_same_bits(eager_program(text).run([x]), program.run([x]), "softmax and exp")
+
+
+@pytest.mark.parametrize("tail, skewed", [("sqrt", True), ("multiply", False)])
+def test_only_a_last_member_using_the_divider_is_skewed(compiler, tail, skewed):
+    text = _softmax(24, 80, tail=tail)
+    program = compiler.compile(text)
+    assert bool(SKEWED_LOOP.search(program.source)) == skewed, program.source
+    x = _input(24, 80, 3)
+    with np.errstate(all="ignore"):
+        assert_same_bits(eager_program(text).run([x]), program.run([x]), tail)
