@@ -467,28 +467,41 @@ def _measure_in_child(name: str, programs: Sequence[str], runs: int | None, libr
 
 def _measure_interleaved(plugins: Sequence[str], programs: Sequence[str], runs: int | None,
                          library: Sequence[str], cache: str,
-                         starting: Callable[[str, str], None] | None = None) -> dict[str, dict[str, Any]]:
+                         starting: Callable[[str, str], None] | None = None, *,
+                         labels: Sequence[str] | None = None,
+                         before_round: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
     """Time every plugin, each in a process of its own, with their timed rounds in turns.
 
     The processes are set up one after another (compiles and first results are timed with
     nothing else running), each waiting once it is ready; then round by round each process in
     turn runs its round while the others wait on their stdin. The host's speed drifts over
     seconds to minutes here (whole processes measured 1.3-1.5x slower than the next one), and
-    plugins timed one after another would each get a different stretch of it."""
+    plugins timed one after another would each get a different stretch of it.
+
+    The results are keyed by ``labels`` (default: the plugins' names), one per entry of
+    ``plugins``, so that one plugin can be timed by two processes (quiet and loaded, in
+    ``--under-load``); ``starting(program, label)`` hears what each one starts, and
+    ``before_round(label)`` runs before each one's round."""
+    keys = list(plugins if labels is None else labels)
+    if len(keys) != len(plugins) or len(set(keys)) != len(keys):
+        raise ValueError(f"one distinct label per process: {keys} for {list(plugins)}")
+    plugin_of = dict(zip(keys, plugins))
     children: dict[str, _Child] = {}
     results: dict[str, dict[str, Any]] = {}
     try:
         ready: list[str] = []
-        for name in plugins:
-            def said(program: str, plugin: str = name) -> None:
+        for key in keys:
+            def said(program: str, label: str = key) -> None:
                 if starting is not None:
-                    starting(program, plugin)
+                    starting(program, label)
 
-            child = children[name] = _Child("--measure-rounds", name, programs, runs, library, cache, said)
+            child = children[key] = _Child("--measure-rounds", plugin_of[key], programs, runs, library, cache, said)
             if child.ask("ready") == "ready":
-                ready.append(name)
+                ready.append(key)
         for round_ in range(ROUNDS):
             for name in list(ready):
+                if before_round is not None:
+                    before_round(name)
                 if starting is not None:
                     starting(f"{_ROUND}{round_ + 1} of {ROUNDS}", name)
                 answer = children[name].ask(f"round {round_}")

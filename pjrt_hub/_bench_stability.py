@@ -10,9 +10,12 @@ near 2 where a stable one stays near 1, and each process's ``cores_used`` (CPU t
 time while timed) shows whether it ran on one thread or two. The host's speed drifts too, within
 seconds on a shared machine, and moves every plugin's times alike; so it also reports the first
 plugin's median over each other's round by round, which that drift moves far less.
-``--under-load K`` times the programs quiet, then again while K CPU-bound neighbour processes spin (plain Python loops,
+``--under-load K`` times the programs quiet and while K CPU-bound neighbour processes spin (plain Python loops,
 one per core they are meant to take), and reports loaded / quiet per program, flagging any ratio
-above :data:`LOAD_CEILING` (issue 14's "no collapse under load"). The neighbours are children of
+above :data:`LOAD_CEILING` (issue 14's "no collapse under load"). Two processes per plugin take
+the rounds in turns, a quiet one with the neighbours stopped (SIGSTOP) and a loaded one with them
+running, so that the host's own drift (up to 1.5x within a minute here) falls on quiet and loaded
+alike instead of on one of them. The neighbours are children of
 this process that also stop by themselves when it is gone, and are killed on the way out whatever
 happens (an error, Ctrl-C), so a benchmark never leaves spinning processes behind.
 
@@ -48,6 +51,7 @@ perf_layernorm.
 from __future__ import annotations
 
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -55,12 +59,16 @@ import time
 from types import TracebackType
 from typing import Any, Callable, Sequence
 
-from pjrt_hub._bench import _measure_in_child, _measure_interleaved
+from pjrt_hub._bench import _measure_interleaved
 
 __all__ = ["LOAD_CEILING", "Neighbours", "autogroup_enabled", "fair_share", "usable_cores", "format_spread", "format_under_load", "spread", "under_load"]
 
 #: loaded / quiet above this is a collapse (issue 14: "no program slower than 3x its quiet time").
 LOAD_CEILING = 3.0
+
+#: Seconds the neighbours spin before a loaded measurement starts, so that they are running and
+#: the plugins' own load sampling (numba_cpu's, every 0.2 s) has seen them.
+_SETTLE_S = 0.3
 
 #: A neighbour: spin in pure Python, checking now and then that the bench that started it is
 #: still there (so even a bench killed with SIGKILL leaves no spinning process for long).
@@ -110,11 +118,13 @@ class Neighbours:
     The processes are killed and reaped on exit, including when the body raises (an error,
     KeyboardInterrupt); :attr:`pids` lists them while they run."""
 
-    def __init__(self, count: int, *, own_sessions: bool = False) -> None:
+    def __init__(self, count: int, *, own_sessions: bool = False, paused: bool = False) -> None:
         if count < 1:
             raise ValueError(f"neighbours must be at least 1, got {count}")
         self.count = count
         self.own_sessions = own_sessions
+        #: Start stopped (:meth:`pause`), for :meth:`resume` to set going.
+        self.paused = paused
         self.procs: list[subprocess.Popen[bytes]] = []
 
     @property
@@ -128,18 +138,45 @@ class Neighbours:
                     [sys.executable, "-c", _SPIN, str(os.getpid())],
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                     start_new_session=self.own_sessions))
-            # Let them get going (and the plugins' load sampling see them) before timing starts.
-            time.sleep(0.3)
+            if self.paused:
+                self._signal(signal.SIGSTOP)
+            else:
+                # Let them get going (and the plugins' load sampling see them) before timing starts.
+                time.sleep(_SETTLE_S)
         except BaseException:
             self.stop()
             raise
         return self
 
+    def _signal(self, sig: signal.Signals) -> None:
+        running = [proc for proc in self.procs if proc.poll() is None]
+        for proc in running:
+            os.kill(proc.pid, sig)
+        if sig == signal.SIGSTOP:
+            # A signal takes effect when the kernel next looks at the process: wait until each
+            # one has stopped, so that a quiet measurement starts quiet.
+            for proc in running:
+                os.waitpid(proc.pid, os.WUNTRACED)
+
+    def pause(self) -> None:
+        """Stop every neighbour (SIGSTOP), and return once they are stopped: the machine is quiet
+        until :meth:`resume`."""
+        if not self.paused:
+            self._signal(signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        """Set the neighbours spinning again (SIGCONT), and let them get going."""
+        if self.paused:
+            self._signal(signal.SIGCONT)
+            self.paused = False
+            time.sleep(_SETTLE_S)
+
     def stop(self) -> None:
         """Kill and reap every neighbour (idempotent)."""
         for proc in self.procs:
             if proc.poll() is None:
-                proc.kill()
+                proc.kill()  # SIGKILL ends a stopped process too
         for proc in self.procs:
             try:
                 proc.wait(timeout=10)
@@ -243,26 +280,38 @@ def _round_ratios(plugins: Sequence[str], names: Sequence[str], per: dict[tuple[
 def under_load(plugins: Sequence[str], names: Sequence[str], neighbours: int, *, runs: int | None,
                library: Sequence[str], cache: str, say: Say | None = None,
                own_sessions: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Time ``names`` on each plugin quiet, then (in another fresh process) with ``neighbours``
-    spinning processes (in sessions of their own with ``own_sessions``); quiet and loaded are
-    taken back to back per plugin so that the machine's other load drifts as little as possible
-    between them.
+    """Time ``names`` on each plugin quiet and with ``neighbours`` spinning processes (in
+    sessions of their own with ``own_sessions``): two processes per plugin, whose timed rounds
+    take turns (:func:`pjrt_hub._bench._measure_interleaved`), the neighbours stopped for the
+    quiet one's and running for the loaded one's. Both are set up (compiled, first results
+    timed) with the neighbours stopped.
 
-    Returns ``(quiet_rows, load_rows)``: the quiet process's full bench rows and, per program and
+    Returns ``(quiet_rows, load_rows)``: the quiet processes' full bench rows and, per program and
     plugin, quiet and loaded medians, loaded / quiet and whether it passes :data:`LOAD_CEILING`."""
     if neighbours < 1:
         raise ValueError(f"--under-load needs at least 1 neighbour process, got {neighbours}")
+    quiet_of = {plugin: f"{plugin} (quiet)" for plugin in plugins}
+    loaded_of = {plugin: f"{plugin} (with {neighbours} busy)" for plugin in plugins}
+    labels = [label for plugin in plugins for label in (quiet_of[plugin], loaded_of[plugin])]
+    loaded_labels = set(loaded_of.values())
+
+    def starting(program: str, label: str) -> None:
+        if say is not None:
+            say(0, 1, f"{program} on {label}")
+
+    with Neighbours(neighbours, own_sessions=own_sessions, paused=True) as spinning:
+        def before_round(label: str) -> None:
+            if label in loaded_labels:
+                spinning.resume()
+            else:
+                spinning.pause()
+
+        measured = _measure_interleaved([p for p in plugins for _ in range(2)], names, runs, library, cache,
+                                        starting, labels=labels, before_round=before_round)
     quiet_rows: list[dict[str, Any]] = []
     table = []
     for plugin in plugins:
-        if say is not None:
-            say(2 * list(plugins).index(plugin), 2 * len(plugins), f"{plugin}: quiet")
-        quiet = _medians(_measure_in_child(plugin, names, runs, library, cache))
-        if say is not None:
-            say(2 * list(plugins).index(plugin) + 1, 2 * len(plugins),
-                f"{plugin}: with {neighbours} busy neighbour process(es)")
-        with Neighbours(neighbours, own_sessions=own_sessions):
-            loaded = _medians(_measure_in_child(plugin, names, runs, library, cache))
+        quiet, loaded = _medians(measured[quiet_of[plugin]]), _medians(measured[loaded_of[plugin]])
         quiet_rows += [quiet[n] for n in names if n in quiet]
         for name in names:
             q, lo = quiet.get(name, {}), loaded.get(name, {})

@@ -1228,8 +1228,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "report the min / median / max of the per-process medians (shows a time that "
                         "depends on the process) and the first plugin's time over the others', round by round")
     p.add_argument("--under-load", type=int, default=None, metavar="K",
-                   help="time the programs quiet, then while K (>= 1) CPU-bound neighbour processes spin, "
-                        "and report loaded / quiet, flagging ratios above 3")
+                   help="time the programs quiet and while K (>= 1) CPU-bound neighbour processes spin "
+                        "(two processes per plugin, their rounds in turns, the neighbours stopped for the quiet "
+                        "ones), and report loaded / quiet, flagging ratios above 3")
     p.add_argument("--neighbour-sessions", choices=("shared", "own"), default=None,
                    help="with --under-load: run the neighbours in the bench's session (shared, the default: "
                         "the cores are shared among threads) or each in a session of its own, as programs "

@@ -238,27 +238,59 @@ def test_autogroup_applies_only_in_the_root_cpu_cgroup(tmp_path, sysctl, cgroup,
     assert autogroup_enabled(str(tmp_path)) is expected
 
 
-def test_under_load_starts_the_neighbours_where_it_was_asked(monkeypatch):
+def test_under_load_starts_the_neighbours_where_it_was_asked_and_runs_them_for_the_loaded_rounds(monkeypatch):
     from pjrt_hub import _bench_stability as stability
 
-    started = []
+    started, events = [], []
 
     class Recording:
-        def __init__(self, count, *, own_sessions=False):
-            started.append((count, own_sessions))
+        def __init__(self, count, *, own_sessions=False, paused=False):
+            started.append((count, own_sessions, paused))
 
         def __enter__(self):
             return self
 
         def __exit__(self, *exc):
-            return None
+            events.append("stopped")
 
-    def measure(plugin, names, runs, library, cache):
-        return {"rows": [{"name": n, "plugin": plugin, "execute_ms_median": 1.0, "outputs_match": True,
-                          "cores_used": 1.0, "cpu_ms_per_run": 1.0} for n in names], "tiny_us": 1.0}
+        def pause(self):
+            events.append("pause")
+
+        def resume(self):
+            events.append("resume")
+
+    def interleaved(plugins, names, runs, library, cache, starting=None, *, labels, before_round):
+        assert plugins == ["a", "a"] and labels == ["a (quiet)", f"a (with {started[-1][0]} busy)"]
+        for _ in range(3):
+            for label in labels:
+                before_round(label)
+                events.append(label)
+        return {label: {"rows": [{"name": n, "plugin": "a", "execute_ms_median": 1.0 + ("busy" in label),
+                                  "outputs_match": True, "cores_used": 1.0, "cpu_ms_per_run": 1.0} for n in names],
+                        "tiny_us": 1.0} for label in labels}
 
     monkeypatch.setattr(stability, "Neighbours", Recording)
-    monkeypatch.setattr(stability, "_measure_in_child", measure)
-    stability.under_load(["a"], ["p"], 2, runs=1, library=(), cache="", own_sessions=True)
+    monkeypatch.setattr(stability, "_measure_interleaved", interleaved)
+    _, rows = stability.under_load(["a"], ["p"], 2, runs=1, library=(), cache="", own_sessions=True)
+    assert rows[0]["quiet_ms"] == 1.0 and rows[0]["loaded_ms"] == 2.0 and rows[0]["ratio"] == 2.0
     stability.under_load(["a"], ["p"], 3, runs=1, library=(), cache="")
-    assert started == [(2, True), (3, False)]
+    # Started stopped; running only for the loaded process's rounds, stopped for the quiet one's.
+    assert started == [(2, True, True), (3, False, True)]
+    one = ["pause", "a (quiet)", "resume", "a (with 2 busy)"] * 3 + ["stopped"]
+    assert events[: len(one)] == one
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_neighbours_start_stopped_when_asked_and_spin_only_between_resume_and_pause():
+    with Neighbours(2, paused=True) as neighbours:
+        pids = neighbours.pids
+        assert [_state(p) for p in pids] == ["T", "T"]
+        neighbours.resume()
+        assert all(_state(p) in "RS" for p in pids)
+        neighbours.pause()
+        assert [_state(p) for p in pids] == ["T", "T"]
+    # Stopped neighbours are killed and reaped as well.
+    assert not any(_alive(p) for p in pids) and _spinning_children() == []
