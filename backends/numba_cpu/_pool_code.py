@@ -11,9 +11,9 @@ from numba.core import cgutils
 from numba.core.extending import intrinsic
 
 from .pool import (_ARGS, _BUSY, _COUNT, _DATA, _DIMS, _DONE, _FN, _GEN, _GEN_MASK, _INDEX_MASK,
-                   _LAYER_FOR, _LAYER_ID, _LOOPS, _MAX_ARGS, _MAX_DIMS, _MAX_RUNNERS, _MAX_WORKERS,
-                   _NDIM, _NEXT, _RUNNERS, _SLEEPING, _STATE, _STEPS, _SYSCALL, _THREADS, _TOTAL,
-                   _WAITING, _WORDS, _WORKER_TIDS, _WORKERS)
+                   _LAYER_FOR, _LAYER_ID, _LAYER_NUM, _LOOPS, _MAX_ARGS, _MAX_DIMS, _MAX_RUNNERS,
+                   _MAX_WORKERS, _NDIM, _NEXT, _RUNNER_EXTRA, _RUNNERS, _SLEEPING, _STATE, _STEPS,
+                   _SYSCALL, _THREADS, _TOTAL, _WAITING, _WORDS, _WORKER_TIDS, _WORKERS)
 
 #: Times an idle thread checks for new work, with a ``pause`` in between (~10-50 us on x86-64),
 #: before it sleeps.
@@ -196,6 +196,18 @@ def _call_layer_id(typingctx):
     return types.int64(), codegen
 
 
+@intrinsic
+def _call_layer_num(typingctx):
+    """numba's layer's ``get_num_threads`` (the calling thread's count)."""
+    def codegen(context, builder, sig, args):
+        fnty = ir.FunctionType(_i64, [])
+        callee = builder.inttoptr(builder.load_atomic(_word(builder, _i64(_LAYER_NUM)), "seq_cst", 8),
+                                  fnty.as_pointer())
+        return builder.call(callee, [])
+
+    return types.int64(), codegen
+
+
 @njit(cache=True)
 def _is_runner(tid):  # pragma: no cover
     for slot in range(_MAX_RUNNERS):
@@ -253,9 +265,12 @@ def _run_alone(fn, args, dims, steps, data, ndim, count):  # pragma: no cover
 @cfunc(types.void(*([types.int64] * 8)), cache=True)
 def _parallel_for(fn, args, dims, steps, data, ndim, count, threads):  # pragma: no cover
     if not _is_runner(_gettid()) or count > _MAX_ARGS or ndim + 1 > _MAX_DIMS:
-        _call_layer_for(fn, args, dims, steps, data, ndim, count, threads)
+        # numba's layer runs at most its own count of threads (a runner's extra is the pool's).
+        _call_layer_for(fn, args, dims, steps, data, ndim, count, min(threads, _call_layer_num()))
         return
     total = _peek(dims, 0)
+    if threads > _load(_WORKERS) + 1:  # an extra thread (.pool.set_extra) with no worker for it
+        threads = _load(_WORKERS) + 1
     if threads <= 1 or total <= 1 or _load(_WORKERS) == 0 or not _cas(_BUSY, 0, 1):
         _run_alone(fn, args, dims, steps, data, ndim, count)
         return
@@ -305,18 +320,32 @@ def _get_thread_id():  # pragma: no cover
     return _call_layer_id()
 
 
+@cfunc(types.int64(), cache=True)
+def _get_num_threads():  # pragma: no cover
+    n = _call_layer_num()
+    if n > 1:
+        tid = _gettid()
+        for slot in range(_MAX_RUNNERS):
+            if _load(_RUNNERS + slot) == tid:
+                return n + _load(_RUNNER_EXTRA + slot)
+    return n
+
+
 @cfunc(types.void(types.int64), cache=True)
 def _worker(k):  # pragma: no cover
     _store(_WORKER_TIDS + k, _gettid())
     seen = _load(_GEN)
+    # Spins before sleeping: none after a loop that was not for this worker (the spare on an
+    # idle machine, woken with the others), so that it takes no CPU from the loop's threads.
+    spin = SPIN
     while True:
         gen = _load(_GEN)
         if gen == seen:
             spins = 0
-            while _load(_GEN) == seen and spins < SPIN:
+            while _load(_GEN) == seen and spins < spin:
                 spins += 1
                 _pause()
-            if spins >= SPIN:
+            if spins >= spin:
                 _add(_SLEEPING, 1)
                 if _load(_GEN) == seen:
                     _futex_wait(_GEN, seen)
@@ -324,6 +353,8 @@ def _worker(k):  # pragma: no cover
             continue
         seen = gen
         if k >= _load(_THREADS):
+            spin = 0
             continue
+        spin = SPIN
         _run_entries(gen, _load(_TOTAL), _load(_FN), _load(_ARGS), _load(_DIMS), _load(_STEPS), _load(_DATA),
                      _load(_NDIM), _load(_COUNT))

@@ -46,7 +46,7 @@ import threading
 import numpy as np
 from llvmlite import binding as _llvm
 
-__all__ = ["enter", "install", "leave", "loops", "static_words", "workers"]
+__all__ = ["SPARE", "enter", "install", "leave", "loops", "set_extra", "static_words", "workers"]
 
 _STATE = "pjrt_hub_numba_cpu_pool_state"
 _SYSCALL = "pjrt_hub_numba_cpu_syscall"
@@ -66,11 +66,14 @@ _LAYER_FOR = 15  # numba's layer's parallel_for
 _LAYER_ID = 16  # numba's layer's get_thread_id
 _LOOPS = 17  # loops the pool ran with its workers
 _WAITING = 18  # 1 while the loop's caller sleeps on _DONE
+_LAYER_NUM = 19  # numba's layer's get_num_threads
 _RUNNERS = 32  # tids of threads running a program (0: a free slot)
 _MAX_RUNNERS = 64
 _WORKER_TIDS = _RUNNERS + _MAX_RUNNERS  # tid of worker k at _WORKER_TIDS + k, k >= 1
 _MAX_WORKERS = 255
-_WORDS = _WORKER_TIDS + _MAX_WORKERS + 1
+# Threads a runner's loops may use beyond numba's count, at _RUNNER_EXTRA + its slot (set_extra).
+_RUNNER_EXTRA = _WORKER_TIDS + _MAX_WORKERS + 1
+_WORDS = _RUNNER_EXTRA + _MAX_RUNNERS
 
 #: A loop with more arguments or dimensions than this goes to numba's layer (the pool keeps
 #: each entry's call on the stack).
@@ -144,7 +147,8 @@ def install() -> bool:
             return False
         layer_for = _llvm.address_of_symbol("numba_parallel_for")
         layer_id = _llvm.address_of_symbol("get_thread_id")
-        if not (layer_for and layer_id):
+        layer_num = _llvm.address_of_symbol("get_num_threads")
+        if not (layer_for and layer_id and layer_num):
             return False
         global _state
         address = static_words(_WORDS)
@@ -153,12 +157,14 @@ def install() -> bool:
         _state = np.ctypeslib.as_array((ctypes.c_int64 * _WORDS).from_address(address))
         _state[_LAYER_FOR] = layer_for
         _state[_LAYER_ID] = layer_id
+        _state[_LAYER_NUM] = layer_num
         _llvm.add_symbol(_STATE, address)
         _llvm.add_symbol(_SYSCALL, ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value)
         from . import _pool_code
 
         _llvm.add_symbol("numba_parallel_for", _pool_code._parallel_for.address)
         _llvm.add_symbol("get_thread_id", _pool_code._get_thread_id.address)
+        _llvm.add_symbol("get_num_threads", _pool_code._get_num_threads.address)
         _installed = True
         return True
 
@@ -177,7 +183,7 @@ def _start(count: int) -> None:
     """Start ``count`` workers (the process's first run, or the first after a ``fork``)."""
     global _pid
     _state[_WORKERS] = 0
-    _state[_WORKER_TIDS:] = 0
+    _state[_WORKER_TIDS:] = 0  # the runners' extra threads too
     _state[_RUNNERS:_RUNNERS + _MAX_RUNNERS] = 0
     _state[_BUSY] = 0
     _state[_SLEEPING] = 0
@@ -198,7 +204,8 @@ def enter() -> int:
         return -1
     with _lock:
         if _pid != os.getpid():
-            _start(min(_MAX_WORKERS, max(0, _cores() - 1)))
+            # A worker per core besides the caller, and a spare for a busy machine (set_extra).
+            _start(min(_MAX_WORKERS, max(0, _cores() - 1) + SPARE))
         tid = threading.get_native_id()
         for slot in range(_MAX_RUNNERS):
             if _state[_RUNNERS + slot] == 0:
@@ -209,7 +216,30 @@ def enter() -> int:
 
 def leave(slot: int) -> None:
     if slot >= 0:
+        _state[_RUNNER_EXTRA + slot] = 0
         _state[_RUNNERS + slot] = 0
+
+
+#: Workers started beyond one per core, for :func:`set_extra`.
+SPARE = 1
+
+
+def set_extra(slot: int, extra: int) -> None:
+    """Let the parallel loops of the thread in ``slot`` (:func:`enter`) use ``extra`` (at most
+    :data:`SPARE`) threads beyond numba's count, until :func:`leave`; 0 puts it back.
+
+    For a busy machine (.threads.apply sets it where other processes keep cores busy): the
+    scheduler shares the cores among the runnable threads, so a program on two threads next to
+    two spinning processes gets one of two cores, and on three 1.2 of them, as XLA's pool does
+    (its threads with the caller: 1.1-1.2 cores under ``bench --under-load 2``). The chunks go
+    to whichever thread claims them, so a thread the scheduler does not run costs a loop
+    nothing; on an idle machine the spare stays asleep, one thread per core being faster there.
+
+    numba sizes a parallel reduction's partial results by ``get_num_threads`` and indexes them
+    by ``get_thread_id``: the pool defines the first again as well, as numba's count plus the
+    calling runner's extra, so the spare's id (its slot) stays in range."""
+    if slot >= 0:
+        _state[_RUNNER_EXTRA + slot] = max(0, min(SPARE, extra))
 
 
 def _cores() -> int:

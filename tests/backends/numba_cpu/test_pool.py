@@ -13,6 +13,8 @@ import numba
 import numpy as np
 import pytest
 
+from numba.np.ufunc.parallel import _iget_num_threads
+
 from pjrt_hub.backends.numba_cpu import pool, threads
 
 if not pool.install():
@@ -54,9 +56,23 @@ def _scaled(x, out):
             out[i] = np.sqrt(x[i]) * 3.0 + 1.0
 
 
-def _as_program_thread(fn, *args):
-    """Run ``fn`` as a program run does: the thread's settings applied, and put back after."""
-    before = threads.apply(numba.config.NUMBA_NUM_THREADS)
+@numba.njit(cache=False, nogil=True)
+def _num_threads():
+    # What a parallel reduction sizes its partial results by (the symbol get_num_threads;
+    # numba.get_num_threads() in compiled code asks numba's layer directly).
+    return _iget_num_threads()
+
+
+def _as_program_thread(fn, *args, busy: bool | None = None):
+    """Run ``fn`` as a program run does: the thread's settings applied, and put back after;
+    ``busy`` says what the machine's load is taken to be (None: as measured)."""
+    usable = threads.usable_threads
+    if busy is not None:
+        threads.usable_threads = lambda limit: 1 if busy else limit
+    try:
+        before = threads.apply(numba.config.NUMBA_NUM_THREADS)
+    finally:
+        threads.usable_threads = usable
     try:
         return fn(*args)
     finally:
@@ -67,10 +83,10 @@ def _as_program_thread(fn, *args):
 def test_a_program_threads_loop_is_shared_with_the_pool_and_a_user_threads_loop_is_not():
     ids, flag = np.full(CHUNKS, -1, np.int64), np.zeros(1, np.int64)
     loops = pool.loops()
-    _as_program_thread(_who_runs, ids, flag)
-    assert pool.loops() > loops and pool.workers() == numba.config.NUMBA_NUM_THREADS - 1
+    _as_program_thread(_who_runs, ids, flag, busy=False)
+    assert pool.loops() > loops and pool.workers() == numba.config.NUMBA_NUM_THREADS - 1 + pool.SPARE
     # Whichever thread took chunk 0 waited in it for another thread's chunk: the caller (id 0)
-    # and a worker (id >= 1) both ran chunks.
+    # and a worker (id >= 1) both ran chunks; on an idle machine, not the spare.
     assert (ids == 0).any() and (ids >= 1).any(), ids
     assert ((ids >= 0) & (ids < numba.config.NUMBA_NUM_THREADS)).all(), ids
     # The same loop from a thread that runs no program goes to numba's layer.
@@ -82,12 +98,27 @@ def test_a_program_threads_loop_is_shared_with_the_pool_and_a_user_threads_loop_
         assert pool.loops() == before
 
 
-def test_a_reduction_on_the_pool_indexes_its_partial_results_in_range():
+@pytest.mark.parametrize("busy", [False, True])
+def test_a_reduction_on_the_pool_indexes_its_partial_results_in_range(busy):
+    """Busy, the loops take the spare as a third thread: numba sizes the partial results by the
+    count the pool's get_num_threads gives (numba's plus the extra), and the spare's id is in it."""
     x = np.arange(1 << 20, dtype=np.float64)
     loops = pool.loops()
     for _ in range(20):
-        assert _as_program_thread(_total, x) == x.sum()
+        assert _as_program_thread(_total, x, busy=busy) == x.sum()
     assert pool.loops() > loops or numba.config.NUMBA_NUM_THREADS < 2
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs two threads")
+def test_a_busy_machine_gives_a_programs_loops_the_spare_thread_and_only_for_that_run():
+    n = numba.config.NUMBA_NUM_THREADS
+    assert _as_program_thread(_num_threads, busy=True) == n + pool.SPARE
+    assert _as_program_thread(_num_threads, busy=False) == n
+    assert _num_threads() == n  # not a program's thread, or after the run: numba's own count
+    for _ in range(10):
+        ids, flag = np.full(CHUNKS, -1, np.int64), np.zeros(1, np.int64)
+        _as_program_thread(_who_runs, ids, flag, busy=True)
+        assert ((ids >= 0) & (ids < n + pool.SPARE)).all(), ids
 
 
 def test_two_program_threads_at_once_both_get_their_results():
@@ -131,7 +162,7 @@ def test_a_forked_child_runs_its_loops_and_starts_a_pool_of_its_own():
         "assert run()\n"
         "pid = os.fork()\n"
         "if pid == 0:\n"
-        "    os._exit(0 if run() and run() and pool.workers() == numba.config.NUMBA_NUM_THREADS - 1 else 3)\n"
+        "    os._exit(0 if run() and run() and pool.workers() == numba.config.NUMBA_NUM_THREADS - 1 + pool.SPARE else 3)\n"
         "_, status = os.waitpid(pid, 0)\n"
         "print('child', os.waitstatus_to_exitcode(status), 'parent', run())\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
