@@ -574,7 +574,9 @@ class Lowering:
             if isinstance(b, RowBuffer):
                 inner = idx[b.n_outer:]
                 parts = [i.text for i in inner] or ["0"]
-                e = self.temp(b.kind.load(load_text(b.name, parts)), inner or idx[: b.n_outer])
+                # The row's outer index too: the buffer holds another row at each outer index, so
+                # a load at constant inner indices (a slice of one column) stays in the row loop.
+                e = self.temp(b.kind.load(load_text(b.name, parts)), idx)
             else:
                 e = self.temp(b.kind.load(load_text(b.name, [i.text for i in idx])), idx)
         else:

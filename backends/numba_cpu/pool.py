@@ -233,7 +233,8 @@ def set_extra(slot: int, extra: int) -> None:
     two spinning processes gets one of two cores, and on three 1.2 of them, as XLA's pool does
     (its threads with the caller: 1.1-1.2 cores under ``bench --under-load 2``). The chunks go
     to whichever thread claims them, so a thread the scheduler does not run costs a loop
-    nothing; on an idle machine the spare stays asleep, one thread per core being faster there.
+    nothing. On an idle machine (one thread per core is faster there) the spare takes no part:
+    woken with the other workers at each loop, it goes back to sleep at once, without spinning.
 
     numba sizes a parallel reduction's partial results by ``get_num_threads`` and indexes them
     by ``get_thread_id``: the pool defines the first again as well, as numba's count plus the

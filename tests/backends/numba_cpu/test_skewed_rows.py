@@ -92,3 +92,27 @@ def test_only_a_last_member_using_the_divider_is_skewed(compiler, tail, skewed):
     x = _input(24, 80, 3)
     with np.errstate(all="ignore"):
         assert_same_bits(eager_program(text).run([x]), program.run([x]), tail)
+
+
+def _plus_one_column(tail: str, rows: int, cols: int, col: int) -> str:
+    """Softmax, plus the exponentials' column ``col`` broadcast along each row: a row buffer read
+    at a constant column (found by a second reader: the load went above the row loop)."""
+    t = f"tensor<{rows}x{cols}xf32>"
+    body = _softmax(rows, cols, tail=tail).rsplit("  return", 1)[0]
+    return body + f"""  %c = stablehlo.slice %e [0:{rows}, {col}:{col + 1}] : ({t}) -> tensor<{rows}x1xf32>
+  %cb = stablehlo.broadcast_in_dim %c, dims = [0, 1] : (tensor<{rows}x1xf32>) -> {t}
+  %out2 = stablehlo.add %out, %cb : {t}
+  return %out2 : {t}
+}}
+"""
+
+
+@pytest.mark.parametrize("tail, skewed", [("divide", True), ("multiply", False)])
+@pytest.mark.parametrize("col", [0, 23])
+def test_a_row_buffer_read_at_a_constant_column_is_read_in_each_row(compiler, tail, skewed, col):
+    text = _plus_one_column(tail, 11, 24, col)
+    program = compiler.compile(text)
+    assert bool(SKEWED_LOOP.search(program.source)) == skewed, program.source
+    x = _input(11, 24, 11)
+    with np.errstate(all="ignore"):
+        assert_same_bits(eager_program(text).run([x]), program.run([x]), f"{tail}, column {col}")
