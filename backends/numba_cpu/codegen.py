@@ -978,12 +978,13 @@ class Lowering:
                     if v in local and v.tensor_type.rank:
                         kind = self.kind(v)
                         inner = v.tensor_type.shape[len(outer):]
+                        empty = f"np.empty({tuple(inner) or (1,)!r}, {kind.np_name})"
                         name = self.fresh("row")
-                        chunk_scope.emit(f"{name} = np.empty({tuple(inner) or (1,)!r}, {kind.np_name})")
+                        chunk_scope.emit(f"{name} = {empty}")
                         self.env[v] = RowBuffer(name, kind, len(outer))
                         if skew:
                             previous = self.fresh("row")
-                            chunk_scope.emit(f"{previous} = np.empty({tuple(inner) or (1,)!r}, {kind.np_name})")
+                            chunk_scope.emit(f"{previous} = {empty}")
                             pairs.append((v, name, previous))
             streamed = self._stream_outputs(group, local, chunk_scope, split if parallel else -1)
             self._alloc_lane_buffers(group, chunk_scope)
@@ -1118,12 +1119,7 @@ class Lowering:
                 accs.append((op, names, reducer(self, op)))
 
             def body(full: tuple[Expr, ...]) -> None:
-                for v in m.values:
-                    if v in reduced:
-                        continue
-                    e = self.compute(v, full)
-                    self.memo[(v.id, tuple(i.text for i in full))] = e
-                    self.store(v, full, e)
+                self._store_values([v for v in m.values if v not in reduced], full)
                 for op, names, combine in accs:
                     xs = [self.read(v, full) for v in op.operands[: len(names)]]
                     new = combine([Expr(a, self.scope) for a in names], xs)
@@ -1235,13 +1231,8 @@ class Lowering:
             now, then = (Expr(var, loop, var),), (Expr(before, loop, before),)
 
             def tail_work(full: tuple[Expr, ...]) -> None:
-                idx = then + full[1:]
-                key = tuple(i.text for i in idx)
                 with self._previous_rows(pairs):
-                    for v in tail.values:
-                        e = self.compute(v, idx)
-                        self.memo[(v.id, key)] = e
-                        self.store(v, idx, e)
+                    self._store_values(tail.values, then + full[1:])
 
             for m in head[:-1]:
                 self.emit_member(m, now)
@@ -1271,6 +1262,14 @@ class Lowering:
             yield
         finally:
             self.env.update(saved)
+
+    def _store_values(self, values: Iterable[Value], idx: tuple[Expr, ...]) -> None:
+        """Compute each of ``values`` at ``idx``, remember it there and store it."""
+        key = tuple(i.text for i in idx)
+        for v in values:
+            e = self.compute(v, idx)
+            self.memo[(v.id, key)] = e
+            self.store(v, idx, e)
 
     def store(self, v: Value, idx: tuple[Expr, ...], e: Expr) -> None:
         b = self.env.get(v)
