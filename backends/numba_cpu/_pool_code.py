@@ -1,5 +1,5 @@
 """The compiled side of .pool: intrinsics, the claim loop, ``numba_parallel_for``,
-``get_thread_id`` and the workers' loop, as numba cfuncs (Linux x86-64 only: the system call
+``get_thread_id``, ``get_num_threads`` and the workers' loop, as numba cfuncs (Linux x86-64 only: the system call
 numbers and ``pause`` are that ABI's, so only :func:`.pool.install` imports this module, after
 checking the platform and registering the symbols it uses)."""
 
@@ -171,49 +171,48 @@ def _call_kernel(typingctx, fn, args, dims, steps, data):
     return types.none(types.int64, types.int64, types.int64, types.int64, types.int64), codegen
 
 
+def _layer_callee(builder: ir.IRBuilder, word: int, fnty: ir.FunctionType) -> ir.Value:
+    """The numba layer function whose address is at state ``word``, as a ``fnty`` pointer."""
+    address = builder.load_atomic(_word(builder, _i64(word)), "seq_cst", 8)
+    return builder.inttoptr(address, fnty.as_pointer())
+
+
 @intrinsic
 def _call_layer_for(typingctx, fn, args, dims, steps, data, ndim, count, threads):
     """Call numba's layer's ``parallel_for``."""
     def codegen(context, builder, sig, a):
-        fnty = ir.FunctionType(ir.VoidType(), [_i8p] * 5 + [_i64] * 3)
-        callee = builder.inttoptr(builder.load_atomic(_word(builder, _i64(_LAYER_FOR)), "seq_cst", 8),
-                                  fnty.as_pointer())
+        callee = _layer_callee(builder, _LAYER_FOR, ir.FunctionType(ir.VoidType(), [_i8p] * 5 + [_i64] * 3))
         builder.call(callee, [builder.inttoptr(v, _i8p) for v in a[:5]] + list(a[5:]))
         return context.get_dummy_value()
 
     return types.none(*([types.int64] * 8)), codegen
 
 
-@intrinsic
-def _call_layer_id(typingctx):
-    """numba's layer's ``get_thread_id``."""
-    def codegen(context, builder, sig, args):
-        fnty = ir.FunctionType(_i64, [])
-        callee = builder.inttoptr(builder.load_atomic(_word(builder, _i64(_LAYER_ID)), "seq_cst", 8),
-                                  fnty.as_pointer())
-        return builder.call(callee, [])
+def _layer_query(name: str, word: int, doc: str):
+    """An intrinsic calling the numba layer function at state ``word``, which takes no
+    arguments and returns an int64."""
+    def typer(typingctx):
+        def codegen(context, builder, sig, args):
+            return builder.call(_layer_callee(builder, word, ir.FunctionType(_i64, [])), [])
 
-    return types.int64(), codegen
+        return types.int64(), codegen
+
+    typer.__name__, typer.__doc__ = name, doc
+    return intrinsic(typer)
 
 
-@intrinsic
-def _call_layer_num(typingctx):
-    """numba's layer's ``get_num_threads`` (the calling thread's count)."""
-    def codegen(context, builder, sig, args):
-        fnty = ir.FunctionType(_i64, [])
-        callee = builder.inttoptr(builder.load_atomic(_word(builder, _i64(_LAYER_NUM)), "seq_cst", 8),
-                                  fnty.as_pointer())
-        return builder.call(callee, [])
-
-    return types.int64(), codegen
+_call_layer_id = _layer_query("_call_layer_id", _LAYER_ID, "numba's layer's ``get_thread_id``.")
+_call_layer_num = _layer_query("_call_layer_num", _LAYER_NUM,
+                               "numba's layer's ``get_num_threads`` (the calling thread's count).")
 
 
 @njit(cache=True)
-def _is_runner(tid):  # pragma: no cover
+def _runner_slot(tid):  # pragma: no cover
+    """The slot of the thread ``tid`` among those running a program, or -1."""
     for slot in range(_MAX_RUNNERS):
         if _load(_RUNNERS + slot) == tid:
-            return True
-    return False
+            return slot
+    return -1
 
 
 @njit(cache=True)
@@ -264,13 +263,12 @@ def _run_alone(fn, args, dims, steps, data, ndim, count):  # pragma: no cover
 
 @cfunc(types.void(*([types.int64] * 8)), cache=True)
 def _parallel_for(fn, args, dims, steps, data, ndim, count, threads):  # pragma: no cover
-    if not _is_runner(_gettid()) or count > _MAX_ARGS or ndim + 1 > _MAX_DIMS:
+    if _runner_slot(_gettid()) < 0 or count > _MAX_ARGS or ndim + 1 > _MAX_DIMS:
         # numba's layer runs at most its own count of threads (a runner's extra is the pool's).
         _call_layer_for(fn, args, dims, steps, data, ndim, count, min(threads, _call_layer_num()))
         return
     total = _peek(dims, 0)
-    if threads > _load(_WORKERS) + 1:  # an extra thread (.pool.set_extra) with no worker for it
-        threads = _load(_WORKERS) + 1
+    threads = min(threads, _load(_WORKERS) + 1)  # no more threads than the pool has (.pool.set_extra)
     if threads <= 1 or total <= 1 or _load(_WORKERS) == 0 or not _cas(_BUSY, 0, 1):
         _run_alone(fn, args, dims, steps, data, ndim, count)
         return
@@ -315,7 +313,7 @@ def _get_thread_id():  # pragma: no cover
     for k in range(1, workers + 1):
         if _load(_WORKER_TIDS + k) == tid:
             return k
-    if _is_runner(tid):
+    if _runner_slot(tid) >= 0:
         return 0
     return _call_layer_id()
 
@@ -324,10 +322,9 @@ def _get_thread_id():  # pragma: no cover
 def _get_num_threads():  # pragma: no cover
     n = _call_layer_num()
     if n > 1:
-        tid = _gettid()
-        for slot in range(_MAX_RUNNERS):
-            if _load(_RUNNERS + slot) == tid:
-                return n + _load(_RUNNER_EXTRA + slot)
+        slot = _runner_slot(_gettid())
+        if slot >= 0:
+            return n + _load(_RUNNER_EXTRA + slot)
     return n
 
 
