@@ -289,6 +289,47 @@ def test_select_gives_np_where_bits_for_every_element_type(dtype):
               sig=f"({type_of(mask)}, {type_of(empty)}, {type_of(empty)}) -> {type_of(empty)}").shape == (0, 4)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, bf16, np.bool_])
+@pytest.mark.parametrize("temporaries", ["on_true", "on_false", "both", "all three"])
+def test_select_into_the_storage_of_an_operand_nothing_reads_again(monkeypatch, dtype, temporaries):
+    """An operand computed in the program and read by nothing else may take the result (the
+    interpreter offers it): the bits stay np.where's whichever operand it is, and a bool select
+    is never given its own predicate to write into."""
+    from pjrt_hub.backends.reference.interpreter import Execution
+
+    given = []
+    offer = Execution.donor
+
+    def donor(self, shape, dt):
+        array = offer(self, shape, dt)
+        given.append(array is not None)
+        return array
+
+    monkeypatch.setattr(Execution, "donor", donor)
+    rng = np.random.default_rng(3)
+    bits = rng.integers(0, 256, (2, 5, 40 * np.dtype(dtype).itemsize), dtype=np.uint8)
+    a, b = (x.view(dtype) if dtype is not np.bool_ else x % 2 == 1 for x in bits)
+    pred = rng.random(a.shape) < 0.5
+    ty, pty = type_of(a), type_of(pred)
+    # ``not`` on bools, a negation that keeps every bit pattern but the sign's on floats.
+    flip = "stablehlo.not" if dtype is np.bool_ else "stablehlo.negate"
+    t = f"{flip} %a : {ty}" if temporaries in ("on_true", "both", "all three") else None
+    f = f"{flip} %b : {ty}" if temporaries in ("on_false", "both", "all three") else None
+    p = f"stablehlo.not %p : {pty}" if temporaries == "all three" else None
+    lines = [f"%{name} = {body}" for name, body in (("t", t), ("f", f), ("q", p)) if body]
+    text = (f"func.func @main(%p: {pty}, %a: {ty}, %b: {ty}) -> {ty} {{\n  "
+            + "\n  ".join(lines)
+            + f"\n  %r = stablehlo.select %{'q' if p else 'p'}, %{'t' if t else 'a'}, %{'f' if f else 'b'}"
+            f" : {pty}, {ty}\n  return %r : {ty}\n}}\n")
+    from .ref_run import run
+
+    out = run(text, pred, a, b)
+    assert given[-1] is True  # select was offered an operand's storage
+    on_true = ev(flip + " %x0", a) if t else a
+    on_false = ev(flip + " %x0", b) if f else b
+    assert out.tobytes() == np.where(~pred if p else pred, on_true, on_false).tobytes()
+
+
 def test_bf16_arithmetic_is_computed_in_f32_and_rounded():
     a = np.array([1.0, 3.0, 100.0], dtype=bf16)
     b = np.array([2 ** -8, 2 ** -7, 0.7], dtype=bf16)
