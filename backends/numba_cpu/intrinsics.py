@@ -515,6 +515,50 @@ def stream_fence(typingctx):
 __all__ += ["stream_fence", "stream_row"]
 
 
+_LINE = 64  # bytes per cache line on every x86-64 and most other cores
+
+
+@intrinsic
+def prefetch_span(typingctx, arr, offset, count):
+    """Ask for the cache lines of the flat elements ``[offset, offset + count)`` of ``arr`` (C
+    contiguous; other layouts are left alone) to be brought in ahead of their reads
+    (``prefetcht0``), clipped to the array. No effect on any value: a hint, which never faults."""
+    if not (isinstance(arr, types.Array) and isinstance(offset, types.Integer) and isinstance(count, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        from numba.core import cgutils
+
+        aty = sig.args[0]
+        if aty.layout != "C":
+            return context.get_dummy_value()
+        ary = context.make_array(aty)(context, builder, args[0])
+        i8p, i32, i64 = ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(64)
+        start = context.cast(builder, args[1], sig.args[1], types.int64)
+        end = builder.add(start, context.cast(builder, args[2], sig.args[2], types.int64))
+        nitems = builder.sext(ary.nitems, i64) if ary.nitems.type.width < 64 else ary.nitems
+        zero = ir.Constant(i64, 0)
+        start = builder.select(builder.icmp_signed("<", start, zero), zero, start)
+        end = builder.select(builder.icmp_signed(">", end, nitems), nitems, end)
+        itemsize = ir.Constant(i64, context.get_abi_sizeof(context.get_data_type(aty.dtype)))
+        nbytes = builder.mul(builder.sub(end, start), itemsize)
+        lines = builder.sdiv(builder.add(nbytes, ir.Constant(i64, _LINE - 1)), ir.Constant(i64, _LINE))
+        lines = builder.select(builder.icmp_signed("<", lines, zero), zero, lines)
+        base = builder.gep(builder.bitcast(ary.data, i8p), [builder.mul(start, itemsize)])
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0")
+        # read, keep in all cache levels, data cache
+        flags = [ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)]
+        with cgutils.for_range(builder, lines) as loop:
+            builder.call(fn, [builder.gep(base, [builder.mul(loop.index, ir.Constant(i64, _LINE))])] + flags)
+        return context.get_dummy_value()
+
+    return types.none(arr, offset, count), codegen
+
+
+__all__ += ["prefetch_span"]
+
+
 def _item_pointer(context, builder, aryty, ary_val, idxty, idx_val):
     from numba.core import cgutils
 

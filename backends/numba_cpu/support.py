@@ -22,7 +22,7 @@ from pjrt_hub.backends.stablehlo.fft import fft_host
 from . import boxing, linalg, special, vecmath
 from .threads import blas_threads, dot_in_blocks
 from .intrinsics import (
-    advise_hugepages, ld, st, stream_fence, stream_row,
+    advise_hugepages, ld, prefetch_span, st, stream_fence, stream_row,
     bitcast, ctlz, ctpop, f2i, fabs, fcmp_total, fceil, fcopysign, ffloor, fmaximum, fminimum,
     fround_afz, fround_even, fsqrt, ftrunc, i2f, i2i, iadd, iand, icmp, idiv, imul, inot, ior,
     irem, isub, ixor, radd, rmax, rmin, rmul, shl, shr_arith, shr_logical, wide_vectors,
@@ -39,7 +39,7 @@ from .vecmath import (
 boxing.install()
 
 __all__ = [
-    "advise_hugepages", "stream_fence", "stream_row", "blas_threads", "dot_in_blocks", "ld", "st", "lanes_add", "lanes_reset", "lanes_row", "lanes_total", "bitcast", "ctlz", "ctpop", "f2i", "fabs", "fcmp_total", "fceil", "fcopysign", "ffloor",
+    "advise_hugepages", "prefetch_span", "stream_fence", "stream_row", "blas_threads", "dot_in_blocks", "ld", "st", "lanes_add", "lanes_reset", "lanes_row", "lanes_total", "bitcast", "ctlz", "ctpop", "f2i", "fabs", "fcmp_total", "fceil", "fcopysign", "ffloor",
     "fmaximum", "fminimum", "fround_afz", "fround_even", "fsqrt", "ftrunc", "i2f", "i2i", "iadd",
     "iand", "icmp", "idiv", "imul", "inot", "ior", "irem", "isub", "ixor", "radd", "rmax", "rmin",
     "rmul", "shl", "shr_arith", "shr_logical", "wide_vectors",
