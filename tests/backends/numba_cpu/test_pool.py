@@ -13,6 +13,8 @@ import numba
 import numpy as np
 import pytest
 
+from numba import types
+from numba.core.extending import intrinsic
 from numba.np.ufunc.parallel import _iget_num_threads
 
 from pjrt_hub.backends.numba_cpu import pool, threads
@@ -25,6 +27,17 @@ CHUNKS = 32
 _WAIT = 20_000_000  # system calls chunk 0 waits for another thread's chunk at most (~2-5 s)
 
 
+@intrinsic
+def _read_now(typingctx, flag):
+    """``flag[0]`` (int64) loaded from memory at each call: an atomic load, which the compiler
+    neither hoists out of a loop nor keeps in a register (a plain read of it was hoisted)."""
+    def codegen(context, builder, sig, args):
+        array = context.make_array(sig.args[0])(context, builder, args[0])
+        return builder.load_atomic(array.data, "seq_cst", 8)
+
+    return types.int64(flag), codegen
+
+
 @numba.njit(parallel=True, cache=False, nogil=True)
 def _who_runs(ids, flag):
     """Record ``get_thread_id`` per chunk. Chunk 0 waits (bounded) until some chunk other than
@@ -33,18 +46,24 @@ def _who_runs(ids, flag):
         ids[c] = numba.get_thread_id()
         if c == 0:
             n = 0
-            while flag[0] == 0 and n < _WAIT:
+            while _read_now(flag) == 0 and n < _WAIT:
                 n += 1
-                _pool_code._gettid()  # a call the compiler cannot see into: flag[0] is read again
+                _pool_code._gettid()
         else:
             flag[0] = 1
 
 
 @numba.njit(parallel=True, cache=False, nogil=True)
 def _total(x):
+    # A parfor reduction over chunks, as the generated code's loops are: a program's thread
+    # runs one task per iteration (threads.apply), so a prange over every element would be a
+    # million tasks. Exact for integers in float64 in any order.
     s = 0.0
-    for i in numba.prange(x.size):
-        s += x[i]
+    for c in numba.prange(CHUNKS):
+        part = 0.0
+        for i in range(c * x.size // CHUNKS, (c + 1) * x.size // CHUNKS):
+            part += x[i]
+        s += part
     return s
 
 
@@ -119,6 +138,7 @@ def test_a_busy_machine_gives_a_programs_loops_the_spare_thread_and_only_for_tha
         ids, flag = np.full(CHUNKS, -1, np.int64), np.zeros(1, np.int64)
         _as_program_thread(_who_runs, ids, flag, busy=True)
         assert ((ids >= 0) & (ids < n + pool.SPARE)).all(), ids
+        assert (ids >= 1).any(), ids  # chunk 0 waited for another thread's chunk
 
 
 def test_two_program_threads_at_once_both_get_their_results():
