@@ -534,16 +534,18 @@ def prefetch_span(typingctx, arr, offset, count):
             return context.get_dummy_value()
         ary = context.make_array(aty)(context, builder, args[0])
         i8p, i32, i64 = ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(64)
-        start = context.cast(builder, args[1], sig.args[1], types.int64)
-        end = builder.add(start, context.cast(builder, args[2], sig.args[2], types.int64))
         nitems = builder.sext(ary.nitems, i64) if ary.nitems.type.width < 64 else ary.nitems
         zero = ir.Constant(i64, 0)
-        start = builder.select(builder.icmp_signed("<", start, zero), zero, start)
-        end = builder.select(builder.icmp_signed(">", end, nitems), nitems, end)
+
+        def clip(value, high):  # into [0, high], with no sum that could overflow
+            value = builder.select(builder.icmp_signed("<", value, zero), zero, value)
+            return builder.select(builder.icmp_signed(">", value, high), high, value)
+
+        start = clip(context.cast(builder, args[1], sig.args[1], types.int64), nitems)
+        count = clip(context.cast(builder, args[2], sig.args[2], types.int64), builder.sub(nitems, start))
         itemsize = ir.Constant(i64, context.get_abi_sizeof(context.get_data_type(aty.dtype)))
-        nbytes = builder.mul(builder.sub(end, start), itemsize)
-        lines = builder.sdiv(builder.add(nbytes, ir.Constant(i64, _LINE - 1)), ir.Constant(i64, _LINE))
-        lines = builder.select(builder.icmp_signed("<", lines, zero), zero, lines)
+        nbytes = builder.mul(count, itemsize)
+        lines = builder.udiv(builder.add(nbytes, ir.Constant(i64, _LINE - 1)), ir.Constant(i64, _LINE))
         base = builder.gep(builder.bitcast(ary.data, i8p), [builder.mul(start, itemsize)])
         fn = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0")

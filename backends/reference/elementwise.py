@@ -647,7 +647,7 @@ def _clamp(ctx, op, lo, x, hi):
         # numpy's clip is one vectorised pass (the composition below is four); it differs from
         # the spec's IEEE maximum/minimum only where the result is a zero (which zero) or a NaN
         # (which NaN), so those places take the composition (a relu6 has many zeros).
-        clipped = np.clip(x, lo, hi)
+        clipped = np.asarray(np.clip(x, lo, hi))  # an array even for 0-d operands (a scalar otherwise)
         if clipped.all() and not np.isnan(np.max(clipped, initial=0)):  # NaN if any is
             return clipped
         special = (clipped == 0) | np.isnan(clipped)

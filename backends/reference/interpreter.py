@@ -590,9 +590,10 @@ def _sort(ctx: Execution, op: Op, *inputs):
             earlier = np.tril(np.ones((n, n), dtype=bool), -1)  # j < i
             rank = before.sum(axis=2) + (equal & earlier[None]).sum(axis=2)
             rows_idx = np.arange(rank.shape[0])[:, None]
-            order[start:start + rows][rows_idx, rank] = np.arange(n)[None, :]
             # A comparator that orders nothing consistently (a bare float compare meeting NaNs)
-            # gives colliding ranks: those rows are sorted one comparison at a time below.
+            # gives colliding ranks, and one that holds for an element against itself ranks
+            # past the row: those rows are sorted one comparison at a time below.
+            order[start:start + rows][rows_idx, np.minimum(rank, n - 1)] = np.arange(n)[None, :]
             bad = np.flatnonzero((np.sort(rank, axis=1) != np.arange(n)[None, :]).any(axis=1))
             for b in (start + bad).tolist():
                 order[b] = sorted(range(n), key=functools.cmp_to_key(functools.partial(compare, b)))

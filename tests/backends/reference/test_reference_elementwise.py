@@ -271,6 +271,27 @@ def test_clamp_gives_the_bits_of_ieee_maximum_then_minimum_for_every_special_bou
     assert out.view(ints).tolist() == ieee_minimum(ieee_maximum(x, lo), hi).view(ints).tolist()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_clamp_of_scalars_with_a_zero_or_nan_result(dtype):
+    """0-d operands: np.clip gives a numpy scalar, and the zero and NaN results are fixed up
+    in place (a scalar took no item assignment)."""
+    ints = np.dtype(f"u{np.dtype(dtype).itemsize}")
+    cases = [(0.0, -0.0, 1.0), (-0.0, 0.0, 1.0), (-1.0, -0.0, 0.0), (0.0, np.nan, 1.0), (-1.0, 5.0, 0.0),
+             (np.nan, 0.5, 1.0), (-2.0, 0.5, 1.0)]
+    for lo, x, hi in cases:
+        lo, x, hi = (np.array(v, dtype) for v in (lo, x, hi))
+        out = ev("stablehlo.clamp %x0, %x1, %x2", lo, x, hi)
+        expected = ieee_minimum_of_maximum(x, lo, hi)
+        assert out.shape == () and out.dtype == dtype
+        assert out.view(ints) == expected.view(ints), (lo, x, hi, out, expected)
+
+
+def ieee_minimum_of_maximum(x, lo, hi):
+    from pjrt_hub.backends.reference.elementwise import ieee_maximum, ieee_minimum
+
+    return np.asarray(ieee_minimum(ieee_maximum(x, lo), hi))
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, bf16, np.int8, np.int64,
                                    np.uint16, np.complex64, np.bool_])
 def test_select_gives_np_where_bits_for_every_element_type(dtype):
