@@ -90,11 +90,15 @@ from numba.core.extending import intrinsic
 from . import pool
 from .kernels import LARGE_DOT_MACS, SMALL_DOT_MACS
 
-__all__ = ["LARGE_DOT_MACS", "SMALL_DOT_MACS", "SAMPLE_S", "apply", "blas_threads", "dot_in_blocks", "restore",
+__all__ = ["LARGE_DOT_MACS", "SMALL_DOT_MACS", "SAMPLE_S", "STALE_S", "apply", "blas_threads", "dot_in_blocks", "restore",
            "set_dot_blocks", "usable_threads", "work_stealing"]
 
 #: How old the load figure may be before it is sampled again, in seconds.
 SAMPLE_S = 0.2
+#: A load figure averaged over a longer time than this (seconds) is checked against the threads
+#: runnable now: it may hold a burst of other work that has ended since (another process's
+#: turn, a build step), which would otherwise cost the next runs their threads.
+STALE_S = 0.4
 
 _SYMBOL = "pjrt_hub_numba_cpu_blas_threads_local"
 
@@ -264,11 +268,22 @@ def _busy_seconds() -> float | None:
     return (sum(values) - values[3] - values[4]) / _TICK
 
 
+def _runnable_now() -> int | None:
+    """Threads runnable on the machine at this instant (``/proc/loadavg``'s fourth field, this
+    one included), or None."""
+    try:
+        with open("/proc/loadavg", "rb") as fh:
+            return int(fh.read().split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def usable_threads(limit: int) -> int:
     """The cores other processes left free lately (at least 1, at most ``limit``).
 
     Busy time of the whole machine minus this process's own CPU time, over the last
-    :data:`SAMPLE_S` or more; until there are two samples, ``limit``."""
+    :data:`SAMPLE_S` or more; over more than :data:`STALE_S`, at most the other threads
+    runnable now; until there are two samples, ``limit``."""
     now = time.monotonic()
     last = _last
     if now - last.when < SAMPLE_S and last.threads:
@@ -279,6 +294,10 @@ def usable_threads(limit: int) -> int:
     own = time.process_time()
     if last.when and now > last.when:
         others = max(0.0, (busy - last.busy) - (own - last.own)) / (now - last.when)
+        if now - last.when > STALE_S:
+            runnable = _runnable_now()
+            if runnable is not None:
+                others = min(others, float(max(0, runnable - 1)))
         last.threads = max(1, int(_CORES - others + 0.5))
     last.when, last.busy, last.own = now, busy, own
     return min(limit, last.threads) if last.threads else limit

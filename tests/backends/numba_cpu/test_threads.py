@@ -3,6 +3,8 @@ load, mid-size programs run inline (no hand-off to a worker thread)."""
 
 from __future__ import annotations
 
+import os
+
 import numba
 import numpy as np
 import pytest
@@ -158,6 +160,7 @@ def test_usable_threads_leaves_the_cores_other_processes_use(monkeypatch):
     monkeypatch.setattr(threads, "_busy_seconds", lambda: clock["busy"])
     monkeypatch.setattr(threads.time, "monotonic", lambda: clock["t"])
     monkeypatch.setattr(threads.time, "process_time", lambda: clock["own"])
+    monkeypatch.setattr(threads, "_runnable_now", lambda: None)  # no instant figure: the averages
 
     def after(seconds, busy, own):
         clock["t"] += seconds
@@ -172,6 +175,48 @@ def test_usable_threads_leaves_the_cores_other_processes_use(monkeypatch):
     assert after(1.0, 1.3, 0.3) == 1  # one core taken by others
     assert after(1.0, 0.4, 0.0) == 2  # a little background work leaves both
     assert threads.usable_threads(1) == 1
+
+
+def test_a_burst_of_other_work_that_has_ended_leaves_the_cores_free(monkeypatch):
+    """Over a long window the average holds past load (another process's turn in a benchmark):
+    the threads runnable now bound it, so a burst that has ended costs no threads, and one that
+    goes on still does. Over a short window the average alone decides."""
+    clock = {"t": 100.0, "busy": 1000.0, "own": 5.0}
+    runnable = {"now": 1}
+    monkeypatch.setattr(threads, "_CORES", 2)
+    monkeypatch.setattr(threads, "_last", threads._Sample())
+    monkeypatch.setattr(threads, "_busy_seconds", lambda: clock["busy"])
+    monkeypatch.setattr(threads.time, "monotonic", lambda: clock["t"])
+    monkeypatch.setattr(threads.time, "process_time", lambda: clock["own"])
+    monkeypatch.setattr(threads, "_runnable_now", lambda: runnable["now"])
+
+    def after(seconds, busy, now):
+        clock["t"] += seconds
+        clock["busy"] += busy
+        runnable["now"] = now
+        return threads.usable_threads(8)
+
+    threads.usable_threads(8)
+    # Others kept both cores busy for most of the last second, and have stopped: this thread
+    # is the only one runnable.
+    assert after(1.0, 1.6, 1) == 2
+    # They go on: two of them runnable besides this thread.
+    assert after(1.0, 1.6, 3) == 1
+    # One of them goes on.
+    assert after(1.0, 1.6, 2) == 1
+    # Within STALE_S of the last sample, the average alone, whatever runs now.
+    assert after(threads.STALE_S * 0.9, threads.STALE_S * 0.9 * 2, 1) == 1
+    # No instant figure (no /proc/loadavg): the average.
+    monkeypatch.setattr(threads, "_runnable_now", lambda: None)
+    assert after(1.0, 2.0, 1) == 1
+
+
+def test_runnable_now_reads_the_machine():
+    n = threads._runnable_now()
+    if os.path.exists("/proc/loadavg"):
+        assert n is not None and n >= 1  # this thread, at least
+    else:
+        assert n is None
 
 
 def test_mid_size_programs_run_inline(tmp_path, monkeypatch):
