@@ -411,6 +411,11 @@ _HUGE = 1 << 21  # 2 MiB transparent huge pages
 _MADV_HUGEPAGE = 14
 
 
+def _itemsize(context, aty: types.Array) -> int:
+    """Bytes per element of arrays of type ``aty``."""
+    return context.get_abi_sizeof(context.get_data_type(aty.dtype))
+
+
 @intrinsic
 def advise_hugepages(typingctx, arr):
     """Ask the kernel to back a large array with transparent huge pages (``madvise``), as numpy
@@ -424,7 +429,7 @@ def advise_hugepages(typingctx, arr):
         ary = context.make_array(sig.args[0])(context, builder, args[0])
         i64 = ir.IntType(64)
         data = builder.ptrtoint(ary.data, i64)
-        itemsize = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(sig.args[0].dtype)))
+        itemsize = context.get_constant(types.intp, _itemsize(context, sig.args[0]))
         nbytes = builder.mul(ary.nitems, itemsize)
         mask = ir.Constant(i64, ~(_HUGE - 1))
         start = builder.and_(builder.add(data, ir.Constant(i64, _HUGE - 1)), mask)
@@ -465,7 +470,7 @@ def stream_row(typingctx, dst, offset, src):
         src_ary = context.make_array(sty)(context, builder, args[2])
         i8p = ir.IntType(8).as_pointer()
         i64 = ir.IntType(64)
-        itemsize = ir.Constant(i64, context.get_abi_sizeof(context.get_data_type(dty.dtype)))
+        itemsize = ir.Constant(i64, _itemsize(context, dty))
         start = builder.mul(context.cast(builder, args[1], sig.args[1], types.int64), itemsize)
         dptr = builder.gep(builder.bitcast(dst_ary.data, i8p), [start])
         sptr = builder.bitcast(src_ary.data, i8p)
@@ -543,7 +548,7 @@ def prefetch_span(typingctx, arr, offset, count):
 
         start = clip(context.cast(builder, args[1], sig.args[1], types.int64), nitems)
         count = clip(context.cast(builder, args[2], sig.args[2], types.int64), builder.sub(nitems, start))
-        itemsize = ir.Constant(i64, context.get_abi_sizeof(context.get_data_type(aty.dtype)))
+        itemsize = ir.Constant(i64, _itemsize(context, aty))
         nbytes = builder.mul(count, itemsize)
         lines = builder.udiv(builder.add(nbytes, ir.Constant(i64, _LINE - 1)), ir.Constant(i64, _LINE))
         base = builder.gep(builder.bitcast(ary.data, i8p), [builder.mul(start, itemsize)])

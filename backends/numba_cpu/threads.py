@@ -293,8 +293,9 @@ def usable_threads(limit: int) -> int:
         return limit
     own = time.process_time()
     if last.when and now > last.when:
-        others = max(0.0, (busy - last.busy) - (own - last.own)) / (now - last.when)
-        if now - last.when > STALE_S:
+        window = now - last.when
+        others = max(0.0, (busy - last.busy) - (own - last.own)) / window
+        if window > STALE_S:
             runnable = _runnable_now()
             if runnable is not None:
                 others = min(others, float(max(0, runnable - 1)))
