@@ -20,6 +20,7 @@ Runs per program follow a time budget there, so that a 20 us program is timed hu
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -34,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -546,7 +547,12 @@ def bench(registry: Any, plugins: Sequence[str], programs: Iterable[str] | None 
     rows: list[dict[str, Any]] = []
     tiny: dict[str, float] = {}
     extra: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="pjrt-hub-bench-") as cache:
+    machine = None
+    if "numba_cpu" in plugins:
+        if progress is not None:
+            progress(0, total, "numba_cpu's machine kernels (built once per machine)")
+        machine = _machine_kernels_for_children()
+    with tempfile.TemporaryDirectory(prefix="pjrt-hub-bench-") as cache, _machine_folder(machine):
         if spread or under_load:
             rows, extra = _stability(plugins, names, spread, under_load, runs, library, cache, progress,
                                      own_sessions, fastest_of)
@@ -575,7 +581,35 @@ def bench(registry: Any, plugins: Sequence[str], programs: Iterable[str] | None 
     _add_ratios(rows)
     return {"programs": rows, "tiny_execute_us": tiny.get(plugins[0]) if plugins else None,
             "tiny_execute_us_by_plugin": tiny, "plugins": list(plugins), "suite": suite,
-            "summary": summarise(rows, plugins, fastest_of), **extra}
+            "summary": summarise(rows, plugins, fastest_of),
+            "machine_kernels": None if machine is None else machine[1], **extra}
+
+
+def _machine_kernels_for_children() -> tuple[str, str]:
+    """numba_cpu's machine kernels (:mod:`pjrt_hub.backends.numba_cpu.machine_kernels`), built
+    now if this machine has none yet: compiled once per machine, not per program, they are not
+    part of a cold compile, so the measuring processes, whose program cache is empty, read them
+    from the machine's folder. Returns that folder and what became of them."""
+    from pjrt_hub.backends.numba_cpu import machine_kernels
+
+    return str(machine_kernels.directory()), machine_kernels.ensure_built()
+
+
+@contextlib.contextmanager
+def _machine_folder(machine: tuple[str, str] | None) -> Iterator[None]:
+    """``PJRT_HUB_MACHINE_CACHE`` set to ``machine``'s folder for the processes started meanwhile."""
+    if machine is None:
+        yield
+        return
+    before = os.environ.get("PJRT_HUB_MACHINE_CACHE")
+    os.environ["PJRT_HUB_MACHINE_CACHE"] = machine[0]
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PJRT_HUB_MACHINE_CACHE", None)
+        else:
+            os.environ["PJRT_HUB_MACHINE_CACHE"] = before
 
 
 def _stability(plugins: Sequence[str], names: Sequence[str], spread: int, under_load: int,
@@ -730,6 +764,8 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"outputs DIFFER from the expected ones: {', '.join(bad)}")
     lines.append("")
     lines += [f"tiny add execute: {p} {us:.2f} us" for p, us in report["tiny_execute_us_by_plugin"].items()]
+    if report.get("machine_kernels"):
+        lines.append(f"numba_cpu machine kernels: {report['machine_kernels']}")
     lines += format_summary(report.get("summary"))
     return "\n".join(lines)
 

@@ -364,3 +364,6 @@ class BenchReport(_Model):
     spread_ratios: list[BenchSpreadRatio] | None = Field(
         None, description="--spread N: the first plugin's median over each other's, round by round")
     under_load: BenchLoad | None = Field(None, description="--under-load K: quiet against loaded")
+    machine_kernels: str | None = Field(
+        None, description="numba_cpu's machine kernels (compiled once per machine, read by the measuring processes "
+                          "whose program cache is empty): present, built now, off, or why not built")

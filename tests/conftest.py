@@ -31,6 +31,23 @@ def _private_probe_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
         os.environ["PJRT_HUB_PROBE_CACHE"] = before
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _no_machine_kernels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """numba_cpu's machine kernels are built once per machine by a detached process (see
+    .machine_kernels). The suite runs without them, so that no test starts a build nor depends
+    on one having run (their bits are the numpy twins', which the eager tests check), and points
+    their directory at a private one; test_machine_kernels.py turns them on where it builds them."""
+    before = {k: os.environ.get(k) for k in ("PJRT_HUB_MACHINE_KERNELS", "PJRT_HUB_MACHINE_CACHE")}
+    os.environ["PJRT_HUB_MACHINE_KERNELS"] = "0"
+    os.environ["PJRT_HUB_MACHINE_CACHE"] = str(tmp_path_factory.mktemp("machine-kernels"))
+    yield
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 @pytest.fixture(autouse=True)
 def _clean_registry_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in _REGISTRY_ENV:

@@ -355,6 +355,10 @@ class NumbaCompiler:
         self._stream_min_bytes = stream_min_bytes
         env = _env_flag("PJRT_HUB_NUMBA_TIERS")
         self.tiered = tiered if env is None else env
+        if self.tiered:
+            from . import machine_kernels
+
+            machine_kernels.preload()  # for the eager tier's first runs (see .machine_kernels)
         if compile_after is None:
             compile_after = _compile_after_from_environment()
         #: Eager runs of a program before its background compile starts (0: at compile time).

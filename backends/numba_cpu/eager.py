@@ -44,6 +44,7 @@ from pjrt_hub.backends.stablehlo import Block, Function, Op, TensorType, Value
 
 from . import kernels as _kernels_module  # registers the kernel rules
 from . import lanes as _lanes
+from . import machine_kernels
 from . import rules as _rules_module  # noqa: F401  (registers the op rules)
 from .eager_math import NAMESPACE
 from .source import ElementKind, Expr, element_kind
@@ -341,11 +342,16 @@ _VECMATH = frozenset({
 })
 
 
-def estimate_cost(fn: Function) -> float:
+#: Ops whose float32 formula a machine kernel computes (:mod:`.machine_kernels`), when loaded.
+_MACHINE = _VECMATH | (_PER_ELEMENT - {"chlo.erf_inv", "chlo.lgamma", "chlo.digamma", "chlo.bessel_i1e",
+                                       "chlo.polygamma", "chlo.zeta"}) | {"stablehlo.power"}
+
+
+def estimate_cost(fn: Function, machine_kernels: bool = False) -> float:
     """A rough count of the element operations the eager tier performs for one run of ``fn``
-    (a numpy pass over n elements is n; a transcendental formula some tens of passes; a value
-    through Python's math module some hundreds), to tell programs it answers in milliseconds
-    from those a background compile will overtake."""
+    (a numpy pass over n elements is n; a transcendental formula some tens of passes, or a few
+    with ``machine_kernels``; a value through Python's math module some hundreds), to tell
+    programs it answers in milliseconds from those a background compile will overtake."""
     from pjrt_hub.backends.stablehlo.loops import _definitions, trip_count
 
     defs = _definitions(fn.walk())
@@ -369,6 +375,9 @@ def estimate_cost(fn: Function) -> float:
             inner = 4.0 + len(op.regions[0].ops)
         else:
             inner = 1.0
+        if machine_kernels and name in _MACHINE and all(
+                getattr(r.type, "element_type", "") == "f32" for r in op.results):
+            return 3.0 * n
         if name in _PER_ELEMENT or any(getattr(r.type, "element_type", "") == "f64" for r in op.results) and (
                 name in _VECMATH or name == "stablehlo.power"):
             return 150.0 * n
@@ -421,9 +430,15 @@ def _kind(v: Value) -> ElementKind:
 
 
 class _Plan:
-    """Steps of one block, built once; running a block runs its steps on an environment."""
+    """Steps of one block, built once; running a block runs its steps on an environment.
 
-    def __init__(self, program: "EagerProgram", block: Block) -> None:
+    With ``free``, each step is followed by the values no later step reads (nor the block's
+    results): they leave the environment, and their memory goes back to the heap for the next
+    step's arrays, instead of every intermediate array of a run staying alive, in fresh pages,
+    until its end (the 2048x2048 elementwise chain held 27 arrays of 16 MiB). Only the function
+    body is planned so: nested blocks also read the values of the blocks around them."""
+
+    def __init__(self, program: "EagerProgram", block: Block, free: bool = False) -> None:
         self.block = block
         self.steps: list[Step] = []
         for op in block.ops[:-1]:
@@ -431,15 +446,33 @@ class _Plan:
                 _kind(v)
             self.steps.append(program._step(op))
         self.results = block.terminator.operands
+        self.dead: list[tuple[Value, ...]] = [() for _ in self.steps]
+        if free:
+            last: dict[Value, int] = {}
+            for i, op in enumerate(block.ops[:-1]):
+                for v in op.results:
+                    last[v] = i
+                for inner in op.walk():  # the values nested regions read count as read here
+                    for v in inner.operands:
+                        if v in last:
+                            last[v] = i
+            keep = set(self.results)
+            dead: list[list[Value]] = [[] for _ in self.steps]
+            for v, i in last.items():
+                if v not in keep:
+                    dead[i].append(v)
+            self.dead = [tuple(d) for d in dead]
 
     def run(self, env: Env, args: Sequence[np.ndarray]) -> list[np.ndarray]:
         for a, x in zip(self.block.args, args):
             env[a] = x
         overtaken = env.overtaken
-        for step in self.steps:
+        for step, dead in zip(self.steps, self.dead):
             if overtaken is not None and overtaken():
                 raise Overtaken()
             step(env)
+            for v in dead:
+                del env[v]
         return [env[v] for v in self.results]
 
 
@@ -457,9 +490,9 @@ class EagerProgram:
         #: The ``dynamic_update_slice`` ops (by id) that update a loop's own array in place
         #: (see :func:`~pjrt_hub.backends.stablehlo.loops.updated_in_place`).
         self.in_place: set[int] = set()
-        self._body = _Plan(self, fn.body)
+        self._body = _Plan(self, fn.body, free=True)
         #: Element operations of one run (see :func:`estimate_cost`).
-        self.cost = estimate_cost(fn)
+        self.cost = estimate_cost(fn, machine_kernels.available())
 
     # -- running --
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from . import mathconst
+from . import machine_kernels, mathconst
 from .target import HAS_FMA
 
 __all__ = ["NAMESPACE", "TYPES"]
@@ -256,21 +256,71 @@ def f2i(x, to):
     return out.astype(to)
 
 
+def _fresh(x) -> np.ndarray:
+    """A ufunc's result as an array it may write to (0-d operands give a scalar)."""
+    return x if isinstance(x, np.ndarray) else np.array(x)
+
+
+def _both_orders(fn, a, b, maximum: bool):
+    """``fn`` (numpy's maximum or minimum, which propagate NaN) with IEEE's order of signed
+    zeros: max(-0, +0) is +0, min(-0, +0) is -0. numpy's answer for two zeros depends on the
+    order of the operands (it returns one of them by position, which one depends on its loop), so
+    the answers in both orders differ there, in the sign bit only; elsewhere they are equal, or
+    both NaN. The result is the first answer with its sign bit ANDed (max: + if either is) or
+    ORed (min: - if either is) with the second's: three passes and two bit operations, where
+    masking the zeros took seven. Only the sign bit: two NaNs ANDed whole could leave no
+    mantissa bit, an infinity."""
+    bits = _UNSIGNED[a.dtype.itemsize]
+    sign: Any = bits(1 << (8 * a.dtype.itemsize - 1))
+    r, other = _fresh(fn(a, b)), _fresh(fn(b, a)).view(bits)
+    if maximum:
+        np.bitwise_or(other, ~sign, out=other)
+        np.bitwise_and(r.view(bits), other, out=r.view(bits))
+    else:
+        np.bitwise_and(other, sign, out=other)
+        np.bitwise_or(r.view(bits), other, out=r.view(bits))
+    return r
+
+
+def _zeros_by_mask(fn, a, b, maximum: bool):
+    """What :func:`_both_orders` gives, the slow way (where numpy's loops would not allow it)."""
+    r = np.asarray(fn(a, b))
+    zeros = (a == 0) & (b == 0)
+    if zeros.any():
+        bits = _UNSIGNED[a.dtype.itemsize]
+        ab, bb = a.view(bits), b.view(bits)
+        fixed = (ab & bb if maximum else ab | bb).view(r.dtype)
+        r = np.where(zeros, fixed, r)
+    return r
+
+
+def _orders_work() -> bool:
+    for dtype in (np.float16, np.float32, np.float64):
+        for n in (1, 64):  # numpy's scalar and vector loops
+            z: Any = np.zeros(n, dtype)
+            for fn, maximum in ((np.maximum, True), (np.minimum, False)):
+                for a, b in ((-z, z), (z, -z), (-z, -z), (z, z)):
+                    want = [bool(np.signbit(a[0]) and np.signbit(b[0]) if maximum
+                                 else np.signbit(a[0]) or np.signbit(b[0]))] * n
+                    if np.signbit(_both_orders(fn, a, b, maximum)).tolist() != want:
+                        return False
+    return True
+
+
+_SIGNED_ZEROS = _both_orders if _orders_work() else _zeros_by_mask
+
+
 def fmaximum(a, b):
     """IEEE 754-2019 maximum: NaN if either is NaN, and +0 > -0."""
     _same_type(a, b, "f")
     a, b = np.broadcast_arrays(_a(a), _a(b))
-    r = np.maximum(a, b)
-    zeros = (a == 0) & (b == 0)
-    return np.where(zeros, np.where(np.signbit(a), b, a), r)
+    return _SIGNED_ZEROS(np.maximum, a, b, True)
 
 
 def fminimum(a, b):
     _same_type(a, b, "f")
     a, b = np.broadcast_arrays(_a(a), _a(b))
-    r = np.minimum(a, b)
-    zeros = (a == 0) & (b == 0)
-    return np.where(zeros, np.where(np.signbit(a), a, b), r)
+    return _SIGNED_ZEROS(np.minimum, a, b, False)
 
 
 def rmax(a, b):
@@ -1181,3 +1231,20 @@ NAMESPACE: dict[str, Any] = {
 NAMESPACE.update({"np": np, "math": math, "types": TYPES, "_where": _where, "min": _min, "max": _max})
 for _private in ("ctypes",):
     NAMESPACE.pop(_private, None)
+
+#: The numpy functions that :mod:`.machine_kernels` stand in for on large float32 arrays (its
+#: builder checks its kernels against these).
+NUMPY_TWINS: dict[str, Any] = {name: NAMESPACE[name] for name in machine_kernels.FUNCTIONS}
+
+
+def _machine_or_numpy(name: str, twin: Any) -> Any:
+    def fn(*xs):
+        out = machine_kernels.apply(name, xs, twin)
+        return twin(*xs) if out is None else out
+
+    fn.__name__ = fn.__qualname__ = name
+    return fn
+
+
+for _name, _twin in NUMPY_TWINS.items():
+    NAMESPACE[_name] = _machine_or_numpy(_name, _twin)

@@ -88,16 +88,40 @@ def reduce_lanes(x: np.ndarray, ndims: int, op: str, init: npt.ArrayLike) -> np.
     if pad:
         fill = np.full(x.shape[:-1] + (pad,), identity(op, dtype), dtype)
         x = np.concatenate([x, fill], axis=-1)
-    steps = x.reshape(kept + (-1, k))
+    steps = x.reshape(kept + (int(np.prod(x.shape[len(kept):])) // k, k))  # not -1: kept may be empty
     if steps.shape[-2] == 0:
         lanes = np.full(kept + (k,), identity(op, dtype), dtype)
     elif steps.shape[-2] == 1:
         lanes = steps[..., 0, :]
     else:
-        # ufunc.accumulate is sequential by definition (each step needs the previous one),
-        # unlike ufunc.reduce, which sums contiguous runs pairwise.
-        lanes = fn.accumulate(steps, axis=-2)[..., -1, :]
+        lanes = _accumulate(fn, steps)
     return fn(np.asarray(init, dtype), fold_lanes(lanes, op))
+
+
+#: Steps of a lane reduction taken one numpy call each; longer ones are accumulated in blocks.
+_STEP_CALLS = 256
+#: Elements of one block of :func:`_accumulate` (its partial results stay in the core's cache).
+_ACCUMULATE_BLOCK = 1 << 16
+
+
+def _accumulate(fn: np.ufunc, steps: np.ndarray) -> np.ndarray:
+    """The lanes of ``steps`` (``kept + (n, k)``) folded over ``n`` in order: each lane adds its
+    steps one after another, as the compiled loop does. ``ufunc.accumulate`` is sequential by
+    definition (``ufunc.reduce`` sums contiguous runs pairwise), but it writes every partial
+    result, a pass as large as the operand; a few steps are cheaper as one in-place call each,
+    and many are accumulated in cache-sized blocks, each starting from the lanes so far."""
+    n = steps.shape[-2]
+    lanes = steps[..., 0, :].copy()
+    if n <= _STEP_CALLS:
+        for j in range(1, n):
+            fn(lanes, steps[..., j, :], out=lanes)
+        return lanes
+    per_step = lanes.size
+    block = max(8, _ACCUMULATE_BLOCK // max(per_step, 1))
+    for start in range(1, n, block):
+        chunk = np.concatenate([lanes[..., None, :], steps[..., start:start + block, :]], axis=-2)
+        lanes = fn.accumulate(chunk, axis=-2)[..., -1, :]
+    return lanes
 
 
 class LanePlan:

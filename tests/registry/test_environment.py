@@ -46,6 +46,8 @@ OTHER_VARIABLES = {
     "PJRT_HUB_NUMBA_POOL": "numba_cpu's pool (tests/backends/numba_cpu/test_threads.py)",
     "PJRT_HUB_NUMBA_COMPILE_AFTER": "numba_cpu's tiers (tests/backends/numba_cpu/test_tiers.py)",
     "PJRT_HUB_NUMBA_VECMATH": "numba_cpu's exp path (tests/backends/numba_cpu/test_fused_exp.py)",
+    "PJRT_HUB_MACHINE_KERNELS": "numba_cpu's machine kernels (tests/backends/numba_cpu/test_machine_kernels.py)",
+    "PJRT_HUB_MACHINE_CACHE": "numba_cpu's machine kernels (tests/backends/numba_cpu/test_machine_kernels.py)",
     "NUMBA_THREADING_LAYER": "numba; numba_cpu keeps the user's choice (tests/backends/numba_cpu/test_threads.py)",
     "MALLOC_TRIM_THRESHOLD_": "glibc; numba_cpu keeps the user's tuning (tests/backends/numba_cpu/test_heap.py)",
 }

@@ -21,6 +21,7 @@ import pytest
 from pjrt_hub.abi import Cancelled, CompileError
 from pjrt_hub.backends.numba_cpu import NumbaCompiler
 from pjrt_hub.backends.numba_cpu import eager as eager_mod
+from pjrt_hub.backends.numba_cpu import eager_math
 from pjrt_hub.backends.numba_cpu import tiers
 from pjrt_hub.backends.numba_cpu.compiler import _front_end
 from pjrt_hub.backends.numba_cpu.eager import EagerUnsupported, NeedsCompiled
@@ -288,6 +289,115 @@ def test_lane_order_is_the_documented_one():
         lanes = lanes[:half] + lanes[half:]
     assert lane_count(130, 4) == 64 and lane_count(5, 4) == 8 and lane_count(100, 8) == 32
     assert reduce_lanes(x, 1, "add", np.float32(0.5)).tobytes() == (np.float32(0.5) + lanes[0]).tobytes()
+
+
+@pytest.mark.parametrize("shape,ndims", [
+    ((3, 64 * 300 + 5), 1),   # more steps than one call each: accumulated in blocks
+    ((1, 64 * 1000), 1),
+    ((40, 2, 64 * 3), 2),     # few steps, many rows
+    ((0, 128), 1),            # no rows: the reshape once took -1 for a step count
+    ((2, 0, 64), 1),          # rows of nothing
+    ((0, 3, 128), 2),
+], ids=str)
+@pytest.mark.parametrize("op", ["add", "mul"])
+def test_lane_reductions_of_long_many_and_empty_rows_keep_the_order(shape, ndims, op):
+    fn = np.add if op == "add" else np.multiply
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    if op == "mul":
+        x = (1 + x * np.float32(1e-3)).astype(np.float32)
+    kept = shape[:len(shape) - ndims]
+    k = lane_count(shape[-1], 4)
+    padded = np.concatenate([x, np.full(shape[:-1] + ((-shape[-1]) % k,), -0.0 if op == "add" else 1.0, np.float32)],
+                            axis=-1)
+    flat = padded.reshape(kept + (int(np.prod(padded.shape[len(kept):])),))
+    lanes = np.full(kept + (k,), -0.0 if op == "add" else 1.0, np.float32)
+    for j in range(flat.shape[-1] // k):  # the definition: each lane, step after step
+        lanes = fn(lanes, flat[..., j * k:(j + 1) * k])
+    while lanes.shape[-1] > 1:
+        half = lanes.shape[-1] // 2
+        lanes = fn(lanes[..., :half], lanes[..., half:])
+    want = fn(np.float32(0.25), lanes[..., 0])
+    got = reduce_lanes(x, ndims, op, np.float32(0.25))
+    assert np.asarray(got).shape == kept and np.asarray(got).tobytes() == np.asarray(want).tobytes()
+
+
+def test_a_reduction_of_no_rows_runs_on_both_tiers(compiler):
+    text = _reduce_program((0, 128), "f32", "add", [[1]])
+    x = np.zeros((0, 128), np.float32)
+    eager = eager_program(text).run([x])
+    assert [e.shape for e in eager] == [(0,), (0,)]
+    assert_same_bits(eager, compiler.compile(text).run([x]), "0x128")
+
+
+_SIGNED_ZERO_IMPLS = [eager_math._both_orders, eager_math._zeros_by_mask]
+
+
+@pytest.mark.parametrize("impl", _SIGNED_ZERO_IMPLS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+def test_fmaximum_and_fminimum_order_signed_zeros_and_keep_every_nan(monkeypatch, impl, dtype):
+    """IEEE maximum/minimum: -0 < +0, NaN wins; every NaN stays a NaN, whatever its payload (the
+    sign bit of two NaNs ANDed whole could leave an infinity), in numpy's scalar and vector loops,
+    broadcast and 0-d."""
+    monkeypatch.setattr(eager_math, "_SIGNED_ZEROS", impl)
+    bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[np.dtype(dtype).itemsize]
+    nans = {np.float16: [0x7C5F, 0x7E00, 0xFC01, 0x7C01], np.float32: [0x7F8BE000, 0x7FC00000, 0xFF800001, 0x7F800001],
+            np.float64: [0x7FF0000000000001, 0x7FF8000000000000, 0xFFF0000000000010, 0x7FF4000000000000]}[dtype]
+    values = np.concatenate([np.array([0.0, -0.0, 1.5, -2.0, np.inf, -np.inf], dtype),
+                             np.array(nans, bits).view(dtype)])
+    a, b = (v.ravel() for v in np.meshgrid(values, values))
+    for reps in (1, 40):
+        x, y = np.tile(a, reps), np.tile(b, reps)
+        for fn, is_max in ((eager_math.fmaximum, True), (eager_math.fminimum, False)):
+            got = fn(x, y)
+            nan = np.isnan(x) | np.isnan(y)
+            assert got.dtype == dtype and np.isnan(got[nan]).all()
+            zeros = (x == 0) & (y == 0)
+            want_neg = (np.signbit(x) & np.signbit(y)) if is_max else (np.signbit(x) | np.signbit(y))
+            assert (got[zeros] == 0).all() and (np.signbit(got[zeros]) == want_neg[zeros]).all()
+            rest = ~nan & ~zeros
+            assert np.array_equal(got[rest], (np.maximum if is_max else np.minimum)(x[rest], y[rest]))
+    scalar = eager_math.fmaximum(dtype(-0.0), dtype(0.0))
+    assert np.asarray(scalar).shape == () and not np.signbit(scalar)
+    column = eager_math.fminimum(np.zeros((3, 1), dtype), -np.zeros((1, 4), dtype))
+    assert column.shape == (3, 4) and np.signbit(column).all()
+
+
+def test_the_eager_tier_lets_go_of_each_value_after_its_last_use(compiler):
+    """A chain of eight elementwise ops on a 4 MiB array holds a few arrays at once, not one per
+    op; values read later, inside a loop, or returned stay until then."""
+    n = 1 << 20
+    chain = "\n".join(f"  %v{i + 1} = stablehlo.{op} %v{i}{', %v0' if op in ('add', 'multiply') else ''} : tensor<{n}xf32>"
+                      for i, op in enumerate(["negate", "add", "abs", "multiply", "sqrt", "add", "negate", "abs"]))
+    text = f"""func.func @main(%v0: tensor<{n}xf32>) -> tensor<{n}xf32> {{
+{chain}
+  return %v8 : tensor<{n}xf32>
+}}"""
+    x = np.random.default_rng(2).standard_normal(n).astype(np.float32)
+    program = eager_program(text)
+    (out,) = program.run([x])
+    assert_same_bits([out], compiler.compile(text).run([x]), "chain")
+    peak = peak_bytes(lambda: program.run([x]))
+    assert peak < 4 * x.nbytes, f"{peak / x.nbytes:.1f} arrays held at once"
+    looped = """func.func @main(%x: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>) {
+  %early = stablehlo.exponential %x : tensor<8xf32>
+  %twice = stablehlo.add %early, %early : tensor<8xf32>
+  %zero = stablehlo.constant dense<0> : tensor<i32>
+  %three = stablehlo.constant dense<3> : tensor<i32>
+  %one = stablehlo.constant dense<1> : tensor<i32>
+  %r:2 = stablehlo.while(%i = %zero, %acc = %x) : tensor<i32>, tensor<8xf32>
+  cond {
+    %p = stablehlo.compare LT, %i, %three, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %p : tensor<i1>
+  } do {
+    %n = stablehlo.add %i, %one : tensor<i32>
+    %s = stablehlo.add %acc, %early : tensor<8xf32>
+    stablehlo.return %n, %s : tensor<i32>, tensor<8xf32>
+  }
+  %last = stablehlo.multiply %r#1, %twice : tensor<8xf32>
+  return %last, %twice : tensor<8xf32>, tensor<8xf32>
+}"""
+    x = np.linspace(-1, 1, 8, dtype=np.float32)
+    assert_same_bits(eager_program(looped).run([x]), compiler.compile(looped).run([x]), "loop")
 
 
 # -- generated programs -------------------------------------------------------------------------------

@@ -1,0 +1,574 @@
+"""Machine kernels: the float32 functions of :mod:`.vecmath` as array loops, compiled by numba
+once per machine and loaded by the eager tier without numba.
+
+The eager tier (:mod:`.eager`) must give the compiled code's bits, so it computes vecmath's
+float32 functions op for op in numpy (:mod:`.eager_math`), every fused multiply-add emulated in
+float64: exp on 4M elements takes about 300 ms that way, and a chain of such functions seconds,
+where the compiled loop takes a few milliseconds. numba cannot help a program's first result (it
+takes half a second to import and seconds to compile), but these loops do not depend on the
+program: compiled once, kept as native object code, they load with llvmlite alone (about 40 ms,
+in a thread started with the client) and need no compile at all.
+
+* **Same bits.** Each kernel is a loop calling the very vecmath function that the fused kernels
+  inline, with numpy's error model and no fast-math, so it computes what they compute. Each is
+  also compared with its numpy twin on special values once per process before its first use;
+  one that differs is never used, and says so once.
+* **Once per machine.** The object code depends on the CPU, on numba's and llvmlite's versions
+  and settings (the vecmath decision of :mod:`.target`) and on vecmath's source: those make the
+  file's key. It lives in ``machine/`` of pjrt-hub's cache (``$PJRT_HUB_CACHE``, else
+  ``~/.cache/pjrt-hub``), or in ``$PJRT_HUB_MACHINE_CACHE``: ``bench`` points that at the
+  machine's folder when it times compiles with an empty program cache, since these kernels serve
+  every program and are not part of any program's compile.
+* **Built in the background.** The first time the eager tier meets a large array that a missing
+  kernel would serve, it starts a builder (``python -m pjrt_hub.backends.numba_cpu.machine_kernels
+  build``), detached and at low priority, as ``git gc --auto`` does: some 20 s of one core, once.
+  The builder writes the file under a temporary name, has a fresh process (without numba) load it
+  and compare every kernel with its numpy twin on special values and random bit patterns, and
+  renames it into place only if all agree; otherwise it leaves a ``.failed`` note saying why, and
+  no process starts a builder for that key again. A lock file keeps builders from running twice.
+* **Safe to lose.** A missing, truncated or corrupt file (its header holds the SHA-256 of the
+  code) is never loaded: the numpy twins answer, with the same bits, and a corrupt file is
+  rebuilt. ``PJRT_HUB_MACHINE_KERNELS=0`` turns the kernels (and their builds) off.
+
+Object code is loaded into an MCJIT engine, which ends the process if the code names a symbol it
+cannot resolve; that is why the builder accepts only kernels that call LLVM intrinsics, and why a
+file is published only after another process has loaded it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import target
+
+__all__ = ["FUNCTIONS", "MIN_ELEMENTS", "apply", "available", "build", "directory", "enabled", "ensure_built", "file_path", "machine_key",
+           "preload", "verify"]
+
+#: The vecmath functions served, with their number of float32 operands.
+FUNCTIONS: dict[str, int] = {
+    **dict.fromkeys((
+        "exp_f32", "expm1_f32", "log_f32", "log1p_f32", "tanh_f32", "logistic_f32", "erf_f32", "erfc_f32",
+        "sin_f32", "cos_f32", "tan_f32", "atan_f32", "asin_f32", "acos_f32", "sinh_f32", "cosh_f32",
+        "asinh_f32", "acosh_f32", "atanh_f32", "cbrt_f32"), 1),
+    **dict.fromkeys(("pow_f32", "atan2_f32", "fmod_f32"), 2),
+}
+#: Arrays smaller than this stay with the numpy twins (a ctypes call and its checks cost a few
+#: microseconds, about what numpy takes for so few elements).
+MIN_ELEMENTS = 1 << 12
+#: From this many elements, a kernel runs in two halves on two threads.
+SPLIT_ELEMENTS = 1 << 18
+#: From this many elements, an operation waits for kernels still loading (at most
+#: :data:`LOAD_WAIT_S`): numpy would take longer than the load.
+WAIT_ELEMENTS = 1 << 18
+LOAD_WAIT_S = 2.0
+#: From this many elements, a missing file is worth a build.
+BUILD_ELEMENTS = 1 << 16
+#: A builder's lock older than this is taken to belong to a builder that died.
+STALE_LOCK_S = 1200.0
+
+_FORMAT = "pjrt_hub.machine_kernels/1"
+_VARIABLE = "PJRT_HUB_MACHINE_KERNELS"
+#: numba's settings that change the code it generates.
+_NUMBA_SETTINGS = ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", "NUMBA_OPT", "NUMBA_ENABLE_AVX", "NUMBA_LOOP_VECTORIZE",
+                   "NUMBA_SLP_VECTORIZE", "NUMBA_FASTMATH")
+_MODULE = "pjrt_hub.backends.numba_cpu.machine_kernels"
+_SOURCES = ("vecmath.py", "mathconst.py", "intrinsics.py", "target.py", "machine_kernels.py")
+
+
+class MachineKernelError(Exception):
+    """A kernel file that cannot be built, or loaded as it is."""
+
+
+def enabled() -> bool:
+    return os.environ.get(_VARIABLE, "").strip() != "0"
+
+
+def directory() -> Path:
+    root = os.environ.get("PJRT_HUB_MACHINE_CACHE")
+    if root:
+        return Path(root)
+    cache = os.environ.get("PJRT_HUB_CACHE")
+    return (Path(cache) if cache else Path.home() / ".cache" / "pjrt-hub") / "machine"
+
+
+def _cpu_identity() -> bytes:
+    """What this CPU is, read without llvmlite: /proc/cpuinfo's model and flags (elsewhere, what
+    :mod:`platform` says)."""
+    seen: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                name = name.strip()
+                if name in ("vendor_id", "cpu family", "model", "model name", "flags") and name not in seen:
+                    seen[name] = value.strip()
+    except OSError:
+        import platform
+
+        seen["platform"] = f"{platform.machine()} {platform.processor()}"
+    return json.dumps(seen, sort_keys=True).encode()
+
+
+def _package_file(package: str, name: str) -> bytes:
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return b"-"
+    try:
+        return (Path(list(spec.submodule_search_locations)[0]) / name).read_bytes()
+    except OSError:
+        return b"?"
+
+
+def machine_key() -> str:
+    """The key of this machine's kernel file (see the module docstring), computed without
+    importing numba or llvmlite."""
+    h = hashlib.sha256(_FORMAT.encode())
+    h.update(_cpu_identity())
+    for package in ("numba", "llvmlite"):
+        h.update(_package_file(package, "_version.py"))
+    for name in _NUMBA_SETTINGS:
+        h.update(f"{name}={os.environ.get(name)}\n".encode())
+    h.update(target.TAG.encode())
+    here = Path(__file__).parent
+    for name in _SOURCES:
+        h.update((here / name).read_bytes())
+    return h.hexdigest()[:24]
+
+
+def file_path(key: str | None = None) -> Path:
+    return directory() / f"vecmath-{key or machine_key()}.bin"
+
+
+# -- the file ----------------------------------------------------------------------------------
+
+
+def _write(path: Path, key: str, entries: list[dict[str, Any]], code: bytes) -> None:
+    header = {"format": _FORMAT, "key": key, "entries": entries, "sha256": hashlib.sha256(code).hexdigest(),
+              "size": len(code)}
+    with open(path, "wb") as f:
+        f.write(json.dumps(header).encode() + b"\n")
+        f.write(code)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _read(path: Path, key: str) -> tuple[list[dict[str, Any]], bytes]:
+    """The entries and object code of a kernel file, or :class:`MachineKernelError` saying what
+    is wrong with it."""
+    data = path.read_bytes()
+    line, newline, code = data.partition(b"\n")
+    try:
+        header = json.loads(line) if newline else None
+    except ValueError:
+        header = None
+    if not isinstance(header, dict) or header.get("format") != _FORMAT:
+        raise MachineKernelError(f"{path}: not a machine kernel file")
+    if header.get("key") != key:
+        raise MachineKernelError(f"{path}: built for another machine or version ({header.get('key')})")
+    if header.get("size") != len(code) or hashlib.sha256(code).hexdigest() != header.get("sha256"):
+        raise MachineKernelError(f"{path}: truncated or corrupt ({len(code)} of {header.get('size')} bytes)")
+    entries = header.get("entries")
+    if not isinstance(entries, list):
+        raise MachineKernelError(f"{path}: no kernel list")
+    for e in entries:
+        if (not isinstance(e, dict) or FUNCTIONS.get(str(e.get("name"))) != e.get("arity")
+                or not isinstance(e.get("symbol"), str) or not isinstance(e.get("offset"), int)
+                or not isinstance(e.get("size"), int) or e["offset"] < 0 or e["offset"] + e["size"] > len(code)):
+            raise MachineKernelError(f"{path}: bad kernel entry {e!r}")
+    return entries, code
+
+
+# -- loading (llvmlite, no numba) ----------------------------------------------------------------
+
+
+#: ``int32 kernel(retptr, excinfo, operand..., out, n)``: numba's calling convention for a
+#: function without a Python wrapper; 0 is success.
+def _prototype(arity: int) -> Any:
+    p = ctypes.c_void_p
+    return ctypes.CFUNCTYPE(ctypes.c_int32, p, p, *([p] * (arity + 1)), ctypes.c_int64)
+
+
+class Kernels:
+    """The loaded kernels of one file (the execution engine that holds their code stays alive
+    with this object)."""
+
+    def __init__(self, path: Path, key: str) -> None:
+        import llvmlite.binding as llvm
+
+        entries, code = _read(path, key)
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        machine = llvm.Target.from_default_triple().create_target_machine(jit=True)
+        self._engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine)
+        self._objects = []
+        for e in entries:
+            obj = llvm.ObjectFileRef.from_data(code[e["offset"]:e["offset"] + e["size"]])
+            self._engine.add_object_file(obj)
+            self._objects.append(obj)
+        self._engine.finalize_object()
+        self.functions: dict[str, Callable[..., int]] = {}
+        for e in entries:
+            address = self._engine.get_function_address(e["symbol"])
+            if not address:
+                raise MachineKernelError(f"{path}: {e['name']} ({e['symbol']}) is not in its code")
+            self.functions[e["name"]] = _prototype(e["arity"])(address)
+
+    def call(self, name: str, operands: Sequence[np.ndarray], out: np.ndarray) -> bool:
+        """Run kernel ``name`` on C-contiguous float32 ``operands`` of ``out``'s size (large
+        ones in two halves, one on a helper thread: ctypes lets go of the GIL)."""
+        fn = self.functions[name]
+        n = out.size
+        pointers = [a.ctypes.data for a in operands] + [out.ctypes.data]
+
+        def part(start: int, stop: int) -> int:
+            ret, exc = ctypes.c_void_p(), ctypes.c_void_p()
+            return fn(ctypes.byref(ret), ctypes.byref(exc), *[p + 4 * start for p in pointers], stop - start)
+
+        if n < SPLIT_ELEMENTS or _CORES < 2:
+            return part(0, n) == 0
+        half = n // 2
+        other = _helper().submit(part, half, n)
+        mine = part(0, half)
+        return mine == 0 and other.result() == 0
+
+
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+_HELPER: Any = None
+
+
+def _helper() -> Any:
+    """The one helper thread of :meth:`Kernels.call` (made on first use, a daemon)."""
+    global _HELPER
+    if _HELPER is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _HELPER = ThreadPoolExecutor(1, thread_name_prefix="pjrt-hub-machine-kernels")
+    return _HELPER
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, np.float32)
+    return np.where(np.isnan(x), np.uint32(0x7FC00000), x.view(np.uint32))
+
+
+def _specials() -> np.ndarray:
+    tiny = float(np.finfo(np.float32).tiny)
+    values: list[float] = [0.0, 1.0, 0.5, 2.0, 3.0, 0.1, 1e-3, 1e-6, 1e-20, 7.5, 10.0, 20.0, 44.0, 88.0, 88.8, 89.5, 100.0,
+              104.0, 1e10, 1e30, 3.4028235e38, np.inf, np.nan, tiny, tiny / 2, 1e-45, 0.99999994, 1.0000001,
+              np.pi / 2, np.pi, 1e5, 7e5, 2.0 ** 24 + 2]
+    return np.array(values + [-v for v in values], np.float32)
+
+
+def _agree(kernels: Kernels, name: str, twin: Callable[..., Any], operands: Sequence[np.ndarray]) -> bool:
+    operands = [np.ascontiguousarray(a, np.float32) for a in np.broadcast_arrays(*operands)]
+    out = np.empty(operands[0].shape, np.float32)
+    if not kernels.call(name, operands, out):
+        return False
+    with np.errstate(all="ignore"):
+        expected = twin(*operands)
+    return bool(np.array_equal(_bits(out), _bits(expected)))
+
+
+def _probe(arity: int, rng: np.random.Generator | None = None, random: int = 0) -> list[np.ndarray]:
+    """Operands to compare a kernel with its twin on: every special value (every pair of them for
+    two operands) and ``random`` random bit patterns."""
+    s = _specials()
+    grid = [s] if arity == 1 else [np.repeat(s, s.size), np.tile(s, s.size)]
+    if rng is not None and random:
+        extra = [rng.integers(0, 1 << 32, random, dtype=np.uint64).astype(np.uint32).view(np.float32)
+                 for _ in range(arity)]
+        grid = [np.concatenate([g, e]) for g, e in zip(grid, extra)]
+    return grid
+
+
+class _State:
+    """This process's kernels: loaded once, in a thread, when the file exists."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.loaded = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.kernels: Kernels | None = None
+        self.checked: dict[str, bool] = {}
+        self.key: str | None = None
+        self.build_asked = False
+
+    def machine_key(self) -> str:
+        if self.key is None:
+            self.key = machine_key()
+        return self.key
+
+    def start(self) -> None:
+        with self.lock:
+            if self.thread is not None or self.loaded.is_set():
+                return
+            self.machine_key()
+            if not file_path(self.key).is_file():
+                self.loaded.set()
+                return
+            self.thread = threading.Thread(target=self._load, name="pjrt-hub-machine-kernels", daemon=True)
+            self.thread.start()
+
+    def _load(self) -> None:
+        assert self.key is not None
+        path = file_path(self.key)
+        try:
+            self.kernels = Kernels(path, self.key)
+            if _CORES > 1:
+                _helper()  # its import, now rather than in the first large call
+        except MachineKernelError as exc:
+            warnings.warn(f"numba_cpu: ignoring the machine kernel file: {exc}; it will be rebuilt",
+                          RuntimeWarning, stacklevel=1)
+            try:
+                path.unlink()
+            except OSError:
+                pass
+        except (OSError, ImportError, RuntimeError) as exc:
+            warnings.warn(f"numba_cpu: could not load the machine kernels ({type(exc).__name__}: {exc}); the eager "
+                          f"tier computes their functions with numpy (same results, slower)", RuntimeWarning, stacklevel=1)
+        finally:
+            self.loaded.set()
+
+    def get(self, name: str, twin: Callable[..., Any], wait: bool) -> Kernels | None:
+        if not self.loaded.is_set():
+            if not wait or not self.loaded.wait(LOAD_WAIT_S):
+                return None
+        kernels = self.kernels
+        if kernels is None or name not in kernels.functions:
+            return None
+        ok = self.checked.get(name)
+        if ok is None:
+            ok = _agree(kernels, name, twin, _probe(FUNCTIONS[name]))
+            self.checked[name] = ok
+            if not ok:
+                warnings.warn(f"numba_cpu: the machine kernel {name} disagrees with its numpy formula and is not used",
+                              RuntimeWarning, stacklevel=1)
+        return kernels if ok else None
+
+    def ask_for_build(self) -> None:
+        with self.lock:
+            if self.build_asked or self.kernels is not None:
+                return
+            self.build_asked = True
+        path = file_path(self.machine_key())
+        if path.is_file() or path.with_suffix(".failed").is_file() or _locked(path):
+            return
+        _spawn_builder()
+
+
+_STATE = _State()
+
+
+def available() -> bool:
+    """Whether this machine's kernels are on disk (and on): loaded, or loading, they serve the
+    eager tier's large float32 operations."""
+    if not enabled():
+        return False
+    if _STATE.loaded.is_set():
+        return _STATE.kernels is not None
+    return file_path(_STATE.machine_key()).is_file()
+
+
+def ensure_built(timeout: float = 600.0) -> str:
+    """Build this machine's kernels now (in a child process, waiting for it) unless they are
+    there, off or failed before: what became of them, in a few words, for a report."""
+    if not enabled():
+        return "off (PJRT_HUB_MACHINE_KERNELS=0)"
+    path = file_path()
+    if not path.is_file():
+        try:
+            subprocess.run([sys.executable, "-m", _MODULE, "build"], stdin=subprocess.DEVNULL,
+                           capture_output=True, timeout=timeout)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"not built: {exc}"
+        if not path.is_file():
+            failed = path.with_suffix(".failed")
+            why = failed.read_text().strip() if failed.is_file() else "another builder holds the lock"
+            return f"not built: {why}"
+        return f"built now ({path})"
+    return f"present ({path})"
+
+
+def preload() -> None:
+    """Start loading this machine's kernels in a thread, if their file exists (the eager tier
+    then finds them ready)."""
+    if enabled():
+        _STATE.start()
+
+
+def apply(name: str, operands: Sequence[Any], twin: Callable[..., Any]) -> np.ndarray | None:
+    """Kernel ``name`` on ``operands`` (broadcast together), or None where the numpy ``twin``
+    must answer: the operands are not all float32, too few, or there are no kernels."""
+    if not enabled():
+        return None
+    for x in operands:
+        if getattr(x, "dtype", None) != np.float32:
+            return None
+    shape = np.broadcast_shapes(*[np.shape(x) for x in operands])
+    n = 1
+    for d in shape:
+        n *= d
+    if n < MIN_ELEMENTS:
+        return None
+    _STATE.start()
+    kernels = _STATE.get(name, twin, wait=n >= WAIT_ELEMENTS)
+    if kernels is None:
+        if n >= BUILD_ELEMENTS and _STATE.loaded.is_set():
+            _STATE.ask_for_build()
+        return None
+    arrays = [np.ascontiguousarray(np.broadcast_to(x, shape)) for x in operands]
+    out = np.empty(shape, np.float32)
+    return out if kernels.call(name, arrays, out) else None
+
+
+# -- building (numba) ---------------------------------------------------------------------------
+
+
+_DECLARE = re.compile(r"^declare\b.*?@(\"[^\"]+\"|[\w.$]+)\(", re.M)
+
+
+def _compile(name: str) -> tuple[str, bytes]:
+    """numba's object code for kernel ``name``, and the symbol of its function."""
+    from numba import njit, types
+
+    from . import vecmath
+
+    arity = FUNCTIONS[name]
+    pointer = types.CPointer(types.float32)
+    signature = types.void(*([pointer] * (arity + 1)), types.int64)
+    params = [f"x{i}" for i in range(arity)]
+    text = (f"def kernel({', '.join(params)}, out, n):\n"
+            f"    for i in range(n):\n"
+            f"        out[i] = fn({', '.join(p + '[i]' for p in params)})\n")
+    scope: dict[str, Any] = {"fn": getattr(vecmath, name)}
+    exec(compile(text, f"<machine kernel {name}>", "exec"), scope)
+    dispatcher = njit(signature, error_model="numpy", nogil=True, no_cpython_wrapper=True,
+                      no_cfunc_wrapper=True)(scope["kernel"])
+    result = dispatcher.overloads[signature.args]
+    library = result.library
+    external = [s for s in _DECLARE.findall(library.get_llvm_str()) if not s.startswith("llvm.")]
+    if external:
+        raise MachineKernelError(f"{name} calls {', '.join(external)}, which an engine without numba may not resolve")
+    return result.fndesc.mangled_name, library._codegen._tm.emit_object(library._final_module)
+
+
+def build(path: Path, names: Sequence[str] | None = None, *, check: bool = True) -> None:
+    """Compile the kernels (all, or ``names``) into the file ``path`` for this machine: written
+    under a temporary name, checked by a fresh process (:func:`verify`) when ``check``, then
+    renamed into place."""
+    key = machine_key()
+    entries, code = [], b""
+    for name in names or list(FUNCTIONS):
+        symbol, obj = _compile(name)
+        entries.append({"name": name, "arity": FUNCTIONS[name], "symbol": symbol, "offset": len(code),
+                        "size": len(obj)})
+        code += obj
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        _write(temporary, key, entries, code)
+        if check:
+            done = subprocess.run([sys.executable, "-m", _MODULE, "verify", str(temporary)], capture_output=True,
+                                  text=True, timeout=600, env=dict(os.environ, **{_VARIABLE: "1"}))
+            if done.returncode != 0:
+                why = (done.stdout + done.stderr).strip().splitlines()[-3:] or [f"exit status {done.returncode}"]
+                raise MachineKernelError("the check of the built kernels failed: " + " / ".join(why))
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def verify(path: Path, random: int = 1 << 16) -> list[str]:
+    """Load the kernel file ``path`` here and compare every kernel with its numpy twin on special
+    values and ``random`` random bit patterns: the kernels that disagree (empty: all agree)."""
+    from .eager_math import NUMPY_TWINS
+
+    kernels = Kernels(path, machine_key())
+    rng = np.random.default_rng(20261128)
+    return [name for name in kernels.functions
+            if not _agree(kernels, name, NUMPY_TWINS[name], _probe(FUNCTIONS[name], rng, random))]
+
+
+def _locked(path: Path) -> bool:
+    try:
+        return time.time() - path.with_suffix(".lock").stat().st_mtime < STALE_LOCK_S
+    except OSError:
+        return False
+
+
+def _spawn_builder() -> None:
+    """Start a detached builder (its own session, no pipes to this process); a thread reaps it
+    if this process is still there when it ends."""
+    try:
+        pid = os.posix_spawn(sys.executable, [sys.executable, "-m", _MODULE, "build"], dict(os.environ),
+                             file_actions=[(os.POSIX_SPAWN_OPEN, fd, os.devnull, flags, 0)
+                                           for fd, flags in ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY))],
+                             setsid=True)
+    except (AttributeError, OSError):
+        return
+    threading.Thread(target=os.waitpid, args=(pid, 0), name="pjrt-hub-machine-kernels-build", daemon=True).start()
+
+
+def _build_here() -> int:
+    """``build``: this machine's file, unless it exists, failed before, or another builder holds
+    the lock."""
+    try:
+        os.nice(10)
+    except OSError:
+        pass
+    path = file_path()
+    if path.is_file() or path.with_suffix(".failed").is_file():
+        return 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = path.with_suffix(".lock")
+    if _locked(path):
+        return 0
+    lock.unlink(missing_ok=True)
+    try:
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return 0
+    os.write(fd, str(os.getpid()).encode())
+    os.close(fd)
+    try:
+        build(path)
+        return 0
+    except Exception as exc:  # noqa: BLE001 - recorded, so that no process tries again
+        path.with_suffix(".failed").write_text(f"{type(exc).__name__}: {exc}\n")
+        return 1
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def main(argv: Sequence[str]) -> int:
+    if argv[:1] == ["build"]:
+        return _build_here()
+    if argv[:1] == ["verify"] and len(argv) == 2:
+        bad = verify(Path(argv[1]))
+        if "numba" in sys.modules:
+            print("the check imported numba", file=sys.stderr)
+            return 1
+        if bad:
+            print("kernels that disagree with numpy: " + ", ".join(bad), file=sys.stderr)
+            return 1
+        return 0
+    print(f"usage: python -m {_MODULE} build | verify FILE", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,259 @@
+"""Machine kernels: vecmath's float32 functions compiled once per machine, loaded without numba,
+giving the numpy twins' bits; a bad file is never loaded, and the build happens once, in the
+background, and only when a file of this machine's key is missing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pjrt_hub.backends.numba_cpu import machine_kernels as mk
+from pjrt_hub.backends.numba_cpu.eager_math import NUMPY_TWINS
+
+from .tier_helpers import assert_same_bits, eager_program
+
+#: Kernels of the module's file: one of each arity, a polynomial one, a float64 one, an exact one.
+NAMES = ("exp_f32", "tanh_f32", "pow_f32", "fmod_f32", "sin_f32")
+
+
+@pytest.fixture(scope="module")
+def kernel_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("machine")
+    before = os.environ.get("PJRT_HUB_MACHINE_CACHE")
+    os.environ["PJRT_HUB_MACHINE_CACHE"] = str(directory)
+    try:
+        path = mk.file_path()
+        mk.build(path, NAMES)  # checked in a fresh process before it is renamed into place
+    finally:
+        os.environ["PJRT_HUB_MACHINE_CACHE"] = before or ""
+    assert path.is_file() and not list(directory.glob("*.tmp"))
+    return path
+
+
+@pytest.fixture
+def machine(kernel_file: Path, monkeypatch: pytest.MonkeyPatch) -> mk._State:
+    """Kernels on, from the module's file, in a fresh process state."""
+    monkeypatch.setenv("PJRT_HUB_MACHINE_KERNELS", "1")
+    monkeypatch.setenv("PJRT_HUB_MACHINE_CACHE", str(kernel_file.parent))
+    state = mk._State()
+    monkeypatch.setattr(mk, "_STATE", state)
+    mk.preload()
+    assert state.loaded.wait(30) and state.kernels is not None
+    return state
+
+
+def _random_floats(n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32).view(np.float32)
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return bool(np.array_equal(mk._bits(a), mk._bits(b)))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_kernel_gives_its_numpy_twins_bits(kernel_file, name):
+    kernels = mk.Kernels(kernel_file, mk.machine_key())
+    arity = mk.FUNCTIONS[name]
+    operands = mk._probe(arity, np.random.default_rng(5), 1 << 15)
+    out = np.empty(operands[0].shape, np.float32)
+    assert kernels.call(name, operands, out)
+    with np.errstate(all="ignore"):
+        assert _same(out, NUMPY_TWINS[name](*operands))
+
+
+def test_large_broadcast_and_strided_operands_through_apply(machine):
+    twin = NUMPY_TWINS["pow_f32"]
+    x = np.abs(_random_floats(2 * mk.SPLIT_ELEMENTS + 3, 1)).reshape(-1, 1)  # odd: halves differ
+    y = np.float32(-1.5)
+    got = mk.apply("pow_f32", [x, y], twin)
+    assert got is not None and got.shape == x.shape
+    with np.errstate(all="ignore"):
+        assert _same(got, twin(x, y))
+    strided = _random_floats(2 * mk.MIN_ELEMENTS, 2)[::2]
+    got = mk.apply("exp_f32", [strided], NUMPY_TWINS["exp_f32"])
+    with np.errstate(all="ignore"):
+        assert got is not None and _same(got, NUMPY_TWINS["exp_f32"](strided))
+
+
+@pytest.mark.parametrize("operands", [
+    [np.ones(16, np.float32)],                    # too few elements to pay for a call
+    [np.ones(1 << 14, np.float64)],               # not float32
+    [np.ones(1 << 14, np.float32), 2.0],          # a Python float: numpy's types decide
+    [np.ones((), np.float32)],                    # 0-d
+], ids=["small", "float64", "python-float", "0-d"])
+def test_what_the_numpy_twins_keep(machine, operands):
+    name = "exp_f32" if len(operands) == 1 else "pow_f32"
+    assert mk.apply(name, operands, NUMPY_TWINS[name]) is None
+
+
+def test_the_eager_tier_gives_the_same_bits_with_and_without_kernels(machine, monkeypatch):
+    n = mk.WAIT_ELEMENTS
+    text = f"""
+func.func @main(%x: tensor<{n}xf32>, %y: tensor<{n}xf32>) -> (tensor<{n}xf32>, tensor<{n}xf32>, tensor<{n}xf32>) {{
+  %e = stablehlo.exponential %x : tensor<{n}xf32>
+  %t = stablehlo.tanh %e : tensor<{n}xf32>
+  %a = stablehlo.abs %y : tensor<{n}xf32>
+  %p = stablehlo.power %a, %x : tensor<{n}xf32>
+  %s = stablehlo.sine %y : tensor<{n}xf32>
+  %r = stablehlo.remainder %x, %y : tensor<{n}xf32>
+  %m = stablehlo.multiply %p, %s : tensor<{n}xf32>
+  return %t, %m, %r : tensor<{n}xf32>, tensor<{n}xf32>, tensor<{n}xf32>
+}}"""
+    x = _random_floats(n, 3)
+    x[:66] = mk._specials()
+    y = (np.random.default_rng(4).standard_normal(n) * 50).astype(np.float32)
+    program = eager_program(text)
+    calls: list[str] = []
+    real_call = mk.Kernels.call
+    monkeypatch.setattr(mk.Kernels, "call", lambda self, name, ops, out: calls.append(name) or real_call(self, name, ops, out))
+    with_kernels = program.run([x, y])
+    assert sorted(set(calls)) == ["exp_f32", "fmod_f32", "pow_f32", "sin_f32", "tanh_f32"]
+    monkeypatch.setenv("PJRT_HUB_MACHINE_KERNELS", "0")
+    calls.clear()
+    assert_same_bits(with_kernels, program.run([x, y]), "machine kernels")
+    assert calls == []
+
+
+def test_loading_needs_neither_numba_nor_a_compile(kernel_file):
+    script = (
+        "import sys\n"
+        "import numpy as np\n"
+        "from pjrt_hub.backends.numba_cpu import machine_kernels as mk\n"
+        "from pjrt_hub.backends.numba_cpu.eager_math import NUMPY_TWINS\n"
+        "mk.preload()\n"
+        "x = np.linspace(-90, 90, 1 << 19, dtype=np.float32)\n"
+        "got = mk.apply('exp_f32', [x], NUMPY_TWINS['exp_f32'])\n"
+        "assert got is not None, 'not loaded'\n"
+        "assert np.array_equal(got, NUMPY_TWINS['exp_f32'](x))\n"
+        "assert 'numba' not in sys.modules, 'numba was imported'\n"
+        "print('ok')\n")
+    env = dict(os.environ, PJRT_HUB_MACHINE_KERNELS="1", PJRT_HUB_MACHINE_CACHE=str(kernel_file.parent))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def _flip_code_byte(data: bytes) -> bytes:
+    at = len(data) - 100
+    return data[:at] + bytes([data[at] ^ 0x40]) + data[at + 1:]
+
+
+@pytest.mark.parametrize("damage", [
+    _flip_code_byte,
+    lambda data: data[: len(data) // 2],
+    lambda data: b"\x00garbage\n" + data,
+    lambda data: data.replace(b'"key": "', b'"key": "0', 1),
+], ids=["flipped-byte", "truncated", "not-a-kernel-file", "other-key"])
+def test_a_damaged_file_is_never_loaded_and_is_removed_for_a_rebuild(kernel_file, tmp_path, monkeypatch, damage):
+    path = tmp_path / kernel_file.name
+    path.write_bytes(damage(kernel_file.read_bytes()))
+    monkeypatch.setenv("PJRT_HUB_MACHINE_KERNELS", "1")
+    monkeypatch.setenv("PJRT_HUB_MACHINE_CACHE", str(tmp_path))
+    state = mk._State()
+    monkeypatch.setattr(mk, "_STATE", state)
+    spawned: list[bool] = []
+    monkeypatch.setattr(mk, "_spawn_builder", lambda: spawned.append(True))
+    with pytest.warns(RuntimeWarning, match="ignoring the machine kernel file"):
+        mk.preload()
+        assert state.loaded.wait(30)
+    assert state.kernels is None and not path.exists()
+    x = np.linspace(-5, 5, mk.BUILD_ELEMENTS, dtype=np.float32)
+    assert mk.apply("exp_f32", [x], NUMPY_TWINS["exp_f32"]) is None  # the twin answers...
+    assert spawned == [True]  # ...and a builder makes a good file
+
+
+def test_a_kernel_that_disagrees_with_its_twin_is_never_used(machine):
+    x = np.linspace(-5, 5, mk.MIN_ELEMENTS, dtype=np.float32)
+
+    def wrong(v):
+        return NUMPY_TWINS["exp_f32"](v) * np.float32(1.0000001)
+
+    with pytest.warns(RuntimeWarning, match="exp_f32 disagrees"):
+        assert mk.apply("exp_f32", [x], wrong) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once
+        assert mk.apply("exp_f32", [x], wrong) is None
+
+
+def test_the_build_refuses_a_kernel_that_calls_outside_code(monkeypatch):
+    monkeypatch.setitem(mk.FUNCTIONS, "erf_inv_f", 1)  # Newton on libm's erf
+    with pytest.raises(mk.MachineKernelError, match="erf_inv_f calls .*erf"):
+        mk._compile("erf_inv_f")
+
+
+def test_a_missing_file_starts_one_detached_builder_that_publishes_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("PJRT_HUB_MACHINE_KERNELS", "1")
+    monkeypatch.setenv("PJRT_HUB_MACHINE_CACHE", str(tmp_path))
+    state = mk._State()
+    monkeypatch.setattr(mk, "_STATE", state)
+    spawned: list[bool] = []
+    real_spawn = mk._spawn_builder
+    monkeypatch.setattr(mk, "_spawn_builder", lambda: spawned.append(True) or real_spawn())
+    x = np.linspace(-5, 5, mk.BUILD_ELEMENTS, dtype=np.float32)
+    assert mk.apply("exp_f32", [x], NUMPY_TWINS["exp_f32"]) is None
+    assert mk.apply("tanh_f32", [x], NUMPY_TWINS["tanh_f32"]) is None
+    assert spawned == [True]  # one builder per process
+    path = mk.file_path()
+    deadline = time.monotonic() + 300
+    while not path.is_file() and time.monotonic() < deadline:
+        assert not path.with_suffix(".failed").exists(), path.with_suffix(".failed").read_text()
+        time.sleep(0.2)
+    assert path.is_file(), "the builder did not publish the kernels"
+    time.sleep(0.5)
+    assert not path.with_suffix(".lock").exists() and not list(tmp_path.glob("*.tmp"))
+    fresh = mk._State()
+    monkeypatch.setattr(mk, "_STATE", fresh)
+    mk.preload()
+    assert fresh.loaded.wait(30)
+    got = mk.apply("tanh_f32", [x], NUMPY_TWINS["tanh_f32"])
+    assert got is not None and _same(got, NUMPY_TWINS["tanh_f32"](x))
+    assert sorted(fresh.kernels.functions) == sorted(mk.FUNCTIONS)
+
+
+def test_no_builder_after_a_failed_build_or_while_another_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("PJRT_HUB_MACHINE_KERNELS", "1")
+    monkeypatch.setenv("PJRT_HUB_MACHINE_CACHE", str(tmp_path))
+    spawned: list[bool] = []
+    monkeypatch.setattr(mk, "_spawn_builder", lambda: spawned.append(True))
+    path = mk.file_path()
+    x = np.ones(mk.BUILD_ELEMENTS, np.float32)
+    for marker in (".failed", ".lock"):
+        path.with_suffix(marker).write_text("x")
+        monkeypatch.setattr(mk, "_STATE", mk._State())
+        assert mk.apply("exp_f32", [x], NUMPY_TWINS["exp_f32"]) is None
+        path.with_suffix(marker).unlink()
+    assert spawned == []
+    old = time.time() - mk.STALE_LOCK_S - 60  # a builder that died long ago
+    path.with_suffix(".lock").write_text("x")
+    os.utime(path.with_suffix(".lock"), (old, old))
+    monkeypatch.setattr(mk, "_STATE", mk._State())
+    assert mk.apply("exp_f32", [x], NUMPY_TWINS["exp_f32"]) is None
+    assert spawned == [True]
+
+
+def test_the_builder_takes_the_lock_records_failures_and_respects_a_live_lock(tmp_path, monkeypatch):
+    monkeypatch.setenv("PJRT_HUB_MACHINE_CACHE", str(tmp_path))
+    monkeypatch.setattr(os, "nice", lambda n: 0)
+    path = mk.file_path()
+    built: list[Path] = []
+
+    def fake_build(p: Path, names=None, *, check=True) -> None:
+        assert path.with_suffix(".lock").is_file()
+        built.append(p)
+        raise mk.MachineKernelError("the check of the built kernels failed: exp_f32")
+
+    monkeypatch.setattr(mk, "build", fake_build)
+    path.with_suffix(".lock").write_text("123")  # a builder at work
+    assert mk._build_here() == 0 and built == []
+    old = time.time() - mk.STALE_LOCK_S - 60
+    os.utime(path.with_suffix(".lock"), (old, old))
+    assert mk._build_here() == 1 and built == [path]
+    assert "exp_f32" in path.with_suffix(".failed").read_text()
+    assert not path.with_suffix(".lock").exists()
+    assert mk._build_here() == 0 and built == [path]  # failed once: not again
