@@ -32,6 +32,8 @@ import ast
 import ctypes
 import functools
 import math
+import os
+import threading
 from pathlib import Path
 from types import CodeType
 from typing import Any, Callable, Iterable, Sequence
@@ -73,12 +75,21 @@ PAIRWISE_LIMIT = 1 << 22
 
 class Env(dict[Value, np.ndarray]):
     """The values of one run (each op's results, by SSA value), with the run's cancel flag
-    (the runtime's, asked in while loops) and ``overtaken()`` check (asked between steps)."""
+    (the runtime's, asked in while loops) and ``overtaken()`` check (asked between steps).
 
-    def __init__(self, cancel: np.ndarray | None, overtaken: Callable[[], bool] | None) -> None:
+    ``rows`` is set where a :class:`_RowSegment` runs its steps on a block of rows: their
+    values then have ``rows`` where the program's have its leading dimension."""
+
+    def __init__(self, cancel: np.ndarray | None, overtaken: Callable[[], bool] | None,
+                 rows: int | None = None) -> None:
         super().__init__()
         self.cancel = cancel
         self.overtaken = overtaken
+        self.rows = rows
+
+    def shape(self, static: tuple[int, ...]) -> tuple[int, ...]:
+        """A result's shape in this environment (``static``, or its rows in a row block)."""
+        return static if self.rows is None else (self.rows,) + static[1:]
 
 
 #: One op's work in a run: reads its operands from the environment, stores its results there.
@@ -289,7 +300,7 @@ def _elementwise(op: Op) -> Step:
 
     def step(env: Env) -> None:
         (value,) = fn(*[env[o] for o in operands])
-        env[res] = _as(value, kind, shape)
+        env[res] = _as(value, kind, env.shape(shape))
 
     return step
 
@@ -432,30 +443,44 @@ def _kind(v: Value) -> ElementKind:
 class _Plan:
     """Steps of one block, built once; running a block runs its steps on an environment.
 
-    With ``free``, each step is followed by the values no later step reads (nor the block's
-    results): they leave the environment, and their memory goes back to the heap for the next
-    step's arrays, instead of every intermediate array of a run staying alive, in fresh pages,
-    until its end (the 2048x2048 elementwise chain held 27 arrays of 16 MiB). Only the function
-    body is planned so: nested blocks also read the values of the blocks around them."""
+    The function body (``top``) is planned further:
 
-    def __init__(self, program: "EagerProgram", block: Block, free: bool = False) -> None:
+    * Runs of consecutive ops that each compute rows from the same rows of their operands
+      (elementwise ops, broadcasts along the rows, reductions within rows: see
+      :func:`_row_reads`) become one :class:`_RowSegment`, which runs them block of rows after
+      block of rows, on two threads, so that their intermediate arrays never exist whole.
+    * After each step, the values no later step reads (nor the block's results) leave the
+      environment, and their memory goes back to the heap for the next step's arrays, instead
+      of every intermediate array of a run staying alive, in fresh pages, until its end (the
+      2048x2048 elementwise chain held 27 arrays of 16 MiB).
+
+    Nested blocks are not (they also read the values of the blocks around them)."""
+
+    def __init__(self, program: "EagerProgram", block: Block, top: bool = False) -> None:
         self.block = block
-        self.steps: list[Step] = []
-        for op in block.ops[:-1]:
+        self.results = block.terminator.operands
+        ops = list(block.ops[:-1])
+        for op in ops:
             for v in op.results:
                 _kind(v)
-            self.steps.append(program._step(op))
-        self.results = block.terminator.operands
+        units = _row_segments(ops, self.results) if top else [[op] for op in ops]
+        self.steps: list[Step] = []
+        for unit in units:
+            if len(unit) == 1:
+                self.steps.append(program._step(unit[0]))
+            else:
+                self.steps.append(_RowSegment(program, unit, self.results, ops))
         self.dead: list[tuple[Value, ...]] = [() for _ in self.steps]
-        if free:
+        if top:
             last: dict[Value, int] = {}
-            for i, op in enumerate(block.ops[:-1]):
-                for v in op.results:
-                    last[v] = i
-                for inner in op.walk():  # the values nested regions read count as read here
-                    for v in inner.operands:
-                        if v in last:
-                            last[v] = i
+            for i, unit in enumerate(units):
+                for op in unit:
+                    for v in op.results:
+                        last[v] = i
+                    for inner in op.walk():  # the values nested regions read count as read here
+                        for v in inner.operands:
+                            if v in last:
+                                last[v] = i
             keep = set(self.results)
             dead: list[list[Value]] = [[] for _ in self.steps]
             for v, i in last.items():
@@ -472,8 +497,204 @@ class _Plan:
                 raise Overtaken()
             step(env)
             for v in dead:
-                del env[v]
+                env.pop(v, None)  # a row segment's inner values never were there
         return [env[v] for v in self.results]
+
+
+# -- row segments ----------------------------------------------------------------------------------
+
+#: Elements of one value in a row block: with a dozen values of a block alive, they stay in a
+#: core's cache.
+ROW_BLOCK_ELEMENTS = 1 << 17
+#: Row segments computing fewer elements than this run op by op, on whole arrays.
+ROW_SEGMENT_MIN = 1 << 18
+
+
+def _leading(v: Value) -> int | None:
+    t = v.type
+    return t.shape[0] if isinstance(t, TensorType) and t.shape else None
+
+
+def _row_reads(op: Op) -> list[str] | None:
+    """How ``op`` reads each operand if it computes the rows of its results (first dimension,
+    all of the same size) from the same rows of its operands: ``"rows"`` (the operand's rows,
+    in step) or ``"whole"`` (the whole operand, for every row); None if it does not."""
+    from .codegen import RULES
+
+    n = _leading(op.results[0]) if op.results else None
+    if n is None or any(_leading(r) != n for r in op.results):
+        return None
+    if op.name == "stablehlo.broadcast_in_dim":
+        dims = [int(d) for d in op.attr("broadcast_dimensions")]
+        shape = op.operands[0].tensor_type.shape
+        if 0 not in dims or shape[dims.index(0)] == 1:
+            return ["whole"]
+        return ["rows"] if dims[0] == 0 and shape[0] == n else None
+    if op.name == "stablehlo.reduce":
+        k = len(op.results)
+        dims = [int(d) for d in op.attr("dimensions")]
+        if 0 in dims or any(_leading(v) != n for v in op.operands[:k]):
+            return None
+        return ["rows"] * k + ["whole"] * k
+    if op.name in _KERNELS or op.regions:
+        return None
+    rule = RULES.get(op.name)
+    if rule is None or rule.elementwise is None:
+        return None
+    shape = op.results[0].tensor_type.shape
+    reads = []
+    for v in op.operands:
+        t = v.type
+        if not isinstance(t, TensorType):
+            return None
+        if tuple(t.shape) == tuple(shape):
+            reads.append("rows")
+        elif not t.shape:
+            reads.append("whole")
+        else:
+            return None
+    return reads
+
+
+def _row_segments(ops: Sequence[Op], results: Sequence[Value]) -> list[list[Op]]:
+    """``ops`` cut into units: runs of row ops (a segment, when it is worth one) and single
+    ops. An op met inside a run that reads nothing the run computes (a constant, the reshape of
+    a bias) is moved before it."""
+    units: list[list[Op]] = []
+    run: list[Op] = []
+    moved: list[Op] = []
+    reads: dict[Value, str] = {}
+
+    def close() -> None:
+        nonlocal run, moved, reads
+        if _worth_a_segment(run):
+            units.extend([op] for op in moved)
+            units.append(run)
+        else:
+            order = {id(op): i for i, op in enumerate(ops)}
+            units.extend([op] for op in sorted(run + moved, key=lambda o: order[id(o)]))
+        run, moved, reads = [], [], {}
+
+    for op in ops:
+        how = _row_reads(op)
+        inside = {r for o in run for r in o.results}
+        if how is not None and run and _leading(op.results[0]) == _leading(run[0].results[0]):
+            merged = dict(reads)
+            fits = True
+            for v, h in zip(op.operands, how):
+                if v in inside:
+                    fits = fits and h == "rows"
+                elif merged.setdefault(v, h) != h:
+                    fits = False
+            if fits:
+                run.append(op)
+                reads = merged
+                continue
+        if run and not op.regions and not any(v in inside for inner in op.walk() for v in inner.operands):
+            moved.append(op)  # reads nothing the run computes: it can run before it
+            continue
+        if run:
+            close()
+        if how is not None:
+            run = [op]
+            reads = {v: h for v, h in zip(op.operands, how)}
+        else:
+            units.append([op])
+    if run:
+        close()
+    return units
+
+
+def _worth_a_segment(run: Sequence[Op]) -> bool:
+    if len(run) < 2:
+        return False
+    n = _leading(run[0].results[0]) or 0
+    row = max(math.prod(r.tensor_type.shape[1:]) for op in run for r in op.results)
+    return n >= 2 * max(1, ROW_BLOCK_ELEMENTS // max(row, 1)) and sum(
+        r.tensor_type.size for op in run for r in op.results) >= ROW_SEGMENT_MIN
+
+
+class _RowSegment:
+    """Row ops (see :func:`_row_reads`) run block of rows after block of rows: the operands
+    from outside are sliced to the block's rows (or taken whole), the ops' own steps run on
+    them (with ``Env.rows`` set), and only the values read after the segment are kept, written
+    into whole arrays block by block. The blocks are shared by this thread and a helper thread
+    (numpy lets go of the GIL in its loops, the machine kernels in theirs). Every row is
+    computed by the same operations as on whole arrays, so the bits are the same."""
+
+    def __init__(self, program: "EagerProgram", ops: Sequence[Op], results: Sequence[Value],
+                 block_ops: Sequence[Op]) -> None:
+        self.steps = [program._step(op) for op in ops]
+        inside = {r for op in ops for r in op.results}
+        self.n = _leading(ops[0].results[0]) or 0
+        row = max(math.prod(r.tensor_type.shape[1:]) for op in ops for r in op.results)
+        self.rows = max(1, ROW_BLOCK_ELEMENTS // max(row, 1))
+        self.sliced: list[Value] = []
+        self.whole: list[Value] = []
+        for op in ops:
+            for v, how in zip(op.operands, _row_reads(op) or []):
+                if v not in inside and v not in self.sliced and v not in self.whole:
+                    (self.sliced if how == "rows" else self.whole).append(v)
+        first = block_ops.index(ops[0])
+        own = {id(op) for op in ops}
+        read_later = {v for op in block_ops[first:] if id(op) not in own for inner in op.walk()
+                      for v in inner.operands}
+        self.outputs = [r for op in ops for r in op.results if r in read_later or r in results]
+
+    def __call__(self, env: Env) -> None:
+        n, size = self.n, self.rows
+        blocks = [(r0, min(r0 + size, n)) for r0 in range(0, n, size)]
+        outs: dict[Value, np.ndarray] = {}
+        lock = threading.Lock()
+
+        def run(part: Sequence[tuple[int, int]]) -> None:
+            with np.errstate(all="ignore"):  # per thread: the run's own is this thread's
+                blocks_of(part)
+
+        def blocks_of(part: Sequence[tuple[int, int]]) -> None:
+            for r0, r1 in part:
+                local = Env(env.cancel, None, rows=r1 - r0)
+                for v in self.sliced:
+                    local[v] = env[v][r0:r1]
+                for v in self.whole:
+                    local[v] = env[v]
+                for step in self.steps:
+                    step(local)
+                for v in self.outputs:
+                    x = local[v]
+                    out = outs.get(v)
+                    if out is None:
+                        with lock:
+                            out = outs.get(v)
+                            if out is None:
+                                out = outs[v] = np.empty((n,) + x.shape[1:], x.dtype)
+                    out[r0:r1] = x
+
+        half = len(blocks) // 2
+        if half and _CORES > 1:
+            other = _rows_helper().submit(run, blocks[half:])
+            try:
+                run(blocks[:half])
+            finally:
+                other.result()
+        else:
+            run(blocks)
+        for v in self.outputs:
+            env[v] = outs[v]
+
+
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+_ROWS_HELPER: Any = None
+
+
+def _rows_helper() -> Any:
+    """The helper thread of :class:`_RowSegment` (made on first use)."""
+    global _ROWS_HELPER
+    if _ROWS_HELPER is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _ROWS_HELPER = ThreadPoolExecutor(1, thread_name_prefix="pjrt-hub-eager-rows")
+    return _ROWS_HELPER
 
 
 class EagerProgram:
@@ -490,7 +711,7 @@ class EagerProgram:
         #: The ``dynamic_update_slice`` ops (by id) that update a loop's own array in place
         #: (see :func:`~pjrt_hub.backends.stablehlo.loops.updated_in_place`).
         self.in_place: set[int] = set()
-        self._body = _Plan(self, fn.body, free=True)
+        self._body = _Plan(self, fn.body, top=True)
         #: Element operations of one run (see :func:`estimate_cost`).
         self.cost = estimate_cost(fn, machine_kernels.available())
 
@@ -646,13 +867,22 @@ def _broadcast_in_dim(program: EagerProgram, op: Op) -> Step:
     for k, d in enumerate(dims):
         view[d] = op.operands[0].tensor_type.shape[k]
     order = np.argsort(dims) if dims else np.array([], int)
+    kind = _kind(op.result)
+    operand, res = op.operands[0], op.result
+    # In a row block, the operand's rows are the block's if its first dimension is the
+    # result's first (see _row_reads), else it is whole and repeated along them.
+    rows_from_operand = bool(dims) and dims[0] == 0 and view[0] != 1
 
-    def fn(x: np.ndarray) -> np.ndarray:
+    def step(env: Env) -> None:
+        x = env[operand]
         if list(order) != sorted(order):
             x = np.transpose(x, order)
-        return np.broadcast_to(x.reshape(view), out_shape)
+        shape, v = env.shape(out_shape), view
+        if env.rows is not None and rows_from_operand:
+            v = [env.rows] + view[1:]
+        env[res] = _as(np.broadcast_to(x.reshape(v), shape), kind, shape)
 
-    return _single(op, fn)
+    return step
 
 
 @_kernel("stablehlo.broadcast")
@@ -840,6 +1070,23 @@ def _sequential(step: Combine, accs: list[np.ndarray], xs: list[np.ndarray]) -> 
     return accs
 
 
+def _float_extreme(x: np.ndarray, which: str) -> np.ndarray:
+    """IEEE max (``which == "max"``) or min of the last axis of float ``x``: numpy's reduction
+    (NaN wins, in one pass), with the sign of a zero result put right: a max that is zero has
+    only zeros and negatives to choose from, and is +0 if any of them is +0 (a min: -0 if any
+    is -0), where numpy returns whichever zero it met first."""
+    r = np.asarray(np.max(x, axis=-1) if which == "max" else np.min(x, axis=-1))
+    zero = r == 0
+    if zero.any():
+        rows = x[zero]
+        signed = np.signbit(rows) if which == "min" else ~np.signbit(rows)
+        wanted = ((rows == 0) & signed).any(axis=-1)
+        negative = ~wanted if which == "max" else wanted
+        r = np.array(r, copy=True)
+        r[zero] = np.where(negative, -0.0, 0.0).astype(r.dtype)
+    return r
+
+
 def _tree(step: Combine, xs: list[np.ndarray]) -> list[np.ndarray]:
     """Fold the last axis pairwise (only for exact, order-free steps)."""
     while xs[0].shape[-1] > 1:
@@ -876,9 +1123,13 @@ def _reduce(program: EagerProgram, op: Op) -> Step:
     simple = simple_reducer(op.regions[0], n)
     if simple in ("add", "mul") and kinds[0].cls == "f" and not kinds[0].narrow and n == 1:
         sums = np.add if simple == "add" else np.multiply
+    float_extreme = simple if simple in ("max", "min") and kinds[0].cls == "f" else None
     results = op.results
 
+    static_kept = kept_shape
+
     def run(env: Env) -> None:
+        kept_shape = env.shape(static_kept) if static_kept else static_kept
         xs = [np.transpose(env[v], perm).reshape(kept_shape + (steps,)) for v in inputs]
         init = [np.asarray(env[v]) for v in inits]
         if plan is not None:
@@ -886,6 +1137,9 @@ def _reduce(program: EagerProgram, op: Op) -> Step:
             out = [_lanes.reduce_lanes(np.ascontiguousarray(x), len(dims), plan.op, init[0])]
         elif xs[0].shape[-1] == 0:
             out = [np.broadcast_to(i, kept_shape) for i in init]
+        elif float_extreme is not None:
+            folded = [_float_extreme(xs[0], float_extreme)]
+            out = step([np.broadcast_to(i, kept_shape) for i in init], folded)
         elif exact:
             folded = _tree(step, xs)
             out = step([np.broadcast_to(i, kept_shape) for i in init], folded)

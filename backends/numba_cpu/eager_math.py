@@ -1246,5 +1246,6 @@ def _machine_or_numpy(name: str, twin: Any) -> Any:
     return fn
 
 
+# Generated text and the twins' own calls (tanh's exp, the reductions' fmaximum) alike.
 for _name, _twin in NUMPY_TWINS.items():
-    NAMESPACE[_name] = _machine_or_numpy(_name, _twin)
+    NAMESPACE[_name] = globals()[_name] = _machine_or_numpy(_name, _twin)

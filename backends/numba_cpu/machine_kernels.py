@@ -1,5 +1,5 @@
-"""Machine kernels: the float32 functions of :mod:`.vecmath` as array loops, compiled by numba
-once per machine and loaded by the eager tier without numba.
+"""Machine kernels: the float32 functions of :mod:`.vecmath` (and IEEE max/min) as array loops,
+compiled by numba once per machine and loaded by the eager tier without numba.
 
 The eager tier (:mod:`.eager`) must give the compiled code's bits, so it computes vecmath's
 float32 functions op for op in numpy (:mod:`.eager_math`), every fused multiply-add emulated in
@@ -65,6 +65,8 @@ FUNCTIONS: dict[str, int] = {
         "sin_f32", "cos_f32", "tan_f32", "atan_f32", "asin_f32", "acos_f32", "sinh_f32", "cosh_f32",
         "asinh_f32", "acosh_f32", "atanh_f32", "cbrt_f32"), 1),
     **dict.fromkeys(("pow_f32", "atan2_f32", "fmod_f32"), 2),
+    # IEEE maximum/minimum (.intrinsics): one pass, where numpy needs three for signed zeros.
+    **dict.fromkeys(("fmaximum", "fminimum"), 2),
 }
 #: Arrays smaller than this stay with the numpy twins (a ctypes call and its checks cost a few
 #: microseconds, about what numpy takes for so few elements).
@@ -306,6 +308,15 @@ class _State:
         self.checked: dict[str, bool] = {}
         self.key: str | None = None
         self.build_asked = False
+        self._on: bool | None = None
+
+    @property
+    def on(self) -> bool:
+        """``PJRT_HUB_MACHINE_KERNELS`` as the first operation that asked found it (every
+        operation asks, for every array it computes)."""
+        if self._on is None:
+            self._on = enabled()
+        return self._on
 
     def machine_key(self) -> str:
         if self.key is None:
@@ -376,7 +387,7 @@ _STATE = _State()
 def available() -> bool:
     """Whether this machine's kernels are on disk (and on): loaded, or loading, they serve the
     eager tier's large float32 operations."""
-    if not enabled():
+    if not _STATE.on:
         return False
     if _STATE.loaded.is_set():
         return _STATE.kernels is not None
@@ -406,31 +417,31 @@ def ensure_built(timeout: float = 600.0) -> str:
 def preload() -> None:
     """Start loading this machine's kernels in a thread, if their file exists (the eager tier
     then finds them ready)."""
-    if enabled():
+    if _STATE.on:
         _STATE.start()
 
 
 def apply(name: str, operands: Sequence[Any], twin: Callable[..., Any]) -> np.ndarray | None:
     """Kernel ``name`` on ``operands`` (broadcast together), or None where the numpy ``twin``
     must answer: the operands are not all float32, too few, or there are no kernels."""
-    if not enabled():
-        return None
     for x in operands:
         if getattr(x, "dtype", None) != np.float32:
             return None
-    shape = np.broadcast_shapes(*[np.shape(x) for x in operands])
+    shapes = [np.shape(x) for x in operands]
+    shape = shapes[0] if all(s == shapes[0] for s in shapes) else np.broadcast_shapes(*shapes)
     n = 1
     for d in shape:
         n *= d
-    if n < MIN_ELEMENTS:
+    state = _STATE
+    if n < MIN_ELEMENTS or not state.on:
         return None
-    _STATE.start()
-    kernels = _STATE.get(name, twin, wait=n >= WAIT_ELEMENTS)
+    state.start()
+    kernels = state.get(name, twin, wait=n >= WAIT_ELEMENTS)
     if kernels is None:
-        if n >= BUILD_ELEMENTS and _STATE.loaded.is_set():
-            _STATE.ask_for_build()
+        if n >= BUILD_ELEMENTS and state.loaded.is_set():
+            state.ask_for_build()
         return None
-    arrays = [np.ascontiguousarray(np.broadcast_to(x, shape)) for x in operands]
+    arrays = [np.ascontiguousarray(x if np.shape(x) == shape else np.broadcast_to(x, shape)) for x in operands]
     out = np.empty(shape, np.float32)
     return out if kernels.call(name, arrays, out) else None
 
@@ -445,7 +456,7 @@ def _compile(name: str) -> tuple[str, bytes]:
     """numba's object code for kernel ``name``, and the symbol of its function."""
     from numba import njit, types
 
-    from . import vecmath
+    from . import intrinsics, vecmath
 
     arity = FUNCTIONS[name]
     pointer = types.CPointer(types.float32)
@@ -454,7 +465,7 @@ def _compile(name: str) -> tuple[str, bytes]:
     text = (f"def kernel({', '.join(params)}, out, n):\n"
             f"    for i in range(n):\n"
             f"        out[i] = fn({', '.join(p + '[i]' for p in params)})\n")
-    scope: dict[str, Any] = {"fn": getattr(vecmath, name)}
+    scope: dict[str, Any] = {"fn": getattr(vecmath, name, None) or getattr(intrinsics, name)}
     exec(compile(text, f"<machine kernel {name}>", "exec"), scope)
     dispatcher = njit(signature, error_model="numpy", nogil=True, no_cpython_wrapper=True,
                       no_cfunc_wrapper=True)(scope["kernel"])

@@ -143,18 +143,22 @@ class TieredProgram:
         #: Calls of :meth:`run` answered by each tier (for tests).
         self.runs = {"eager": 0, "compiled": 0}
         #: A program the eager tier runs slowly (large arrays, many transcendentals) is compiled
-        #: at once, and its eager runs give way to the compiled code as soon as it is loaded.
+        #: after its first run (see begin), and its eager runs give way to the compiled code as
+        #: soon as it is loaded.
         self.large = eager.cost > EAGER_BUDGET
         #: Importing numba and loading the compiled code would answer sooner than the eager tier.
         self.slower_than_loading = eager.cost > LOAD_RATHER_THAN_EAGER
         self._job.eager_slower = self.slower_than_loading
 
     def begin(self) -> "TieredProgram":
-        """Start the background compile now if this program's runs will not wait for it: a
-        large program not in the disk cache starts compiling at once (in the child process,
-        which takes nothing from this one); a large cached one once its first eager run is over
-        (loading imports numba, which would slow that run down)."""
-        if self._compile_after == 0 or (self.large and not self._job.compiler.cached(self._job.text_key)):
+        """Start the background compile now if this program's runs will not wait for it: one
+        whose eager run would take longer than importing numba and loading compiled code
+        (:data:`LOAD_RATHER_THAN_EAGER`), not in the disk cache, starts compiling at once. Other
+        large programs start once their first eager run is over: the eager tier runs large
+        arrays on both cores (row segments, machine kernels), which the child's import of numba
+        and its compile would take from that run; the compiled code comes that much later, a
+        fraction of a compile's seconds."""
+        if self._compile_after == 0 or (self.slower_than_loading and not self._job.compiler.cached(self._job.text_key)):
             self._start()
         return self
 
