@@ -157,7 +157,8 @@ class TieredProgram:
         large programs start once their first eager run is over: the eager tier runs large
         arrays on both cores (row segments, machine kernels), which the child's import of numba
         and its compile would take from that run; the compiled code comes that much later, a
-        fraction of a compile's seconds."""
+        fraction of a compile's seconds. A large program in the disk cache is loaded when it
+        runs again (loading imports numba into this process)."""
         if self._compile_after == 0 or (self.slower_than_loading and not self._job.compiler.cached(self._job.text_key)):
             self._start()
         return self
@@ -236,7 +237,10 @@ class TieredProgram:
             self.runs["compiled"] += 1
             return self.wait_compiled().run(args, out, cancel=cancel)
         self.runs["eager"] += 1
-        if self.large and not self._job.started:
+        if self.large and not self._job.started and not self._job.compiler.cached(self._job.text_key):
+            # Compiling is the child's work, and killed at exit; loading a cached program would
+            # import numba here, which a process that ran it once (pjrt-hub run) would then
+            # wait for at exit: that waits for a second run (compile_after).
             self._start()
         for i in self._narrow_out:
             results[i] = results[i].view(self.outputs[i].dtype)

@@ -28,7 +28,7 @@ from pjrt_hub.backends.numba_cpu.eager import EagerUnsupported, NeedsCompiled
 from pjrt_hub.backends.numba_cpu.lanes import lane_count, reduce_lanes
 from pjrt_hub.backends.numba_cpu.tiers import TieredProgram
 from ...corpus import program_text, public_arrays, public_programs
-from ...loop_programs import count_to, peak_bytes, stacking_scan
+from ...loop_programs import COUNT_TO_TEN, count_to, peak_bytes, stacking_scan
 from ...loop_programs import NEVER_ENDING
 from .tier_helpers import assert_same_bits, eager_program
 
@@ -544,6 +544,35 @@ def test_a_failed_background_compile_warns_and_keeps_the_eager_tier(tiered, monk
         outputs = program.run(args)
     assert program.tier == "eager" and program.runs["eager"] == 1
     assert len(outputs) == len(entry["outputs"])
+
+
+def test_a_large_program_compiles_after_its_first_run_and_a_cached_one_loads_after_its_second(tiered, monkeypatch):
+    """A large program's background compile starts once its first eager run is over (the
+    eager run has both cores to itself); one whose compiled code is in the disk cache is loaded
+    (importing numba here) only when it runs again, so that a process that runs it once, as
+    pjrt-hub run does, never waits for numba at exit."""
+    monkeypatch.setattr(tiers, "EAGER_BUDGET", 0.0)
+    monkeypatch.setattr(tiers, "LOAD_RATHER_THAN_EAGER", float("inf"))
+    program = tiered.compile(COUNT_TO_TEN)
+    assert isinstance(program, TieredProgram) and program.large and not program._job.started
+    program.run([np.array(0, np.int32)])
+    assert program._job.started  # not in the cache: the child compiles it
+    program.wait_compiled(300)
+    # In a process without numba (in this one, a cached program loads at once):
+    script = (
+        "import sys\n"
+        "import numpy as np\n"
+        "from pjrt_hub.backends.numba_cpu import NumbaCompiler, tiers\n"
+        "tiers.EAGER_BUDGET, tiers.LOAD_RATHER_THAN_EAGER = 0.0, float('inf')\n"
+        f"program = NumbaCompiler(cache_dir={str(tiered.cache_dir)!r}, tiered=True).compile({COUNT_TO_TEN!r})\n"
+        "assert isinstance(program, tiers.TieredProgram) and program.large\n"
+        "(out,) = program.run([np.array(3, np.int32)])\n"
+        "assert int(out) == 10 and not program._job.started, 'loading after one run'\n"
+        "program.run([np.array(4, np.int32)])\n"
+        "assert program._job.started, 'not loading after a second run'\n"
+        "print('ok', 'numba' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.startswith("ok"), done.stderr
 
 
 def test_programs_the_eager_tier_declines_are_compiled_at_once(tiered):
