@@ -358,10 +358,10 @@ _MACHINE = _VECMATH | (_PER_ELEMENT - {"chlo.erf_inv", "chlo.lgamma", "chlo.diga
                                        "chlo.polygamma", "chlo.zeta"}) | {"stablehlo.power"}
 
 
-def estimate_cost(fn: Function, machine_kernels: bool = False) -> float:
+def estimate_cost(fn: Function, kernels: bool = False) -> float:
     """A rough count of the element operations the eager tier performs for one run of ``fn``
     (a numpy pass over n elements is n; a transcendental formula some tens of passes, or a few
-    with ``machine_kernels``; a value through Python's math module some hundreds), to tell
+    with machine ``kernels`` (:mod:`.machine_kernels`); a value through Python's math module some hundreds), to tell
     programs it answers in milliseconds from those a background compile will overtake."""
     from pjrt_hub.backends.stablehlo.loops import _definitions, trip_count
 
@@ -386,7 +386,7 @@ def estimate_cost(fn: Function, machine_kernels: bool = False) -> float:
             inner = 4.0 + len(op.regions[0].ops)
         else:
             inner = 1.0
-        if machine_kernels and name in _MACHINE and all(
+        if kernels and name in _MACHINE and all(
                 getattr(r.type, "element_type", "") == "f32" for r in op.results):
             return 3.0 * n
         if name in _PER_ELEMENT or any(getattr(r.type, "element_type", "") == "f64" for r in op.results) and (
@@ -463,13 +463,22 @@ class _Plan:
         for op in ops:
             for v in op.results:
                 _kind(v)
-        units = _row_segments(ops, self.results) if top else [[op] for op in ops]
+        units = _row_segments(ops) if top else [[op] for op in ops]
         self.steps: list[Step] = []
+        if any(len(unit) > 1 for unit in units):
+            read_at: dict[Value, int] = {}  # the last op (by index) that reads each value
+            for i, op in enumerate(ops):
+                for inner in op.walk():
+                    for v in inner.operands:
+                        read_at[v] = i
+            at = {id(op): i for i, op in enumerate(ops)}
         for unit in units:
             if len(unit) == 1:
                 self.steps.append(program._step(unit[0]))
             else:
-                self.steps.append(_RowSegment(program, unit, self.results, ops))
+                end = at[id(unit[-1])]
+                kept = [r for op in unit for r in op.results if r in self.results or read_at.get(r, -1) > end]
+                self.steps.append(_RowSegment(program, unit, kept))
         self.dead: list[tuple[Value, ...]] = [() for _ in self.steps]
         if top:
             last: dict[Value, int] = {}
@@ -556,7 +565,7 @@ def _row_reads(op: Op) -> list[str] | None:
     return reads
 
 
-def _row_segments(ops: Sequence[Op], results: Sequence[Value]) -> list[list[Op]]:
+def _row_segments(ops: Sequence[Op]) -> list[list[Op]]:
     """``ops`` cut into units: runs of row ops (a segment, when it is worth one) and single
     ops. An op met inside a run that reads nothing the run computes (a constant, the reshape of
     a bias) is moved before it."""
@@ -564,31 +573,32 @@ def _row_segments(ops: Sequence[Op], results: Sequence[Value]) -> list[list[Op]]
     run: list[Op] = []
     moved: list[Op] = []
     reads: dict[Value, str] = {}
+    inside: set[Value] = set()
+    order = {id(op): i for i, op in enumerate(ops)}
 
     def close() -> None:
-        nonlocal run, moved, reads
+        nonlocal run, moved, reads, inside
         if _worth_a_segment(run):
             units.extend([op] for op in moved)
             units.append(run)
         else:
-            order = {id(op): i for i, op in enumerate(ops)}
             units.extend([op] for op in sorted(run + moved, key=lambda o: order[id(o)]))
-        run, moved, reads = [], [], {}
+        run, moved, reads, inside = [], [], {}, set()
 
     for op in ops:
         how = _row_reads(op)
-        inside = {r for o in run for r in o.results}
         if how is not None and run and _leading(op.results[0]) == _leading(run[0].results[0]):
-            merged = dict(reads)
+            new: dict[Value, str] = {}
             fits = True
             for v, h in zip(op.operands, how):
                 if v in inside:
                     fits = fits and h == "rows"
-                elif merged.setdefault(v, h) != h:
-                    fits = False
+                elif reads.get(v, new.setdefault(v, h)) != h:
+                    fits = False  # read as rows by one op and whole by another
             if fits:
                 run.append(op)
-                reads = merged
+                inside.update(op.results)
+                reads.update(new)
                 continue
         if run and not op.regions and not any(v in inside for inner in op.walk() for v in inner.operands):
             moved.append(op)  # reads nothing the run computes: it can run before it
@@ -597,6 +607,7 @@ def _row_segments(ops: Sequence[Op], results: Sequence[Value]) -> list[list[Op]]
             close()
         if how is not None:
             run = [op]
+            inside = set(op.results)
             reads = {v: h for v, h in zip(op.operands, how)}
         else:
             units.append([op])
@@ -622,8 +633,7 @@ class _RowSegment:
     (numpy lets go of the GIL in its loops, the machine kernels in theirs). Every row is
     computed by the same operations as on whole arrays, so the bits are the same."""
 
-    def __init__(self, program: "EagerProgram", ops: Sequence[Op], results: Sequence[Value],
-                 block_ops: Sequence[Op]) -> None:
+    def __init__(self, program: "EagerProgram", ops: Sequence[Op], outputs: Sequence[Value]) -> None:
         self.steps = [program._step(op) for op in ops]
         inside = {r for op in ops for r in op.results}
         self.n = _leading(ops[0].results[0]) or 0
@@ -635,11 +645,8 @@ class _RowSegment:
             for v, how in zip(op.operands, _row_reads(op) or []):
                 if v not in inside and v not in self.sliced and v not in self.whole:
                     (self.sliced if how == "rows" else self.whole).append(v)
-        first = block_ops.index(ops[0])
-        own = {id(op) for op in ops}
-        read_later = {v for op in block_ops[first:] if id(op) not in own for inner in op.walk()
-                      for v in inner.operands}
-        self.outputs = [r for op in ops for r in op.results if r in read_later or r in results]
+        #: The values read after the segment (or returned): the only ones kept whole.
+        self.outputs = list(outputs)
 
     def __call__(self, env: Env) -> None:
         n, size = self.n, self.rows
@@ -671,14 +678,19 @@ class _RowSegment:
                     out[r0:r1] = x
 
         half = len(blocks) // 2
+        other = None
         if half and _CORES > 1:
-            other = _rows_helper().submit(run, blocks[half:])
+            try:
+                other = _rows_helper().submit(run, blocks[half:])
+            except RuntimeError:  # the interpreter is exiting: no new threads
+                other = None
+        if other is None:
+            run(blocks)
+        else:
             try:
                 run(blocks[:half])
             finally:
                 other.result()
-        else:
-            run(blocks)
         for v in self.outputs:
             env[v] = outs[v]
 
@@ -687,14 +699,18 @@ _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
 _ROWS_HELPER: Any = None
 
 
+_ROWS_HELPER_LOCK = threading.Lock()
+
+
 def _rows_helper() -> Any:
     """The helper thread of :class:`_RowSegment` (made on first use)."""
     global _ROWS_HELPER
-    if _ROWS_HELPER is None:
-        from concurrent.futures import ThreadPoolExecutor
+    with _ROWS_HELPER_LOCK:
+        if _ROWS_HELPER is None:
+            from concurrent.futures import ThreadPoolExecutor
 
-        _ROWS_HELPER = ThreadPoolExecutor(1, thread_name_prefix="pjrt-hub-eager-rows")
-    return _ROWS_HELPER
+            _ROWS_HELPER = ThreadPoolExecutor(1, thread_name_prefix="pjrt-hub-eager-rows")
+        return _ROWS_HELPER
 
 
 class EagerProgram:

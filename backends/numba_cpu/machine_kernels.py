@@ -21,7 +21,7 @@ in a thread started with the client) and need no compile at all.
   every program and are not part of any program's compile.
 * **Built in the background.** The first time the eager tier meets a large array that a missing
   kernel would serve, it starts a builder (``python -m pjrt_hub.backends.numba_cpu.machine_kernels
-  build``), detached and at low priority, as ``git gc --auto`` does: some 20 s of one core, once.
+  build``), detached and at low priority, as ``git gc --auto`` does: some 10 s of one core, once.
   The builder writes the file under a temporary name, has a fresh process (without numba) load it
   and compare every kernel with its numpy twin on special values and random bit patterns, and
   renames it into place only if all agree; otherwise it leaves a ``.failed`` note saying why, and
@@ -31,8 +31,10 @@ in a thread started with the client) and need no compile at all.
   rebuilt. ``PJRT_HUB_MACHINE_KERNELS=0`` turns the kernels (and their builds) off.
 
 Object code is loaded into an MCJIT engine, which ends the process if the code names a symbol it
-cannot resolve; that is why the builder accepts only kernels that call LLVM intrinsics, and why a
-file is published only after another process has loaded it.
+cannot resolve. What keeps that from a user's process is that a file is published only after
+another process has loaded it and run every kernel; the builder also refuses kernels whose code
+declares anything but LLVM intrinsics (some of which can still become C library calls, which a
+Python process has loaded).
 """
 
 from __future__ import annotations
@@ -243,23 +245,33 @@ class Kernels:
         if n < SPLIT_ELEMENTS or _CORES < 2:
             return part(0, n) == 0
         half = n // 2
-        other = _helper().submit(part, half, n)
-        mine = part(0, half)
-        return mine == 0 and other.result() == 0
+        try:
+            other = _helper().submit(part, half, n)
+        except RuntimeError:  # the interpreter is exiting: no new threads
+            return part(0, n) == 0
+        try:
+            mine = part(0, half)
+        finally:
+            theirs = other.result()  # never leave the helper on memory the caller may free
+        return mine == 0 and theirs == 0
 
 
 _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 _HELPER: Any = None
 
 
-def _helper() -> Any:
-    """The one helper thread of :meth:`Kernels.call` (made on first use, a daemon)."""
-    global _HELPER
-    if _HELPER is None:
-        from concurrent.futures import ThreadPoolExecutor
+_HELPER_LOCK = threading.Lock()
 
-        _HELPER = ThreadPoolExecutor(1, thread_name_prefix="pjrt-hub-machine-kernels")
-    return _HELPER
+
+def _helper() -> Any:
+    """The one helper thread of :meth:`Kernels.call` (made on first use)."""
+    global _HELPER
+    with _HELPER_LOCK:
+        if _HELPER is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _HELPER = ThreadPoolExecutor(1, thread_name_prefix="pjrt-hub-machine-kernels")
+        return _HELPER
 
 
 def _bits(x: np.ndarray) -> np.ndarray:
@@ -376,7 +388,7 @@ class _State:
                 return
             self.build_asked = True
         path = file_path(self.machine_key())
-        if path.is_file() or path.with_suffix(".failed").is_file() or _locked(path):
+        if path.is_file() or path.with_suffix(".failed").is_file() or _locked(path) or not _writable(path.parent):
             return
         _spawn_builder()
 
@@ -400,18 +412,23 @@ def ensure_built(timeout: float = 600.0) -> str:
     if not enabled():
         return "off (PJRT_HUB_MACHINE_KERNELS=0)"
     path = file_path()
-    if not path.is_file():
-        try:
-            subprocess.run([sys.executable, "-m", _MODULE, "build"], stdin=subprocess.DEVNULL,
-                           capture_output=True, timeout=timeout)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return f"not built: {exc}"
-        if not path.is_file():
-            failed = path.with_suffix(".failed")
-            why = failed.read_text().strip() if failed.is_file() else "another builder holds the lock"
-            return f"not built: {why}"
+    if path.is_file():
+        return f"present ({path})"
+    deadline = time.monotonic() + timeout
+    try:
+        done = subprocess.run([sys.executable, "-m", _MODULE, "build"], stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"not built: {exc}"
+    while not path.is_file() and _locked(path) and time.monotonic() < deadline:
+        time.sleep(0.5)  # another process's builder, at work
+    if path.is_file():
         return f"built now ({path})"
-    return f"present ({path})"
+    failed = path.with_suffix(".failed")
+    if failed.is_file():
+        return f"not built: {failed.read_text().strip()}"
+    lines = done.stderr.strip().splitlines()
+    return f"not built: {lines[-1] if lines else f'the builder ended with status {done.returncode}'}"
 
 
 def preload() -> None:
@@ -514,6 +531,15 @@ def verify(path: Path, random: int = 1 << 16) -> list[str]:
             if not _agree(kernels, name, NUMPY_TWINS[name], _probe(FUNCTIONS[name], rng, random))]
 
 
+def _writable(folder: Path) -> bool:
+    """Whether a builder could write into ``folder`` (or create it)."""
+    while not folder.exists():
+        if folder.parent == folder:
+            return False
+        folder = folder.parent
+    return os.access(folder, os.W_OK | os.X_OK)
+
+
 def _locked(path: Path) -> bool:
     try:
         return time.time() - path.with_suffix(".lock").stat().st_mtime < STALE_LOCK_S
@@ -529,14 +555,54 @@ def _spawn_builder() -> None:
                              file_actions=[(os.POSIX_SPAWN_OPEN, fd, os.devnull, flags, 0)
                                            for fd, flags in ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY))],
                              setsid=True)
-    except (AttributeError, OSError):
+    except (AttributeError, NotImplementedError, OSError):
         return
     threading.Thread(target=os.waitpid, args=(pid, 0), name="pjrt-hub-machine-kernels-build", daemon=True).start()
 
 
+def _take_lock(lock: Path) -> bool:
+    """Create ``lock`` (holding this process's id), taking over one older than
+    :data:`STALE_LOCK_S` (its builder died): False if another builder holds it."""
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            if not _locked(lock.with_suffix(".bin")):
+                lock.unlink(missing_ok=True)
+                continue
+            return False
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        return True
+    return False
+
+
+def _release_lock(lock: Path) -> None:
+    """Remove ``lock`` if it is still this process's (a builder that took over a stale one
+    holds it otherwise)."""
+    try:
+        if lock.read_text().strip() == str(os.getpid()):
+            lock.unlink()
+    except OSError:
+        pass
+
+
+def _remove_stale_temporaries(folder: Path) -> None:
+    """Files a killed builder left (``*.tmp``, older than :data:`STALE_LOCK_S`)."""
+    for tmp in folder.glob("vecmath-*.tmp"):
+        try:
+            if time.time() - tmp.stat().st_mtime > STALE_LOCK_S:
+                tmp.unlink()
+        except OSError:
+            pass
+
+
 def _build_here() -> int:
     """``build``: this machine's file, unless it exists, failed before, or another builder holds
-    the lock."""
+    the lock. A failure that says something about these kernels (:class:`MachineKernelError`:
+    they call outside code, or disagree with numpy) is recorded in a ``.failed`` note, and no
+    process tries again; one of the moment (a full disk, a check that timed out on a busy
+    machine) is not, and the next process that needs the kernels tries again."""
     try:
         os.nice(10)
     except OSError:
@@ -544,25 +610,26 @@ def _build_here() -> int:
     path = file_path()
     if path.is_file() or path.with_suffix(".failed").is_file():
         return 0
-    path.parent.mkdir(parents=True, exist_ok=True)
     lock = path.with_suffix(".lock")
-    if _locked(path):
-        return 0
-    lock.unlink(missing_ok=True)
     try:
-        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        return 0
-    os.write(fd, str(os.getpid()).encode())
-    os.close(fd)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not _take_lock(lock):
+            return 0
+    except OSError as exc:
+        print(f"pjrt-hub machine kernels: cannot build in {path.parent}: {exc}", file=sys.stderr)
+        return 1
     try:
+        _remove_stale_temporaries(path.parent)
         build(path)
         return 0
-    except Exception as exc:  # noqa: BLE001 - recorded, so that no process tries again
-        path.with_suffix(".failed").write_text(f"{type(exc).__name__}: {exc}\n")
+    except MachineKernelError as exc:
+        path.with_suffix(".failed").write_text(f"{exc}\n")
+        return 1
+    except Exception as exc:  # noqa: BLE001 - of the moment: the next process tries again
+        print(f"pjrt-hub machine kernels: build failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     finally:
-        lock.unlink(missing_ok=True)
+        _release_lock(lock)
 
 
 def main(argv: Sequence[str]) -> int:

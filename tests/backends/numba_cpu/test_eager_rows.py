@@ -30,7 +30,7 @@ def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _whole(program_text_: str, monkeypatch: pytest.MonkeyPatch) -> eager.EagerProgram:
     with monkeypatch.context() as m:
-        m.setattr(eager, "_row_segments", lambda ops, results: [[op] for op in ops])
+        m.setattr(eager, "_row_segments", lambda ops: [[op] for op in ops])
         return eager_program(program_text_)
 
 

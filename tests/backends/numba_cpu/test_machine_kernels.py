@@ -258,3 +258,41 @@ def test_the_builder_takes_the_lock_records_failures_and_respects_a_live_lock(tm
     assert "exp_f32" in path.with_suffix(".failed").read_text()
     assert not path.with_suffix(".lock").exists()
     assert mk._build_here() == 0 and built == [path]  # failed once: not again
+
+
+def test_a_failure_of_the_moment_is_not_recorded_and_a_folder_that_cannot_be_written_gets_no_builder(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PJRT_HUB_MACHINE_CACHE", str(tmp_path))
+    monkeypatch.setattr(os, "nice", lambda n: 0)
+    path = mk.file_path()
+
+    def full_disk(p: Path, names=None, *, check=True) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(mk, "build", full_disk)
+    assert mk._build_here() == 1
+    assert "No space left" in capsys.readouterr().err
+    assert not path.with_suffix(".failed").exists() and not path.with_suffix(".lock").exists()
+    # A file where the folder should be: no builder can write there, so none is started.
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setenv("PJRT_HUB_MACHINE_CACHE", str(blocker / "machine"))
+    monkeypatch.setenv("PJRT_HUB_MACHINE_KERNELS", "1")
+    monkeypatch.setattr(mk, "_STATE", mk._State())
+    spawned: list[bool] = []
+    monkeypatch.setattr(mk, "_spawn_builder", lambda: spawned.append(True))
+    assert mk.apply("exp_f32", [np.ones(mk.BUILD_ELEMENTS, np.float32)], NUMPY_TWINS["exp_f32"]) is None
+    assert spawned == []
+    assert mk._build_here() == 1 and "cannot build in" in capsys.readouterr().err
+
+
+def test_a_builder_that_took_over_a_stale_lock_keeps_it(tmp_path, monkeypatch):
+    """The lock is removed by the builder that holds it, never by one whose lock was taken
+    over (it died, or seemed to)."""
+    monkeypatch.setenv("PJRT_HUB_MACHINE_CACHE", str(tmp_path))
+    lock = mk.file_path().with_suffix(".lock")
+    assert mk._take_lock(lock) and lock.read_text() == str(os.getpid())
+    assert not mk._take_lock(lock)  # held, and fresh
+    lock.write_text("999999")  # another builder's now
+    mk._release_lock(lock)
+    assert lock.exists()
