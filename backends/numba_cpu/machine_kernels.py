@@ -183,8 +183,10 @@ def _read(path: Path, key: str) -> tuple[list[dict[str, Any]], bytes]:
         raise MachineKernelError(f"{path}: not a machine kernel file")
     if header.get("key") != key:
         raise MachineKernelError(f"{path}: built for another machine or version ({header.get('key')})")
-    if header.get("size") != len(code) or hashlib.sha256(code).hexdigest() != header.get("sha256"):
-        raise MachineKernelError(f"{path}: truncated or corrupt ({len(code)} of {header.get('size')} bytes)")
+    if header.get("size") != len(code):
+        raise MachineKernelError(f"{path}: truncated ({len(code)} of {header.get('size')} bytes of code)")
+    if hashlib.sha256(code).hexdigest() != header.get("sha256"):
+        raise MachineKernelError(f"{path}: corrupt (its code does not match its checksum)")
     entries = header.get("entries")
     if not isinstance(entries, list):
         raise MachineKernelError(f"{path}: no kernel list")
