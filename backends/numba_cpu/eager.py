@@ -32,7 +32,6 @@ import ast
 import ctypes
 import functools
 import math
-import os
 import threading
 from pathlib import Path
 from types import CodeType
@@ -47,6 +46,7 @@ from pjrt_hub.backends.stablehlo import Block, Function, Op, TensorType, Value
 from . import kernels as _kernels_module  # registers the kernel rules
 from . import lanes as _lanes
 from . import machine_kernels
+from .helper_thread import HelperThread
 from . import rules as _rules_module  # noqa: F401  (registers the op rules)
 from .eager_math import NAMESPACE
 from .source import ElementKind, Expr, element_kind
@@ -678,12 +678,7 @@ class _RowSegment:
                     out[r0:r1] = x
 
         half = len(blocks) // 2
-        other = None
-        if half and _CORES > 1:
-            try:
-                other = _rows_helper().submit(run, blocks[half:])
-            except RuntimeError:  # the interpreter is exiting: no new threads
-                other = None
+        other = _ROWS_HELPER.submit(run, blocks[half:]) if half else None
         if other is None:
             run(blocks)
         else:
@@ -695,22 +690,7 @@ class _RowSegment:
             env[v] = outs[v]
 
 
-_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-_ROWS_HELPER: Any = None
-
-
-_ROWS_HELPER_LOCK = threading.Lock()
-
-
-def _rows_helper() -> Any:
-    """The helper thread of :class:`_RowSegment` (made on first use)."""
-    global _ROWS_HELPER
-    with _ROWS_HELPER_LOCK:
-        if _ROWS_HELPER is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            _ROWS_HELPER = ThreadPoolExecutor(1, thread_name_prefix="pjrt-hub-eager-rows")
-        return _ROWS_HELPER
+_ROWS_HELPER = HelperThread("pjrt-hub-eager-rows")
 
 
 class EagerProgram:

@@ -56,6 +56,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import target
+from .helper_thread import HelperThread
 
 __all__ = ["FUNCTIONS", "MIN_ELEMENTS", "apply", "available", "build", "directory", "enabled", "ensure_built", "file_path", "machine_key",
            "preload", "verify"]
@@ -244,12 +245,9 @@ class Kernels:
             ret, exc = ctypes.c_void_p(), ctypes.c_void_p()
             return fn(ctypes.byref(ret), ctypes.byref(exc), *[p + 4 * start for p in pointers], stop - start)
 
-        if n < SPLIT_ELEMENTS or _CORES < 2:
-            return part(0, n) == 0
         half = n // 2
-        try:
-            other = _helper().submit(part, half, n)
-        except RuntimeError:  # the interpreter is exiting: no new threads
+        other = _HELPER.submit(part, half, n) if n >= SPLIT_ELEMENTS else None
+        if other is None:
             return part(0, n) == 0
         try:
             mine = part(0, half)
@@ -258,22 +256,7 @@ class Kernels:
         return mine == 0 and theirs == 0
 
 
-_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-_HELPER: Any = None
-
-
-_HELPER_LOCK = threading.Lock()
-
-
-def _helper() -> Any:
-    """The one helper thread of :meth:`Kernels.call` (made on first use)."""
-    global _HELPER
-    with _HELPER_LOCK:
-        if _HELPER is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            _HELPER = ThreadPoolExecutor(1, thread_name_prefix="pjrt-hub-machine-kernels")
-        return _HELPER
+_HELPER = HelperThread("pjrt-hub-machine-kernels")
 
 
 def _bits(x: np.ndarray) -> np.ndarray:
@@ -353,8 +336,7 @@ class _State:
         path = file_path(self.key)
         try:
             self.kernels = Kernels(path, self.key)
-            if _CORES > 1:
-                _helper()  # its import, now rather than in the first large call
+            _HELPER.start()  # now rather than in the first large call
         except MachineKernelError as exc:
             warnings.warn(f"numba_cpu: ignoring the machine kernel file: {exc}; it will be rebuilt",
                           RuntimeWarning, stacklevel=1)

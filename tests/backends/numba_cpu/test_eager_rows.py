@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pjrt_hub.backends.numba_cpu import eager
+from pjrt_hub.backends.numba_cpu import eager, helper_thread
 from pjrt_hub.backends.numba_cpu.eager_math import NAMESPACE
 
 from ...corpus import program_text, public_arrays, public_programs
@@ -36,7 +36,7 @@ def _whole(program_text_: str, monkeypatch: pytest.MonkeyPatch) -> eager.EagerPr
 
 @pytest.mark.parametrize("cores", [1, 2])
 def test_every_corpus_program_gives_the_same_bits_in_row_blocks(small_blocks, monkeypatch, cores):
-    monkeypatch.setattr(eager, "_CORES", cores)
+    monkeypatch.setattr(helper_thread, "CORES", cores)
     segmented = 0
     for name, entry in sorted(PROGRAMS.items()):
         text = program_text("public", entry)
@@ -88,7 +88,7 @@ def _rows_inputs(n: int, m: int) -> list[np.ndarray]:
 
 @pytest.mark.parametrize("cores", [1, 2])
 def test_a_softmax_layernorm_program_in_row_blocks_gives_the_compiled_bits(compiler, small_blocks, monkeypatch, cores):
-    monkeypatch.setattr(eager, "_CORES", cores)
+    monkeypatch.setattr(helper_thread, "CORES", cores)
     n, m = 37, 70  # blocks of one row; odd sizes
     text = _rows_program(n, m)
     program = eager_program(text)
@@ -104,7 +104,7 @@ def test_a_softmax_layernorm_program_in_row_blocks_gives_the_compiled_bits(compi
 
 
 def test_row_blocks_of_a_real_size_on_two_threads(monkeypatch):
-    monkeypatch.setattr(eager, "_CORES", 2)
+    monkeypatch.setattr(helper_thread, "CORES", 2)
     n, m = 1000, 300  # 1000 rows in blocks of 109: the last one shorter
     text = _rows_program(n, m)
     program = eager_program(text)
@@ -117,7 +117,7 @@ def test_row_blocks_of_a_real_size_on_two_threads(monkeypatch):
 def test_a_segment_holds_no_intermediate_array_whole(monkeypatch):
     """Eight ops on an 8 MiB array hold their result and a few blocks' worth of temporaries
     (the numpy twins' float64 ones included), on each thread, not eight arrays."""
-    monkeypatch.setattr(eager, "_CORES", 2)
+    monkeypatch.setattr(helper_thread, "CORES", 2)
     monkeypatch.setattr(eager, "ROW_BLOCK_ELEMENTS", 1 << 14)  # the temporaries scale with it
     n = 1 << 21
     ops = ["negate", "exponential", "abs", "sqrt", "negate", "abs", "tanh", "abs"]
