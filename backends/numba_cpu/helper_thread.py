@@ -23,6 +23,7 @@ class HelperThread:
         self.name = name
         self._lock = threading.Lock()
         self._pool: Any = None
+        self._pid = 0
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> "Future[Any] | None":
         """``fn(*args)`` on the helper thread, or None where there is none to be had (one core,
@@ -30,10 +31,13 @@ class HelperThread:
         if CORES < 2:
             return None
         with self._lock:
-            if self._pool is None:
+            if self._pool is None or self._pid != os.getpid():
+                # A forked child has the parent's pool but not its thread: work given to it
+                # would wait forever. It gets a pool of its own.
                 from concurrent.futures import ThreadPoolExecutor
 
                 self._pool = ThreadPoolExecutor(1, thread_name_prefix=self.name)
+                self._pid = os.getpid()
             pool = self._pool
         try:
             return pool.submit(fn, *args)

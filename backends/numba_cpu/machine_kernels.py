@@ -378,16 +378,27 @@ class _State:
 
 
 _STATE = _State()
+_STATE_PID = os.getpid()
+
+
+def _state() -> _State:
+    """This process's state: a forked child starts a fresh one (the parent's loading thread,
+    and the engine it may have been filling, are not in the child)."""
+    global _STATE, _STATE_PID
+    if _STATE_PID != os.getpid():
+        _STATE, _STATE_PID = _State(), os.getpid()
+    return _STATE
 
 
 def available() -> bool:
     """Whether this machine's kernels are on disk (and on): loaded, or loading, they serve the
     eager tier's large float32 operations."""
-    if not _STATE.on:
+    state = _state()
+    if not state.on:
         return False
-    if _STATE.loaded.is_set():
-        return _STATE.kernels is not None
-    return file_path(_STATE.machine_key()).is_file()
+    if state.loaded.is_set():
+        return state.kernels is not None
+    return file_path(state.machine_key()).is_file()
 
 
 def ensure_built(timeout: float = 600.0) -> str:
@@ -418,8 +429,9 @@ def ensure_built(timeout: float = 600.0) -> str:
 def preload() -> None:
     """Start loading this machine's kernels in a thread, if their file exists (the eager tier
     then finds them ready)."""
-    if _STATE.on:
-        _STATE.start()
+    state = _state()
+    if state.on:
+        state.start()
 
 
 def apply(name: str, operands: Sequence[Any], twin: Callable[..., Any]) -> np.ndarray | None:
@@ -433,7 +445,7 @@ def apply(name: str, operands: Sequence[Any], twin: Callable[..., Any]) -> np.nd
     n = 1
     for d in shape:
         n *= d
-    state = _STATE
+    state = _state()
     if n < MIN_ELEMENTS or not state.on:
         return None
     state.start()

@@ -296,3 +296,38 @@ def test_a_builder_that_took_over_a_stale_lock_keeps_it(tmp_path, monkeypatch):
     lock.write_text("999999")  # another builder's now
     mk._release_lock(lock)
     assert lock.exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_gets_its_own_helper_threads_and_kernels(machine, monkeypatch):
+    """A child forked after the kernels loaded and the helper threads started (the parent's
+    threads are not in the child) still splits its work and finishes, with the same bits."""
+    import signal
+
+    from pjrt_hub.backends.numba_cpu import eager, helper_thread
+
+    monkeypatch.setattr(helper_thread, "CORES", 2)
+    monkeypatch.setattr(eager, "ROW_BLOCK_ELEMENTS", 1 << 10)
+    x = np.linspace(-80, 80, 2 * mk.SPLIT_ELEMENTS, dtype=np.float32).reshape(512, -1)
+    twin = NUMPY_TWINS["exp_f32"]
+    text = f"""func.func @main(%x: tensor<512x{x.shape[1]}xf32>) -> tensor<512x{x.shape[1]}xf32> {{
+  %e = stablehlo.exponential %x : tensor<512x{x.shape[1]}xf32>
+  %a = stablehlo.abs %e : tensor<512x{x.shape[1]}xf32>
+  return %a : tensor<512x{x.shape[1]}xf32>
+}}"""
+    program = eager_program(text)
+    assert isinstance(program._body.steps[0], eager._RowSegment)
+    want_kernel, want_rows = mk.apply("exp_f32", [x], twin), program.run([x])[0]
+    assert want_kernel is not None
+    pid = os.fork()
+    if pid == 0:  # the child: exits with 0 only if both finish with the parent's bits
+        code = 2
+        try:
+            signal.alarm(60)
+            got = mk.apply("exp_f32", [x], twin)
+            rows = program.run([x])[0]
+            code = 0 if got is not None and _same(got, want_kernel) and _same(rows, want_rows) else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
