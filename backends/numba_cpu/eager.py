@@ -7,8 +7,10 @@ compiles it in the background, then switches. For the switch to be invisible, ev
 computes exactly what the compiled kernels compute:
 
 * Elementwise ops are not reimplemented: the lowering rule of the op (:mod:`.rules`) writes the
-  formula as text, exactly as for the compiled kernel, and it is evaluated on whole arrays with
-  each helper bound to its numpy twin (:mod:`.eager_math`), ``x if c else y`` turned into
+  formula as text, exactly as for the compiled kernel, and it is evaluated on whole arrays (or
+  blocks of their rows, see :class:`_RowSegment`) with each helper bound to its numpy twin
+  (:mod:`.eager_math`; on large float32 arrays, vecmath's functions run as
+  :mod:`.machine_kernels`, compiled once per machine), ``x if c else y`` turned into
   ``np.where``. The same holds for reduction steps and the scalar regions of ``map``, ``sort``,
   ``scatter``, ``reduce_window`` and ``select_and_scatter``.
 * Reductions follow the order :mod:`.lanes` defines (fixed lanes, or sequential), never

@@ -25,7 +25,9 @@ in a thread started with the client) and need no compile at all.
   The builder writes the file under a temporary name, has a fresh process (without numba) load it
   and compare every kernel with its numpy twin on special values and random bit patterns, and
   renames it into place only if all agree; otherwise it leaves a ``.failed`` note saying why, and
-  no process starts a builder for that key again. A lock file keeps builders from running twice.
+  no process starts a builder for that key again (a failure of the moment, such as a full disk,
+  leaves no note: the next process tries again). A lock file keeps builders from running twice,
+  and no builder starts for a folder nobody can write.
 * **Safe to lose.** A missing, truncated or corrupt file (its header holds the SHA-256 of the
   code) is never loaded: the numpy twins answer, with the same bits, and a corrupt file is
   rebuilt. ``PJRT_HUB_MACHINE_KERNELS=0`` turns the kernels (and their builds) off.
