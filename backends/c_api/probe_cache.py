@@ -28,6 +28,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pjrt_hub._cache_root import cache_folder
+
 if TYPE_CHECKING:
     from .probe import ProbeReport
 
@@ -55,10 +57,7 @@ def default_cache_dir(environ: Any = None) -> Path | None:
     chosen = env.get(ENV_PROBE_CACHE)
     if chosen is not None and chosen.strip():
         return None if chosen.strip().lower() in _OFF else Path(chosen)
-    root = env.get("PJRT_HUB_CACHE")
-    if root:
-        return Path(root) / "probe"
-    return Path.home() / ".cache" / "pjrt-hub" / "probe"
+    return cache_folder("probe", env)
 
 
 @dataclass(frozen=True, slots=True)

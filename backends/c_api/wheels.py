@@ -10,7 +10,6 @@ calls find them there without the network. Tests and the compatibility matrix us
 from __future__ import annotations
 
 import fcntl
-import os
 import re
 import shutil
 import subprocess
@@ -20,6 +19,8 @@ import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+from pjrt_hub._cache_root import cache_folder
 
 __all__ = ["WheelUnavailable", "cache_dir", "fetch_wheel", "plugin_library"]
 
@@ -31,8 +32,7 @@ class WheelUnavailable(RuntimeError):
 def cache_dir() -> Path:
     """``$PJRT_HUB_CACHE/wheels``, else ``~/.cache/pjrt-hub/wheels``: beside the numba and matrix
     caches under one root, so that one variable moves (or one ``rm -r`` clears) them all."""
-    root = os.environ.get("PJRT_HUB_CACHE")
-    return (Path(root) if root else Path.home() / ".cache" / "pjrt-hub") / "wheels"
+    return cache_folder("wheels")
 
 
 def _normalize(name: str) -> str:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence, cast
 
 import numpy as np
 
+from pjrt_hub._cache_root import cache_folder
 from pjrt_hub.abi import CompileError, CompileOptions, InvalidArgument, PjrtHubError
 from pjrt_hub.backends.cpu_runtime.compiler import TensorSpec
 
@@ -56,10 +57,7 @@ _SERIAL_FORMAT = "pjrt_hub.numba_cpu/1"
 
 
 def default_cache_dir() -> Path:
-    root = os.environ.get("PJRT_HUB_CACHE")
-    if root:
-        return Path(root) / "numba"
-    return Path.home() / ".cache" / "pjrt-hub" / "numba"
+    return cache_folder("numba")
 
 
 @dataclass
