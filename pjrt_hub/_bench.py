@@ -20,7 +20,6 @@ Runs per program follow a time budget there, so that a 20 us program is timed hu
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import os
@@ -35,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -228,14 +227,23 @@ def _budgeted_runs(fn: Callable[[], float], least: int) -> int:
     return max(least, min(MAX_RUNS, int(RUN_BUDGET_S / max(estimate, 1e-7))))
 
 
+def _child_env(cache: str) -> dict[str, str]:
+    """A measuring process's environment: the run's compile cache (``cache``, empty at the
+    start), and numba_cpu's machine kernels where this process finds them. They are compiled
+    once per machine, not per program, so a cold compile does not include them (see
+    :mod:`pjrt_hub.backends.numba_cpu.machine_kernels`)."""
+    from pjrt_hub.backends.numba_cpu.machine_kernels import directory
+
+    return dict(os.environ, PJRT_HUB_CACHE=cache, PJRT_HUB_MACHINE_CACHE=str(directory()))
+
+
 def _warm_first_result(plugin: str, program: str, cache: str,
                        library: Sequence[str]) -> dict[str, float] | None:
     """Compile the program named ``program`` and run it once in a fresh process that shares the
     run's compile cache (warm): ``{"compile_ms": ..., "first_result_ms": ...}``."""
-    env = dict(os.environ, PJRT_HUB_CACHE=cache)
     cmd = [sys.executable, "-m", "pjrt_hub._bench", "--warm-compile", plugin, program, *library]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        done = subprocess.run(cmd, capture_output=True, text=True, env=_child_env(cache), timeout=600)
     except subprocess.TimeoutExpired:
         return None
     if done.returncode != 0:
@@ -383,10 +391,9 @@ class _Child:
     def __init__(self, mode: str, name: str, programs: Sequence[str], runs: int | None,
                  library: Sequence[str], cache: str, starting: Callable[[str], None] | None) -> None:
         self.name, self.programs = name, list(programs)
-        env = dict(os.environ, PJRT_HUB_CACHE=cache)
         cmd = [sys.executable, "-m", "pjrt_hub._bench", mode, name, ",".join(programs), str(runs or 0), *library]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, env=env)
+                                     text=True, env=_child_env(cache))
         self.tail: list[str] = []
         self.reader = threading.Thread(target=self._read_stderr, args=(starting,), daemon=True)
         self.reader.start()
@@ -549,10 +556,12 @@ def bench(registry: Any, plugins: Sequence[str], programs: Iterable[str] | None 
     extra: dict[str, Any] = {}
     machine = None
     if "numba_cpu" in plugins:
+        from pjrt_hub.backends.numba_cpu.machine_kernels import ensure_built
+
         if progress is not None:
             progress(0, total, "numba_cpu's machine kernels (built once per machine)")
-        machine = _machine_kernels_for_children()
-    with tempfile.TemporaryDirectory(prefix="pjrt-hub-bench-") as cache, _machine_folder(machine):
+        machine = ensure_built()
+    with tempfile.TemporaryDirectory(prefix="pjrt-hub-bench-") as cache:
         if spread or under_load:
             rows, extra = _stability(plugins, names, spread, under_load, runs, library, cache, progress,
                                      own_sessions, fastest_of)
@@ -582,34 +591,7 @@ def bench(registry: Any, plugins: Sequence[str], programs: Iterable[str] | None 
     return {"programs": rows, "tiny_execute_us": tiny.get(plugins[0]) if plugins else None,
             "tiny_execute_us_by_plugin": tiny, "plugins": list(plugins), "suite": suite,
             "summary": summarise(rows, plugins, fastest_of),
-            "machine_kernels": None if machine is None else machine[1], **extra}
-
-
-def _machine_kernels_for_children() -> tuple[str, str]:
-    """numba_cpu's machine kernels (:mod:`pjrt_hub.backends.numba_cpu.machine_kernels`), built
-    now if this machine has none yet: compiled once per machine, not per program, they are not
-    part of a cold compile, so the measuring processes, whose program cache is empty, read them
-    from the machine's folder. Returns that folder and what became of them."""
-    from pjrt_hub.backends.numba_cpu import machine_kernels
-
-    return str(machine_kernels.directory()), machine_kernels.ensure_built()
-
-
-@contextlib.contextmanager
-def _machine_folder(machine: tuple[str, str] | None) -> Iterator[None]:
-    """``PJRT_HUB_MACHINE_CACHE`` set to ``machine``'s folder for the processes started meanwhile."""
-    if machine is None:
-        yield
-        return
-    before = os.environ.get("PJRT_HUB_MACHINE_CACHE")
-    os.environ["PJRT_HUB_MACHINE_CACHE"] = machine[0]
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("PJRT_HUB_MACHINE_CACHE", None)
-        else:
-            os.environ["PJRT_HUB_MACHINE_CACHE"] = before
+            "machine_kernels": machine, **extra}
 
 
 def _stability(plugins: Sequence[str], names: Sequence[str], spread: int, under_load: int,

@@ -466,38 +466,34 @@ class _Plan:
             for v in op.results:
                 _kind(v)
         units = _row_segments(ops) if top else [[op] for op in ops]
-        self.steps: list[Step] = []
-        if any(len(unit) > 1 for unit in units):
-            read_at: dict[Value, int] = {}  # the last op (by index) that reads each value
-            for i, op in enumerate(ops):
+        # The last unit that reads each value this block defines (the values nested regions
+        # read count as read by the op that holds them): a segment keeps what a later unit
+        # reads, and a value leaves the environment after its last unit. By unit, not by op:
+        # an op moved before a segment runs before ops that come before it in the text.
+        last: dict[Value, int] = {}
+        if top:
+            unit_of = {id(op): u for u, unit in enumerate(units) for op in unit}
+            for op in ops:
+                u = unit_of[id(op)]
+                for v in op.results:
+                    last[v] = u
                 for inner in op.walk():
                     for v in inner.operands:
-                        read_at[v] = i
-            at = {id(op): i for i, op in enumerate(ops)}
-        for unit in units:
+                        if v in last:
+                            last[v] = max(last[v], u)
+        keep = set(self.results)
+        self.steps: list[Step] = []
+        for u, unit in enumerate(units):
             if len(unit) == 1:
                 self.steps.append(program._step(unit[0]))
             else:
-                end = at[id(unit[-1])]
-                kept = [r for op in unit for r in op.results if r in self.results or read_at.get(r, -1) > end]
+                kept = [r for op in unit for r in op.results if r in keep or last[r] > u]
                 self.steps.append(_RowSegment(program, unit, kept))
-        self.dead: list[tuple[Value, ...]] = [() for _ in self.steps]
-        if top:
-            last: dict[Value, int] = {}
-            for i, unit in enumerate(units):
-                for op in unit:
-                    for v in op.results:
-                        last[v] = i
-                    for inner in op.walk():  # the values nested regions read count as read here
-                        for v in inner.operands:
-                            if v in last:
-                                last[v] = i
-            keep = set(self.results)
-            dead: list[list[Value]] = [[] for _ in self.steps]
-            for v, i in last.items():
-                if v not in keep:
-                    dead[i].append(v)
-            self.dead = [tuple(d) for d in dead]
+        dead: list[list[Value]] = [[] for _ in self.steps]
+        for v, u in last.items():
+            if v not in keep:
+                dead[u].append(v)
+        self.dead = [tuple(d) for d in dead]
 
     def run(self, env: Env, args: Sequence[np.ndarray]) -> list[np.ndarray]:
         for a, x in zip(self.block.args, args):
@@ -618,13 +614,18 @@ def _row_segments(ops: Sequence[Op]) -> list[list[Op]]:
     return units
 
 
+def _block_rows(run: Sequence[Op]) -> int:
+    """Rows of one block of a segment of ``run``: :data:`ROW_BLOCK_ELEMENTS` of its widest value."""
+    row = max(math.prod(r.tensor_type.shape[1:]) for op in run for r in op.results)
+    return max(1, ROW_BLOCK_ELEMENTS // max(row, 1))
+
+
 def _worth_a_segment(run: Sequence[Op]) -> bool:
+    """At least two ops, two blocks, and :data:`ROW_SEGMENT_MIN` elements computed."""
     if len(run) < 2:
         return False
     n = _leading(run[0].results[0]) or 0
-    row = max(math.prod(r.tensor_type.shape[1:]) for op in run for r in op.results)
-    return n >= 2 * max(1, ROW_BLOCK_ELEMENTS // max(row, 1)) and sum(
-        r.tensor_type.size for op in run for r in op.results) >= ROW_SEGMENT_MIN
+    return n >= 2 * _block_rows(run) and sum(r.tensor_type.size for op in run for r in op.results) >= ROW_SEGMENT_MIN
 
 
 class _RowSegment:
@@ -639,8 +640,7 @@ class _RowSegment:
         self.steps = [program._step(op) for op in ops]
         inside = {r for op in ops for r in op.results}
         self.n = _leading(ops[0].results[0]) or 0
-        row = max(math.prod(r.tensor_type.shape[1:]) for op in ops for r in op.results)
-        self.rows = max(1, ROW_BLOCK_ELEMENTS // max(row, 1))
+        self.rows = _block_rows(ops)
         self.sliced: list[Value] = []
         self.whole: list[Value] = []
         for op in ops:
@@ -657,18 +657,15 @@ class _RowSegment:
         lock = threading.Lock()
 
         def run(part: Sequence[tuple[int, int]]) -> None:
-            with np.errstate(all="ignore"):  # per thread: the run's own is this thread's
-                blocks_of(part)
-
-        def blocks_of(part: Sequence[tuple[int, int]]) -> None:
             for r0, r1 in part:
                 local = Env(env.cancel, None, rows=r1 - r0)
                 for v in self.sliced:
                     local[v] = env[v][r0:r1]
                 for v in self.whole:
                     local[v] = env[v]
-                for step in self.steps:
-                    step(local)
+                with np.errstate(all="ignore"):  # per thread: the run's own is this thread's
+                    for step in self.steps:
+                        step(local)
                 for v in self.outputs:
                     x = local[v]
                     out = outs.get(v)

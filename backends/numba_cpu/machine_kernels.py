@@ -45,6 +45,7 @@ import ctypes
 import hashlib
 import importlib.util
 import json
+import math
 import os
 import re
 import subprocess
@@ -56,6 +57,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
+
+from pjrt_hub._cache_root import cache_folder
 
 from . import target
 from .helper_thread import HelperThread
@@ -106,10 +109,7 @@ def enabled() -> bool:
 
 def directory() -> Path:
     root = os.environ.get("PJRT_HUB_MACHINE_CACHE")
-    if root:
-        return Path(root)
-    cache = os.environ.get("PJRT_HUB_CACHE")
-    return (Path(cache) if cache else Path.home() / ".cache" / "pjrt-hub") / "machine"
+    return Path(root) if root else cache_folder("machine")
 
 
 def _cpu_identity() -> bytes:
@@ -274,14 +274,20 @@ def _specials() -> np.ndarray:
     return np.array(values + [-v for v in values], np.float32)
 
 
+def _run(kernels: Kernels, name: str, operands: Sequence[Any], shape: tuple[int, ...]) -> np.ndarray | None:
+    """Kernel ``name`` on float32 ``operands`` broadcast to ``shape`` (None if it failed)."""
+    arrays = [np.ascontiguousarray(x if np.shape(x) == shape else np.broadcast_to(x, shape)) for x in operands]
+    out = np.empty(shape, np.float32)
+    return out if kernels.call(name, arrays, out) else None
+
+
 def _agree(kernels: Kernels, name: str, twin: Callable[..., Any], operands: Sequence[np.ndarray]) -> bool:
-    operands = [np.ascontiguousarray(a, np.float32) for a in np.broadcast_arrays(*operands)]
-    out = np.empty(operands[0].shape, np.float32)
-    if not kernels.call(name, operands, out):
+    got = _run(kernels, name, operands, np.broadcast_shapes(*[a.shape for a in operands]))
+    if got is None:
         return False
     with np.errstate(all="ignore"):
         expected = twin(*operands)
-    return bool(np.array_equal(_bits(out), _bits(expected)))
+    return bool(np.array_equal(_bits(got), _bits(expected)))
 
 
 def _probe(arity: int, rng: np.random.Generator | None = None, random: int = 0) -> list[np.ndarray]:
@@ -444,9 +450,7 @@ def apply(name: str, operands: Sequence[Any], twin: Callable[..., Any]) -> np.nd
             return None
     shapes = [np.shape(x) for x in operands]
     shape = shapes[0] if all(s == shapes[0] for s in shapes) else np.broadcast_shapes(*shapes)
-    n = 1
-    for d in shape:
-        n *= d
+    n = math.prod(shape)
     state = _state()
     if n < MIN_ELEMENTS or not state.on:
         return None
@@ -456,9 +460,7 @@ def apply(name: str, operands: Sequence[Any], twin: Callable[..., Any]) -> np.nd
         if n >= BUILD_ELEMENTS and state.loaded.is_set():
             state.ask_for_build()
         return None
-    arrays = [np.ascontiguousarray(x if np.shape(x) == shape else np.broadcast_to(x, shape)) for x in operands]
-    out = np.empty(shape, np.float32)
-    return out if kernels.call(name, arrays, out) else None
+    return _run(kernels, name, operands, shape)
 
 
 # -- building (numba) ---------------------------------------------------------------------------
