@@ -17,7 +17,7 @@ import sys
 
 def main() -> int:
     try:
-        os.nice(5)
+        os.nice(15)
     except (AttributeError, OSError):
         pass
     from pjrt_hub.abi import PjrtHubError
