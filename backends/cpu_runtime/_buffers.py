@@ -45,6 +45,7 @@ from pjrt_hub.abi import (
 )
 
 from ._events import READY, CpuEvent, as_pjrt_error, failed_event
+from .helper_thread import split_copy
 
 if TYPE_CHECKING:
     from ._client import CpuClient
@@ -375,7 +376,7 @@ class CpuBuffer(Buffer):
                 if dst is None:
                     dst = _host_copy(array, self._describe())
                 else:
-                    np.copyto(dst, array, casting="no")
+                    split_copy(dst, array)
             finally:
                 self._unhold()
             return ToHost(dst, READY)
@@ -392,7 +393,7 @@ class CpuBuffer(Buffer):
         def copy(error: PjrtError | None) -> None:
             try:
                 if error is None:
-                    np.copyto(target, source.array(index), casting="no")
+                    split_copy(target, source.array(index))
             except Exception as exc:  # noqa: BLE001
                 error = as_pjrt_error(exc, "PJRT_Buffer_ToHostBuffer")
             finally:
@@ -573,11 +574,14 @@ def _no_host_memory(nbytes: int, what: str) -> ResourceExhausted:
 
 
 def _host_copy(array: np.ndarray, what: str) -> np.ndarray:
-    """``array.copy()``, with host memory exhaustion reported as PJRT's RESOURCE_EXHAUSTED."""
+    """``array.copy()`` (C order), with host memory exhaustion reported as PJRT's
+    RESOURCE_EXHAUSTED."""
     try:
-        return array.copy()
+        copy = np.empty(array.shape, array.dtype)
     except MemoryError:
         raise _no_host_memory(array.nbytes, what) from None
+    split_copy(copy, array)
+    return copy
 
 
 def _check_destination(dst: Any, layout: Layout, what: str) -> None:

@@ -50,6 +50,7 @@ from pjrt_hub.abi import (
 from ._buffers import CpuBuffer, layout_of
 from ._devices import CpuDevice, CpuMemory, RemoteCpuDevice
 from ._events import READY, CpuEvent
+from .helper_thread import split_copy
 from ._collectives import DEFAULT_COLLECTIVE_TIMEOUT, Rendezvous
 from ._executables import (
     CpuExecutable,
@@ -240,10 +241,11 @@ class CpuClient(Client):
         # The copy happens during the call for every other case, so the host array is free at once
         # (IMMUTABLE_UNTIL_TRANSFER_COMPLETES included: its transfer is complete on return).
         try:
-            copy = np.array(array, order="C", copy=True)
+            copy = np.empty(array.shape, array.dtype)
         except MemoryError:
             raise ResourceExhausted(f"PJRT_Client_BufferFromHostBuffer: cannot allocate {layout.nbytes} bytes of "
                                     f"host memory for a {layout.text} buffer") from None
+        split_copy(copy, array)
         with self._lock:
             target._alloc(layout.nbytes)
         return HostTransfer(CpuBuffer._make(target, layout, copy, READY, layout.nbytes, True), READY)

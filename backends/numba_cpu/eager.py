@@ -36,7 +36,6 @@ import functools
 import math
 import threading
 from pathlib import Path
-from types import CodeType
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -47,8 +46,9 @@ from pjrt_hub.backends.stablehlo import Block, Function, Op, TensorType, Value
 
 from . import kernels as _kernels_module  # registers the kernel rules
 from . import lanes as _lanes
+from . import row_programs
 from . import machine_kernels
-from .helper_thread import HelperThread
+from pjrt_hub.backends.cpu_runtime.helper_thread import HelperThread
 from . import rules as _rules_module  # noqa: F401  (registers the op rules)
 from .eager_math import NAMESPACE
 from .source import ElementKind, Expr, element_kind
@@ -143,15 +143,10 @@ class _Rewrite(ast.NodeTransformer):
 
 
 @functools.lru_cache(maxsize=4096)
-def _compile_text(text: str) -> CodeType:
-    tree = ast.parse(text, mode="eval")
-    tree = ast.fix_missing_locations(_Rewrite().visit(tree))
-    code = compile(tree, "<numba_cpu eager>", "eval")
-    _NAMES[code] = frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name))
-    return code
-
-
-_NAMES: dict[CodeType, frozenset[str]] = {}
+def _array_expression(text: str) -> tuple[ast.expr, frozenset[str]]:
+    """Scalar formula ``text`` as numpy array text (a parsed expression), and the names it reads."""
+    tree = ast.fix_missing_locations(_Rewrite().visit(ast.parse(text, mode="eval")))
+    return tree.body, frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name))
 
 
 class _Text:
@@ -211,33 +206,27 @@ class _Text:
         return [self.read(v) for v in block.terminator.operands]
 
     def function(self, params: Sequence[str], results: Sequence[Expr]) -> Formula:
-        """The collected statements as ``f(*arrays) -> [result arrays]``."""
+        """The collected statements as ``f(*arrays) -> [result arrays]``: one Python function
+        (its temporaries are locals)."""
         g = dict(NAMESPACE)
         for name, text in self.globals.items():
             g[name] = eval(text, {"np": np})
-        code = [(name, _compile_text(text)) for name, text in self.stmts]
-        outs = [_compile_text(e.text) for e in results]
-        params = tuple(params)
+        stmts = [(name, *_array_expression(text)) for name, text in self.stmts]
+        outs = [_array_expression(e.text) for e in results]
         # Every name the text reads must have a twin: a helper without one (an element type
         # or op variant this tier does not know) declines the program now, not at run time.
-        known = set(g) | set(params) | {name for name, _ in self.stmts} | set(dir(__builtins__))
-        for c in [c for _, c in code] + outs:
-            missing = [n for n in _names(c) if n not in known]
+        known = set(g) | set(params) | {name for name, _, _ in stmts} | set(dir(__builtins__))
+        for names in [n for _, _, n in stmts] + [n for _, n in outs]:
+            missing = [n for n in names if n not in known]
             if missing:
                 raise EagerUnsupported(f"no numpy twin for {', '.join(sorted(set(missing)))}")
-
-        def run(*arrays: Any) -> list[Any]:
-            loc = dict(zip(params, arrays))
-            for name, c in code:
-                loc[name] = eval(c, g, loc)
-            return [eval(c, g, loc) for c in outs]
-
-        return run
-
-
-def _names(code: CodeType) -> frozenset[str]:
-    """The names a compiled expression reads (attributes of them are not names)."""
-    return _NAMES[code]
+        module = ast.parse(f"def formula({', '.join(params)}):\n    pass\n")
+        body: list[ast.stmt] = [ast.Assign([ast.Name(name, ast.Store())], expr) for name, expr, _ in stmts]
+        body.append(ast.Return(ast.List([expr for expr, _ in outs], ast.Load())))
+        module.body[0].body = body  # type: ignore[attr-defined]
+        exec(compile(ast.fix_missing_locations(module), "<numba_cpu eager>", "exec"), g)
+        formula: Formula = g["formula"]
+        return formula
 
 
 _SCALAR_IDENTITY = frozenset({"stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.transpose",
@@ -251,13 +240,29 @@ def _compute_dtype(kind: ElementKind) -> np.dtype:
 
 def _as(x: npt.ArrayLike, kind: ElementKind, shape: Sequence[int]) -> np.ndarray:
     """A result in the computation type of ``kind`` and of ``shape``."""
-    a = np.asarray(x)
-    dt = _compute_dtype(kind)
+    return _as_dtype(x, _compute_dtype(kind), tuple(shape))
+
+
+def _as_dtype(x: npt.ArrayLike, dt: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """``x`` as an array of type ``dt`` and of ``shape`` (broadcast to it, read-only)."""
+    a = x if type(x) is np.ndarray else np.asarray(x)
     if a.dtype != dt:
         a = a.astype(dt)
-    if a.shape != tuple(shape):
-        a = np.broadcast_to(a, shape)
+    if a.shape != shape:
+        a = _broadcast_view(a, shape)
     return a
+
+
+def _broadcast_view(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``np.broadcast_to(x, shape)``, made directly (a fifth of its time) where ``x`` is a
+    C-contiguous array of the same rank: the row segments' steps make one per op and block."""
+    if x.ndim != len(shape) or not x.flags.c_contiguous or not x.size or any(
+            n != m and n != 1 for n, m in zip(x.shape, shape)):
+        return np.broadcast_to(x, shape)
+    strides = tuple(0 if n != m else s for n, m, s in zip(x.shape, shape, x.strides))
+    view = np.ndarray(shape, x.dtype, x, 0, strides)
+    view.flags.writeable = False
+    return view
 
 
 def _round_narrow(x: np.ndarray, kind: ElementKind) -> np.ndarray:
@@ -277,19 +282,24 @@ def _no_narrow_accumulators(op: Op) -> None:
             raise EagerUnsupported(f"{op.name} with {kind.element} results")
 
 
-def _elementwise(op: Op) -> Step:
+def formula_function(op: Op) -> Formula:
+    """Elementwise ``op``'s formula on numpy arrays: ``f(*operands) -> [result]``."""
     from .codegen import RULES
 
     formula = RULES[op.name].elementwise
-    assert formula is not None, "EagerProgram._step sends only ops with an elementwise rule"
+    assert formula is not None, "only ops with an elementwise rule have a formula"
     t = _Text()
     names = [f"a{i}" for i in range(len(op.operands))]
     for o, n in zip(op.operands, names):
         t.env[o] = Expr(n)
     out = formula(t, op, [Expr(n) for n in names])
     result = out if isinstance(out, Expr) else Expr(t.temp(out).text)
-    fn = t.function(names, [result])
-    kind = t.kind(op.result)
+    return t.function(names, [result])
+
+
+def _elementwise(op: Op) -> Step:
+    fn = formula_function(op)
+    kind = _kind(op.result)
     shape = tuple(op.result.tensor_type.shape)
     operands, res = op.operands, op.result
     # One element of zeros through the formula now: a helper that does not take these types
@@ -300,9 +310,11 @@ def _elementwise(op: Op) -> Step:
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
         raise EagerUnsupported(f"{op.name}: {exc}") from None
 
+    dt = _compute_dtype(kind)
+
     def step(env: Env) -> None:
         (value,) = fn(*[env[o] for o in operands])
-        env[res] = _as(value, kind, env.shape(shape))
+        env[res] = _as_dtype(value, dt, shape if env.rows is None else (env.rows,) + shape[1:])
 
     return step
 
@@ -637,6 +649,10 @@ class _RowSegment:
     computed by the same operations as on whole arrays, so the bits are the same."""
 
     def __init__(self, program: "EagerProgram", ops: Sequence[Op], outputs: Sequence[Value]) -> None:
+        self.program, self.ops = program, list(ops)
+        #: The segment as a row program (:mod:`.row_programs`), once planned; False if the row
+        #: machine does not run it.
+        self.machine: row_programs.RowProgram | bool | None = None
         self.steps = [program._step(op) for op in ops]
         inside = {r for op in ops for r in op.results}
         self.n = _leading(ops[0].results[0]) or 0
@@ -650,7 +666,24 @@ class _RowSegment:
         #: The values read after the segment (or returned): the only ones kept whole.
         self.outputs = list(outputs)
 
+    def _row_program(self) -> tuple[row_programs.RowProgram, machine_kernels.Kernels] | None:
+        """The segment's row program and the kernels to run it with, where the row machine is
+        loaded and runs every op of it."""
+        if self.machine is None:
+            table = machine_kernels.row_machine_table(wait=True)
+            if table is None:
+                return None
+            self.machine = row_programs.plan(self.program, self.ops, self.outputs, table) or False
+        if self.machine is False:
+            return None
+        assert isinstance(self.machine, row_programs.RowProgram)
+        kernels = machine_kernels.row_machine(self.machine.opcodes)
+        return None if kernels is None else (self.machine, kernels)
+
     def __call__(self, env: Env) -> None:
+        machine = self._row_program()
+        if machine is not None and machine[0].run(env, machine[1], _ROWS_HELPER):
+            return
         n, size = self.n, self.rows
         blocks = [(r0, min(r0 + size, n)) for r0 in range(0, n, size)]
         outs: dict[Value, np.ndarray] = {}
@@ -862,7 +895,8 @@ def _broadcast_in_dim(program: EagerProgram, op: Op) -> Step:
     for k, d in enumerate(dims):
         view[d] = op.operands[0].tensor_type.shape[k]
     order = np.argsort(dims) if dims else np.array([], int)
-    kind = _kind(op.result)
+    transposed = list(order) != sorted(order)
+    dt = _compute_dtype(_kind(op.result))
     operand, res = op.operands[0], op.result
     # In a row block, the operand's rows are the block's if its first dimension is the
     # result's first (see _row_reads), else it is whole and repeated along them.
@@ -870,12 +904,12 @@ def _broadcast_in_dim(program: EagerProgram, op: Op) -> Step:
 
     def step(env: Env) -> None:
         x = env[operand]
-        if list(order) != sorted(order):
+        if transposed:
             x = np.transpose(x, order)
         shape, v = env.shape(out_shape), view
         if env.rows is not None and rows_from_operand:
             v = [env.rows] + view[1:]
-        env[res] = _as(np.broadcast_to(x.reshape(v), shape), kind, shape)
+        env[res] = _as_dtype(x.reshape(v), dt, shape)
 
     return step
 
@@ -1065,21 +1099,29 @@ def _sequential(step: Combine, accs: list[np.ndarray], xs: list[np.ndarray]) -> 
     return accs
 
 
-def _float_extreme(x: np.ndarray, which: str) -> np.ndarray:
-    """IEEE max (``which == "max"``) or min of the last axis of float ``x``: numpy's reduction
-    (NaN wins, in one pass), with the sign of a zero result put right: a max that is zero has
-    only zeros and negatives to choose from, and is +0 if any of them is +0 (a min: -0 if any
-    is -0), where numpy returns whichever zero it met first."""
-    r = np.asarray(np.max(x, axis=-1) if which == "max" else np.min(x, axis=-1))
-    zero = r == 0
-    if zero.any():
-        rows = x[zero]
-        signed = np.signbit(rows) if which == "min" else ~np.signbit(rows)
-        wanted = ((rows == 0) & signed).any(axis=-1)
-        negative = ~wanted if which == "max" else wanted
-        r = np.array(r, copy=True)
-        r[zero] = np.where(negative, -0.0, 0.0).astype(r.dtype)
-    return r
+def _row_kernel(x: np.ndarray, op: str, width: int) -> np.ndarray | None:
+    """The machine kernel's reduction of the last axis of ``x`` (f32 or f64, its rows made of
+    innermost rows of ``width`` elements): add and mul in :mod:`.lanes`' order, max and min in
+    any; None where numpy must answer (see :func:`.machine_kernels.reduce_rows`)."""
+    element = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}.get(x.dtype)
+    name = f"lanes_{op}_{element}"
+    if name not in machine_kernels.REDUCTIONS or x.ndim == 0 or x.size == 0:
+        return None
+    rows = x.reshape(-1, x.shape[-1])
+    # Lanes in the order :mod:`.lanes` defines for add and mul; max and min take any.
+    k = _lanes.lane_count(width, x.dtype.itemsize) if op in ("add", "mul") else machine_kernels.rows_lanes(name)
+    folded = machine_kernels.reduce_rows(name, rows, width, k, _lanes.row_twin(op))
+    return None if folded is None else folded.reshape(x.shape[:-1])
+
+
+def _lane_reduce(x: np.ndarray, ndims: int, op: str, init: np.ndarray) -> np.ndarray:
+    """:func:`.lanes.reduce_lanes` of C-contiguous ``x``, by a machine kernel where there is one."""
+    kept = x.shape[:x.ndim - ndims]
+    folded = _row_kernel(x.reshape(math.prod(kept), -1), op, x.shape[-1]) if x.size else None
+    if folded is None:
+        return _lanes.reduce_lanes(x, ndims, op, init)
+    fn = np.add if op == "add" else np.multiply
+    return fn(np.asarray(init, x.dtype), folded.reshape(kept))
 
 
 def _tree(step: Combine, xs: list[np.ndarray]) -> list[np.ndarray]:
@@ -1129,12 +1171,14 @@ def _reduce(program: EagerProgram, op: Op) -> Step:
         init = [np.asarray(env[v]) for v in inits]
         if plan is not None:
             x = np.transpose(env[inputs[0]], perm) if dims else env[inputs[0]]
-            out = [_lanes.reduce_lanes(np.ascontiguousarray(x), len(dims), plan.op, init[0])]
+            out = [_lane_reduce(np.ascontiguousarray(x), len(dims), plan.op, init[0])]
         elif xs[0].shape[-1] == 0:
             out = [np.broadcast_to(i, kept_shape) for i in init]
         elif float_extreme is not None:
-            folded = [_float_extreme(xs[0], float_extreme)]
-            out = step([np.broadcast_to(i, kept_shape) for i in init], folded)
+            extreme = _row_kernel(xs[0], float_extreme, xs[0].shape[-1])
+            if extreme is None:
+                extreme = _lanes.float_extreme(xs[0], float_extreme)
+            out = step([np.broadcast_to(i, kept_shape) for i in init], [extreme])
         elif exact:
             folded = _tree(step, xs)
             out = step([np.broadcast_to(i, kept_shape) for i in init], folded)

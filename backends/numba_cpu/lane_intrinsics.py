@@ -28,7 +28,17 @@ def _literals(op, k) -> bool:
 
 
 def _float_array(a) -> bool:
+    """A C-contiguous float array, or a pointer to floats (the machine kernels' operands)."""
+    if isinstance(a, types.CPointer):
+        return isinstance(a.dtype, types.Float)
     return isinstance(a, types.Array) and isinstance(a.dtype, types.Float) and a.layout == "C"
+
+
+def _data(context, builder, ty, value):
+    """The element pointer of an array or pointer operand."""
+    if isinstance(ty, types.CPointer):
+        return value
+    return context.make_array(ty)(context, builder, value).data
 
 
 def _step(builder, op: str, a, b):
@@ -56,10 +66,10 @@ def lanes_reset(typingctx, lanes, op, k):
     name, count = op.literal_value, k.literal_value
 
     def codegen(context, builder, sig, args):
-        arr = context.make_array(sig.args[0])(context, builder, args[0])
+        data = _data(context, builder, sig.args[0], args[0])
         fty = context.get_value_type(sig.args[0].dtype)
         value = _identity(fty, name, count)
-        builder.store(value, _vector_ptr(builder, arr.data, value.type), align=sig.args[0].dtype.bitwidth // 8)
+        builder.store(value, _vector_ptr(builder, data, value.type), align=sig.args[0].dtype.bitwidth // 8)
         return context.get_dummy_value()
 
     return types.none(lanes, op, k), codegen
@@ -76,18 +86,18 @@ def lanes_add(typingctx, lanes, src, start, count, op, k):
 
     def codegen(context, builder, sig, args):
         lanes_ty, src_ty = sig.args[0], sig.args[1]
-        larr = context.make_array(lanes_ty)(context, builder, args[0])
-        sarr = context.make_array(src_ty)(context, builder, args[1])
+        ldata = _data(context, builder, lanes_ty, args[0])
+        sdata = _data(context, builder, src_ty, args[1])
         align = lanes_ty.dtype.bitwidth // 8
         fty = context.get_value_type(lanes_ty.dtype)
         vty = ir.VectorType(fty, width)
         intp = context.get_value_type(types.intp)
         first = context.cast(builder, args[2], sig.args[2], types.intp)
         n = context.cast(builder, args[3], sig.args[3], types.intp)
-        base = builder.gep(sarr.data, [first])
+        base = builder.gep(sdata, [first])
         kc = ir.Constant(intp, width)
         blocks = builder.sdiv(n, kc)
-        lp = _vector_ptr(builder, larr.data, vty)
+        lp = _vector_ptr(builder, ldata, vty)
         acc = cgutils.alloca_once(builder, vty)
         builder.store(builder.load(lp, align=align), acc)
         with cgutils.for_range(builder, blocks) as loop:
@@ -99,7 +109,7 @@ def lanes_add(typingctx, lanes, src, start, count, op, k):
         done = builder.mul(blocks, kc)
         tail = builder.gep(base, [done])
         with cgutils.for_range(builder, builder.sub(n, done)) as loop:
-            q = builder.gep(larr.data, [loop.index])
+            q = builder.gep(ldata, [loop.index])
             x = builder.load(builder.gep(tail, [loop.index]))
             builder.store(_step(builder, name, builder.load(q), x), q)
         return context.get_dummy_value()
@@ -115,9 +125,9 @@ def lanes_total(typingctx, lanes, op, k):
     name, width = op.literal_value, k.literal_value
 
     def codegen(context, builder, sig, args):
-        arr = context.make_array(sig.args[0])(context, builder, args[0])
+        data = _data(context, builder, sig.args[0], args[0])
         fty = context.get_value_type(sig.args[0].dtype)
-        v = builder.load(_vector_ptr(builder, arr.data, ir.VectorType(fty, width)),
+        v = builder.load(_vector_ptr(builder, data, ir.VectorType(fty, width)),
                          align=sig.args[0].dtype.bitwidth // 8)
         return _fold(builder, name, v, width)
 
@@ -146,14 +156,14 @@ def lanes_row(typingctx, src, start, count, op, k):
 
     def codegen(context, builder, sig, args):
         src_ty = sig.args[0]
-        sarr = context.make_array(src_ty)(context, builder, args[0])
+        sdata = _data(context, builder, src_ty, args[0])
         align = src_ty.dtype.bitwidth // 8
         fty = context.get_value_type(src_ty.dtype)
         vty = ir.VectorType(fty, width)
         intp = context.get_value_type(types.intp)
         first = context.cast(builder, args[1], sig.args[1], types.intp)
         n = context.cast(builder, args[2], sig.args[2], types.intp)
-        base = builder.gep(sarr.data, [first])
+        base = builder.gep(sdata, [first])
         kc = ir.Constant(intp, width)
         blocks = builder.sdiv(n, kc)
         ident = _identity(fty, name, width)

@@ -34,13 +34,15 @@ side. It imports no numba: the eager tier must start without it.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import numpy.typing as npt
 
 from pjrt_hub.backends.stablehlo import Op, TensorType
 
-__all__ = ["IDENTITY", "LANE_BYTES", "BLOCK", "LanePlan", "fold_lanes", "identity", "lane_count", "lane_reduction",
-           "reduce_lanes"]
+__all__ = ["IDENTITY", "LANE_BYTES", "BLOCK", "LanePlan", "float_extreme", "fold_lanes", "identity", "lane_count",
+           "lane_reduction", "reduce_lanes", "row_twin"]
 
 #: Bytes of lanes at most (64 float32 or 32 float64 lanes).
 LANE_BYTES = 256
@@ -122,6 +124,38 @@ def _accumulate(fn: np.ufunc, steps: np.ndarray) -> np.ndarray:
         chunk = np.concatenate([lanes[..., None, :], steps[..., start:start + block, :]], axis=-2)
         lanes = fn.accumulate(chunk, axis=-2)[..., -1, :]
     return lanes
+
+
+def float_extreme(x: np.ndarray, which: str) -> np.ndarray:
+    """IEEE max (``which == "max"``) or min of the last axis of float ``x``: numpy's reduction
+    (NaN wins, in one pass), with the sign of a zero result put right: a max that is zero has
+    only zeros and negatives to choose from, and is +0 if any of them is +0 (a min: -0 if any
+    is -0), where numpy returns whichever zero it met first."""
+    r = np.asarray(np.max(x, axis=-1) if which == "max" else np.min(x, axis=-1))
+    zero = r == 0
+    if zero.any():
+        rows = x[zero]
+        signed = np.signbit(rows) if which == "min" else ~np.signbit(rows)
+        wanted = ((rows == 0) & signed).any(axis=-1)
+        negative = ~wanted if which == "max" else wanted
+        r = np.array(r, copy=True)
+        r[zero] = np.where(negative, -0.0, 0.0).astype(r.dtype)
+    return r
+
+
+def row_twin(op: str) -> Callable[[np.ndarray, int], np.ndarray]:
+    """``twin(x, width)``: the reduction of each row of the 2-D ``x`` (f32 or f64), whose rows are
+    runs of ``width``-element innermost rows, by lanes (``add``, ``mul``) or in any order
+    (``max``, ``min``: :func:`float_extreme`), without ``init``: what a row kernel of
+    :mod:`.machine_kernels` must return, bit for bit."""
+
+    def twin(x: np.ndarray, width: int) -> np.ndarray:
+        if op in ("max", "min"):
+            return float_extreme(x, op)
+        rows, n = x.shape
+        return reduce_lanes(x.reshape(rows, n // width, width), 2, op, identity(op, x.dtype))
+
+    return twin
 
 
 class LanePlan:

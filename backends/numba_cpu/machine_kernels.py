@@ -61,10 +61,11 @@ import numpy as np
 from pjrt_hub._cache_root import cache_folder
 
 from . import target
-from .helper_thread import HelperThread
+from pjrt_hub.backends.cpu_runtime.helper_thread import HelperThread
 
-__all__ = ["FUNCTIONS", "MIN_ELEMENTS", "apply", "available", "build", "directory", "enabled", "ensure_built", "file_path", "machine_key",
-           "preload", "verify"]
+__all__ = ["FUNCTIONS", "MIN_ELEMENTS", "REDUCTIONS", "ROW_MACHINE", "apply", "available", "build", "directory", "enabled",
+           "ensure_built", "file_path", "machine_key", "preload", "reduce_rows", "row_machine", "row_machine_table",
+           "rows_lanes", "verify"]
 
 #: The vecmath functions served, with their number of float32 operands.
 FUNCTIONS: dict[str, int] = {
@@ -76,6 +77,19 @@ FUNCTIONS: dict[str, int] = {
     # IEEE maximum/minimum (.intrinsics): one pass, where numpy needs three for signed zeros.
     **dict.fromkeys(("fmaximum", "fminimum"), 2),
 }
+#: Row reductions: ``name -> (operation, element type)``. Each reduces every row of a
+#: C-contiguous 2-D array (rows made of innermost rows of ``width`` elements) in ``k`` lanes:
+#: ``add`` and ``mul`` in the order the compiled code keeps (:mod:`.lanes`), IEEE ``max`` and
+#: ``min`` (exact in any order) in lanes for speed. ``init`` is the caller's to combine.
+REDUCTIONS: dict[str, tuple[str, str]] = {
+    **{f"lanes_{op}_{t}": (op, t) for op in ("add", "mul") for t in ("f32", "f64")},
+    # numpy's own float64 max is as fast.
+    "lanes_max_f32": ("max", "f32"), "lanes_min_f32": ("min", "f32")}
+#: The row machine (:mod:`.row_programs`): one native call runs a float32 row segment.
+ROW_MACHINE = "row_machine"
+#: What a file's entry says of each kernel: its number of operands, ``"rows"`` or ``"machine"``.
+_SIGNATURES: dict[str, int | str] = {**FUNCTIONS, **dict.fromkeys(REDUCTIONS, "rows"), ROW_MACHINE: "machine"}
+_DTYPES: dict[str, np.dtype[Any]] = {"f32": np.dtype(np.float32), "f64": np.dtype(np.float64)}
 #: Arrays smaller than this stay with the numpy twins (a ctypes call and its checks cost a few
 #: microseconds, about what numpy takes for so few elements).
 MIN_ELEMENTS = 1 << 12
@@ -90,13 +104,14 @@ BUILD_ELEMENTS = 1 << 16
 #: A builder's lock older than this is taken to belong to a builder that died.
 STALE_LOCK_S = 1200.0
 
-_FORMAT = "pjrt_hub.machine_kernels/1"
+_FORMAT = "pjrt_hub.machine_kernels/2"
 _VARIABLE = "PJRT_HUB_MACHINE_KERNELS"
 #: numba's settings that change the code it generates.
 _NUMBA_SETTINGS = ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", "NUMBA_OPT", "NUMBA_ENABLE_AVX", "NUMBA_LOOP_VECTORIZE",
                    "NUMBA_SLP_VECTORIZE", "NUMBA_FASTMATH")
 _MODULE = "pjrt_hub.backends.numba_cpu.machine_kernels"
-_SOURCES = ("vecmath.py", "mathconst.py", "intrinsics.py", "target.py", "machine_kernels.py")
+_SOURCES = ("vecmath.py", "mathconst.py", "intrinsics.py", "target.py", "lanes.py", "lane_intrinsics.py",
+            "support.py", "row_programs.py", "machine_kernels.py")
 
 
 class MachineKernelError(Exception):
@@ -194,21 +209,30 @@ def _read(path: Path, key: str) -> tuple[list[dict[str, Any]], bytes]:
     if not isinstance(entries, list):
         raise MachineKernelError(f"{path}: no kernel list")
     for e in entries:
-        if (not isinstance(e, dict) or FUNCTIONS.get(str(e.get("name"))) != e.get("arity")
+        if (not isinstance(e, dict) or _SIGNATURES.get(str(e.get("name"))) != e.get("arity")
                 or not isinstance(e.get("symbol"), str) or not isinstance(e.get("offset"), int)
                 or not isinstance(e.get("size"), int) or e["offset"] < 0 or e["offset"] + e["size"] > len(code)):
             raise MachineKernelError(f"{path}: bad kernel entry {e!r}")
+        if e["name"] == ROW_MACHINE and not (isinstance(e.get("table"), list)
+                                             and all(isinstance(k, str) for k in e["table"])):
+            raise MachineKernelError(f"{path}: the row machine's entry has no formula table")
     return entries, code
 
 
 # -- loading (llvmlite, no numba) ----------------------------------------------------------------
 
 
-#: ``int32 kernel(retptr, excinfo, operand..., out, n)``: numba's calling convention for a
-#: function without a Python wrapper; 0 is success.
-def _prototype(arity: int) -> Any:
-    p = ctypes.c_void_p
-    return ctypes.CFUNCTYPE(ctypes.c_int32, p, p, *([p] * (arity + 1)), ctypes.c_int64)
+#: ``int32 kernel(retptr, excinfo, operand..., out, n)`` (a row reduction: ``(retptr, excinfo,
+#: x, out, lanes, rows, n, width, k)``): numba's calling convention for a function without a
+#: Python wrapper; 0 is success.
+def _prototype(arity: int | str) -> Any:
+    p, i = ctypes.c_void_p, ctypes.c_int64
+    if arity == "rows":
+        return ctypes.CFUNCTYPE(ctypes.c_int32, p, p, p, p, p, i, i, i, i)
+    if arity == "machine":  # (code, ninstr, base, count, advance, nslots, pointers, r0, r1, block, lanes)
+        return ctypes.CFUNCTYPE(ctypes.c_int32, p, p, p, i, p, p, p, i, p, i, i, i, p)
+    assert isinstance(arity, int)
+    return ctypes.CFUNCTYPE(ctypes.c_int32, p, p, *([p] * (arity + 1)), i)
 
 
 class Kernels:
@@ -230,7 +254,11 @@ class Kernels:
             self._objects.append(obj)
         self._engine.finalize_object()
         self.functions: dict[str, Callable[..., int]] = {}
+        #: The row machine's formula of each elementwise opcode (see :mod:`.row_programs`).
+        self.table: list[str] = []
         for e in entries:
+            if e["name"] == ROW_MACHINE:
+                self.table = list(e["table"])
             address = self._engine.get_function_address(e["symbol"])
             if not address:
                 raise MachineKernelError(f"{path}: {e['name']} ({e['symbol']}) is not in its code")
@@ -257,13 +285,50 @@ class Kernels:
             theirs = other.result()  # never leave the helper on memory the caller may free
         return mine == 0 and theirs == 0
 
+    def row_machine(self, code: np.ndarray, ninstr: int, base: np.ndarray, count: np.ndarray,
+                    advance: np.ndarray, nslots: int, pointers: np.ndarray, r0: int, r1: int, block: int,
+                    lanes: np.ndarray) -> int:
+        """Run a row program (see :mod:`.row_programs`) on rows ``[r0, r1)``: 0 on success."""
+        ret, exc = ctypes.c_void_p(), ctypes.c_void_p()
+        status: int = self.functions[ROW_MACHINE](
+            ctypes.byref(ret), ctypes.byref(exc), code.ctypes.data, ninstr, base.ctypes.data, count.ctypes.data,
+            advance.ctypes.data, nslots, pointers.ctypes.data, r0, r1, block, lanes.ctypes.data)
+        return status
+
+    def reduce(self, name: str, x: np.ndarray, width: int, k: int, out: np.ndarray) -> bool:
+        """Row reduction ``name`` of the C-contiguous 2-D ``x`` into ``out`` (one value a row),
+        in ``k`` lanes over innermost rows of ``width`` elements (large ones in two halves)."""
+        fn = self.functions[name]
+        rows, n = x.shape
+        size = x.dtype.itemsize
+
+        def part(start: int, stop: int) -> int:
+            ret, exc = ctypes.c_void_p(), ctypes.c_void_p()
+            lanes = np.empty(k, x.dtype)
+            return fn(ctypes.byref(ret), ctypes.byref(exc), x.ctypes.data + start * n * size,
+                      out.ctypes.data + start * size, lanes.ctypes.data, stop - start, n, width, k)
+
+        half = rows // 2
+        other = _HELPER.submit(part, half, rows) if half and x.size >= SPLIT_ELEMENTS else None
+        if other is None:
+            return part(0, rows) == 0
+        try:
+            mine = part(0, half)
+        finally:
+            theirs = other.result()
+        return mine == 0 and theirs == 0
+
 
 _HELPER = HelperThread("pjrt-hub-machine-kernels")
 
 
 def _bits(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, np.float32)
-    return np.where(np.isnan(x), np.uint32(0x7FC00000), x.view(np.uint32))
+    """Bit patterns, every NaN made the same (payloads are not part of the contract)."""
+    x = np.asarray(x)
+    if x.dtype != np.float64:
+        x = np.asarray(x, np.float32)
+    unsigned = np.uint64 if x.dtype == np.float64 else np.uint32
+    return np.where(np.isnan(x), unsigned(1), x.view(unsigned))
 
 
 def _specials() -> np.ndarray:
@@ -272,6 +337,11 @@ def _specials() -> np.ndarray:
               104.0, 1e10, 1e30, 3.4028235e38, np.inf, np.nan, tiny, tiny / 2, 1e-45, 0.99999994, 1.0000001,
               np.pi / 2, np.pi, 1e5, 7e5, 2.0 ** 24 + 2]
     return np.array(values + [-v for v in values], np.float32)
+
+
+def _reduce(kernels: Kernels, name: str, x: np.ndarray, width: int, k: int) -> np.ndarray | None:
+    out = np.empty(x.shape[0], x.dtype)
+    return out if kernels.reduce(name, x, width, k, out) else None
 
 
 def _run(kernels: Kernels, name: str, operands: Sequence[Any], shape: tuple[int, ...]) -> np.ndarray | None:
@@ -288,6 +358,37 @@ def _agree(kernels: Kernels, name: str, twin: Callable[..., Any], operands: Sequ
     with np.errstate(all="ignore"):
         expected = twin(*operands)
     return bool(np.array_equal(_bits(got), _bits(expected)))
+
+
+def _rows_agree(kernels: Kernels, name: str, twin: Callable[..., Any], rng: np.random.Generator | None = None,
+                random: int = 0) -> bool:
+    """A row reduction against its twin, on rows of special values (and ``random`` random bit
+    patterns) in innermost rows of several widths: below, at and past the lane count."""
+    op, element = REDUCTIONS[name]
+    dtype = _DTYPES[element]
+    specials = _specials().astype(dtype)
+    k = rows_lanes(name)
+    for width, per in ((k, k), (k + 36, 3 * k + 108), (2 * k + 2, 2 * k + 2), (5 * k, 5 * k), (3, 3)):
+        if width < k and op in ("add", "mul"):
+            continue  # fewer lanes: numpy's
+        picks = np.random.default_rng(width).integers(0, specials.size, (specials.size, per))
+        x = specials[picks]
+        if rng is not None and random:
+            bits = rng.integers(0, 1 << 64, (max(1, random // per), per), dtype=np.uint64)
+            noise = bits.view(np.float64) if dtype == np.float64 else bits.astype(np.uint32).view(np.float32)
+            # Finite values of every size too: random patterns of large exponents sum to inf.
+            x = np.concatenate([x, noise, (rng.standard_normal((64, per)) * 10.0 ** rng.integers(-30, 30, (64, 1)))
+                                .astype(dtype)])
+        if op == "mul":
+            x = np.concatenate([x, (1 + rng.standard_normal((64, per)) / 100).astype(dtype) if rng is not None
+                                else np.full((4, per), 1.0001, dtype)])
+        x = np.ascontiguousarray(x)
+        got = _reduce(kernels, name, x, width, k)
+        with np.errstate(all="ignore"):
+            expected = twin(x, width)
+        if got is None or not np.array_equal(_bits(got), _bits(expected)):
+            return False
+    return True
 
 
 def _probe(arity: int, rng: np.random.Generator | None = None, random: int = 0) -> list[np.ndarray]:
@@ -367,12 +468,37 @@ class _State:
             return None
         ok = self.checked.get(name)
         if ok is None:
-            ok = _agree(kernels, name, twin, _probe(FUNCTIONS[name]))
+            if name in REDUCTIONS:
+                ok = _rows_agree(kernels, name, twin)
+            else:
+                ok = _agree(kernels, name, twin, _probe(FUNCTIONS[name]))
             self.checked[name] = ok
             if not ok:
                 warnings.warn(f"numba_cpu: the machine kernel {name} disagrees with its numpy formula and is not used",
                               RuntimeWarning, stacklevel=1)
         return kernels if ok else None
+
+    def row_machine(self, opcodes: dict[int, Any]) -> Kernels | None:
+        """The kernels, if the row machine is loaded and each of ``opcodes`` agrees with numpy
+        (checked once per process, with the op given for it, see :func:`.row_programs.check`)."""
+        from . import row_programs
+
+        if not self.loaded.is_set():
+            return None
+        kernels = self.kernels
+        if kernels is None or ROW_MACHINE not in kernels.functions:
+            return None
+        for opcode in sorted(opcodes):
+            key = f"{ROW_MACHINE}:{opcode}"
+            ok = self.checked.get(key)
+            if ok is None:
+                ok = self.checked[key] = row_programs.check(kernels, opcode, example=opcodes[opcode])
+                if not ok:
+                    warnings.warn(f"numba_cpu: the row machine's opcode {opcode} disagrees with numpy and is not used",
+                                  RuntimeWarning, stacklevel=1)
+            if not ok:
+                return None
+        return kernels
 
     def ask_for_build(self) -> None:
         with self.lock:
@@ -463,6 +589,49 @@ def apply(name: str, operands: Sequence[Any], twin: Callable[..., Any]) -> np.nd
     return _run(kernels, name, operands, shape)
 
 
+def row_machine_table(wait: bool = False) -> list[str] | None:
+    """The formula table of this process's row machine, or None if there is none (yet): the
+    eager tier plans row programs for it (:func:`.row_programs.plan`). ``wait``: for kernels
+    still loading (at most :data:`LOAD_WAIT_S`); a missing file is then worth a build."""
+    state = _state()
+    if not state.on:
+        return None
+    state.start()
+    if not state.loaded.is_set() and not (wait and state.loaded.wait(LOAD_WAIT_S)):
+        return None
+    if state.kernels is None or ROW_MACHINE not in state.kernels.functions:
+        if wait:
+            state.ask_for_build()
+        return None
+    return state.kernels.table
+
+
+def row_machine(opcodes: dict[int, Any]) -> Kernels | None:
+    """The kernels to run a row program using ``opcodes`` with, or None (see :meth:`_State.row_machine`)."""
+    state = _state()
+    return state.row_machine(opcodes) if state.on else None
+
+
+def reduce_rows(name: str, x: np.ndarray, width: int, k: int, twin: Callable[..., Any]) -> np.ndarray | None:
+    """Row reduction ``name`` (see :data:`REDUCTIONS`) of each row of the 2-D ``x``, or None
+    where the numpy ``twin`` must answer: ``x`` is not C-contiguous, of the kernel's type, or
+    large enough, or there are no kernels."""
+    dtype = _DTYPES[REDUCTIONS[name][1]]
+    if (x.dtype != dtype or x.ndim != 2 or not x.flags.c_contiguous or x.shape[1] == 0 or width <= 0
+            or k != rows_lanes(name)):
+        return None
+    state = _state()
+    if x.size < MIN_ELEMENTS or not state.on:
+        return None
+    state.start()
+    kernels = state.get(name, twin, wait=x.size >= WAIT_ELEMENTS)
+    if kernels is None:
+        if x.size >= BUILD_ELEMENTS and state.loaded.is_set():
+            state.ask_for_build()
+        return None
+    return _reduce(kernels, name, x, width, k)
+
+
 # -- building (numba) ---------------------------------------------------------------------------
 
 
@@ -471,21 +640,74 @@ _DECLARE = re.compile(r"^declare\b.*?@(\"[^\"]+\"|[\w.$]+)\(", re.M)
 
 def _compile(name: str) -> tuple[str, bytes]:
     """numba's object code for kernel ``name``, and the symbol of its function."""
-    from numba import njit, types
+    from numba import types
 
     from . import intrinsics, vecmath
 
+    if name in REDUCTIONS:
+        return _compile_rows(name)
+    if name == ROW_MACHINE:
+        from .row_programs import compile_machine
+
+        symbol, obj, _ = compile_machine()
+        return symbol, obj
     arity = FUNCTIONS[name]
     pointer = types.CPointer(types.float32)
     signature = types.void(*([pointer] * (arity + 1)), types.int64)
     params = [f"x{i}" for i in range(arity)]
     text = (f"def kernel({', '.join(params)}, out, n):\n"
+            f"    wide_vectors()\n"
             f"    for i in range(n):\n"
             f"        out[i] = fn({', '.join(p + '[i]' for p in params)})\n")
-    scope: dict[str, Any] = {"fn": getattr(vecmath, name, None) or getattr(intrinsics, name)}
+    scope: dict[str, Any] = {"fn": getattr(vecmath, name, None) or getattr(intrinsics, name),
+                             "wide_vectors": intrinsics.wide_vectors}
     exec(compile(text, f"<machine kernel {name}>", "exec"), scope)
+    return _object_code(name, scope["kernel"], signature)
+
+
+def _rows_text(op: str, k: int) -> str:
+    """A row reduction's loop, on the compiled tier's own lane code (:mod:`.lane_intrinsics`):
+    each row's ``k`` lanes start at the identity and take its innermost rows in order, then
+    fold in halves."""
+    return (f"def kernel(x, out, lanes, rows, n, width, k):\n"
+            f"    wide_vectors()\n"
+            f"    for i in range(rows):\n"
+            f"        lanes_reset(lanes, {op!r}, {k})\n"
+            f"        for r in range(i * n, (i + 1) * n, width):\n"
+            f"            lanes_add(lanes, x, r, width, {op!r}, {k})\n"
+            f"        out[i] = lanes_total(lanes, {op!r}, {k})\n")
+
+
+def rows_lanes(name: str) -> int:
+    """The lanes of row reduction ``name``: as many as :mod:`.lanes` gives a row of its type
+    at least that wide (narrower rows of ``add`` and ``mul``, whose order is in fewer lanes,
+    stay with numpy; ``max`` and ``min`` are exact in any order)."""
+    from .lanes import LANE_BYTES
+
+    return LANE_BYTES // _DTYPES[REDUCTIONS[name][1]].itemsize
+
+
+def _compile_rows(name: str) -> tuple[str, bytes]:
+    from numba import types
+
+    from .lane_intrinsics import lanes_add, lanes_reset, lanes_total
+
+    op, element = REDUCTIONS[name]
+    pointer = types.CPointer(types.float32 if element == "f32" else types.float64)
+    signature = types.void(pointer, pointer, pointer, types.int64, types.int64, types.int64, types.int64)
+    from .intrinsics import wide_vectors
+
+    scope: dict[str, Any] = {"wide_vectors": wide_vectors, "lanes_reset": lanes_reset, "lanes_add": lanes_add,
+                             "lanes_total": lanes_total}
+    exec(compile(_rows_text(op, rows_lanes(name)), f"<machine kernel {name}>", "exec"), scope)
+    return _object_code(name, scope["kernel"], signature)
+
+
+def _object_code(name: str, fn: Callable[..., Any], signature: Any) -> tuple[str, bytes]:
+    from numba import njit
+
     dispatcher = njit(signature, error_model="numpy", nogil=True, no_cpython_wrapper=True,
-                      no_cfunc_wrapper=True)(scope["kernel"])
+                      no_cfunc_wrapper=True)(fn)
     result = dispatcher.overloads[signature.args]
     library = result.library
     external = [s for s in _DECLARE.findall(library.get_llvm_str()) if not s.startswith("llvm.")]
@@ -500,10 +722,16 @@ def build(path: Path, names: Sequence[str] | None = None, *, check: bool = True)
     renamed into place."""
     key = machine_key()
     entries, code = [], b""
-    for name in names or list(FUNCTIONS):
-        symbol, obj = _compile(name)
-        entries.append({"name": name, "arity": FUNCTIONS[name], "symbol": symbol, "offset": len(code),
-                        "size": len(obj)})
+    for name in names or list(_SIGNATURES):
+        extra: dict[str, Any] = {}
+        if name == ROW_MACHINE:
+            from .row_programs import compile_machine
+
+            symbol, obj, extra = compile_machine()
+        else:
+            symbol, obj = _compile(name)
+        entries.append({"name": name, "arity": _SIGNATURES[name], "symbol": symbol, "offset": len(code),
+                        "size": len(obj), **extra})
         code += obj
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
@@ -524,11 +752,23 @@ def verify(path: Path, random: int = 1 << 16) -> list[str]:
     """Load the kernel file ``path`` here and compare every kernel with its numpy twin on special
     values and ``random`` random bit patterns: the kernels that disagree (empty: all agree)."""
     from .eager_math import NUMPY_TWINS
+    from .lanes import row_twin
 
     kernels = Kernels(path, machine_key())
     rng = np.random.default_rng(20261128)
-    return [name for name in kernels.functions
-            if not _agree(kernels, name, NUMPY_TWINS[name], _probe(FUNCTIONS[name], rng, random))]
+    bad = []
+    for name in kernels.functions:
+        if name == ROW_MACHINE:
+            from .row_programs import OPCODES, check
+
+            ok = all(check(kernels, opcode, rng, random) for opcode in range(OPCODES))
+        elif name in REDUCTIONS:
+            ok = _rows_agree(kernels, name, row_twin(REDUCTIONS[name][0]), rng, random)
+        else:
+            ok = _agree(kernels, name, NUMPY_TWINS[name], _probe(FUNCTIONS[name], rng, random))
+        if not ok:
+            bad.append(name)
+    return bad
 
 
 def _writable(folder: Path) -> bool:

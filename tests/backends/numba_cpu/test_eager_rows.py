@@ -7,8 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pjrt_hub.backends.numba_cpu import eager, helper_thread
+from pjrt_hub.backends.cpu_runtime import helper_thread
+from pjrt_hub.backends.numba_cpu import eager
 from pjrt_hub.backends.numba_cpu.eager_math import NAMESPACE
+from pjrt_hub.backends.numba_cpu.lanes import float_extreme
 
 from ...corpus import program_text, public_arrays, public_programs
 from ...loop_programs import peak_bytes
@@ -171,12 +173,29 @@ def test_float_max_and_min_of_rows_order_signed_zeros_and_keep_nans(which):
         [0.0, -0.0, -1.0], [-0.0, -0.0, -2.0], [-0.0, 0.0, 1.0], [0.0, 0.0, 3.0], [np.nan, 1.0, 0.0],
         [-np.inf, -np.inf, -np.inf], [np.inf, -0.0, 0.0], [-0.0, -3.0, np.nan], [5.0, 0.0, -0.0],
     ], np.float32)
-    got = eager._float_extreme(rows, which)
+    got = float_extreme(rows, which)
     for row, value in zip(rows, got):
         want = row[0]
         for v in row[1:]:
             want = fold(np.float32(want), np.float32(v))
         assert np.isnan(value) == np.isnan(want) and (np.isnan(value) or (
             value == want and np.signbit(value) == np.signbit(want))), (row, value, want)
-    empty = eager._float_extreme(np.zeros((0, 4), np.float32), which)
+    empty = float_extreme(np.zeros((0, 4), np.float32), which)
     assert empty.shape == (0,)
+
+
+@pytest.mark.parametrize("x, shape", [
+    (np.arange(6, dtype=np.float32).reshape(6, 1), (6, 5)),
+    (np.arange(5, dtype=np.float32).reshape(1, 5), (6, 5)),
+    (np.arange(4, dtype=np.float64).reshape(2, 1, 2), (2, 3, 2)),
+    (np.arange(12, dtype=np.float32).reshape(6, 2)[:, :1], (6, 4)),  # not C-contiguous
+    (np.zeros((0, 1), np.float32), (0, 3)),
+    (np.float32(2.0) * np.ones(()), (3, 2)),                        # another rank
+], ids=["rows", "columns", "middle", "strided", "empty", "0-d"])
+def test_broadcast_views_are_numpys(x, shape):
+    got = eager._broadcast_view(np.asarray(x), shape)
+    want = np.broadcast_to(x, shape)
+    assert got.shape == want.shape and got.dtype == want.dtype and np.array_equal(got, want)
+    assert not got.flags.writeable
+    with pytest.raises(ValueError):
+        eager._broadcast_view(np.ones((2, 3), np.float32), (4, 3))

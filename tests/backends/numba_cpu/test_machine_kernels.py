@@ -16,37 +16,12 @@ import pytest
 
 from pjrt_hub.backends.numba_cpu import machine_kernels as mk
 from pjrt_hub.backends.numba_cpu.eager_math import NUMPY_TWINS
+from pjrt_hub.backends.numba_cpu.lanes import IDENTITY, reduce_lanes, row_twin
 
-from .tier_helpers import assert_same_bits, eager_program
+from .tier_helpers import MACHINE_NAMES, assert_same_bits, eager_program
 
-#: Kernels of the module's file: one of each arity, a polynomial one, a float64 one, an exact one.
-NAMES = ("exp_f32", "tanh_f32", "pow_f32", "fmod_f32", "sin_f32")
-
-
-@pytest.fixture(scope="module")
-def kernel_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    directory = tmp_path_factory.mktemp("machine")
-    before = os.environ.get("PJRT_HUB_MACHINE_CACHE")
-    os.environ["PJRT_HUB_MACHINE_CACHE"] = str(directory)
-    try:
-        path = mk.file_path()
-        mk.build(path, NAMES)  # checked in a fresh process before it is renamed into place
-    finally:
-        os.environ["PJRT_HUB_MACHINE_CACHE"] = before or ""
-    assert path.is_file() and not list(directory.glob("*.tmp"))
-    return path
-
-
-@pytest.fixture
-def machine(kernel_file: Path, monkeypatch: pytest.MonkeyPatch) -> mk._State:
-    """Kernels on, from the module's file, in a fresh process state."""
-    monkeypatch.setenv("PJRT_HUB_MACHINE_KERNELS", "1")
-    monkeypatch.setenv("PJRT_HUB_MACHINE_CACHE", str(kernel_file.parent))
-    state = mk._State()
-    monkeypatch.setattr(mk, "_STATE", state)
-    mk.preload()
-    assert state.loaded.wait(30) and state.kernels is not None
-    return state
+NAMES = [n for n in MACHINE_NAMES if n in mk.FUNCTIONS or n in mk.REDUCTIONS]
+ROWS = [n for n in NAMES if n in mk.REDUCTIONS]
 
 
 def _random_floats(n: int, seed: int) -> np.ndarray:
@@ -57,7 +32,11 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(np.array_equal(mk._bits(a), mk._bits(b)))
 
 
-@pytest.mark.parametrize("name", NAMES)
+def _same_any(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and _same(a, b)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in ROWS])
 def test_each_kernel_gives_its_numpy_twins_bits(kernel_file, name):
     kernels = mk.Kernels(kernel_file, mk.machine_key())
     arity = mk.FUNCTIONS[name]
@@ -66,6 +45,81 @@ def test_each_kernel_gives_its_numpy_twins_bits(kernel_file, name):
     assert kernels.call(name, operands, out)
     with np.errstate(all="ignore"):
         assert _same(out, NUMPY_TWINS[name](*operands))
+
+
+@pytest.mark.parametrize("name", ROWS)
+def test_each_row_reduction_gives_the_lane_order_bits(kernel_file, name):
+    """Rows of specials and random bit patterns, innermost rows of several widths (the build's
+    own check), and long rows of finite values whose sums the order changes: the bits of
+    :func:`.lanes.reduce_lanes` (and of any order, for max)."""
+    kernels = mk.Kernels(kernel_file, mk.machine_key())
+    op, element = mk.REDUCTIONS[name]
+    twin = row_twin(op)
+    assert mk._rows_agree(kernels, name, twin, np.random.default_rng(6), 1 << 12)
+    dtype = np.float32 if element == "f32" else np.float64
+    rng = np.random.default_rng(7)
+    k = mk.rows_lanes(name)
+    for rows, width, per in ((3, 1000, 1000), (5, 100, 700), (1, k, 64 * k), (40, 2 * k + 1, 2 * k + 1)):
+        x = (rng.standard_normal((rows, per)) * (1 if op != "mul" else 0.01) + (op == "mul")).astype(dtype)
+        x[0, :7] = [0.0, -0.0, 1e-30, -1e30, 3.0, -3.0, 0.5]
+        got = mk._reduce(kernels, name, x, width, k)
+        assert got is not None and _same_any(got, twin(x, width))
+        if op in ("add", "mul"):  # the order is the lanes': a sequential sum differs somewhere
+            want = reduce_lanes(x.reshape(rows, per // width, width), 2, op, dtype(IDENTITY[op]))
+            assert _same_any(got, want)
+
+
+def test_row_reductions_stay_with_numpy_where_the_kernel_does_not_fit(machine):
+    x = np.ones((64, 1000), np.float32)
+    twin = row_twin("add")
+    assert mk.reduce_rows("lanes_add_f32", x, 1000, 64, twin) is not None
+    assert mk.reduce_rows("lanes_add_f32", x[:, :40], 40, 64, twin) is None     # not C-contiguous
+    assert mk.reduce_rows("lanes_add_f32", x[:, :40].copy(), 40, 64, twin) is None  # too few
+    # Rows of 33 to 64 elements have 64 lanes too (the others at the identity); narrower ones
+    # fewer, in another order.
+    assert mk.reduce_rows("lanes_add_f32", x.reshape(-1, 50), 50, 64, twin) is not None
+    assert mk.reduce_rows("lanes_add_f32", np.ones((1000, 20), np.float32), 20, 32, twin) is None
+    assert mk.reduce_rows("lanes_add_f32", x.astype(np.float64), 1000, 64, twin) is None  # not its type
+
+
+def test_the_eager_tier_reduces_rows_with_kernels_and_the_same_bits(machine, monkeypatch):
+    text = """
+func.func @main(%x: tensor<256x1000xf32>, %y: tensor<64x10x100xf32>, %z: tensor<300x20xf32>, %w: tensor<128x256xf64>)
+    -> (tensor<256xf32>, tensor<64xf32>, tensor<256xf32>, tensor<300xf32>, tensor<128xf64>, tensor<256xf32>) {
+  %c0 = stablehlo.constant dense<0.0> : tensor<f32>
+  %c1 = stablehlo.constant dense<2.5> : tensor<f32>
+  %ninf = stablehlo.constant dense<0xFF800000> : tensor<f32>
+  %d0 = stablehlo.constant dense<0.0> : tensor<f64>
+  %s = stablehlo.reduce(%x init: %c1) applies stablehlo.add across dimensions = [1] : (tensor<256x1000xf32>, tensor<f32>) -> tensor<256xf32>
+  %t = stablehlo.reduce(%y init: %c0) applies stablehlo.add across dimensions = [1, 2] : (tensor<64x10x100xf32>, tensor<f32>) -> tensor<64xf32>
+  %m = stablehlo.reduce(%x init: %ninf) applies stablehlo.maximum across dimensions = [1] : (tensor<256x1000xf32>, tensor<f32>) -> tensor<256xf32>
+  %n = stablehlo.reduce(%z init: %c0) applies stablehlo.add across dimensions = [1] : (tensor<300x20xf32>, tensor<f32>) -> tensor<300xf32>
+  %u = stablehlo.reduce(%w init: %d0) applies stablehlo.add across dimensions = [1] : (tensor<128x256xf64>, tensor<f64>) -> tensor<128xf64>
+  %p = stablehlo.reduce(%x init: %c1) applies stablehlo.minimum across dimensions = [1] : (tensor<256x1000xf32>, tensor<f32>) -> tensor<256xf32>
+  return %s, %t, %m, %n, %u, %p : tensor<256xf32>, tensor<64xf32>, tensor<256xf32>, tensor<300xf32>, tensor<128xf64>, tensor<256xf32>
+}"""
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((256, 1000)) * 10.0 ** rng.integers(-5, 5, (256, 1))).astype(np.float32)
+    x[0, 3], x[1, 5], x[2, :] = np.nan, np.inf, -0.0
+    x[3, :], x[3, 9] = -1.0, 0.0
+    args = [x, rng.standard_normal((64, 10, 100)).astype(np.float32), rng.standard_normal((300, 20)).astype(np.float32),
+            rng.standard_normal((128, 256))]
+    program = eager_program(text)
+    calls: list[tuple[str, tuple[int, ...]]] = []
+    real = mk.Kernels.reduce
+    monkeypatch.setattr(mk.Kernels, "reduce",
+                        lambda self, name, x, *a: calls.append((name, x.shape)) or real(self, name, x, *a))
+    with_kernels = program.run(args)
+    # Not lanes_add_f64 (not in this file), not the 20-wide rows (fewer lanes), not min (likewise);
+    # the others' first use checks them on special values.
+    program_calls = {c for c in calls if c[1][0] in (64, 256)}
+    assert program_calls == {("lanes_add_f32", (256, 1000)), ("lanes_add_f32", (64, 1000)),
+                             ("lanes_max_f32", (256, 1000))}
+    monkeypatch.setenv("PJRT_HUB_MACHINE_KERNELS", "0")
+    monkeypatch.setattr(mk, "_STATE", mk._State())
+    calls.clear()
+    assert_same_bits(with_kernels, program.run(args), "row reductions")
+    assert calls == []
 
 
 def test_large_broadcast_and_strided_operands_through_apply(machine):
@@ -214,7 +268,7 @@ def test_a_missing_file_starts_one_detached_builder_that_publishes_it(tmp_path, 
     assert fresh.loaded.wait(30)
     got = mk.apply("tanh_f32", [x], NUMPY_TWINS["tanh_f32"])
     assert got is not None and _same(got, NUMPY_TWINS["tanh_f32"](x))
-    assert sorted(fresh.kernels.functions) == sorted(mk.FUNCTIONS)
+    assert sorted(fresh.kernels.functions) == sorted([*mk.FUNCTIONS, *mk.REDUCTIONS, mk.ROW_MACHINE])
 
 
 def test_no_builder_after_a_failed_build_or_while_another_runs(tmp_path, monkeypatch):
@@ -304,7 +358,8 @@ def test_a_forked_child_gets_its_own_helper_threads_and_kernels(machine, monkeyp
     threads are not in the child) still splits its work and finishes, with the same bits."""
     import signal
 
-    from pjrt_hub.backends.numba_cpu import eager, helper_thread
+    from pjrt_hub.backends.cpu_runtime import helper_thread
+    from pjrt_hub.backends.numba_cpu import eager
 
     monkeypatch.setattr(helper_thread, "CORES", 2)
     monkeypatch.setattr(eager, "ROW_BLOCK_ELEMENTS", 1 << 10)

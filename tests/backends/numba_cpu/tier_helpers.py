@@ -12,6 +12,12 @@ from pjrt_hub.backends.numba_cpu.eager import EagerProgram
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
+#: Kernels of the tests' machine kernel file (the ``kernel_file`` fixture): one of each arity, a
+#: polynomial one, a float64 one, an exact one, row reductions (an ordered one of each type, an
+#: IEEE maximum) and the row machine.
+MACHINE_NAMES = ("exp_f32", "tanh_f32", "pow_f32", "fmod_f32", "sin_f32", "lanes_add_f32", "lanes_mul_f64",
+                 "lanes_max_f32", "row_machine")
+
 
 def eager_program(text: str, threads: int = 1) -> EagerProgram:
     """The eager tier of ``text``, its products cut for ``threads`` as the compiled tier's are."""

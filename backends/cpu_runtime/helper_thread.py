@@ -1,7 +1,8 @@
-"""One helper thread for the eager tier's two-way splits (row segments, machine kernel halves):
-numpy's loops and ctypes calls let go of the GIL, so a second thread runs half of the work on
-the second core. Each user has its own thread, made on first use: a row segment's helper may
-split a kernel call in turn, which must not wait behind itself. It imports no numba."""
+"""One helper thread for two-way splits of large work: numpy's loops and ctypes calls let go of
+the GIL, so a second thread runs half of it on the second core (numba_cpu's eager tier: row
+segments, machine kernel halves; the runtime's copies of large buffers). Each user has its own
+thread, made on first use: a row segment's helper may split a kernel call in turn, which must
+not wait behind itself."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Callable
 
-__all__ = ["CORES", "HelperThread"]
+__all__ = ["CORES", "HelperThread", "split_copy"]
 
 #: The cores this process may run on.
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -49,3 +50,29 @@ class HelperThread:
         future = self.submit(lambda: None)
         if future is not None:
             future.result()
+
+
+#: From this many bytes, :func:`split_copy` copies in two halves.
+SPLIT_COPY_BYTES = 8 << 20
+
+_COPY_HELPER = HelperThread("pjrt-hub-copy")
+
+
+def split_copy(dst: Any, src: Any) -> None:
+    """``np.copyto(dst, src, casting="no")``, large C-contiguous arrays in two halves on two
+    threads. A fresh destination's pages are faulted in as it is written (a few microseconds a
+    page where huge pages are short): on both cores, that takes half as long."""
+    import numpy as np
+
+    if (dst.nbytes < SPLIT_COPY_BYTES or dst.shape != src.shape or dst.dtype != src.dtype
+            or not dst.flags.c_contiguous or not src.flags.c_contiguous):
+        np.copyto(dst, src, casting="no")
+        return
+    d, s = dst.reshape(-1), src.reshape(-1)
+    half = d.size // 2
+    other = _COPY_HELPER.submit(np.copyto, d[half:], s[half:])
+    try:
+        np.copyto(d[:half] if other is not None else d, s[:half] if other is not None else s)
+    finally:
+        if other is not None:
+            other.result()  # never leave the helper on memory the caller may free
