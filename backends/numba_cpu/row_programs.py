@@ -66,7 +66,7 @@ LANES = 64
 #: index map's slot of a gather, the innermost width of a reduction).
 WORDS = 6
 #: Elements of one value in one block: a block's buffers stay in the core's cache.
-BLOCK_ELEMENTS = 1 << 13
+BLOCK_ELEMENTS = 1 << 12
 
 _F32 = np.dtype(np.float32)
 
@@ -409,12 +409,18 @@ def source(keys: Sequence[str]) -> str:
         lines += [f"                    d[i] = {renamed(result)}"]
     lines += [
         f"            elif opcode == {GATHER}:",
-        "                index = i32_at(pointers[extra])",
         "                cin = count[code[w + 2]]",
         "                cout = count[ds]",
-        "                for r in range(nr):",
-        "                    for j in range(cout):",
-        "                        d[r * cout + j] = xa[r * cin + index[j]]",
+        "                if cin == 1:  # one value a row, repeated: a fill that vectorises",
+        "                    for r in range(nr):",
+        "                        v = xa[r]",
+        "                        for j in range(cout):",
+        "                            d[r * cout + j] = v",
+        "                else:",
+        "                    index = i32_at(pointers[extra])",
+        "                    for r in range(nr):",
+        "                        for j in range(cout):",
+        "                            d[r * cout + j] = xa[r * cin + index[j]]",
     ]
     steps = {"add": "init + total", "mul": "init * total", "max": "fmaximum(init, total)",
              "min": "fminimum(init, total)"}
@@ -534,12 +540,14 @@ def _check_elementwise(kernels: "Kernels", opcode: int, op: Op, operands: list[n
 
 
 def _check_gather(kernels: "Kernels") -> bool:
-    rows, cin, cout = 7, 5, 12
-    x = np.arange(rows * cin, dtype=_F32)
-    index = np.array([4, 0, 0, 3, 1, 2, 2, 2, 4, 1, 0, 3], np.int32)
-    out = np.empty(rows * cout, _F32)
-    got = _single(GATHER, [cout, cin, 0], ["row", "row", "map"], 0, rows, [out, x, index], kernels)
-    return got is not None and bool(np.array_equal(got.reshape(rows, cout), x.reshape(rows, cin)[:, index]))
+    rows, cout = 7, 12
+    for cin, index in ((5, np.array([4, 0, 0, 3, 1, 2, 2, 2, 4, 1, 0, 3], np.int32)), (1, np.zeros(12, np.int32))):
+        x = np.arange(rows * cin, dtype=_F32) - 3.5
+        out = np.empty(rows * cout, _F32)
+        got = _single(GATHER, [cout, cin, 0], ["row", "row", "map"], 0, rows, [out, x, index], kernels)
+        if got is None or not np.array_equal(got.reshape(rows, cout), x.reshape(rows, cin)[:, index]):
+            return False
+    return True
 
 
 def _check_reduce(kernels: "Kernels", op: str, s: np.ndarray, rng: np.random.Generator | None, random: int) -> bool:
