@@ -1,4 +1,5 @@
 """Machine kernels: the float32 functions of :mod:`.vecmath` (and IEEE max/min) as array loops,
+row reductions in the lane order of :mod:`.lanes`, and the row machine of :mod:`.row_programs`,
 compiled by numba once per machine and loaded by the eager tier without numba.
 
 The eager tier (:mod:`.eager`) must give the compiled code's bits, so it computes vecmath's
@@ -10,7 +11,8 @@ program: compiled once, kept as native object code, they load with llvmlite alon
 in a thread started with the client) and need no compile at all.
 
 * **Same bits.** Each kernel is a loop calling the very vecmath function that the fused kernels
-  inline, with numpy's error model and no fast-math, so it computes what they compute. Each is
+  inline (a row reduction: their lane code), with numpy's error model and no fast-math, so it
+  computes what they compute. Each is
   also compared with its numpy twin on special values once per process before its first use;
   one that differs is never used, and says so once.
 * **Once per machine.** The object code depends on the CPU, on numba's and llvmlite's versions
@@ -21,7 +23,7 @@ in a thread started with the client) and need no compile at all.
   every program and are not part of any program's compile.
 * **Built in the background.** The first time the eager tier meets a large array that a missing
   kernel would serve, it starts a builder (``python -m pjrt_hub.backends.numba_cpu.machine_kernels
-  build``), detached and at low priority, as ``git gc --auto`` does: some 10 s of one core, once.
+  build``), detached and at low priority, as ``git gc --auto`` does: some 15-30 s of one core, once.
   The builder writes the file under a temporary name, has a fresh process (without numba) load it
   and compare every kernel with its numpy twin on special values and random bit patterns, and
   renames it into place only if all agree; otherwise it leaves a ``.failed`` note saying why, and
@@ -827,12 +829,22 @@ def _release_lock(lock: Path) -> None:
         pass
 
 
-def _remove_stale_temporaries(folder: Path) -> None:
-    """Files a killed builder left (``*.tmp``, older than :data:`STALE_LOCK_S`)."""
-    for tmp in folder.glob("vecmath-*.tmp"):
+#: Files of other keys (another numba, pjrt-hub or setting: each upgrade makes a new key) are
+#: removed by a build once they are this old; one still in use elsewhere is rebuilt there.
+OTHER_KEYS_KEPT_S = 30 * 86400.0
+
+
+def _remove_stale_files(folder: Path, key: str) -> None:
+    """Files a killed builder left (``*.tmp``, older than :data:`STALE_LOCK_S`), and the files,
+    notes and locks of other keys older than :data:`OTHER_KEYS_KEPT_S`."""
+    now = time.time()
+    for path in folder.glob("vecmath-*"):
+        temporary = path.suffix == ".tmp"
+        if not temporary and path.name.startswith(f"vecmath-{key}."):
+            continue
         try:
-            if time.time() - tmp.stat().st_mtime > STALE_LOCK_S:
-                tmp.unlink()
+            if now - path.stat().st_mtime > (STALE_LOCK_S if temporary else OTHER_KEYS_KEPT_S):
+                path.unlink()
         except OSError:
             pass
 
@@ -859,7 +871,7 @@ def _build_here() -> int:
         print(f"pjrt-hub machine kernels: cannot build in {path.parent}: {exc}", file=sys.stderr)
         return 1
     try:
-        _remove_stale_temporaries(path.parent)
+        _remove_stale_files(path.parent, machine_key())
         build(path)
         return 0
     except MachineKernelError as exc:

@@ -386,3 +386,24 @@ def test_a_forked_child_gets_its_own_helper_threads_and_kernels(machine, monkeyp
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
+def test_a_build_removes_old_files_of_other_keys_and_dead_temporaries(tmp_path, monkeypatch):
+    monkeypatch.setenv("PJRT_HUB_MACHINE_CACHE", str(tmp_path))
+    key = mk.machine_key()
+    old = time.time() - mk.OTHER_KEYS_KEPT_S - 60
+    stale = time.time() - mk.STALE_LOCK_S - 60
+    files = {
+        "vecmath-0123456789abcdef01234567.bin": (old, False),     # another key, old: removed
+        "vecmath-0123456789abcdef01234567.failed": (old, False),
+        "vecmath-fedcba9876543210fedcba98.bin": (time.time(), True),  # another key, recent: kept
+        f"vecmath-{key}.bin.999.tmp": (stale, False),              # a dead builder's: removed
+        f"vecmath-{key}.bin.998.tmp": (time.time(), True),         # a live builder's: kept
+        f"vecmath-{key}.failed": (old, True),                      # this key's: kept
+        "other.txt": (old, True),                                  # not ours: kept
+    }
+    for name, (mtime, _) in files.items():
+        (tmp_path / name).write_text("x")
+        os.utime(tmp_path / name, (mtime, mtime))
+    mk._remove_stale_files(tmp_path, key)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(n for n, (_, kept) in files.items() if kept)
