@@ -325,12 +325,14 @@ _HELPER = HelperThread("pjrt-hub-machine-kernels")
 
 
 def _bits(x: np.ndarray) -> np.ndarray:
-    """Bit patterns, every NaN made the same (payloads are not part of the contract)."""
+    """Bit patterns, every NaN made the same quiet NaN (payloads are not part of the contract;
+    a pattern that is a number would let a NaN pass for it)."""
     x = np.asarray(x)
     if x.dtype != np.float64:
         x = np.asarray(x, np.float32)
-    unsigned = np.uint64 if x.dtype == np.float64 else np.uint32
-    return np.where(np.isnan(x), unsigned(1), x.view(unsigned))
+    if x.dtype == np.float64:
+        return np.where(np.isnan(x), np.uint64(0x7FF8000000000000), x.view(np.uint64))
+    return np.where(np.isnan(x), np.uint32(0x7FC00000), x.view(np.uint32))
 
 
 def _specials() -> np.ndarray:
@@ -373,7 +375,8 @@ def _rows_agree(kernels: Kernels, name: str, twin: Callable[..., Any], rng: np.r
     for width, per in ((k, k), (k + 36, 3 * k + 108), (2 * k + 2, 2 * k + 2), (5 * k, 5 * k), (3, 3)):
         if width < k and op in ("add", "mul"):
             continue  # fewer lanes: numpy's
-        picks = np.random.default_rng(width).integers(0, specials.size, (specials.size, per))
+        # Specials in every lane and order (a fixed shuffle: numpy.random takes 10 ms to import).
+        picks = ((np.arange(specials.size * per) * 7919 + width) % specials.size).reshape(specials.size, per)
         x = specials[picks]
         if rng is not None and random:
             bits = rng.integers(0, 1 << 64, (max(1, random // per), per), dtype=np.uint64)
@@ -410,6 +413,9 @@ class _State:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        #: Held while a kernel is compared with numpy: a numpy formula may call another kernel,
+        #: and check it, in the same thread.
+        self.checking = threading.RLock()
         self.loaded = threading.Event()
         self.thread: threading.Thread | None = None
         self.kernels: Kernels | None = None
@@ -448,6 +454,10 @@ class _State:
         try:
             self.kernels = Kernels(path, self.key)
             _HELPER.start()  # now rather than in the first large call
+            try:
+                os.utime(path)  # in use: another key's build leaves it (see _remove_stale_files)
+            except OSError:
+                pass
         except MachineKernelError as exc:
             warnings.warn(f"numba_cpu: ignoring the machine kernel file: {exc}; it will be rebuilt",
                           RuntimeWarning, stacklevel=1)
@@ -470,14 +480,17 @@ class _State:
             return None
         ok = self.checked.get(name)
         if ok is None:
-            if name in REDUCTIONS:
-                ok = _rows_agree(kernels, name, twin)
-            else:
-                ok = _agree(kernels, name, twin, _probe(FUNCTIONS[name]))
-            self.checked[name] = ok
-            if not ok:
-                warnings.warn(f"numba_cpu: the machine kernel {name} disagrees with its numpy formula and is not used",
-                              RuntimeWarning, stacklevel=1)
+            with self.checking:  # one check (and one warning) however many threads ask
+                ok = self.checked.get(name)
+                if ok is None:
+                    if name in REDUCTIONS:
+                        ok = _rows_agree(kernels, name, twin)
+                    else:
+                        ok = _agree(kernels, name, twin, _probe(FUNCTIONS[name]))
+                    self.checked[name] = ok
+                    if not ok:
+                        warnings.warn(f"numba_cpu: the machine kernel {name} disagrees with its numpy formula and is "
+                                      f"not used", RuntimeWarning, stacklevel=1)
         return kernels if ok else None
 
     def row_machine(self, opcodes: dict[int, Any]) -> Kernels | None:
@@ -494,10 +507,13 @@ class _State:
             key = f"{ROW_MACHINE}:{opcode}"
             ok = self.checked.get(key)
             if ok is None:
-                ok = self.checked[key] = row_programs.check(kernels, opcode, example=opcodes[opcode])
-                if not ok:
-                    warnings.warn(f"numba_cpu: the row machine's opcode {opcode} disagrees with numpy and is not used",
-                                  RuntimeWarning, stacklevel=1)
+                with self.checking:  # one check (and one warning) however many threads ask
+                    ok = self.checked.get(key)
+                    if ok is None:
+                        ok = self.checked[key] = row_programs.check(kernels, opcode, example=opcodes[opcode])
+                        if not ok:
+                            warnings.warn(f"numba_cpu: the row machine's opcode {opcode} disagrees with numpy and "
+                                          f"is not used", RuntimeWarning, stacklevel=1)
             if not ok:
                 return None
         return kernels
@@ -648,11 +664,6 @@ def _compile(name: str) -> tuple[str, bytes]:
 
     if name in REDUCTIONS:
         return _compile_rows(name)
-    if name == ROW_MACHINE:
-        from .row_programs import compile_machine
-
-        symbol, obj, _ = compile_machine()
-        return symbol, obj
     arity = FUNCTIONS[name]
     pointer = types.CPointer(types.float32)
     signature = types.void(*([pointer] * (arity + 1)), types.int64)
@@ -830,7 +841,7 @@ def _release_lock(lock: Path) -> None:
 
 
 #: Files of other keys (another numba, pjrt-hub or setting: each upgrade makes a new key) are
-#: removed by a build once they are this old; one still in use elsewhere is rebuilt there.
+#: removed by a build once they are this old; a process that loads a file touches it.
 OTHER_KEYS_KEPT_S = 30 * 86400.0
 
 

@@ -36,10 +36,8 @@ if TYPE_CHECKING:
     from .eager import Env, EagerProgram
     from .machine_kernels import Kernels
 
-__all__ = ["ELEMENTWISE", "NAME", "RowProgram", "formula_key", "plan"]
+__all__ = ["ELEMENTWISE", "RowProgram", "formula_key", "plan"]
 
-#: The machine kernel holding the row machine.
-NAME = "row_machine"
 _F, _B = "f32", "i1"
 _FLOAT_COMPARE = "compare_type = #stablehlo<comparison_type FLOAT>, comparison_direction = #stablehlo<comparison_direction {}>"
 #: Elementwise ops the row machine runs: an opcode each (their position), as ``(name, operand
@@ -161,7 +159,7 @@ class RowProgram:
     """A row segment as a program for the row machine (see :func:`plan`)."""
 
     def __init__(self, n: int, block: int, slots: list[_Slot], code: list[list[int]], opcodes: dict[int, Op | None],
-                 outputs: list[tuple[Value, int, tuple[int, ...]]]) -> None:
+                 outputs: list[tuple[Value, int]]) -> None:
         #: The opcodes the program uses, each with an op of the program it stands for (None
         #: for those of no elementwise op), to check it with (see :func:`check`).
         self.opcodes = opcodes
@@ -219,10 +217,28 @@ class RowProgram:
             ok = mine_ok == 0 and theirs == 0
         if not ok:
             return False
-        for value, index, shape in self.outputs:
-            x = arrays[index]
-            env[value] = x if x.shape == shape else x.reshape(shape)  # (a view would be copied at the end)
+        for value, index in self.outputs:
+            env[value] = arrays[index]  # of the value's shape: made so above
         return True
+
+
+def _row_index_map(op: Op) -> np.ndarray:
+    """Which element of its operand's row each element of a row of ``broadcast_in_dim`` op's
+    result is (its operand read by rows: dimension 0 to dimension 0), as :func:`.eager`'s step
+    places them: the operand's dimensions in the order of ``broadcast_dimensions``, each where
+    that says, the others repeated."""
+    (x,), r = op.operands, op.result
+    dims = [int(d) for d in op.attr("broadcast_dimensions")]
+    shape, out = tuple(x.tensor_type.shape), tuple(r.tensor_type.shape)
+    view = [1] * len(out)
+    for k, d in enumerate(dims):
+        view[d] = shape[k]
+    view[0] = 1
+    rows = np.arange(math.prod(shape[1:]), dtype=np.int64).reshape((1,) + shape[1:])
+    order = np.argsort(dims)
+    if list(order) != sorted(order):
+        rows = np.transpose(rows, order)
+    return np.ascontiguousarray(np.broadcast_to(rows.reshape(view), (1,) + out[1:]), np.int32).reshape(-1)
 
 
 def plan(program: "EagerProgram", ops: Sequence[Op], outputs: Sequence[Value], table_keys: Sequence[str]
@@ -294,14 +310,7 @@ def plan(program: "EagerProgram", ops: Sequence[Op], outputs: Sequence[Value], t
             a = operand(x, _count(x))
             if a is None:
                 return None
-            # Which element of the operand's row each element of the result's row is: the
-            # op's own step on a row of indices.
-            local = Env(None, None, rows=1)
-            local[x] = np.arange(_count(x), dtype=np.float64).reshape((1,) + tuple(x.tensor_type.shape[1:]))
-            step(local)
-            if _count(x) >= 1 << 24:  # not every index is a float32
-                return None
-            index = np.ascontiguousarray(local[r], np.float64).reshape(-1).astype(np.int32)
+            index = _row_index_map(op)
             if index.size == _count(x) and np.array_equal(index, np.arange(index.size)) and r not in kept:
                 where[r] = a  # the same elements: the operand's buffer
                 continue
@@ -319,8 +328,8 @@ def plan(program: "EagerProgram", ops: Sequence[Op], outputs: Sequence[Value], t
                 return None
             shape = tuple(x.tensor_type.shape)
             dims = sorted(int(d) for d in op.attr("dimensions"))
-            if dims != list(range(1, len(shape))) or _count(x) == 0:
-                return None
+            if not dims or dims != list(range(1, len(shape))) or _count(x) == 0:
+                return None  # (no dimensions: a copy, whose rows are not the reduced rows)
             simple = simple_reducer(op.regions[0], 1)
             if simple in ("add", "mul"):
                 lane_plan = _lanes.lane_reduction(op)
@@ -356,7 +365,7 @@ def plan(program: "EagerProgram", ops: Sequence[Op], outputs: Sequence[Value], t
         s = where.get(v)
         if s is None or slots[s].kind != "out":
             return None  # kept whole but not computed here (an operand's alias): numpy's
-        outs.append((v, s, tuple(v.tensor_type.shape)))
+        outs.append((v, s))
     if not code:
         return None
     return RowProgram(n, block, slots, code, opcodes, outs)
@@ -449,7 +458,7 @@ def compile_machine() -> tuple[str, bytes, dict[str, Any]]:
     from numba.core.extending import intrinsic
 
     from . import support
-    from .machine_kernels import _object_code
+    from .machine_kernels import ROW_MACHINE, _object_code
 
     @intrinsic
     def f32_at(typingctx, address):
@@ -475,7 +484,7 @@ def compile_machine() -> tuple[str, bytes, dict[str, Any]]:
     exec(compile(source(keys), "<row machine>", "exec"), scope)
     i64, p64 = types.int64, types.CPointer(types.int64)
     signature = types.void(p64, i64, p64, p64, p64, i64, p64, i64, i64, i64, types.CPointer(types.float32))
-    symbol, obj = _object_code(NAME, scope["machine"], signature)
+    symbol, obj = _object_code(ROW_MACHINE, scope["machine"], signature)
     return symbol, obj, {"table": keys}
 
 

@@ -45,7 +45,10 @@ def kernel_file(tmp_path_factory):
             if not path.is_file():
                 mk.build(path, MACHINE_NAMES)  # checked in a fresh process before it is renamed into place
         finally:
-            os.environ["PJRT_HUB_MACHINE_CACHE"] = before or ""
+            if before is None:
+                del os.environ["PJRT_HUB_MACHINE_CACHE"]
+            else:
+                os.environ["PJRT_HUB_MACHINE_CACHE"] = before
     assert path.is_file() and not list(directory.glob("*.tmp"))
     return path
 

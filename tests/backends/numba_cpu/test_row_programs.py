@@ -309,3 +309,55 @@ def test_a_boolean_kept_after_the_segment_leaves_it_to_numpy(machine):
     c, s = program.run([x, y])
     assert segment.machine is False
     assert c.dtype == np.bool_ and np.array_equal(c, x > y) and np.array_equal(s, np.where(x > y, x, y))
+
+
+def test_a_boolean_mask_broadcast_within_rows(machine, monkeypatch):
+    """An attention-style mask, (n, s) booleans broadcast to (n, h, s), and a transposing
+    broadcast: the index map is made from the broadcast's dimensions, not through the
+    result's element type (a boolean index map was all ones)."""
+    monkeypatch.setattr(eager, "ROW_BLOCK_ELEMENTS", 64)
+    monkeypatch.setattr(eager, "ROW_SEGMENT_MIN", 64)
+    monkeypatch.setattr(rp, "BLOCK_ELEMENTS", 256)
+    n, h, s = 257, 4, 40
+    text = f"""func.func @main(%sc: tensor<{n}x{h}x{s}xf32>, %mask: tensor<{n}x{s}xi1>, %x: tensor<{n}x{h}x{s}xf32>) -> tensor<{n}x{s}x{h}xf32> {{
+  %ninf = stablehlo.constant dense<-1.0e9> : tensor<f32>
+  %mb = stablehlo.broadcast_in_dim %mask, dims = [0, 2] : (tensor<{n}x{s}xi1>) -> tensor<{n}x{h}x{s}xi1>
+  %nb = stablehlo.broadcast_in_dim %ninf, dims = [] : (tensor<f32>) -> tensor<{n}x{h}x{s}xf32>
+  %w = stablehlo.select %mb, %sc, %nb : tensor<{n}x{h}x{s}xi1>, tensor<{n}x{h}x{s}xf32>
+  %e = stablehlo.exponential %w : tensor<{n}x{h}x{s}xf32>
+  %f = stablehlo.add %e, %x : tensor<{n}x{h}x{s}xf32>
+  %t = stablehlo.broadcast_in_dim %f, dims = [0, 2, 1] : (tensor<{n}x{h}x{s}xf32>) -> tensor<{n}x{s}x{h}xf32>
+  %u = stablehlo.multiply %t, %t : tensor<{n}x{s}x{h}xf32>
+  return %u : tensor<{n}x{s}x{h}xf32>
+}}"""
+    rng = np.random.default_rng(13)
+    sc = rng.standard_normal((n, h, s)).astype(np.float32)
+    mask = rng.random((n, s)) < 0.7
+    x = rng.standard_normal((n, h, s)).astype(np.float32)
+    program = eager_program(text)
+    with_machine, with_numpy, runs = _both_ways(program, [sc, mask, x])
+    assert runs == 1
+    assert_same_bits(with_machine, with_numpy, "mask")
+    want = (np.exp(np.where(mask[:, None, :], sc, np.float32(-1e9))) + x).transpose(0, 2, 1)
+    np.testing.assert_allclose(with_machine[0], want * want, rtol=1e-5, atol=1e-5)  # (vecmath's exp, not numpy's)
+
+
+def test_a_reduction_over_no_dimensions_is_left_to_numpy(machine, monkeypatch):
+    """reduce with dimensions = [] copies its operand: it has no rows to reduce (the machine
+    read past each row's end with it)."""
+    monkeypatch.setattr(eager, "ROW_BLOCK_ELEMENTS", 8)
+    monkeypatch.setattr(eager, "ROW_SEGMENT_MIN", 64)
+    n = 4096
+    text = f"""func.func @main(%x: tensor<{n}xf32>) -> tensor<{n}xf32> {{
+  %ninf = stablehlo.constant dense<0xFF800000> : tensor<f32>
+  %a = stablehlo.abs %x : tensor<{n}xf32>
+  %e = stablehlo.negate %a : tensor<{n}xf32>
+  %m = stablehlo.reduce(%e init: %ninf) applies stablehlo.maximum across dimensions = [] : (tensor<{n}xf32>, tensor<f32>) -> tensor<{n}xf32>
+  return %m : tensor<{n}xf32>
+}}"""
+    x = np.random.default_rng(14).standard_normal(n).astype(np.float32)
+    program = eager_program(text)
+    (segment,) = _segments(program)
+    (got,) = program.run([x])
+    assert segment.machine is False
+    np.testing.assert_array_equal(got, -np.abs(x))
