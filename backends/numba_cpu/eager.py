@@ -207,26 +207,33 @@ class _Text:
 
     def function(self, params: Sequence[str], results: Sequence[Expr]) -> Formula:
         """The collected statements as ``f(*arrays) -> [result arrays]``: one Python function
-        (its temporaries are locals)."""
-        g = dict(NAMESPACE)
-        for name, text in self.globals.items():
-            g[name] = eval(text, {"np": np})
-        stmts = [(name, *_array_expression(text)) for name, text in self.stmts]
-        outs = [_array_expression(e.text) for e in results]
-        # Every name the text reads must have a twin: a helper without one (an element type
-        # or op variant this tier does not know) declines the program now, not at run time.
-        known = set(g) | set(params) | {name for name, _, _ in stmts} | set(dir(__builtins__))
-        for names in [n for _, _, n in stmts] + [n for _, n in outs]:
-            missing = [n for n in names if n not in known]
-            if missing:
-                raise EagerUnsupported(f"no numpy twin for {', '.join(sorted(set(missing)))}")
-        module = ast.parse(f"def formula({', '.join(params)}):\n    pass\n")
-        body: list[ast.stmt] = [ast.Assign([ast.Name(name, ast.Store())], expr) for name, expr, _ in stmts]
-        body.append(ast.Return(ast.List([expr for expr, _ in outs], ast.Load())))
-        module.body[0].body = body  # type: ignore[attr-defined]
-        exec(compile(ast.fix_missing_locations(module), "<numba_cpu eager>", "exec"), g)
-        formula: Formula = g["formula"]
-        return formula
+        (its temporaries are locals), made once per distinct text (a program's ops share a few)."""
+        return _formula(tuple(params), tuple(self.stmts), tuple(e.text for e in results),
+                        tuple(sorted(self.globals.items())))
+
+
+@functools.lru_cache(maxsize=1024)
+def _formula(params: tuple[str, ...], statements: tuple[tuple[str, str], ...], results: tuple[str, ...],
+             constants: tuple[tuple[str, str], ...]) -> Formula:
+    g = dict(NAMESPACE)
+    for name, text in constants:
+        g[name] = eval(text, {"np": np})
+    stmts = [(name, *_array_expression(text)) for name, text in statements]
+    outs = [_array_expression(text) for text in results]
+    # Every name the text reads must have a twin: a helper without one (an element type or op
+    # variant this tier does not know) declines the program now, not at run time.
+    known = set(g) | set(params) | {name for name, _, _ in stmts} | set(dir(__builtins__))
+    for names in [n for _, _, n in stmts] + [n for _, n in outs]:
+        missing = [n for n in names if n not in known]
+        if missing:
+            raise EagerUnsupported(f"no numpy twin for {', '.join(sorted(set(missing)))}")
+    module = ast.parse(f"def formula({', '.join(params)}):\n    pass\n")
+    body: list[ast.stmt] = [ast.Assign([ast.Name(name, ast.Store())], expr) for name, expr, _ in stmts]
+    body.append(ast.Return(ast.List([expr for expr, _ in outs], ast.Load())))
+    module.body[0].body = body  # type: ignore[attr-defined]
+    exec(compile(ast.fix_missing_locations(module), "<numba_cpu eager>", "exec"), g)
+    formula: Formula = g["formula"]
+    return formula
 
 
 _SCALAR_IDENTITY = frozenset({"stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.transpose",
