@@ -653,7 +653,9 @@ class _RowSegment:
     them (with ``Env.rows`` set), and only the values read after the segment are kept, written
     into whole arrays block by block. The blocks are shared by this thread and a helper thread
     (numpy lets go of the GIL in its loops, the machine kernels in theirs). Every row is
-    computed by the same operations as on whole arrays, so the bits are the same."""
+    computed by the same operations as on whole arrays, so the bits are the same. A float32
+    segment runs on the row machine instead, where it is loaded and takes every op of it
+    (:mod:`.row_programs`)."""
 
     def __init__(self, program: "EagerProgram", ops: Sequence[Op], outputs: Sequence[Value]) -> None:
         self.program, self.ops = program, list(ops)

@@ -11,7 +11,8 @@ cache. Two threads take half the rows each; no Python runs between blocks.
 
 * **The same bits.** An elementwise opcode's loop body *is* the compiled tier's formula for that
   op on float32 (the rule's own text, from :mod:`.rules`); the file records each opcode's
-  formula, and an op becomes an instruction only if its own formula is that one, word for word.
+  formula, and an op becomes an instruction only if its own formula is that one, word for word,
+  and its operand and result types are the opcode's.
   Reductions use the compiled tier's lane code (:mod:`.lane_intrinsics`) in the order
   :mod:`.lanes` defines. Broadcasts copy elements. Each opcode is compared with numpy on special
   values before its first use in a process, as the machine kernels are.
