@@ -284,6 +284,9 @@ class BenchSummary(_Model):
     subject: str | None
     vs: dict[str, BenchComparison]
     vs_fastest: BenchComparison | None = Field(None, description="against the faster real XLA plugin, per program")
+    first_result_vs_fastest: BenchComparison | None = Field(
+        None, description="the cold first result (compile, one execute, the copy out) against the faster real XLA "
+                          "plugin's own, per program")
 
 
 class BenchSpreadRow(_Model):

@@ -46,7 +46,7 @@ def test_bench_corpus_json_on_the_reference_plugin(capsys):
     assert report["suite"] == "corpus"
     assert [r["name"] for r in report["programs"]] == ["broadcast_ops", "cond"]
     assert all(r["outputs_match"] is True and r["runs"] == 2 for r in report["programs"])
-    assert report["summary"] == {"subject": "reference", "vs": {}, "vs_fastest": None}
+    assert report["summary"] == {"subject": "reference", "vs": {}, "vs_fastest": None, "first_result_vs_fastest": None}
 
 
 def test_unknown_corpus_program_is_a_usage_error(capsys):
@@ -60,11 +60,14 @@ def test_unknown_corpus_program_is_a_usage_error(capsys):
 def test_summary_geometric_means_and_the_fastest_real_plugin():
     from pjrt_hub._bench import format_summary, summarise
 
-    def row(name, plugin, ms, match=True):
-        return {"name": name, "plugin": plugin, "execute_ms_median": ms, "outputs_match": match}
+    def row(name, plugin, ms, match=True, first=None):
+        return {"name": name, "plugin": plugin, "execute_ms_median": ms, "outputs_match": match,
+                "first_result_ms_cold": first}
 
-    rows = [row("p", "mine", 1.0), row("p", "x1", 4.0), row("p", "x2", 2.0), row("p", "ref", 10.0),
-            row("q", "mine", 3.0), row("q", "x1", 1.0), row("q", "x2", 6.0), row("q", "ref", 30.0),
+    rows = [row("p", "mine", 1.0, first=20.0), row("p", "x1", 4.0, first=50.0), row("p", "x2", 2.0, first=40.0),
+            row("p", "ref", 10.0),
+            row("q", "mine", 3.0, first=30.0), row("q", "x1", 1.0, first=10.0), row("q", "x2", 6.0),
+            row("q", "ref", 30.0),
             row("r", "mine", 1.0), row("r", "x1", 1.0, match=False)]  # a wrong answer is not compared
     summary = summarise(rows, ["mine", "x1", "x2", "ref"], fastest_of=["x1", "x2"])
     assert summary["vs"]["x1"]["programs"] == 2
@@ -77,6 +80,11 @@ def test_summary_geometric_means_and_the_fastest_real_plugin():
     text = "\n".join(format_summary(summary))
     assert "mine / ref: geometric mean 0.100x (so ref / mine 10.00x) over 2 programs" in text
     assert "mine / fastest of x1, x2: geometric mean 1.225x over 2 programs; worst q 3.00x" in text
+    # First results: p against x2's 40 ms (the faster one's), q against x1's 10 ms (x2 has none).
+    first = summary["first_result_vs_fastest"]
+    assert first["of"] == ["x1", "x2"] and first["programs"] == 2 and first["worst"] == {"name": "q", "ratio": 3.0}
+    assert abs(first["geomean"] - (0.5 * 3.0) ** 0.5) < 1e-12
+    assert "mine first result (cold) / the faster of x1, x2's own: geometric mean 1.225x over 2 programs; worst q 3.00x" in text
 
 
 def test_bench_loads_scalar_and_strided_arguments_as_they_are():
