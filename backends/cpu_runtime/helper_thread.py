@@ -45,6 +45,20 @@ class HelperThread:
         except RuntimeError:
             return None
 
+    def split(self, fn: Callable[[int, int], Any], n: int, half: int) -> list[Any]:
+        """``fn(0, n)`` in two halves, ``fn(0, half)`` on this thread while ``fn(half, n)`` runs on
+        the helper; their results. Whole here (one result) where ``half`` splits nothing or there
+        is no helper. The helper's half is always waited for, even when this thread's raises:
+        it may be working on memory the caller frees."""
+        other = self.submit(fn, half, n) if 0 < half < n else None
+        if other is None:
+            return [fn(0, n)]
+        try:
+            mine = fn(0, half)
+        finally:
+            theirs = other.result()
+        return [mine, theirs]
+
     def start(self) -> None:
         """Make the thread now (it is made on the first submit otherwise)."""
         future = self.submit(lambda: None)
@@ -69,10 +83,4 @@ def split_copy(dst: Any, src: Any) -> None:
         np.copyto(dst, src, casting="no")
         return
     d, s = dst.reshape(-1), src.reshape(-1)
-    half = d.size // 2
-    other = _COPY_HELPER.submit(np.copyto, d[half:], s[half:])
-    try:
-        np.copyto(d[:half] if other is not None else d, s[:half] if other is not None else s)
-    finally:
-        if other is not None:
-            other.result()  # never leave the helper on memory the caller may free
+    _COPY_HELPER.split(lambda start, stop: np.copyto(d[start:stop], s[start:stop]), d.size, d.size // 2)

@@ -289,8 +289,10 @@ def _no_narrow_accumulators(op: Op) -> None:
             raise EagerUnsupported(f"{op.name} with {kind.element} results")
 
 
-def formula_function(op: Op) -> Formula:
-    """Elementwise ``op``'s formula on numpy arrays: ``f(*operands) -> [result]``."""
+def formula_text(op: Op) -> tuple[_Text, list[str], Expr]:
+    """Elementwise ``op``'s scalar formula over operands ``a0, a1, ...``, as its rule writes it
+    for the compiled kernel: the text context (statements, constants), the operand names and
+    the result. Raises what the rule raises for an op it does not take."""
     from .codegen import RULES
 
     formula = RULES[op.name].elementwise
@@ -300,7 +302,12 @@ def formula_function(op: Op) -> Formula:
     for o, n in zip(op.operands, names):
         t.env[o] = Expr(n)
     out = formula(t, op, [Expr(n) for n in names])
-    result = out if isinstance(out, Expr) else Expr(t.temp(out).text)
+    return t, names, out if isinstance(out, Expr) else Expr(t.temp(out).text)
+
+
+def formula_function(op: Op) -> Formula:
+    """Elementwise ``op``'s formula on numpy arrays: ``f(*operands) -> [result]``."""
+    t, names, result = formula_text(op)
     return t.function(names, [result])
 
 
@@ -718,15 +725,7 @@ class _RowSegment:
                                 out = outs[v] = np.empty((n,) + x.shape[1:], x.dtype)
                     out[r0:r1] = x
 
-        half = len(blocks) // 2
-        other = _ROWS_HELPER.submit(run, blocks[half:]) if half else None
-        if other is None:
-            run(blocks)
-        else:
-            try:
-                run(blocks[:half])
-            finally:
-                other.result()
+        _ROWS_HELPER.split(lambda start, stop: run(blocks[start:stop]), len(blocks), len(blocks) // 2)
         for v in self.outputs:
             env[v] = outs[v]
 
@@ -896,15 +895,23 @@ def _get_dimension_size(program: EagerProgram, op: Op) -> Step:
     return step
 
 
+def broadcast_layout(op: Op) -> tuple[list[int], np.ndarray | None]:
+    """Where ``broadcast_in_dim`` puts its operand: the operand's shape placed in the result's
+    rank (1 where it repeats), and the transposition that first puts the operand's dimensions in
+    the result's order (None if they are in it)."""
+    dims = [int(d) for d in op.attr("broadcast_dimensions")]
+    view = [1] * len(op.result.tensor_type.shape)
+    for k, d in enumerate(dims):
+        view[d] = op.operands[0].tensor_type.shape[k]
+    order = np.argsort(dims) if dims else np.array([], int)
+    return view, (order if list(order) != sorted(order) else None)
+
+
 @_kernel("stablehlo.broadcast_in_dim")
 def _broadcast_in_dim(program: EagerProgram, op: Op) -> Step:
     dims = tuple(op.attr("broadcast_dimensions"))
     out_shape = tuple(op.result.tensor_type.shape)
-    view = [1] * len(out_shape)
-    for k, d in enumerate(dims):
-        view[d] = op.operands[0].tensor_type.shape[k]
-    order = np.argsort(dims) if dims else np.array([], int)
-    transposed = list(order) != sorted(order)
+    view, order = broadcast_layout(op)
     dt = _compute_dtype(_kind(op.result))
     operand, res = op.operands[0], op.result
     # In a row block, the operand's rows are the block's if its first dimension is the
@@ -913,7 +920,7 @@ def _broadcast_in_dim(program: EagerProgram, op: Op) -> Step:
 
     def step(env: Env) -> None:
         x = env[operand]
-        if transposed:
+        if order is not None:
             x = np.transpose(x, order)
         shape, v = env.shape(out_shape), view
         if env.rows is not None and rows_from_operand:

@@ -44,6 +44,7 @@ Python process has loaded).
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import importlib.util
 import json
@@ -277,15 +278,7 @@ class Kernels:
             ret, exc = ctypes.c_void_p(), ctypes.c_void_p()
             return fn(ctypes.byref(ret), ctypes.byref(exc), *[p + 4 * start for p in pointers], stop - start)
 
-        half = n // 2
-        other = _HELPER.submit(part, half, n) if n >= SPLIT_ELEMENTS else None
-        if other is None:
-            return part(0, n) == 0
-        try:
-            mine = part(0, half)
-        finally:
-            theirs = other.result()  # never leave the helper on memory the caller may free
-        return mine == 0 and theirs == 0
+        return all(status == 0 for status in _HELPER.split(part, n, n // 2 if n >= SPLIT_ELEMENTS else 0))
 
     def row_machine(self, code: np.ndarray, ninstr: int, base: np.ndarray, count: np.ndarray,
                     advance: np.ndarray, nslots: int, pointers: np.ndarray, r0: int, r1: int, block: int,
@@ -310,15 +303,7 @@ class Kernels:
             return fn(ctypes.byref(ret), ctypes.byref(exc), x.ctypes.data + start * n * size,
                       out.ctypes.data + start * size, lanes.ctypes.data, stop - start, n, width, k)
 
-        half = rows // 2
-        other = _HELPER.submit(part, half, rows) if half and x.size >= SPLIT_ELEMENTS else None
-        if other is None:
-            return part(0, rows) == 0
-        try:
-            mine = part(0, half)
-        finally:
-            theirs = other.result()
-        return mine == 0 and theirs == 0
+        return all(status == 0 for status in _HELPER.split(part, rows, rows // 2 if x.size >= SPLIT_ELEMENTS else 0))
 
 
 _HELPER = HelperThread("pjrt-hub-machine-kernels")
@@ -328,10 +313,9 @@ def _bits(x: np.ndarray) -> np.ndarray:
     """Bit patterns, every NaN made the same quiet NaN (payloads are not part of the contract;
     a pattern that is a number would let a NaN pass for it)."""
     x = np.asarray(x)
-    if x.dtype != np.float64:
-        x = np.asarray(x, np.float32)
     if x.dtype == np.float64:
         return np.where(np.isnan(x), np.uint64(0x7FF8000000000000), x.view(np.uint64))
+    x = np.asarray(x, np.float32)
     return np.where(np.isnan(x), np.uint32(0x7FC00000), x.view(np.uint32))
 
 
@@ -394,6 +378,15 @@ def _rows_agree(kernels: Kernels, name: str, twin: Callable[..., Any], rng: np.r
         if got is None or not np.array_equal(_bits(got), _bits(expected)):
             return False
     return True
+
+
+def _kernel_agrees(kernels: Kernels, name: str, twin: Callable[..., Any], rng: np.random.Generator | None = None,
+                   random: int = 0) -> bool:
+    """Kernel ``name`` (a function or a row reduction) against its numpy ``twin``, on special
+    values and ``random`` random bit patterns."""
+    if name in REDUCTIONS:
+        return _rows_agree(kernels, name, twin, rng, random)
+    return _agree(kernels, name, twin, _probe(FUNCTIONS[name], rng, random))
 
 
 def _probe(arity: int, rng: np.random.Generator | None = None, random: int = 0) -> list[np.ndarray]:
@@ -478,20 +471,21 @@ class _State:
         kernels = self.kernels
         if kernels is None or name not in kernels.functions:
             return None
-        ok = self.checked.get(name)
+        ok = self._agrees(name, lambda: _kernel_agrees(kernels, name, twin),
+                          f"the machine kernel {name} disagrees with its numpy formula")
+        return kernels if ok else None
+
+    def _agrees(self, key: str, check: Callable[[], bool], disagreement: str) -> bool:
+        """``check()``, once per process for ``key``; a failed one says ``disagreement`` once."""
+        ok = self.checked.get(key)
         if ok is None:
             with self.checking:  # one check (and one warning) however many threads ask
-                ok = self.checked.get(name)
+                ok = self.checked.get(key)
                 if ok is None:
-                    if name in REDUCTIONS:
-                        ok = _rows_agree(kernels, name, twin)
-                    else:
-                        ok = _agree(kernels, name, twin, _probe(FUNCTIONS[name]))
-                    self.checked[name] = ok
+                    ok = self.checked[key] = check()
                     if not ok:
-                        warnings.warn(f"numba_cpu: the machine kernel {name} disagrees with its numpy formula and is "
-                                      f"not used", RuntimeWarning, stacklevel=1)
-        return kernels if ok else None
+                        warnings.warn(f"numba_cpu: {disagreement} and is not used", RuntimeWarning, stacklevel=1)
+        return ok
 
     def row_machine(self, opcodes: dict[int, Any]) -> Kernels | None:
         """The kernels, if the row machine is loaded and each of ``opcodes`` agrees with numpy
@@ -503,18 +497,9 @@ class _State:
         kernels = self.kernels
         if kernels is None or ROW_MACHINE not in kernels.functions:
             return None
-        for opcode in sorted(opcodes):
-            key = f"{ROW_MACHINE}:{opcode}"
-            ok = self.checked.get(key)
-            if ok is None:
-                with self.checking:  # one check (and one warning) however many threads ask
-                    ok = self.checked.get(key)
-                    if ok is None:
-                        ok = self.checked[key] = row_programs.check(kernels, opcode, example=opcodes[opcode])
-                        if not ok:
-                            warnings.warn(f"numba_cpu: the row machine's opcode {opcode} disagrees with numpy and "
-                                          f"is not used", RuntimeWarning, stacklevel=1)
-            if not ok:
+        for opcode, example in sorted(opcodes.items()):
+            check = functools.partial(row_programs.check, kernels, opcode, example=example)
+            if not self._agrees(f"{ROW_MACHINE}:{opcode}", check, f"the row machine's opcode {opcode} disagrees with numpy"):
                 return None
         return kernels
 
@@ -594,17 +579,22 @@ def apply(name: str, operands: Sequence[Any], twin: Callable[..., Any]) -> np.nd
             return None
     shapes = [np.shape(x) for x in operands]
     shape = shapes[0] if all(s == shapes[0] for s in shapes) else np.broadcast_shapes(*shapes)
-    n = math.prod(shape)
+    kernels = _serving(name, twin, math.prod(shape))
+    return None if kernels is None else _run(kernels, name, operands, shape)
+
+
+def _serving(name: str, twin: Callable[..., Any], n: int) -> Kernels | None:
+    """The kernels to run kernel ``name`` on ``n`` elements with, or None where numpy answers:
+    too few elements, kernels off, not loaded (waited for from :data:`WAIT_ELEMENTS`; a build
+    asked for from :data:`BUILD_ELEMENTS` if there are none), or one that disagrees with ``twin``."""
     state = _state()
     if n < MIN_ELEMENTS or not state.on:
         return None
     state.start()
     kernels = state.get(name, twin, wait=n >= WAIT_ELEMENTS)
-    if kernels is None:
-        if n >= BUILD_ELEMENTS and state.loaded.is_set():
-            state.ask_for_build()
-        return None
-    return _run(kernels, name, operands, shape)
+    if kernels is None and n >= BUILD_ELEMENTS and state.loaded.is_set():
+        state.ask_for_build()
+    return kernels
 
 
 def row_machine_table(wait: bool = False) -> list[str] | None:
@@ -638,16 +628,8 @@ def reduce_rows(name: str, x: np.ndarray, width: int, k: int, twin: Callable[...
     if (x.dtype != dtype or x.ndim != 2 or not x.flags.c_contiguous or x.shape[1] == 0 or width <= 0
             or k != rows_lanes(name)):
         return None
-    state = _state()
-    if x.size < MIN_ELEMENTS or not state.on:
-        return None
-    state.start()
-    kernels = state.get(name, twin, wait=x.size >= WAIT_ELEMENTS)
-    if kernels is None:
-        if x.size >= BUILD_ELEMENTS and state.loaded.is_set():
-            state.ask_for_build()
-        return None
-    return _reduce(kernels, name, x, width, k)
+    kernels = _serving(name, twin, x.size)
+    return None if kernels is None else _reduce(kernels, name, x, width, k)
 
 
 # -- building (numba) ---------------------------------------------------------------------------
@@ -656,14 +638,19 @@ def reduce_rows(name: str, x: np.ndarray, width: int, k: int, twin: Callable[...
 _DECLARE = re.compile(r"^declare\b.*?@(\"[^\"]+\"|[\w.$]+)\(", re.M)
 
 
-def _compile(name: str) -> tuple[str, bytes]:
-    """numba's object code for kernel ``name``, and the symbol of its function."""
+def _compile(name: str) -> tuple[str, bytes, dict[str, Any]]:
+    """numba's object code for kernel ``name``, the symbol of its function, and what else its
+    file entry records (the row machine's formula table)."""
     from numba import types
 
     from . import intrinsics, vecmath
 
+    if name == ROW_MACHINE:
+        from .row_programs import compile_machine
+
+        return compile_machine()
     if name in REDUCTIONS:
-        return _compile_rows(name)
+        return (*_compile_rows(name), {})
     arity = FUNCTIONS[name]
     pointer = types.CPointer(types.float32)
     signature = types.void(*([pointer] * (arity + 1)), types.int64)
@@ -675,7 +662,7 @@ def _compile(name: str) -> tuple[str, bytes]:
     scope: dict[str, Any] = {"fn": getattr(vecmath, name, None) or getattr(intrinsics, name),
                              "wide_vectors": intrinsics.wide_vectors}
     exec(compile(text, f"<machine kernel {name}>", "exec"), scope)
-    return _object_code(name, scope["kernel"], signature)
+    return (*_object_code(name, scope["kernel"], signature), {})
 
 
 def _rows_text(op: str, k: int) -> str:
@@ -703,13 +690,12 @@ def rows_lanes(name: str) -> int:
 def _compile_rows(name: str) -> tuple[str, bytes]:
     from numba import types
 
+    from .intrinsics import wide_vectors
     from .lane_intrinsics import lanes_add, lanes_reset, lanes_total
 
     op, element = REDUCTIONS[name]
     pointer = types.CPointer(types.float32 if element == "f32" else types.float64)
     signature = types.void(pointer, pointer, pointer, types.int64, types.int64, types.int64, types.int64)
-    from .intrinsics import wide_vectors
-
     scope: dict[str, Any] = {"wide_vectors": wide_vectors, "lanes_reset": lanes_reset, "lanes_add": lanes_add,
                              "lanes_total": lanes_total}
     exec(compile(_rows_text(op, rows_lanes(name)), f"<machine kernel {name}>", "exec"), scope)
@@ -736,13 +722,7 @@ def build(path: Path, names: Sequence[str] | None = None, *, check: bool = True)
     key = machine_key()
     entries, code = [], b""
     for name in names or list(_SIGNATURES):
-        extra: dict[str, Any] = {}
-        if name == ROW_MACHINE:
-            from .row_programs import compile_machine
-
-            symbol, obj, extra = compile_machine()
-        else:
-            symbol, obj = _compile(name)
+        symbol, obj, extra = _compile(name)
         entries.append({"name": name, "arity": _SIGNATURES[name], "symbol": symbol, "offset": len(code),
                         "size": len(obj), **extra})
         code += obj
@@ -775,10 +755,9 @@ def verify(path: Path, random: int = 1 << 16) -> list[str]:
             from .row_programs import OPCODES, check
 
             ok = all(check(kernels, opcode, rng, random) for opcode in range(OPCODES))
-        elif name in REDUCTIONS:
-            ok = _rows_agree(kernels, name, row_twin(REDUCTIONS[name][0]), rng, random)
         else:
-            ok = _agree(kernels, name, NUMPY_TWINS[name], _probe(FUNCTIONS[name], rng, random))
+            twin = row_twin(REDUCTIONS[name][0]) if name in REDUCTIONS else NUMPY_TWINS[name]
+            ok = _kernel_agrees(kernels, name, twin, rng, random)
         if not ok:
             bad.append(name)
     return bad

@@ -77,22 +77,16 @@ def formula(op: Op) -> tuple[list[tuple[str, str]], str, dict[str, str]] | None:
     """The compiled tier's float32 formula of elementwise ``op`` over operands ``a0, a1, ...``:
     its statements, its result and the constants it names; None if it has none."""
     from .codegen import RULES
-    from .eager import _Text
-    from .source import Expr
+    from .eager import formula_text
 
     rule = RULES.get(op.name)
     if rule is None or rule.elementwise is None:
         return None
-    t = _Text()
-    names = [f"a{i}" for i in range(len(op.operands))]
-    for v, name in zip(op.operands, names):
-        t.env[v] = Expr(name)
     try:
-        out = rule.elementwise(t, op, [Expr(n) for n in names])
+        t, _, result = formula_text(op)
     except Exception:  # noqa: BLE001 - a rule that does not take this op: not an instruction
         return None
-    result = out.text if isinstance(out, Expr) else str(out)
-    return list(t.stmts), result, dict(t.globals)
+    return list(t.stmts), result.text, dict(t.globals)
 
 
 def formula_key(op: Op) -> str | None:
@@ -206,17 +200,7 @@ class RowProgram:
             return kernels.row_machine(self.code, self.ninstr, mine, self.count, self.advance, len(self.slots),
                                        pointers, r0, r1, self.block, lanes)
 
-        half = (self.n // 2 // self.block) * self.block
-        other = helper.submit(part, half, self.n) if half else None
-        if other is None:
-            ok = part(0, self.n) == 0
-        else:
-            try:
-                mine_ok = part(0, half)
-            finally:
-                theirs = other.result()
-            ok = mine_ok == 0 and theirs == 0
-        if not ok:
+        if any(status != 0 for status in helper.split(part, self.n, (self.n // 2 // self.block) * self.block)):
             return False
         for value, index in self.outputs:
             env[value] = arrays[index]  # of the value's shape: made so above
@@ -228,18 +212,15 @@ def _row_index_map(op: Op) -> np.ndarray:
     result is (its operand read by rows: dimension 0 to dimension 0), as :func:`.eager`'s step
     places them: the operand's dimensions in the order of ``broadcast_dimensions``, each where
     that says, the others repeated."""
+    from .eager import broadcast_layout
+
     (x,), r = op.operands, op.result
-    dims = [int(d) for d in op.attr("broadcast_dimensions")]
     shape, out = tuple(x.tensor_type.shape), tuple(r.tensor_type.shape)
-    view = [1] * len(out)
-    for k, d in enumerate(dims):
-        view[d] = shape[k]
-    view[0] = 1
+    view, order = broadcast_layout(op)
     rows = np.arange(math.prod(shape[1:]), dtype=np.int64).reshape((1,) + shape[1:])
-    order = np.argsort(dims)
-    if list(order) != sorted(order):
+    if order is not None:
         rows = np.transpose(rows, order)
-    return np.ascontiguousarray(np.broadcast_to(rows.reshape(view), (1,) + out[1:]), np.int32).reshape(-1)
+    return np.ascontiguousarray(np.broadcast_to(rows.reshape([1] + view[1:]), (1,) + out[1:]), np.int32).reshape(-1)
 
 
 def plan(program: "EagerProgram", ops: Sequence[Op], outputs: Sequence[Value], table_keys: Sequence[str]
