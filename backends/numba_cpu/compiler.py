@@ -641,11 +641,12 @@ def numba_loaded() -> bool:
 
 
 def _front_end(text: str) -> tuple[Module, Function]:
-    """Parse, verify and inline: the module and its one call-free function."""
+    """Parse, verify, inline and drop repeated ops: the module and its one call-free function."""
     from pjrt_hub.backends.stablehlo import parse_module
     from pjrt_hub.backends.stablehlo.nesting import call_depth
 
     from . import collective_rules, kernels, rules  # noqa: F401  (register the op rules)
+    from .cse import eliminate_common_subexpressions
     from .inline import inline_calls
     from .resize import expand_resizing_bitcasts
 
@@ -657,7 +658,7 @@ def _front_end(text: str) -> tuple[Module, Function]:
         verify(module)
     module = lower_custom_calls(module)
     call_depth(module)
-    return module, expand_resizing_bitcasts(inline_calls(module))
+    return module, eliminate_common_subexpressions(expand_resizing_bitcasts(inline_calls(module)))
 
 
 def _forget_module(name: str, module: ModuleType) -> None:
