@@ -41,7 +41,7 @@ from pjrt_hub._cache_root import cache_folder
 from pjrt_hub.abi import CompileError, CompileOptions, InvalidArgument, PjrtHubError
 from pjrt_hub.backends.cpu_runtime.compiler import TensorSpec
 
-from .heap import keep_freed_memory
+from .heap import fault_without_compaction, keep_freed_memory
 
 if TYPE_CHECKING:  # .tiers imports this module; the rest is imported when first needed
     from pjrt_hub.backends.stablehlo import Function, Module
@@ -348,6 +348,7 @@ class NumbaCompiler:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.stats = CacheStats()
         keep_freed_memory()  # outputs reuse what the last run freed (see .heap)
+        fault_without_compaction()  # and new memory faults in without waiting (see .heap)
         self._num_threads = num_threads
         self._parallel_threshold = parallel_threshold
         self._stream_min_bytes = stream_min_bytes

@@ -50,6 +50,7 @@ OTHER_VARIABLES = {
     "PJRT_HUB_MACHINE_CACHE": "numba_cpu's machine kernels (tests/backends/numba_cpu/test_machine_kernels.py)",
     "NUMBA_THREADING_LAYER": "numba; numba_cpu keeps the user's choice (tests/backends/numba_cpu/test_threads.py)",
     "MALLOC_TRIM_THRESHOLD_": "glibc; numba_cpu keeps the user's tuning (tests/backends/numba_cpu/test_heap.py)",
+    "NUMPY_MADVISE_HUGEPAGE": "numpy; numba_cpu keeps the user's choice (tests/backends/numba_cpu/test_heap.py)",
 }
 #: The newest PJRT API the framework acts as by default; the toy is at 0.105, a minor behind.
 NEWEST = str(history.NEWEST_KNOWN)

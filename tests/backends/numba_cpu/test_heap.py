@@ -96,3 +96,61 @@ def test_a_program_run_again_and_again_does_not_fault_its_output_in_again(tmp_pa
         faults[mode] = float(done.stdout.split()[-1])
     assert faults["keep"] < 16, faults
     assert faults["off"] > faults["keep"], faults
+
+
+@pytest.mark.parametrize("text,chosen", [
+    ("always defer defer+madvise [madvise] never\n", "madvise"),
+    ("always defer [defer+madvise] madvise never\n", "defer+madvise"),
+    ("[always] defer defer+madvise madvise never\n", "always"),
+    ("always defer defer+madvise madvise never\n", None),
+    ("", None),
+])
+def test_the_kernels_defrag_setting_is_read(tmp_path, text, chosen):
+    path = tmp_path / "defrag"
+    path.write_text(text)
+    assert heap._thp_defrag(str(path)) == chosen
+    assert heap._thp_defrag(str(tmp_path / "missing")) is None
+
+
+#: Calls fault_without_compaction with the defrag file argv[1] and prints what it returned and
+#: whether numpy still advises huge pages.
+_ADVICE_SCRIPT = """
+import sys
+from pjrt_hub.backends.numba_cpu import heap
+try:
+    from numpy._core import multiarray
+except ImportError:  # numpy 1.x
+    from numpy.core import multiarray
+print(heap.fault_without_compaction(defrag_path=sys.argv[1]), multiarray._get_madvise_hugepage())
+"""
+
+
+def _advice(defrag: str, tmp_path, **env: str) -> str:
+    path = tmp_path / "defrag"
+    path.write_text(defrag)
+    environ = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    done = subprocess.run([sys.executable, "-c", _ADVICE_SCRIPT, str(path)], capture_output=True, text=True,
+                          env={**environ, **env}, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's transparent huge pages")
+def test_numpys_huge_page_advice_is_off_only_where_faults_would_wait_for_compaction(tmp_path):
+    assert _advice("always defer defer+madvise [madvise] never", tmp_path) == "True False"
+    assert _advice("always defer [defer+madvise] madvise never", tmp_path) == "True False"
+    # Where advised faults do not wait, numpy keeps advising: huge pages then cost nothing.
+    assert _advice("always [defer] defer+madvise madvise never", tmp_path) == "False True"
+    assert _advice("always defer defer+madvise madvise [never]", tmp_path) == "False True"
+    # A user's own choice stands, either way.
+    assert _advice("always defer defer+madvise [madvise] never", tmp_path, NUMPY_MADVISE_HUGEPAGE="1") == "False True"
+    assert _advice("always defer defer+madvise [madvise] never", tmp_path, NUMPY_MADVISE_HUGEPAGE="0") == "False False"
+
+
+def test_a_numba_compiler_turns_the_advice_off_where_it_stalls(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr("pjrt_hub.backends.numba_cpu.compiler.fault_without_compaction", lambda: calls.append(1))
+    from pjrt_hub.backends.numba_cpu import NumbaCompiler
+
+    NumbaCompiler(tmp_path)
+    assert calls == [1]
