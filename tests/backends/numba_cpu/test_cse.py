@@ -197,3 +197,57 @@ def test_two_results_made_one_value_still_get_storage_of_their_own(client):
     np.testing.assert_array_equal(host.array, a + a)
     p, q = run_program(client, TWICE, [a]).outputs
     assert p.tobytes() == q.tobytes() == (a + a).tobytes() and p is not q
+
+
+SCALAR_REGIONS = """func.func @main(%x: tensor<4x3xf32>) -> (tensor<4xf32>, tensor<f32>, tensor<4x3xf32>) {
+  %m1 = stablehlo.constant dense<-1.0> : tensor<f32>
+  %zero = stablehlo.constant dense<0.0> : tensor<f32>
+  %r = stablehlo.reduce(%x init: %m1) across dimensions = [1] : (tensor<4x3xf32>, tensor<f32>) -> tensor<4xf32>
+    reducer(%a: tensor<f32>, %b: tensor<f32>) {
+      %c = stablehlo.constant dense<-1.0> : tensor<f32>
+      %s = stablehlo.add %a, %b : tensor<f32>
+      %t = stablehlo.maximum %s, %c : tensor<f32>
+      stablehlo.return %t : tensor<f32>
+    }
+  %sorted = "stablehlo.sort"(%x) <{dimension = 1 : i64, is_stable = true}> ({
+    ^bb0(%p: tensor<f32>, %q: tensor<f32>):
+      %z = stablehlo.constant dense<0.0> : tensor<f32>
+      %pz = stablehlo.add %p, %z : tensor<f32>
+      %qz = stablehlo.add %q, %z : tensor<f32>
+      %lt = stablehlo.compare LT, %pz, %qz, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
+      stablehlo.return %lt : tensor<i1>
+  }) : (tensor<4x3xf32>) -> tensor<4x3xf32>
+  return %r, %zero, %sorted : tensor<4xf32>, tensor<f32>, tensor<4x3xf32>
+}
+"""
+
+
+def test_a_reducer_or_comparator_never_reads_a_value_from_outside(monkeypatch):
+    _, fn = _front_end(SCALAR_REGIONS)
+    outer = {r for op in fn.body.ops for r in op.results}
+    for op in fn.body.ops:
+        for region in op.regions:
+            assert not outer & {v for inner in region.ops for v in inner.operands}, op.name
+    # So the eager tier takes the program (its scalar formulas read only their arguments).
+    x = np.array([[1.0, -3.0, 2.0], [np.nan, 0.0, -0.0], [-5.0, -6.0, -7.0], [4.0, 4.0, 4.0]], np.float32)
+    with_cse = eager_program(SCALAR_REGIONS).run([x])
+    _without_cse(monkeypatch)
+    assert_same_bits(with_cse, eager_program(SCALAR_REGIONS).run([x]), "scalar regions")
+
+
+def test_large_constants_are_compared_by_their_bytes_and_element_type():
+    text = """func.func @main() -> (tensor<2xbf16>, tensor<2xf16>, tensor<2xbf16>) {
+  %p = stablehlo.constant dense<[1.0, 2.0]> : tensor<2xbf16>
+  %q = stablehlo.constant dense<[1.0, 2.0]> : tensor<2xf16>
+  %r = stablehlo.constant dense<[1.0, 2.0]> : tensor<2xbf16>
+  return %p, %q, %r : tensor<2xbf16>, tensor<2xf16>, tensor<2xbf16>
+}
+"""
+    _, fn = _front_end(text)
+    p, q, r = fn.body.terminator.operands
+    assert r is p and q is not p
+    assert cse._key_of(np.zeros(2, np.float32)) != cse._key_of(np.zeros(2, np.int32))
+    import ml_dtypes
+
+    bits = np.array([0x3F, 0x40], np.uint8)
+    assert cse._key_of(bits.view(ml_dtypes.float8_e4m3fn)) != cse._key_of(bits.view(ml_dtypes.int4))  # both "<V1"
