@@ -4,7 +4,9 @@ The launcher runs the job's store (loopback, random token) and starts the proces
 MPICH's ``mpiexec`` when mpi4py and MPICH are installed (``pjrt-hub[distributed]``), else as
 plain subprocesses (then only collectives within a process work). ``mpiexec`` is told not to
 kill the job when one process dies: the store notices the dead process and the others fail
-their collectives with an error naming it, then exit; the launcher reports every exit.
+their collectives with an error naming it, then exit; the launcher reports every exit. A process
+that cannot (one stuck inside MPI's start-up, where no Python runs, when another died there) is
+killed with the rest of the job once the job has failed and the store's timeout has passed.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -53,18 +56,22 @@ def launch(command: Sequence[str], processes: int, *, devices_per_process: int =
         print("pjrt-hub launch: --mpi needs mpi4py and MPICH: pip install 'pjrt-hub[distributed]'", file=out)
         return 2
     try:
+        # Each in a session of its own, so that the job can be ended whole (mpiexec's ranks too);
+        # an interrupt of the launcher is passed on to it (see _wait).
+        grace = max(MIN_GRACE_SECONDS, timeout)
         if mpiexec is not None:
             # Hydra would kill every process when one dies; leave that to the job (the store
             # names the dead process to the others) so that every survivor says what happened.
             extra = [] if mpiexec.endswith("gforker") else ["-disable-auto-cleanup", "-bind-to", "none"]
             argv = [mpiexec, "-n", str(processes), *extra, *command]
-            child = subprocess.Popen(argv, env=env)
-            code = child.wait()
+            child = subprocess.Popen(argv, env=env, start_new_session=True)
+            code = _wait([child], server, grace, out)[0]
         else:
             children = []
             for rank in range(processes):
-                children.append(subprocess.Popen(list(command), env={**env, ENV_RANK: str(rank)}))
-            codes = [c.wait() for c in children]
+                children.append(subprocess.Popen(list(command), env={**env, ENV_RANK: str(rank)},
+                                                 start_new_session=True))
+            codes = _wait(children, server, grace, out)
             for rank, c in enumerate(codes):
                 if c:
                     why = f"killed by {signal.Signals(-c).name}" if c < 0 else f"exit status {c}"
@@ -84,3 +91,56 @@ def launch(command: Sequence[str], processes: int, *, devices_per_process: int =
     if code < 0:
         code = 128 - code
     return code
+
+
+#: The least time the processes of a failed job get to end by themselves (see :func:`_wait`).
+MIN_GRACE_SECONDS = 5.0
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _wait(processes: Sequence[subprocess.Popen], server: StoreServer, grace: float, out) -> list[int]:
+    """The exit status of each of ``processes`` (each the leader of its own process group).
+
+    Once the job has failed (the store recorded a death, or a process exited with an error),
+    what is still running gets ``grace`` seconds to end by itself, then its group is killed. An
+    interrupt of the launcher is passed on to the groups, with the same grace."""
+    failed_at: float | None = None
+    interrupted = False
+    while True:
+        try:
+            codes = [p.poll() for p in processes]
+            if all(c is not None for c in codes):
+                if interrupted:
+                    raise KeyboardInterrupt
+                return [c for c in codes if c is not None]
+            if failed_at is None and (server.value(FAILED_KEY) or any(c for c in codes)):
+                failed_at = time.monotonic()
+            if failed_at is not None and time.monotonic() - failed_at > grace:
+                print(f"pjrt-hub launch: the job failed and {sum(c is None for c in codes)} of its processes "
+                      f"were still running {grace:g} s later: killed", file=out)
+                for p in processes:
+                    _signal_group(p, signal.SIGKILL)
+                killed = [p.wait() for p in processes]
+                if interrupted:
+                    raise KeyboardInterrupt
+                return killed
+            time.sleep(0.05)
+        except KeyboardInterrupt:
+            if all(p.poll() is not None for p in processes):
+                raise
+            if interrupted:  # a second interrupt: no more waiting
+                for p in processes:
+                    _signal_group(p, signal.SIGKILL)
+                for p in processes:
+                    p.wait()
+                raise
+            interrupted = True
+            failed_at = time.monotonic() if failed_at is None else failed_at
+            for p in processes:
+                _signal_group(p, signal.SIGINT)
