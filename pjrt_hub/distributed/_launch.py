@@ -97,11 +97,12 @@ def launch(command: Sequence[str], processes: int, *, devices_per_process: int =
 MIN_GRACE_SECONDS = 5.0
 
 
-def _signal_group(process: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(process.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+def _signal_groups(processes: Sequence[subprocess.Popen], sig: int) -> None:
+    for process in processes:
+        try:
+            os.killpg(process.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _wait(processes: Sequence[subprocess.Popen], server: StoreServer, grace: float, out) -> list[int]:
@@ -109,38 +110,31 @@ def _wait(processes: Sequence[subprocess.Popen], server: StoreServer, grace: flo
 
     Once the job has failed (the store recorded a death, or a process exited with an error),
     what is still running gets ``grace`` seconds to end by itself, then its group is killed. An
-    interrupt of the launcher is passed on to the groups, with the same grace."""
+    interrupt of the launcher is passed on to the groups, with the same grace; a second one
+    kills them (and either is raised again once they are gone)."""
     failed_at: float | None = None
     interrupted = False
     while True:
         try:
             codes = [p.poll() for p in processes]
             if all(c is not None for c in codes):
-                if interrupted:
-                    raise KeyboardInterrupt
-                return [c for c in codes if c is not None]
-            if failed_at is None and (server.value(FAILED_KEY) or any(c for c in codes)):
+                break
+            if failed_at is None and (server.value(FAILED_KEY) or any(codes)):
                 failed_at = time.monotonic()
             if failed_at is not None and time.monotonic() - failed_at > grace:
                 print(f"pjrt-hub launch: the job failed and {sum(c is None for c in codes)} of its processes "
                       f"were still running {grace:g} s later: killed", file=out)
-                for p in processes:
-                    _signal_group(p, signal.SIGKILL)
-                killed = [p.wait() for p in processes]
-                if interrupted:
-                    raise KeyboardInterrupt
-                return killed
+                _signal_groups(processes, signal.SIGKILL)
+                break
             time.sleep(0.05)
         except KeyboardInterrupt:
-            if all(p.poll() is not None for p in processes):
-                raise
-            if interrupted:  # a second interrupt: no more waiting
-                for p in processes:
-                    _signal_group(p, signal.SIGKILL)
-                for p in processes:
-                    p.wait()
-                raise
+            if interrupted:
+                _signal_groups(processes, signal.SIGKILL)
+                break
             interrupted = True
             failed_at = time.monotonic() if failed_at is None else failed_at
-            for p in processes:
-                _signal_group(p, signal.SIGINT)
+            _signal_groups(processes, signal.SIGINT)
+    statuses = [p.wait() for p in processes]
+    if interrupted:
+        raise KeyboardInterrupt
+    return statuses

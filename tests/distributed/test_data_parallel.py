@@ -4,8 +4,6 @@ killed rank stops the others with an error naming it."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from pjrt_hub.distributed._launch import mpiexec_path
+
+from . import run_job
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "data_parallel.py"
@@ -26,17 +26,7 @@ def _job(tmp_path, name, *extra, plugin="reference", timeout=120):
     cmd = [sys.executable, "-m", "pjrt_hub.cli", "launch", "-n", "2", "--devices-per-process", "2",
            "--kv-timeout", "20", "--", sys.executable, str(EXAMPLE), "--plugin", plugin, "--losses", str(losses),
            *extra]
-    # In a session of its own, so that a job that outlives the limit goes whole (mpiexec and
-    # every rank: a rank stuck in MPI's start-up once spun on after its launcher was killed).
-    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                           start_new_session=True)
-    try:
-        out, err = job.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(job.pid, signal.SIGKILL)
-        out, err = job.communicate()
-        pytest.fail(f"the job ran past {timeout} s and was killed; its stderr:\n{err[-3000:]}")
-    done = subprocess.CompletedProcess(cmd, job.returncode, out, err)
+    done = run_job(cmd, timeout, cwd=ROOT)
     return done, (json.loads(losses.read_text()) if losses.exists() else None)
 
 

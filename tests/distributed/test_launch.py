@@ -12,6 +12,8 @@ import pytest
 
 from pjrt_hub.distributed._launch import MIN_GRACE_SECONDS, mpiexec_path
 
+from . import run_job
+
 #: Rank 1 joins the job and dies without a word; rank 0 joins and then hears no interrupt.
 STUCK = """
 import os, signal, sys, time
@@ -39,18 +41,10 @@ def test_a_process_that_cannot_end_is_killed_with_the_failed_job(tmp_path, mpi):
     cmd = [sys.executable, "-m", "pjrt_hub.cli", "launch", "-n", "2", "--kv-timeout", "1",
            *([] if mpi else ["--no-mpi"]), "--", sys.executable, str(script)]
     start = time.monotonic()
-    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        _, err = job.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        import os
-        import signal
-
-        os.killpg(job.pid, signal.SIGKILL)
-        job.communicate()
-        pytest.fail("pjrt-hub launch waited for a process that could not end")
+    done = run_job(cmd, 120)
+    err = done.stderr
     took = time.monotonic() - start
-    assert job.returncode != 0, err
+    assert done.returncode != 0, err
     assert "were still running" in err and "rank 1" in err, err
     assert MIN_GRACE_SECONDS <= took < 60, took
     assert _left_running(str(script)) == []
