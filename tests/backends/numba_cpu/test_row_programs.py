@@ -104,11 +104,11 @@ def _hostile_rows(n: int, w: int, seed: int) -> list[np.ndarray]:
     return [x, g, rng.standard_normal(w).astype(np.float32)]
 
 
-@pytest.mark.parametrize("block", [rp.BLOCK_ELEMENTS, 1], ids=["blocks", "row-by-row"])
+@pytest.mark.parametrize("block", [rp.BLOCK_BYTES, 1], ids=["blocks", "row-by-row"])
 @pytest.mark.parametrize("cores", [1, 2])
 def test_softmax_and_layernorm_rows_give_the_numpy_segments_bits(machine, monkeypatch, block, cores):
     monkeypatch.setattr(helper_thread, "CORES", cores)
-    monkeypatch.setattr(rp, "BLOCK_ELEMENTS", block)
+    monkeypatch.setattr(rp, "BLOCK_BYTES", block)
     n, w = 1001, 300  # rows split unevenly between the threads and into blocks
     program = eager_program(LAYER.format(n=n, w=w))
     (segment,) = _segments(program)
@@ -127,12 +127,37 @@ def test_softmax_and_layernorm_rows_give_the_numpy_segments_bits(machine, monkey
     assert {rp.GATHER, rp.REDUCE["add"], rp.REDUCE["max"]} <= set(segment.machine.opcodes)
 
 
+def test_temporaries_share_buffers_and_a_block_fits_the_first_level_cache(machine):
+    """Values that are never read at the same time share a thread's buffer, no instruction
+    writes the buffer it reads (its loop would not be vectorised), and a block's rows of all
+    the buffers fit in :data:`~.row_programs.BLOCK_BYTES`."""
+    n, w = 1001, 300
+    program = eager_program(LAYER.format(n=n, w=w))
+    program.run(_hostile_rows(n, w, 4))
+    program.run(_hostile_rows(n, w, 4))
+    (segment,) = _segments(program)
+    machine = segment.machine
+    assert isinstance(machine, rp.RowProgram)
+    code = machine.code.reshape(machine.ninstr, rp.WORDS)
+    written = [int(d) for d in code[:, 1]]
+    tmp = [i for i, s in enumerate(machine.slots) if s.kind == "tmp"]
+    wide = [i for i in tmp if machine.slots[i].count == w]
+    # 12 of the 21 instructions write a temporary row of w elements; 3 buffers hold them all.
+    assert sum(machine.slots[d].kind == "tmp" and machine.slots[d].count == w for d in written) >= 10
+    assert len(wide) <= 3
+    for opcode, d, a, b, c, extra in code.tolist():
+        assert d not in (a, b, c) and (opcode != rp.GATHER or d != extra)
+    row_bytes = 4 * sum(s.count for s in machine.slots if s.kind != "map")
+    assert machine.block == max(1, rp.BLOCK_BYTES // row_bytes)
+    assert machine.block * row_bytes <= rp.BLOCK_BYTES
+
+
 def test_every_corpus_program_gives_the_same_bits_with_the_row_machine(machine, monkeypatch):
     """With blocks of 8 rows and segments from 64 elements, most corpus programs form row
     segments; the machine runs those it can, with numpy's bits."""
     monkeypatch.setattr(eager, "ROW_BLOCK_ELEMENTS", 8)
     monkeypatch.setattr(eager, "ROW_SEGMENT_MIN", 64)
-    monkeypatch.setattr(rp, "BLOCK_ELEMENTS", 16)
+    monkeypatch.setattr(rp, "BLOCK_BYTES", 512)
     ran = 0
     for entry in public_programs():
         eager_tier = eager_program(program_text("public", entry))
@@ -181,7 +206,7 @@ def test_what_the_machine_leaves_to_numpy(machine, case, text):
 def test_a_middle_broadcast_and_a_whole_one(machine, monkeypatch):
     """Broadcasts that repeat elements within a row (an index map), and operands taken whole
     along the rows (one block made once)."""
-    monkeypatch.setattr(rp, "BLOCK_ELEMENTS", 64)
+    monkeypatch.setattr(rp, "BLOCK_BYTES", 2048)
     monkeypatch.setattr(eager, "ROW_BLOCK_ELEMENTS", 300)
     monkeypatch.setattr(eager, "ROW_SEGMENT_MIN", 64)
     text = """func.func @main(%x: tensor<777x6xf32>, %y: tensor<777x6x5xf32>, %c: tensor<6x5xf32>) -> tensor<777x6x5xf32> {
@@ -317,7 +342,7 @@ def test_a_boolean_mask_broadcast_within_rows(machine, monkeypatch):
     result's element type (a boolean index map was all ones)."""
     monkeypatch.setattr(eager, "ROW_BLOCK_ELEMENTS", 64)
     monkeypatch.setattr(eager, "ROW_SEGMENT_MIN", 64)
-    monkeypatch.setattr(rp, "BLOCK_ELEMENTS", 256)
+    monkeypatch.setattr(rp, "BLOCK_BYTES", 1024)
     n, h, s = 257, 4, 40
     text = f"""func.func @main(%sc: tensor<{n}x{h}x{s}xf32>, %mask: tensor<{n}x{s}xi1>, %x: tensor<{n}x{h}x{s}xf32>) -> tensor<{n}x{s}x{h}xf32> {{
   %ninf = stablehlo.constant dense<-1.0e9> : tensor<f32>
