@@ -87,17 +87,29 @@ class Cursor:
     # -- reading -----------------------------------------------------------------------------
 
     def skip(self) -> None:
-        m = _BLANK.match(self.text, self.pos)
+        text, pos = self.text, self.pos
+        # Most calls stand on a token already: one character says so, without the regex.
+        if pos < len(text) and not text[pos].isspace() and text[pos] != "/":
+            return
+        m = _BLANK.match(text, pos)
         if m:
             self.pos = m.end()
+
+    def _at_token(self) -> int:
+        """The position of the next token (blanks and comments skipped); ``skip`` inlined for
+        the reads the parser makes most."""
+        text, pos = self.text, self.pos
+        if pos < len(text) and not text[pos].isspace() and text[pos] != "/":
+            return pos
+        self.skip()
+        return self.pos
 
     def at_end(self) -> bool:
         self.skip()
         return self.pos >= len(self.text)
 
     def peek(self, literal: str) -> bool:
-        self.skip()
-        return self.text.startswith(literal, self.pos)
+        return self.text.startswith(literal, self._at_token())
 
     def peek_char(self) -> str:
         self.skip()
@@ -105,12 +117,12 @@ class Cursor:
 
     def accept(self, literal: str) -> bool:
         """Consume punctuation ``literal`` if it is next."""
-        self.skip()
-        if self.text.startswith(literal, self.pos):
+        pos = self._at_token()
+        if self.text.startswith(literal, pos):
             # '->' is one token: a lone '-' must not eat the start of an arrow.
-            if literal == "-" and self.text.startswith("->", self.pos):
+            if literal == "-" and self.text.startswith("->", pos):
                 return False
-            self.pos += len(literal)
+            self.pos = pos + len(literal)
             return True
         return False
 
@@ -134,8 +146,7 @@ class Cursor:
             raise self.expected(f"'{word}'")
 
     def match(self, pattern: re.Pattern[str]) -> re.Match[str] | None:
-        self.skip()
-        m = pattern.match(self.text, self.pos)
+        m = pattern.match(self.text, self._at_token())
         if m:
             self.pos = m.end()
         return m

@@ -65,6 +65,8 @@ class Reader(ABC):
         self._alias_cache: dict[str, Any] = {}
         self._alias_busy: set[str] = set()
         self._resources: dict[str, bytes] = {}
+        #: Tensor types read so far, by spelling (see ``TypeReader._plain_tensor``).
+        self._plain_tensors: dict[str, Any] = {}
         _check_nesting(self.cur)
         self._prescan()
 

@@ -12,7 +12,6 @@ required attributes present, defaults filled in, integer lists normalised.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from typing import Any, Mapping, Sequence
 
@@ -438,11 +437,10 @@ class Parser(OpFormReader):
             parts = handler(self, full, op_pos)
         if not parts.location_parsed:
             parts.location = self._optional_location()
-        op = self._build_op(parts, groups, start)
         line, column = cur.line_col(op_pos)
-        return dataclasses.replace(op, source=f"line {line}, column {column}")
+        return self._build_op(parts, groups, start, f"line {line}, column {column}")
 
-    def _build_op(self, parts: OpParts, groups: list[tuple[str, int, int]], start: int) -> Op:
+    def _build_op(self, parts: OpParts, groups: list[tuple[str, int, int]], start: int, source: str) -> Op:
         cur = self.cur
         operands = [self._lookup(u) for u in parts.operands]
         if parts.operand_types is not None:
@@ -472,7 +470,7 @@ class Parser(OpFormReader):
                     results.append(self._define(f"{name}#{i}", next(types), pos))
         attributes = self._finish_attributes(parts, operands, start)
         return Op(parts.name, tuple(operands), tuple(results), frozen_mapping(attributes),
-                  tuple(parts.regions), parts.location)
+                  tuple(parts.regions), parts.location, source)
 
     def _parse_generic_op(self) -> OpParts:
         cur = self.cur

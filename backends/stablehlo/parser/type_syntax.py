@@ -20,6 +20,11 @@ __all__ = ["SCALAR_TYPE", "TypeReader"]
 _DIMS = re.compile(r"(?:(?:[0-9]+|\?|\*)x)*")
 #: The spellings of scalar (element) types: ``f32``, ``i1``, ``ui8``, ``bf16``, ``f8E4M3FN``...
 SCALAR_TYPE = re.compile(r"(?:[su]?i[0-9]+|f[0-9]+[A-Za-z0-9]*|bf16|tf32|index|none)$")
+#: A tensor type as JAX prints nearly all of them: static dimensions, a scalar element type, no
+#: encoding and no blanks (``tensor<8x128xf32>``, ``tensor<i1>``). A program repeats a few of
+#: them hundreds of times, so each spelling is read once per module (see ``_plain_tensor``);
+#: any other spelling, and any error, takes the general path.
+_PLAIN_TENSOR = re.compile(r"tensor<((?:[0-9]+x)*)([A-Za-z_][A-Za-z0-9_]*)>")
 
 
 class TypeReader(Reader):
@@ -38,6 +43,10 @@ class TypeReader(Reader):
         cur = self.cur
         cur.skip()
         start = cur.pos
+        if self.text.startswith("tensor<", start):
+            plain = self._plain_tensor(start)
+            if plain is not None:
+                return plain
         if cur.accept("("):
             inputs: list[Type] = []
             if not cur.accept(")"):
@@ -76,6 +85,28 @@ class TypeReader(Reader):
         if SCALAR_TYPE.match(word):
             return word
         raise cur.error(f"unknown type '{word}'", start)
+
+    def _plain_tensor(self, start: int) -> TensorType | None:
+        """The tensor type spelled plainly at ``start`` (see :data:`_PLAIN_TENSOR`), the cursor
+        moved past it; None (the cursor unmoved) for any other spelling, or an element type
+        that is not one pjrt-hub holds (the general path then says what is wrong)."""
+        m = _PLAIN_TENSOR.match(self.text, start)
+        if m is None:
+            return None
+        spelling = m.group(0)
+        known = self._plain_tensors.get(spelling)
+        if known is None:
+            element = m.group(2)
+            if not SCALAR_TYPE.match(element):
+                return None
+            try:
+                element_dtype(element)
+            except KeyError:
+                return None
+            known = self._plain_tensors[spelling] = TensorType(
+                tuple(int(d) for d in m.group(1).split("x")[:-1]), element)
+        self.cur.pos = m.end()
+        return known
 
     def _parse_result_types(self) -> list[Type]:
         cur = self.cur

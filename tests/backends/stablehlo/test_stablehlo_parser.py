@@ -452,3 +452,59 @@ def test_unknown_stablehlo_ops_in_custom_form_still_parse():
     assert chol.name == "stablehlo.cholesky" and chol.attributes["lower"] is True
     assert dict(made_up.attributes) == {"mode": "FAST", "scale": 2.5, "extra": 1}
     assert rng.attributes["rng_algorithm"] == "THREE_FRY" and len(rng.results) == 2
+
+
+def _types_of(module):
+    """Every function's signature and every op's operand and result types, in text order."""
+    seen = []
+    for fn in module.functions.values():
+        seen.append((fn.name, fn.arg_types, fn.result_types))
+        for op in fn.walk():
+            seen.append((op.name, tuple(v.type for v in op.operands), op.result_types,
+                         tuple(tuple(a.type for a in r.args) for r in op.regions)))
+    return seen
+
+
+@pytest.mark.parametrize("form", ["file", "generic_file"])
+def test_plainly_spelled_tensor_types_read_as_the_general_path_reads_them(monkeypatch, form):
+    """JAX spells nearly every tensor type plainly (``tensor<8x128xf32>``); the parser reads
+    each spelling once per module. Every corpus program gives the same types either way, and
+    one spelling gives one object."""
+    import re
+
+    from pjrt_hub.backends.stablehlo.parser import type_syntax
+
+    from ...corpus import perf_programs, program_text, public_programs
+
+    texts = [program_text("public", e, form) for e in public_programs()]
+    texts += [program_text("perf", e, form) for e in perf_programs()]
+    fast = [parse_module(t) for t in texts]
+    monkeypatch.setattr(type_syntax, "_PLAIN_TENSOR", re.compile(r"(?!)"))  # matches nothing
+    general = [parse_module(t) for t in texts]
+    for a, b in zip(fast, general):
+        assert _types_of(a) == _types_of(b)
+    identities = {}
+    for fn in fast[0].functions.values():
+        for op in fn.walk():
+            for ty in op.result_types:
+                identities.setdefault(str(ty), set()).add(id(ty))
+    assert identities and all(len(ids) == 1 for ids in identities.values())
+
+
+@pytest.mark.parametrize("ty, fragment", [
+    ("tensor<4xf7>", "unsupported element type 'f7'"),
+    ("tensor<4xfoo>", "unknown type 'foo'"),
+    ("tensor<4x?xf32>", "dynamic shapes"),
+    ("tensor<4xf32.x>", "unknown type 'f32.x'"),
+])
+def test_a_plain_spelling_of_a_type_pjrt_hub_cannot_hold_is_refused_as_before(ty, fragment):
+    text = f"func.func @main(%a: {ty}) -> {ty} {{\n  return %a : {ty}\n}}\n"
+    assert fragment in str(_parse_error(text))
+
+
+def test_a_tensor_type_with_an_encoding_takes_the_general_path():
+    text = """func.func @main(%a: tensor<4xf32, #stablehlo.bounds<?>>) -> tensor<4xf32> {
+  return %a : tensor<4xf32>
+}"""
+    fn = parse_module(text).main
+    assert fn.arg_types == (TensorType((4,), "f32"),) and fn.result_types == (TensorType((4,), "f32"),)
