@@ -87,22 +87,18 @@ class Cursor:
     # -- reading -----------------------------------------------------------------------------
 
     def skip(self) -> None:
+        self._at_token()
+
+    def _at_token(self) -> int:
+        """Skip blanks and comments; the position of the next token."""
         text, pos = self.text, self.pos
         # Most calls stand on a token already: one character says so, without the regex.
         if pos < len(text) and not text[pos].isspace() and text[pos] != "/":
-            return
+            return pos
         m = _BLANK.match(text, pos)
         if m:
-            self.pos = m.end()
-
-    def _at_token(self) -> int:
-        """The position of the next token (blanks and comments skipped); ``skip`` inlined for
-        the reads the parser makes most."""
-        text, pos = self.text, self.pos
-        if pos < len(text) and not text[pos].isspace() and text[pos] != "/":
-            return pos
-        self.skip()
-        return self.pos
+            self.pos = pos = m.end()
+        return pos
 
     def at_end(self) -> bool:
         self.skip()
