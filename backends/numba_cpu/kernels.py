@@ -796,6 +796,9 @@ def _convolution(ctx: Lowering, op: Op) -> Sequence[Binding]:
     kin = ks[dn.kernel_input_feature_dimension]
     in_batch = ls[dn.input_batch_dimension]
     zero = ctx.const(0, out_kind)
+    if fgc == 1 and bgc == 1 and out_f > 1:
+        _convolution_by_pixel(ctx, op, out, out_kind, zero)
+        return [ArrayBinding(out, out_kind)]
     with ctx.loops(out_shape) as oidx:
         ob = oidx[dn.output_batch_dimension]
         of = oidx[dn.output_feature_dimension]
@@ -843,6 +846,101 @@ def _convolution(ctx: Lowering, op: Op) -> Sequence[Binding]:
                 ctx.scope.emit(f"if {valid.text}: {acc} = iadd({acc}, imul({a}, {b}))")
         ctx.scope.emit(store_text(out, _parts(oidx), out_kind.store(out_kind.rounded(acc))))
     return [ArrayBinding(out, out_kind)]
+
+
+#: Output features up to this many accumulate in local variables (registers); more, in an array.
+CONV_REGISTER_FEATURES = 16
+
+
+def _convolution_by_pixel(ctx: Lowering, op: Op, out: str, out_kind: ElementKind, zero: Expr) -> None:
+    """A convolution without feature or batch groups, one output pixel at a time: its output
+    features accumulate side by side (in local variables, up to
+    :data:`CONV_REGISTER_FEATURES` of them, else in a small array), each window element read
+    once for all of them. Each feature's sum takes the same terms in the same order as one
+    accumulator per output element would (the window in order, positions outside the input
+    skipped), so the bits are the same; but the features' sums no longer wait for one another
+    (conv2d of the corpus: 8 features of 27 terms, 50 us where it took 45-90)."""
+    lhs, rhs = op.operands
+    dn = op.attr("dimension_numbers")
+    nsp = len(dn.input_spatial_dimensions)
+    strides = tuple(op.attr("window_strides") or (1,) * nsp)
+    pads = _padding(op, nsp)
+    ldil = tuple(op.attr("lhs_dilation") or (1,) * nsp)
+    rdil = tuple(op.attr("rhs_dilation") or (1,) * nsp)
+    rev = tuple(op.attr("window_reversal") or (False,) * nsp)
+    lhs_kind, kernel_kind = ctx.kind(lhs), ctx.kind(rhs)
+    ls, ks = lhs.tensor_type.shape, rhs.tensor_type.shape
+    out_shape = op.result.tensor_type.shape
+    fdim = dn.output_feature_dimension
+    out_f = out_shape[fdim]
+    kin = ks[dn.kernel_input_feature_dimension]
+    ksp = [ks[d] for d in dn.kernel_spatial_dimensions]
+    in_registers = out_f <= CONV_REGISTER_FEATURES
+    if in_registers:
+        names = [ctx.fresh("facc") for _ in range(out_f)]
+    else:
+        accs = ctx.fresh("faccs")
+        ctx.scope.emit(f"{accs} = np.full({out_f}, {zero.text})")  # the accumulators' type: zero's
+
+    def step(total: str, a: str, b: str) -> str:
+        return f"{total} + {a} * {b}" if out_kind.cls == "f" else f"iadd({total}, imul({a}, {b}))"
+
+    pixel_dims = [d for d in range(len(out_shape)) if d != fdim]
+    with ctx.loops([out_shape[d] for d in pixel_dims]) as pidx:
+        at = dict(zip(pixel_dims, pidx))
+        if in_registers:
+            ctx.scope.emit(f"{', '.join(names)} = {', '.join([zero.text] * out_f)}")
+        else:
+            with ctx.loops([out_f]) as (f,):
+                ctx.scope.emit(store_text(accs, [f.text], zero.text))
+        with ctx.loops(ksp + [kin]) as widx:
+            wsp, ci = widx[:nsp], widx[nsp]
+            lidx: list = [None] * len(ls)
+            kidx: list = [None] * len(ks)
+            conds = []
+            for s in range(nsp):
+                osd = at[dn.output_spatial_dimensions[s]]
+                p = ctx.temp(f"{osd.text} * {strides[s]} + {wsp[s].text} * {rdil[s]} - {pads[s][0]}", [osd, wsp[s]],
+                             prefix="p")
+                n_in = ls[dn.input_spatial_dimensions[s]]
+                extent = (n_in - 1) * ldil[s]
+                c = f"(0 <= {p.text} <= {extent})"
+                if ldil[s] > 1:
+                    c += f" and ({p.text} % {ldil[s]} == 0)"
+                    q = f"min(max({p.text}, 0), {extent}) // {ldil[s]}"
+                else:
+                    q = f"min(max({p.text}, 0), {n_in - 1})"
+                conds.append(c)
+                lidx[dn.input_spatial_dimensions[s]] = index_expr(q, [p])
+                kpos = index_expr(f"({ksp[s] - 1} - {wsp[s].text})", [wsp[s]]) if rev[s] else wsp[s]
+                kidx[dn.kernel_spatial_dimensions[s]] = kpos
+            lidx[dn.input_batch_dimension] = at[dn.output_batch_dimension]
+            lidx[dn.input_feature_dimension] = ci
+            kidx[dn.kernel_input_feature_dimension] = ci
+            valid = ctx.temp(" and ".join(conds) or "True", list(pidx) + list(widx), prefix="m")
+            a = convert_text(ctx.read(lhs, lidx), lhs_kind, out_kind)
+            a = ctx.temp(a.text if isinstance(a, Expr) else a, list(pidx) + list(widx), prefix="x")
+            with ctx.block_scope(f"if {valid.text}:"):
+                if in_registers:
+                    for k, name in enumerate(names):
+                        kidx[dn.kernel_output_feature_dimension] = Expr(str(k))
+                        b = convert_text(ctx.read(rhs, kidx), kernel_kind, out_kind)
+                        ctx.scope.emit(f"{name} = {step(name, a.text, b.text if isinstance(b, Expr) else b)}")
+                else:
+                    with ctx.loops([out_f]) as (f,):
+                        kidx[dn.kernel_output_feature_dimension] = f
+                        b = convert_text(ctx.read(rhs, kidx), kernel_kind, out_kind)
+                        total = step(load_text(accs, [f.text]), a.text, b.text if isinstance(b, Expr) else b)
+                        ctx.scope.emit(store_text(accs, [f.text], total))
+        if in_registers:
+            for k, name in enumerate(names):
+                oidx = [Expr(str(k)) if d == fdim else at[d] for d in range(len(out_shape))]
+                ctx.scope.emit(store_text(out, _parts(oidx), out_kind.store(out_kind.rounded(name))))
+        else:
+            with ctx.loops([out_f]) as (f,):
+                oidx = [f if d == fdim else at[d] for d in range(len(out_shape))]
+                total = load_text(accs, [f.text])
+                ctx.scope.emit(store_text(out, _parts(oidx), out_kind.store(out_kind.rounded(total))))
 
 
 @kernel("stablehlo.if", lazy_operands=True)

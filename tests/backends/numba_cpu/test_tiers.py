@@ -938,3 +938,53 @@ def test_an_eager_run_stops_when_cancelled_or_overtaken():
     with pytest.raises(eager_mod.Overtaken):
         program.run([x], None, overtaken)
     assert len(asked) == 10
+
+
+_CONV = ("stablehlo.convolution(%x, %w) dim_numbers = {dims}, window = {{stride = {stride}, pad = {pad}, "
+         "lhs_dilate = {ldil}, rhs_dilate = {rdil}, reverse = {rev}}} "
+         "{{batch_group_count = 1 : i64, feature_group_count = 1 : i64}} : ({tx}, {tw}) -> {tr}")
+
+
+@pytest.mark.parametrize("case", [
+    # layout, x shape, w shape, result shape, stride, pad, lhs dilation, rhs dilation, reverse, type
+    ("[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]", (2, 7, 6, 3), (3, 3, 3, 8), (2, 7, 6, 8), "[1, 1]",
+     "[[1, 1], [1, 1]]", "[1, 1]", "[1, 1]", "[false, false]", "f32"),
+    ("[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]", (1, 9, 8, 2), (2, 3, 2, 5), (1, 4, 4, 5), "[2, 2]",
+     "[[1, 0], [0, 2]]", "[1, 1]", "[2, 1]", "[true, false]", "f32"),
+    ("[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]", (2, 3, 5, 5), (4, 3, 2, 2), (2, 4, 10, 10), "[1, 1]",
+     "[[1, 1], [1, 1]]", "[2, 2]", "[1, 1]", "[false, true]", "f32"),
+    ("[b, 0, f]x[0, i, o]->[b, 0, f]", (3, 11, 4), (3, 4, 6), (3, 9, 6), "[1]", "[[0, 0]]", "[1]", "[1]", "[false]",
+     "f64"),
+    ("[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]", (1, 6, 6, 2), (3, 3, 2, 4), (1, 6, 6, 4), "[1, 1]",
+     "[[1, 1], [1, 1]]", "[1, 1]", "[1, 1]", "[false, false]", "bf16"),
+    ("[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]", (2, 5, 5, 3), (2, 2, 3, 3), (2, 6, 6, 3), "[1, 1]",
+     "[[1, 1], [1, 1]]", "[1, 1]", "[1, 1]", "[false, false]", "i32"),
+    ("[f, 0, 1, b]x[i, 0, 1, o]->[0, 1, f, b]", (3, 5, 4, 2), (3, 2, 2, 5), (4, 3, 5, 2), "[1, 1]",
+     "[[0, 0], [0, 0]]", "[1, 1]", "[1, 1]", "[false, false]", "f16"),
+    ("[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]", (2, 6, 5, 3), (3, 2, 3, 24), (2, 4, 4, 24), "[1, 1]",
+     "[[0, 0], [0, 0]]", "[1, 1]", "[1, 1]", "[false, false]", "f32"),
+], ids=["nhwc-same", "strided-dilated-reversed", "nchw-transposed", "1d-f64", "bf16", "i32", "odd-layout-f16",
+        "24-features-in-an-array"])
+def test_convolutions_accumulate_features_side_by_side_with_the_eager_tiers_bits(compiler, case):
+    """Convolutions without groups run one output pixel at a time, their features accumulating
+    side by side; every feature's sum keeps its terms and their order, so the bits are the eager
+    tier's, including where the window leaves the input over an infinity or a NaN (skipped,
+    never multiplied by a padding zero) and where signed zeros meet."""
+    dims, xs, ws, rs, stride, pad, ldil, rdil, rev, t = case
+    dtype = _dtype(t)
+    tx, tw, tr = (f"tensor<{'x'.join(map(str, s))}x{t}>" for s in (xs, ws, rs))
+    conv = _CONV.format(dims=dims, stride=stride, pad=pad, ldil=ldil, rdil=rdil, rev=rev, tx=tx, tw=tw, tr=tr)
+    text = f"func.func @main(%x: {tx}, %w: {tw}) -> {tr} {{\n  %0 = {conv}\n  return %0 : {tr}\n}}\n"
+    rng = np.random.default_rng(len(dims) + xs[1])
+    if t == "i32":
+        x, w = (rng.integers(-1 << 16, 1 << 16, s).astype(np.int32) for s in (xs, ws))
+    else:
+        x, w = (rng.standard_normal(s).astype(dtype) for s in (xs, ws))
+        x.reshape(-1)[:3] = -0.0
+        w.reshape(-1)[::7] = np.inf
+        w.reshape(-1)[1] = np.nan
+    compiled = compiler.compile(text)
+    # The features side by side: in local variables, or (more than 16) in an array.
+    assert ("faccs" in compiled.source) == (rs[dims.split("->")[1].strip("[]").split(", ").index("f")] > 16)
+    assert "facc" in compiled.source
+    assert_same_bits(eager_program(text).run([x, w]), compiled.run([x, w]), dims)
