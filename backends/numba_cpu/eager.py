@@ -1766,10 +1766,11 @@ def _convolution(program: EagerProgram, op: Op) -> Step:
             lidx[dn.input_feature_dimension] = fbase + ci
             kidx[dn.kernel_input_feature_dimension] = ci
             kidx[dn.kernel_output_feature_dimension] = of
-            av = x[tuple(lidx)]
+            # Padding and dilation holes are zeros of the input, multiplied like any other
+            # element (the spec pads the input; 0 * inf is NaN, as on XLA:CPU).
+            av = np.where(valid, x[tuple(lidx)], np.zeros((), x.dtype))
             bv = w[tuple(np.broadcast_to(i, out_shape) if isinstance(i, np.ndarray) else i for i in kidx)]
-            new = np.asarray(fn(acc, av, bv)[0]).astype(dt, copy=False)
-            acc = np.where(valid, new, acc)
+            acc = np.asarray(fn(acc, av, bv)[0]).astype(dt, copy=False)
         env[res] = _as(finish(acc)[0], rk, out_shape)
 
     return run
