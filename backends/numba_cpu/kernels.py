@@ -776,9 +776,11 @@ def _reduce_window(ctx: Lowering, op: Op) -> Sequence[Binding]:
     return [ArrayBinding(name, kind) for name, kind in outs]
 
 
-@kernel("stablehlo.convolution")
-def _convolution(ctx: Lowering, op: Op) -> Sequence[Binding]:
-    lhs, rhs = op.operands
+def _window_places(ctx: Lowering, op: Op, out_spatial: Sequence[Expr], wsp: Sequence[Expr]
+                   ) -> tuple[list[Expr], list[Expr], list[str]]:
+    """A convolution's window element ``wsp`` for the output position ``out_spatial``, per
+    spatial dimension: the input's index (clamped into the input), the kernel's index, and the
+    condition that the element is in the input (not in the padding or a dilation hole)."""
     dn = op.attr("dimension_numbers")
     nsp = len(dn.input_spatial_dimensions)
     strides = tuple(op.attr("window_strides") or (1,) * nsp)
@@ -786,6 +788,32 @@ def _convolution(ctx: Lowering, op: Op) -> Sequence[Binding]:
     ldil = tuple(op.attr("lhs_dilation") or (1,) * nsp)
     rdil = tuple(op.attr("rhs_dilation") or (1,) * nsp)
     rev = tuple(op.attr("window_reversal") or (False,) * nsp)
+    ls, ks = op.operands[0].tensor_type.shape, op.operands[1].tensor_type.shape
+    inputs, kernels, conds = [], [], []
+    for s in range(nsp):
+        osd = out_spatial[s]
+        p = ctx.temp(f"{osd.text} * {strides[s]} + {wsp[s].text} * {rdil[s]} - {pads[s][0]}", [osd, wsp[s]],
+                     prefix="p")
+        n_in = ls[dn.input_spatial_dimensions[s]]
+        extent = (n_in - 1) * ldil[s]
+        c = f"(0 <= {p.text} <= {extent})"
+        if ldil[s] > 1:
+            c += f" and ({p.text} % {ldil[s]} == 0)"
+            q = f"min(max({p.text}, 0), {extent}) // {ldil[s]}"
+        else:
+            q = f"min(max({p.text}, 0), {n_in - 1})"
+        conds.append(c)
+        inputs.append(index_expr(q, [p]))
+        k = ks[dn.kernel_spatial_dimensions[s]]
+        kernels.append(index_expr(f"({k - 1} - {wsp[s].text})", [wsp[s]]) if rev[s] else wsp[s])
+    return inputs, kernels, conds
+
+
+@kernel("stablehlo.convolution")
+def _convolution(ctx: Lowering, op: Op) -> Sequence[Binding]:
+    lhs, rhs = op.operands
+    dn = op.attr("dimension_numbers")
+    nsp = len(dn.input_spatial_dimensions)
     fgc = int(op.attr("feature_group_count") or 1)
     bgc = int(op.attr("batch_group_count") or 1)
     out, out_kind = _new_array(ctx, op.result)
@@ -814,23 +842,11 @@ def _convolution(ctx: Lowering, op: Op) -> Sequence[Binding]:
             wsp, ci = widx[:nsp], widx[nsp]
             lidx: list = [None] * len(ls)
             kidx: list = [None] * len(ks)
-            conds = []
-            for s in range(nsp):
-                osd = oidx[dn.output_spatial_dimensions[s]]
-                p = ctx.temp(f"{osd.text} * {strides[s]} + {wsp[s].text} * {rdil[s]} - {pads[s][0]}", [osd, wsp[s]],
-                             prefix="p")
-                n_in = ls[dn.input_spatial_dimensions[s]]
-                extent = (n_in - 1) * ldil[s]
-                c = f"(0 <= {p.text} <= {extent})"
-                if ldil[s] > 1:
-                    c += f" and ({p.text} % {ldil[s]} == 0)"
-                    q = f"min(max({p.text}, 0), {extent}) // {ldil[s]}"
-                else:
-                    q = f"min(max({p.text}, 0), {n_in - 1})"
-                conds.append(c)
-                lidx[dn.input_spatial_dimensions[s]] = index_expr(q, [p])
-                kpos = index_expr(f"({ksp[s] - 1} - {wsp[s].text})", [wsp[s]]) if rev[s] else wsp[s]
+            places = _window_places(ctx, op, [oidx[d] for d in dn.output_spatial_dimensions], wsp)
+            for s, (q, kpos) in enumerate(zip(*places[:2])):
+                lidx[dn.input_spatial_dimensions[s]] = q
                 kidx[dn.kernel_spatial_dimensions[s]] = kpos
+            conds = places[2]
             lidx[dn.input_batch_dimension] = bsrc
             lidx[dn.input_feature_dimension] = index_expr(f"({fbase.text} + {ci.text})", [fbase, ci])
             kidx[dn.kernel_input_feature_dimension] = ci
@@ -867,11 +883,6 @@ def _convolution_by_pixel(ctx: Lowering, op: Op, out: str, out_kind: ElementKind
     lhs, rhs = op.operands
     dn = op.attr("dimension_numbers")
     nsp = len(dn.input_spatial_dimensions)
-    strides = tuple(op.attr("window_strides") or (1,) * nsp)
-    pads = _padding(op, nsp)
-    ldil = tuple(op.attr("lhs_dilation") or (1,) * nsp)
-    rdil = tuple(op.attr("rhs_dilation") or (1,) * nsp)
-    rev = tuple(op.attr("window_reversal") or (False,) * nsp)
     lhs_kind, kernel_kind = ctx.kind(lhs), ctx.kind(rhs)
     ls, ks = lhs.tensor_type.shape, rhs.tensor_type.shape
     out_shape = op.result.tensor_type.shape
@@ -901,23 +912,11 @@ def _convolution_by_pixel(ctx: Lowering, op: Op, out: str, out_kind: ElementKind
             wsp, ci = widx[:nsp], widx[nsp]
             lidx: list = [None] * len(ls)
             kidx: list = [None] * len(ks)
-            conds = []
-            for s in range(nsp):
-                osd = at[dn.output_spatial_dimensions[s]]
-                p = ctx.temp(f"{osd.text} * {strides[s]} + {wsp[s].text} * {rdil[s]} - {pads[s][0]}", [osd, wsp[s]],
-                             prefix="p")
-                n_in = ls[dn.input_spatial_dimensions[s]]
-                extent = (n_in - 1) * ldil[s]
-                c = f"(0 <= {p.text} <= {extent})"
-                if ldil[s] > 1:
-                    c += f" and ({p.text} % {ldil[s]} == 0)"
-                    q = f"min(max({p.text}, 0), {extent}) // {ldil[s]}"
-                else:
-                    q = f"min(max({p.text}, 0), {n_in - 1})"
-                conds.append(c)
-                lidx[dn.input_spatial_dimensions[s]] = index_expr(q, [p])
-                kpos = index_expr(f"({ksp[s] - 1} - {wsp[s].text})", [wsp[s]]) if rev[s] else wsp[s]
+            places = _window_places(ctx, op, [at[d] for d in dn.output_spatial_dimensions], wsp)
+            for s, (q, kpos) in enumerate(zip(*places[:2])):
+                lidx[dn.input_spatial_dimensions[s]] = q
                 kidx[dn.kernel_spatial_dimensions[s]] = kpos
+            conds = places[2]
             lidx[dn.input_batch_dimension] = at[dn.output_batch_dimension]
             lidx[dn.input_feature_dimension] = ci
             kidx[dn.kernel_input_feature_dimension] = ci
