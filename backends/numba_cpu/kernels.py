@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -776,11 +776,14 @@ def _reduce_window(ctx: Lowering, op: Op) -> Sequence[Binding]:
     return [ArrayBinding(name, kind) for name, kind in outs]
 
 
-def _window_places(ctx: Lowering, op: Op, out_spatial: Sequence[Expr], wsp: Sequence[Expr]
-                   ) -> tuple[list[Expr], list[Expr], list[str]]:
-    """A convolution's window element ``wsp`` for the output position ``out_spatial``, per
-    spatial dimension: the input's index (clamped into the input), the kernel's index, and the
-    condition that the element is in the input (not in the padding or a dilation hole)."""
+def _window_element(ctx: Lowering, op: Op, out_at: Mapping[int, Expr], widx: Sequence[Expr], batch: Expr,
+                    in_feature: Expr, out_kind: ElementKind, zero: Expr) -> tuple[Expr, list]:
+    """A convolution's input element at window position ``widx`` (spatial, then the kernel's
+    input feature) for the output position ``out_at`` (output dimension -> index), converted to
+    the result's type: a zero where the position falls in the padding or a dilation hole (the
+    spec pads the input; 0 * inf is NaN, as on XLA:CPU). Also the kernel's index with every
+    dimension but the output feature filled in."""
+    lhs, rhs = op.operands
     dn = op.attr("dimension_numbers")
     nsp = len(dn.input_spatial_dimensions)
     strides = tuple(op.attr("window_strides") or (1,) * nsp)
@@ -788,10 +791,13 @@ def _window_places(ctx: Lowering, op: Op, out_spatial: Sequence[Expr], wsp: Sequ
     ldil = tuple(op.attr("lhs_dilation") or (1,) * nsp)
     rdil = tuple(op.attr("rhs_dilation") or (1,) * nsp)
     rev = tuple(op.attr("window_reversal") or (False,) * nsp)
-    ls, ks = op.operands[0].tensor_type.shape, op.operands[1].tensor_type.shape
-    inputs, kernels, conds = [], [], []
+    ls, ks = lhs.tensor_type.shape, rhs.tensor_type.shape
+    wsp, ci = widx[:nsp], widx[nsp]
+    lidx: list = [None] * len(ls)
+    kidx: list = [None] * len(ks)
+    conds = []
     for s in range(nsp):
-        osd = out_spatial[s]
+        osd = out_at[dn.output_spatial_dimensions[s]]
         p = ctx.temp(f"{osd.text} * {strides[s]} + {wsp[s].text} * {rdil[s]} - {pads[s][0]}", [osd, wsp[s]],
                      prefix="p")
         n_in = ls[dn.input_spatial_dimensions[s]]
@@ -803,10 +809,22 @@ def _window_places(ctx: Lowering, op: Op, out_spatial: Sequence[Expr], wsp: Sequ
         else:
             q = f"min(max({p.text}, 0), {n_in - 1})"
         conds.append(c)
-        inputs.append(index_expr(q, [p]))
+        lidx[dn.input_spatial_dimensions[s]] = index_expr(q, [p])
         k = ks[dn.kernel_spatial_dimensions[s]]
-        kernels.append(index_expr(f"({k - 1} - {wsp[s].text})", [wsp[s]]) if rev[s] else wsp[s])
-    return inputs, kernels, conds
+        kidx[dn.kernel_spatial_dimensions[s]] = index_expr(f"({k - 1} - {wsp[s].text})", [wsp[s]]) if rev[s] else wsp[s]
+    lidx[dn.input_batch_dimension] = batch
+    lidx[dn.input_feature_dimension] = in_feature
+    kidx[dn.kernel_input_feature_dimension] = ci
+    deps = list(out_at.values()) + list(widx)
+    valid = ctx.temp(" and ".join(conds) or "True", deps, prefix="m")
+    a = convert_text(ctx.read(lhs, lidx), ctx.kind(lhs), out_kind)
+    a_text = a.text if isinstance(a, Expr) else a
+    return ctx.temp(f"({a_text} if {valid.text} else {zero.text})", deps, prefix="x"), kidx
+
+
+def _multiply_add(kind: ElementKind, total: str, a: str, b: str) -> str:
+    """``total + a * b`` in ``kind``'s arithmetic (integers wrap)."""
+    return f"{total} + {a} * {b}" if kind.cls == "f" else f"iadd({total}, imul({a}, {b}))"
 
 
 @kernel("stablehlo.convolution")
@@ -817,7 +835,7 @@ def _convolution(ctx: Lowering, op: Op) -> Sequence[Binding]:
     fgc = int(op.attr("feature_group_count") or 1)
     bgc = int(op.attr("batch_group_count") or 1)
     out, out_kind = _new_array(ctx, op.result)
-    lhs_kind, kernel_kind = ctx.kind(lhs), ctx.kind(rhs)
+    kernel_kind = ctx.kind(rhs)
     ls, ks = lhs.tensor_type.shape, rhs.tensor_type.shape
     out_shape = op.result.tensor_type.shape
     out_f = out_shape[dn.output_feature_dimension]
@@ -839,30 +857,12 @@ def _convolution(ctx: Lowering, op: Op) -> Sequence[Binding]:
         ctx.scope.emit(f"{acc} = {zero.text}")
         ksp = [ks[d] for d in dn.kernel_spatial_dimensions]
         with ctx.loops(ksp + [kin]) as widx:
-            wsp, ci = widx[:nsp], widx[nsp]
-            lidx: list = [None] * len(ls)
-            kidx: list = [None] * len(ks)
-            places = _window_places(ctx, op, [oidx[d] for d in dn.output_spatial_dimensions], wsp)
-            for s, (q, kpos) in enumerate(zip(*places[:2])):
-                lidx[dn.input_spatial_dimensions[s]] = q
-                kidx[dn.kernel_spatial_dimensions[s]] = kpos
-            conds = places[2]
-            lidx[dn.input_batch_dimension] = bsrc
-            lidx[dn.input_feature_dimension] = index_expr(f"({fbase.text} + {ci.text})", [fbase, ci])
-            kidx[dn.kernel_input_feature_dimension] = ci
+            ci = widx[nsp]
+            in_feature = index_expr(f"({fbase.text} + {ci.text})", [fbase, ci])
+            a, kidx = _window_element(ctx, op, dict(enumerate(oidx)), widx, bsrc, in_feature, out_kind, zero)
             kidx[dn.kernel_output_feature_dimension] = of
-            valid = ctx.temp(" and ".join(conds) or "True", list(oidx) + list(widx), prefix="m")
-            a = convert_text(ctx.read(lhs, lidx), lhs_kind, out_kind)
             b = convert_text(ctx.read(rhs, kidx), kernel_kind, out_kind)
-            a = a.text if isinstance(a, Expr) else a
-            b = b.text if isinstance(b, Expr) else b
-            # Padding and dilation holes are zeros of the input, multiplied like any other element
-            # (the spec pads the input; 0 * inf is NaN, as on XLA:CPU).
-            a = f"({a} if {valid.text} else {zero.text})"
-            if out_kind.cls == "f":
-                ctx.scope.emit(f"{acc} = {acc} + {a} * {b}")
-            else:
-                ctx.scope.emit(f"{acc} = iadd({acc}, imul({a}, {b}))")
+            ctx.scope.emit(f"{acc} = {_multiply_add(out_kind, acc, a.text, b.text if isinstance(b, Expr) else b)}")
         ctx.scope.emit(store_text(out, _parts(oidx), out_kind.store(out_kind.rounded(acc))))
     return [ArrayBinding(out, out_kind)]
 
@@ -880,11 +880,11 @@ def _convolution_by_pixel(ctx: Lowering, op: Op, out: str, out_kind: ElementKind
     dilation hole a zero of the input), so the bits are the same; but the features' sums no
     longer wait for one another (conv2d of the corpus: 8 features of 27 terms, 33-47 us where it
     took 45-87)."""
-    lhs, rhs = op.operands
+    rhs = op.operands[1]
     dn = op.attr("dimension_numbers")
     nsp = len(dn.input_spatial_dimensions)
-    lhs_kind, kernel_kind = ctx.kind(lhs), ctx.kind(rhs)
-    ls, ks = lhs.tensor_type.shape, rhs.tensor_type.shape
+    kernel_kind = ctx.kind(rhs)
+    ks = rhs.tensor_type.shape
     out_shape = op.result.tensor_type.shape
     fdim = dn.output_feature_dimension
     out_f = out_shape[fdim]
@@ -897,9 +897,6 @@ def _convolution_by_pixel(ctx: Lowering, op: Op, out: str, out_kind: ElementKind
         accs = ctx.fresh("faccs")
         ctx.scope.emit(f"{accs} = np.full({out_f}, {zero.text})")  # the accumulators' type: zero's
 
-    def step(total: str, a: str, b: str) -> str:
-        return f"{total} + {a} * {b}" if out_kind.cls == "f" else f"iadd({total}, imul({a}, {b}))"
-
     pixel_dims = [d for d in range(len(out_shape)) if d != fdim]
     with ctx.loops([out_shape[d] for d in pixel_dims]) as pidx:
         at = dict(zip(pixel_dims, pidx))
@@ -909,32 +906,19 @@ def _convolution_by_pixel(ctx: Lowering, op: Op, out: str, out_kind: ElementKind
             with ctx.loops([out_f]) as (f,):
                 ctx.scope.emit(store_text(accs, [f.text], zero.text))
         with ctx.loops(ksp + [kin]) as widx:
-            wsp, ci = widx[:nsp], widx[nsp]
-            lidx: list = [None] * len(ls)
-            kidx: list = [None] * len(ks)
-            places = _window_places(ctx, op, [at[d] for d in dn.output_spatial_dimensions], wsp)
-            for s, (q, kpos) in enumerate(zip(*places[:2])):
-                lidx[dn.input_spatial_dimensions[s]] = q
-                kidx[dn.kernel_spatial_dimensions[s]] = kpos
-            conds = places[2]
-            lidx[dn.input_batch_dimension] = at[dn.output_batch_dimension]
-            lidx[dn.input_feature_dimension] = ci
-            kidx[dn.kernel_input_feature_dimension] = ci
-            valid = ctx.temp(" and ".join(conds) or "True", list(pidx) + list(widx), prefix="m")
-            a = convert_text(ctx.read(lhs, lidx), lhs_kind, out_kind)
-            a_text = a.text if isinstance(a, Expr) else a
-            # Padding and dilation holes are zeros of the input (see _convolution).
-            a = ctx.temp(f"({a_text} if {valid.text} else {zero.text})", list(pidx) + list(widx), prefix="x")
+            a, kidx = _window_element(ctx, op, at, widx, at[dn.output_batch_dimension], widx[nsp], out_kind, zero)
             if in_registers:
                 for k, name in enumerate(names):
                     kidx[dn.kernel_output_feature_dimension] = Expr(str(k))
                     b = convert_text(ctx.read(rhs, kidx), kernel_kind, out_kind)
-                    ctx.scope.emit(f"{name} = {step(name, a.text, b.text if isinstance(b, Expr) else b)}")
+                    b_text = b.text if isinstance(b, Expr) else b
+                    ctx.scope.emit(f"{name} = {_multiply_add(out_kind, name, a.text, b_text)}")
             else:
                 with ctx.loops([out_f]) as (f,):
                     kidx[dn.kernel_output_feature_dimension] = f
                     b = convert_text(ctx.read(rhs, kidx), kernel_kind, out_kind)
-                    total = step(load_text(accs, [f.text]), a.text, b.text if isinstance(b, Expr) else b)
+                    b_text = b.text if isinstance(b, Expr) else b
+                    total = _multiply_add(out_kind, load_text(accs, [f.text]), a.text, b_text)
                     ctx.scope.emit(store_text(accs, [f.text], total))
         if in_registers:
             for k, name in enumerate(names):
