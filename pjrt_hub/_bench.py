@@ -55,7 +55,7 @@ RUNS = {"perf_softmax": 60}
 DEFAULT_RUNS = 30
 TINY_RUNS = 3000
 #: Timed runs are taken in this many rounds over all the programs (see _measure).
-ROUNDS = 3
+ROUNDS = 5
 #: Without ``--runs``, short programs run more often: up to this much time per program...
 RUN_BUDGET_S = 0.25
 #: ...and at most this many runs.
@@ -286,15 +286,15 @@ class _Session:
     """One plugin's measurement in this process.
 
     Made, it has compiled, checked and settled every program (timing the first results). The
-    timed runs then go in :data:`ROUNDS` rounds (:meth:`run_round`) over the tiny add and all
-    the programs, each one's share of its runs in every round (after an untimed run), and its
-    median is taken over all of them (:meth:`result`). A burst of the host's own load then falls
-    on a part of several programs' runs, which the median absorbs, instead of on all of one
-    program's; and when several plugins are timed, their rounds can take turns
-    (:func:`_measure_interleaved`), so that the host's slower minutes fall on all of them. The
-    cost: every program stays loaded until the end (the perf programs' inputs and outputs are
-    about 100 MB per plugin, the corpus's a few), and a program's first result is timed with
-    the earlier ones resident."""
+    timed runs then go in :data:`ROUNDS` rounds over the tiny add and all the programs, a block
+    of each one's runs in every round (:meth:`run_block`: an untimed run, then its share), and
+    its median is taken over all of them (:meth:`result`). A burst of the host's own load then
+    falls on a part of several programs' runs, which the median absorbs, instead of on all of
+    one program's; and when several plugins are timed, their blocks of one program can follow
+    one another (:func:`_measure_interleaved`), so that the host's speed of the moment falls on
+    all of them alike. The cost: every program stays loaded until the end (the perf programs'
+    inputs and outputs are about 100 MB per plugin, the corpus's a few), and a program's first
+    result is timed with the earlier ones resident."""
 
     def __init__(self, client: Any, name: str, programs: Sequence[BenchProgram], runs: int | None,
                  say: Callable[[str], None]) -> None:
@@ -305,6 +305,8 @@ class _Session:
         self.tiny = _Timed({"name": "tiny add", "plugin": name}, loaded, runs or TINY_RUNS, warm=100)
         self.rows: list[dict[str, Any]] = []
         self.timed: list[_Timed] = [self.tiny]
+        #: per block number: the tiny add, then each program (None: it failed before timing)
+        self.blocks: list[_Timed | None] = [self.tiny]
         for program in programs:
             say(f"{_STARTING}{program.name}")
             row: dict[str, Any] = {"name": program.name, "plugin": name}
@@ -319,16 +321,23 @@ class _Session:
                 self.timed.append(_Timed(row, loaded, count))
             except PjrtError as exc:
                 row["error"] = str(exc)
+            self.blocks.append(self.timed[-1] if self.timed[-1].row is row else None)
             row["xla_cpu_baseline_ms"] = program.xla_cpu_baseline_ms
             row["xla_cpu_compile_ms"] = program.xla_cpu_compile_ms
             self.rows.append(row)
 
     def run_round(self, round_: int) -> None:
-        for entry in self.timed:
-            if "error" not in entry.row:
-                # Names the block a crash would end in (the parent keeps the last stderr lines).
-                self.say(f"timing {entry.row['name']}, round {round_ + 1} of {ROUNDS}")
-                entry.run_block(round_)
+        for block in range(len(self.blocks)):
+            self.run_block(round_, block)
+
+    def run_block(self, round_: int, block: int) -> None:
+        """Round ``round_``'s runs of block ``block`` (0: the tiny add, then the programs in
+        order); nothing for a program that failed."""
+        entry = self.blocks[block]
+        if entry is not None and "error" not in entry.row:
+            # Names the block a crash would end in (the parent keeps the last stderr lines).
+            self.say(f"timing {entry.row['name']}, round {round_ + 1} of {ROUNDS}")
+            entry.run_block(round_)
 
     def result(self) -> dict[str, Any]:
         """The rows and the tiny add's time; the programs are unloaded."""
@@ -486,19 +495,23 @@ def _measure_interleaved(plugins: Sequence[str], programs: Sequence[str], runs: 
                          library: Sequence[str], cache: str,
                          starting: Callable[[str, str], None] | None = None, *,
                          labels: Sequence[str] | None = None,
-                         before_round: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
-    """Time every plugin, each in a process of its own, with their timed rounds in turns.
+                         before_turn: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
+    """Time every plugin, each in a process of its own, with their timed blocks in turns.
 
     The processes are set up one after another (compiles and first results are timed with
-    nothing else running), each waiting once it is ready; then round by round each process in
-    turn runs its round while the others wait on their stdin. The host's speed drifts over
-    seconds to minutes here (whole processes measured 1.3-1.5x slower than the next one), and
-    plugins timed one after another would each get a different stretch of it.
+    nothing else running), each waiting once it is ready. Then, round by round and program by
+    program (the tiny add first), each process in turn runs its block of that program's runs
+    while the others wait on their stdin, the turns in the opposite order every other round.
+    The host's speed drifts within seconds here: one 1024^3 matrix product, timed over and
+    over in one process, took 7.6 ms for a second or two, then 10-11 ms, then 7.6 again, in
+    numpy's BLAS as in every plugin's. Blocks of one program that follow one another get the
+    same stretch of it, where whole rounds of one plugin (1-2 s each) got different ones: the
+    MLP's time over XLA's moved 0.97-1.39 from one bench to the next with rounds in turns.
 
     The results are keyed by ``labels`` (default: the plugins' names), one per entry of
     ``plugins``, so that one plugin can be timed by two processes (quiet and loaded, in
-    ``--under-load``); ``starting(program, label)`` hears what each one starts, and
-    ``before_round(label)`` runs before each one's round."""
+    ``--under-load``); ``starting(program, label)`` hears what each one starts (and each of
+    its rounds), and ``before_turn(label)`` runs before each of its blocks."""
     keys = list(plugins if labels is None else labels)
     if len(keys) != len(plugins) or len(set(keys)) != len(keys):
         raise ValueError(f"one distinct label per process: {keys} for {list(plugins)}")
@@ -516,17 +529,22 @@ def _measure_interleaved(plugins: Sequence[str], programs: Sequence[str], runs: 
             if child.ask("ready") == "ready":
                 ready.append(key)
         for round_ in range(ROUNDS):
-            for name in list(ready):
-                if before_round is not None:
-                    before_round(name)
-                if starting is not None:
-                    starting(f"{_ROUND}{round_ + 1} of {ROUNDS}", name)
-                answer = children[name].ask(f"round {round_}")
-                if answer != f"done {round_}":
-                    ready.remove(name)
-                    if answer is not None:  # alive, but not answering as it should: never a
-                        children[name].kill()  # partial measurement passed off as a whole one
-                        results[name] = children[name].failed(f"answered {answer!r} to round {round_}")
+            turns = ready if round_ % 2 == 0 else ready[::-1]
+            for block in range(1 + len(programs)):  # the tiny add, then each program
+                for name in list(turns):
+                    if name not in ready:
+                        continue
+                    if before_turn is not None:
+                        before_turn(name)
+                    if block == 0 and starting is not None:
+                        starting(f"{_ROUND}{round_ + 1} of {ROUNDS}", name)
+                    command = f"block {round_} {block}"
+                    answer = children[name].ask(command)
+                    if answer != f"done {round_} {block}":
+                        ready.remove(name)
+                        if answer is not None:  # alive, but not answering as it should: never a
+                            children[name].kill()  # partial measurement passed off as a whole one
+                            results[name] = children[name].failed(f"answered {answer!r} to {command!r}")
         for name, child in children.items():
             if name not in results:
                 results[name] = child.result()
@@ -787,8 +805,9 @@ def _measure_main(argv: Sequence[str], driven: bool = False) -> int:
     """Child of :func:`_measure_in_child`: time one plugin, print the result as JSON.
 
     ``driven`` (``--measure-rounds``, :func:`_measure_interleaved`): set up, then answer the
-    lines of stdin: ``ready`` with ``ready``, ``round K`` by running round K and answering
-    ``done K``; at the end of stdin, print the result."""
+    lines of stdin: ``ready`` with ``ready``, ``block K B`` by running block B of round K
+    (:meth:`_Session.run_block`) and answering ``done K B``; at the end of stdin, print the
+    result."""
     plugin, programs, runs, *library = argv
     client = _child_registry(library).create_client(plugin)
     entries = [_program_named(n) for n in programs.split(",") if n]
@@ -804,9 +823,10 @@ def _measure_main(argv: Sequence[str], driven: bool = False) -> int:
             command = line.split()
             if command == ["ready"]:
                 print(f"{_ANSWER}ready", flush=True)
-            elif len(command) == 2 and command[0] == "round" and command[1].isdigit():
-                session.run_round(int(command[1]))
-                print(f"{_ANSWER}done {command[1]}", flush=True)
+            elif (len(command) == 3 and command[0] == "block" and command[1].isdigit() and command[2].isdigit()
+                  and int(command[2]) < len(session.blocks)):
+                session.run_block(int(command[1]), int(command[2]))
+                print(f"{_ANSWER}done {command[1]} {command[2]}", flush=True)
             else:
                 raise SystemExit(f"pjrt_hub._bench: unknown command {line.strip()!r}")
         result = session.result()

@@ -13,7 +13,7 @@ plugin's median over each other's round by round, which that drift moves far les
 ``--under-load K`` times the programs quiet and while K CPU-bound neighbour processes spin (plain Python loops,
 one per core they are meant to take), and reports loaded / quiet per program, flagging any ratio
 above :data:`LOAD_CEILING` (issue 14's "no collapse under load"). Two processes per plugin take
-the rounds in turns, a quiet one with the neighbours stopped (SIGSTOP) and a loaded one with them
+their blocks of runs in turns, program by program, a quiet one with the neighbours stopped (SIGSTOP) and a loaded one with them
 running, so that the host's own drift (up to 1.5x within a minute here) falls on quiet and loaded
 alike instead of on one of them. The neighbours are children of
 this process that also stop by themselves when it is gone, and are killed on the way out whatever
@@ -197,7 +197,7 @@ def spread(plugins: Sequence[str], names: Sequence[str], processes: int, *, runs
            library: Sequence[str], cache: str, say: Say | None = None,
            fastest_of: Sequence[str] = ()) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """Time ``names`` on each plugin in ``processes`` fresh processes, in rounds of one process per
-    plugin whose timed rounds take turns, as ``bench`` times them
+    plugin whose timed blocks take turns, as ``bench`` times them
     (:func:`pjrt_hub._bench._measure_interleaved`).
 
     Returns ``(first_rows, spread_rows, ratio_rows)``: the first round's full bench rows (cold
@@ -281,7 +281,7 @@ def under_load(plugins: Sequence[str], names: Sequence[str], neighbours: int, *,
                library: Sequence[str], cache: str, say: Say | None = None,
                own_sessions: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Time ``names`` on each plugin quiet and with ``neighbours`` spinning processes (in
-    sessions of their own with ``own_sessions``): two processes per plugin, whose timed rounds
+    sessions of their own with ``own_sessions``): two processes per plugin, whose timed blocks
     take turns (:func:`pjrt_hub._bench._measure_interleaved`), the neighbours stopped for the
     quiet one's and running for the loaded one's. Both are set up (compiled, first results
     timed) with the neighbours stopped.
@@ -300,14 +300,14 @@ def under_load(plugins: Sequence[str], names: Sequence[str], neighbours: int, *,
             say(0, 1, f"{program} on {label}")
 
     with Neighbours(neighbours, own_sessions=own_sessions, paused=True) as spinning:
-        def before_round(label: str) -> None:
+        def before_turn(label: str) -> None:
             if label in loaded_labels:
                 spinning.resume()
             else:
                 spinning.pause()
 
         measured = _measure_interleaved([p for p in plugins for _ in range(2)], names, runs, library, cache,
-                                        starting, labels=labels, before_round=before_round)
+                                        starting, labels=labels, before_turn=before_turn)
     quiet_rows: list[dict[str, Any]] = []
     table = []
     for plugin in plugins:

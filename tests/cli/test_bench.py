@@ -142,6 +142,7 @@ def test_timed_runs_go_in_rounds_over_the_programs(monkeypatch):
         return real(self)
 
     monkeypatch.setattr(_bench._Loaded, "execute_once", execute_once)
+    monkeypatch.setattr(_bench, "ROUNDS", 3)
     measured = _bench._measure(client, "reference", programs, 6, lambda line: None)
     rows = {r["name"]: r for r in measured["rows"]}
     assert all(r["runs"] == 6 and r["outputs_match"] and r["execute_ms_median"] > 0 for r in rows.values())
@@ -152,11 +153,13 @@ def test_timed_runs_go_in_rounds_over_the_programs(monkeypatch):
     first, second = timed[0], timed[3]
     assert first is not second
     blocks = [timed[i:i + 3] for i in range(0, len(timed), 3)]
-    assert [b[0] for b in blocks] == [first, second] * _bench.ROUNDS
+    assert [b[0] for b in blocks] == [first, second] * 3
     assert all(len(set(map(id, b))) == 1 for b in blocks)
 
 
-def test_plugins_take_their_timed_rounds_in_turns(monkeypatch):
+def test_plugins_take_turns_program_by_program_in_alternating_order(monkeypatch):
+    # The host's speed drifts within seconds: one program's blocks on each plugin follow one
+    # another, every other round in the opposite order, so that they share the same moments.
     from pjrt_hub import _bench
 
     asked = []
@@ -168,20 +171,38 @@ def test_plugins_take_their_timed_rounds_in_turns(monkeypatch):
 
         def ask(self, command):
             asked.append((self.name, command))
-            if self.name == "b" and command == "round 1":
-                return None  # b crashed in its second round
-            return "ready" if command == "ready" else "done " + command.split()[1]
+            if self.name == "b" and command == "block 1 1":
+                return None  # b crashed in the first program's block of the second round
+            return "ready" if command == "ready" else "done " + command.split(maxsplit=1)[1]
 
         def result(self):
             return {"rows": [], "tiny_us": 1.0, "who": self.name}
 
     monkeypatch.setattr(_bench, "_Child", FakeChild)
-    results = _bench._measure_interleaved(["a", "b", "c"], ["p"], 3, (), "")
+    monkeypatch.setattr(_bench, "ROUNDS", 3)
+    results = _bench._measure_interleaved(["a", "b", "c"], ["p", "q"], 3, (), "")
     assert {n: r["who"] for n, r in results.items()} == {"a": "a", "b": "b", "c": "c"}
-    rounds = [f"round {r}" for r in range(_bench.ROUNDS)]
-    expected = [(n, "ready") for n in "abc"] + [(n, rounds[0]) for n in "abc"] + [(n, rounds[1]) for n in "abc"]
-    expected += [(n, r) for r in rounds[2:] for n in "ac"]
+    expected = [(n, "ready") for n in "abc"]
+    expected += [(n, f"block 0 {b}") for b in range(3) for n in "abc"]  # tiny add, p, q
+    expected += [(n, "block 1 0") for n in "cba"] + [(n, "block 1 1") for n in "cba"]  # b is gone
+    expected += [(n, "block 1 2") for n in "ca"] + [(n, f"block 2 {b}") for b in range(3) for n in "ac"]
     assert asked == expected
+
+
+def test_a_measuring_process_runs_the_blocks_it_is_asked_for(tmp_path):
+    from pjrt_hub import _bench
+
+    child = _bench._Child("--measure-rounds", "reference", ["pytree_io", "cond"], 4, (), str(tmp_path), None)
+    assert child.ask("ready") == "ready"
+    for round_ in range(_bench.ROUNDS):
+        for block in (2, 0, 1):  # any order
+            assert child.ask(f"block {round_} {block}") == f"done {round_} {block}"
+    rows = {r["name"]: r for r in child.result()["rows"]}
+    assert rows["pytree_io"]["runs"] == rows["cond"]["runs"] == 4
+    bad = _bench._Child("--measure-rounds", "reference", ["pytree_io"], 4, (), str(tmp_path), None)
+    assert bad.ask("ready") == "ready"
+    assert bad.ask("block 0 2") is None  # no such block: the process says so and ends
+    assert "unknown command 'block 0 2'" in bad.result()["rows"][0]["error"]
 
 
 def test_bench_of_two_plugins_through_the_driven_children(capsys):
@@ -238,7 +259,7 @@ class _ScriptedChild:
         answer = self.script.get((self.name, command))
         if answer is not None:
             return answer
-        return "ready" if command == "ready" else "done " + command.split()[1]
+        return "ready" if command == "ready" else "done " + command.split(maxsplit=1)[1]
 
     def kill(self):
         self.log.append((self.name, "killed"))
@@ -256,12 +277,12 @@ def test_a_child_that_leaves_the_protocol_gives_error_rows_not_a_partial_measure
 
     monkeypatch.setattr(_bench, "_Child", _ScriptedChild)
     monkeypatch.setattr(_ScriptedChild, "log", [])
-    monkeypatch.setattr(_ScriptedChild, "script", {("a", "round 0"): "banner from the plugin"})
+    monkeypatch.setattr(_ScriptedChild, "script", {("a", "block 0 1"): "banner from the plugin"})
     results = _bench._measure_interleaved(["a", "b"], ["p"], 3, (), "")
-    assert results["a"] == {"tiny_us": None, "rows": [
-        {"name": "p", "plugin": "a", "error": "the benchmark process answered 'banner from the plugin' to round 0"}]}
+    assert results["a"] == {"tiny_us": None, "rows": [{"name": "p", "plugin": "a", "error":
+                            "the benchmark process answered 'banner from the plugin' to 'block 0 1'"}]}
     assert results["b"]["rows"][0]["execute_ms_median"] == 1.0
-    assert ("a", "killed") in _ScriptedChild.log and ("a", "round 1") not in _ScriptedChild.log
+    assert ("a", "killed") in _ScriptedChild.log and ("a", "block 1 0") not in _ScriptedChild.log
     assert ("a", "result") not in _ScriptedChild.log  # its rows are the failure's, not a partial result
 
 

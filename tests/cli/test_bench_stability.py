@@ -259,11 +259,11 @@ def test_under_load_starts_the_neighbours_where_it_was_asked_and_runs_them_for_t
         def resume(self):
             events.append("resume")
 
-    def interleaved(plugins, names, runs, library, cache, starting=None, *, labels, before_round):
+    def interleaved(plugins, names, runs, library, cache, starting=None, *, labels, before_turn):
         assert plugins == ["a", "a"] and labels == ["a (quiet)", f"a (with {started[-1][0]} busy)"]
         for _ in range(3):
             for label in labels:
-                before_round(label)
+                before_turn(label)
                 events.append(label)
         return {label: {"rows": [{"name": n, "plugin": "a", "execute_ms_median": 1.0 + ("busy" in label),
                                   "outputs_match": True, "cores_used": 1.0, "cpu_ms_per_run": 1.0} for n in names],
