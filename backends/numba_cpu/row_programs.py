@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from .eager import Env, EagerProgram
     from .machine_kernels import Kernels
 
-__all__ = ["ELEMENTWISE", "RowProgram", "formula_key", "plan"]
+__all__ = ["ELEMENTWISE", "RowProgram", "formula_key", "may_run", "plan"]
 
 _F, _B = "f32", "i1"
 _FLOAT_COMPARE = "compare_type = #stablehlo<comparison_type FLOAT>, comparison_direction = #stablehlo<comparison_direction {}>"
@@ -229,6 +229,12 @@ def _row_index_map(op: Op) -> np.ndarray:
     return np.ascontiguousarray(np.broadcast_to(rows.reshape([1] + view[1:]), (1,) + out[1:]), np.int32).reshape(-1)
 
 
+def may_run(ops: Sequence[Op]) -> bool:
+    """Whether the row machine may run segment ``ops``: every value float32 or boolean (what
+    :func:`plan` checks first; it may still refuse an op)."""
+    return all(_element(v) in (_F, _B) for op in ops for v in (*op.operands, *op.results))
+
+
 def plan(program: "EagerProgram", ops: Sequence[Op], outputs: Sequence[Value], table_keys: Sequence[str]
          ) -> RowProgram | None:
     """The row program of segment ``ops`` (its values read after it: ``outputs``), for a row
@@ -240,9 +246,8 @@ def plan(program: "EagerProgram", ops: Sequence[Op], outputs: Sequence[Value], t
 
     n = ops[0].results[0].tensor_type.shape[0]
     inside = {r for op in ops for r in op.results}
-    for op in ops:
-        if not all(_element(v) in (_F, _B) for v in (*op.operands, *op.results)):
-            return None
+    if not may_run(ops):
+        return None
     if any(_element(v) != _F for v in outputs):
         return None  # booleans live in the machine as floats
     block = 1  # rows of a block: set once the slots are known (the closures below read it then)

@@ -386,3 +386,33 @@ def test_a_reduction_over_no_dimensions_is_left_to_numpy(machine, monkeypatch):
     (got,) = program.run([x])
     assert segment.machine is False
     np.testing.assert_array_equal(got, -np.abs(x))
+
+
+def test_a_float32_segment_makes_its_numpy_steps_only_when_numpy_runs_it(machine, monkeypatch):
+    """Planning a float32 segment makes none of its numpy steps (the row machine runs it
+    without them); a segment the machine does not run makes them at its first run, with the
+    same bits; a float64 segment, which the machine never runs, makes them when planned; and a
+    step that cannot be made at run time sends the run to the compiled code."""
+    n, w = 1001, 300
+    program = eager_program(LAYER.format(n=n, w=w))
+    (segment,) = _segments(program)
+    assert segment._steps is None
+    args = _hostile_rows(n, w, 5)
+    with_machine, with_numpy, runs = _both_ways(program, args)  # the second run is numpy's
+    assert runs == 1 and segment._steps is not None and len(segment._steps) == len(segment.ops)
+    assert_same_bits(with_machine, with_numpy, "row machine")
+
+    wide = eager_program(LAYER.format(n=n, w=w).replace("f32", "f64"))
+    (segment,) = _segments(wide)
+    assert segment._steps is not None  # planned as before: numpy runs it
+
+    program = eager_program(LAYER.format(n=n, w=w))
+    (segment,) = _segments(program)
+    segment.machine = False
+
+    def unsupported(op):
+        raise eager.EagerUnsupported(f"{op.name}: no step")
+
+    monkeypatch.setattr(program, "_step", unsupported)
+    with pytest.raises(eager.NeedsCompiled, match="no step"):
+        program.run(args)
