@@ -90,15 +90,11 @@ from numba.core.extending import intrinsic
 from . import pool
 from .kernels import LARGE_DOT_MACS, SMALL_DOT_MACS
 
-__all__ = ["LARGE_DOT_MACS", "SMALL_DOT_MACS", "SAMPLE_S", "STALE_S", "apply", "blas_threads", "dot_in_blocks", "restore",
+__all__ = ["LARGE_DOT_MACS", "SMALL_DOT_MACS", "SAMPLE_S", "apply", "blas_threads", "dot_in_blocks", "restore",
            "set_dot_blocks", "usable_threads", "work_stealing"]
 
 #: How old the load figure may be before it is sampled again, in seconds.
 SAMPLE_S = 0.2
-#: A load figure averaged over a longer time than this (seconds) is checked against the threads
-#: runnable now: it may hold a burst of other work that has ended since (another process's
-#: turn, a build step), which would otherwise cost the next runs their threads.
-STALE_S = 0.4
 
 _SYMBOL = "pjrt_hub_numba_cpu_blas_threads_local"
 
@@ -282,8 +278,12 @@ def usable_threads(limit: int) -> int:
     """The cores other processes left free lately (at least 1, at most ``limit``).
 
     Busy time of the whole machine minus this process's own CPU time, over the last
-    :data:`SAMPLE_S` or more; over more than :data:`STALE_S`, at most the other threads
-    runnable now; until there are two samples, ``limit``."""
+    :data:`SAMPLE_S` or more, and at most the other threads runnable now: the average may hold
+    a burst of other work that has ended since (another plugin's turn in a benchmark, a build
+    step), which would otherwise cost the next runs their threads. ``bench`` gives each plugin
+    its turn of 0.1-0.3 s per program, and such a turn, just ended, made the next 0.2 s of runs
+    here cut their products into row blocks as if the machine were busy. Until there are two
+    samples, ``limit``."""
     now = time.monotonic()
     last = _last
     if now - last.when < SAMPLE_S and last.threads:
@@ -295,10 +295,9 @@ def usable_threads(limit: int) -> int:
     if last.when and now > last.when:
         window = now - last.when
         others = max(0.0, (busy - last.busy) - (own - last.own)) / window
-        if window > STALE_S:
-            runnable = _runnable_now()
-            if runnable is not None:
-                others = min(others, float(max(0, runnable - 1)))
+        runnable = _runnable_now()
+        if runnable is not None:
+            others = min(others, float(max(0, runnable - 1)))
         last.threads = max(1, int(_CORES - others + 0.5))
     last.when, last.busy, last.own = now, busy, own
     return min(limit, last.threads) if last.threads else limit

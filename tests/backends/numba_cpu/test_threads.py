@@ -178,9 +178,9 @@ def test_usable_threads_leaves_the_cores_other_processes_use(monkeypatch):
 
 
 def test_a_burst_of_other_work_that_has_ended_leaves_the_cores_free(monkeypatch):
-    """Over a long window the average holds past load (another process's turn in a benchmark):
-    the threads runnable now bound it, so a burst that has ended costs no threads, and one that
-    goes on still does. Over a short window the average alone decides."""
+    """The average holds past load (another process's turn in a benchmark): the threads
+    runnable now bound it, so a burst that has ended costs no threads, and one that goes on
+    still does, over a long window or a short one."""
     clock = {"t": 100.0, "busy": 1000.0, "own": 5.0}
     runnable = {"now": 1}
     monkeypatch.setattr(threads, "_CORES", 2)
@@ -204,8 +204,9 @@ def test_a_burst_of_other_work_that_has_ended_leaves_the_cores_free(monkeypatch)
     assert after(1.0, 1.6, 3) == 1
     # One of them goes on.
     assert after(1.0, 1.6, 2) == 1
-    # Within STALE_S of the last sample, the average alone, whatever runs now.
-    assert after(threads.STALE_S * 0.9, threads.STALE_S * 0.9 * 2, 1) == 1
+    # A turn of 0.25 s that kept both cores busy and has just ended, and one that goes on.
+    assert after(0.25, 0.5, 1) == 2
+    assert after(0.25, 0.5, 3) == 1
     # No instant figure (no /proc/loadavg): the average.
     monkeypatch.setattr(threads, "_runnable_now", lambda: None)
     assert after(1.0, 2.0, 1) == 1
