@@ -262,8 +262,10 @@ def _warm_first_result(plugin: str, program: str, cache: str,
 
 #: A line the measuring child writes to stderr as it starts a program (read by the parent).
 _STARTING = "pjrt-hub-bench: starting "
-#: What begins the progress message of a plugin's timed round (see :func:`bench`).
+#: What begins the progress message of a plugin's timed round (see :func:`bench`), and of each
+#: program's turn in it.
 _ROUND = "timed round "
+_TIMING = "timing "
 #: What begins the lines of the ``--measure-rounds`` protocol on the child's stdout; any other
 #: line there (a plugin's own output) is not an answer.
 _ANSWER = "pjrt-hub-bench: "
@@ -536,8 +538,9 @@ def _measure_interleaved(plugins: Sequence[str], programs: Sequence[str], runs: 
                         continue
                     if before_turn is not None:
                         before_turn(name)
-                    if block == 0 and starting is not None:
-                        starting(f"{_ROUND}{round_ + 1} of {ROUNDS}", name)
+                    if starting is not None:  # a round counts as a step once, at its tiny add
+                        starting(f"{_ROUND}{round_ + 1} of {ROUNDS}" if block == 0 else
+                                 f"{_TIMING}{programs[block - 1]}, round {round_ + 1} of {ROUNDS}", name)
                     command = f"block {round_} {block}"
                     answer = children[name].ask(command)
                     if answer != f"done {round_} {block}":
@@ -824,7 +827,7 @@ def _measure_main(argv: Sequence[str], driven: bool = False) -> int:
             if command == ["ready"]:
                 print(f"{_ANSWER}ready", flush=True)
             elif (len(command) == 3 and command[0] == "block" and command[1].isdigit() and command[2].isdigit()
-                  and int(command[2]) < len(session.blocks)):
+                  and int(command[1]) < ROUNDS and int(command[2]) < len(session.blocks)):
                 session.run_block(int(command[1]), int(command[2]))
                 print(f"{_ANSWER}done {command[1]} {command[2]}", flush=True)
             else:

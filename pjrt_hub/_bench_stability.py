@@ -292,7 +292,9 @@ def under_load(plugins: Sequence[str], names: Sequence[str], neighbours: int, *,
         raise ValueError(f"--under-load needs at least 1 neighbour process, got {neighbours}")
     quiet_of = {plugin: f"{plugin} (quiet)" for plugin in plugins}
     loaded_of = {plugin: f"{plugin} (with {neighbours} busy)" for plugin in plugins}
-    labels = [label for plugin in plugins for label in (quiet_of[plugin], loaded_of[plugin])]
+    # The quiet processes take their turns together, then the loaded ones: the neighbours are
+    # resumed (and given _SETTLE_S to get going) once per program, not once per plugin.
+    labels = [quiet_of[plugin] for plugin in plugins] + [loaded_of[plugin] for plugin in plugins]
     loaded_labels = set(loaded_of.values())
 
     def starting(program: str, label: str) -> None:
@@ -306,7 +308,7 @@ def under_load(plugins: Sequence[str], names: Sequence[str], neighbours: int, *,
             else:
                 spinning.pause()
 
-        measured = _measure_interleaved([p for p in plugins for _ in range(2)], names, runs, library, cache,
+        measured = _measure_interleaved([*plugins, *plugins], names, runs, library, cache,
                                         starting, labels=labels, before_turn=before_turn)
     quiet_rows: list[dict[str, Any]] = []
     table = []

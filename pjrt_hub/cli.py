@@ -1229,7 +1229,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "depends on the process) and the first plugin's time over the others', round by round")
     p.add_argument("--under-load", type=int, default=None, metavar="K",
                    help="time the programs quiet and while K (>= 1) CPU-bound neighbour processes spin "
-                        "(two processes per plugin, their rounds in turns, the neighbours stopped for the quiet "
+                        "(two processes per plugin, taking turns program by program, the neighbours stopped for the quiet "
                         "ones), and report loaded / quiet, flagging ratios above 3")
     p.add_argument("--neighbour-sessions", choices=("shared", "own"), default=None,
                    help="with --under-load: run the neighbours in the bench's session (shared, the default: "

@@ -294,3 +294,37 @@ def test_neighbours_start_stopped_when_asked_and_spin_only_between_resume_and_pa
         assert [_state(p) for p in pids] == ["T", "T"]
     # Stopped neighbours are killed and reaped as well.
     assert not any(_alive(p) for p in pids) and _spinning_children() == []
+
+
+def test_under_load_gives_the_quiet_processes_their_turns_together_then_the_loaded_ones(monkeypatch):
+    # The neighbours are resumed (and given time to get going) once per program, not once per plugin.
+    from pjrt_hub import _bench_stability as stability
+
+    class Quiet:
+        def __init__(self, count, *, own_sessions=False, paused=False):
+            self.resumed = 0
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def pause(self):
+            pass
+
+        def resume(self):
+            self.resumed += 1
+
+    seen = {}
+
+    def interleaved(plugins, names, runs, library, cache, starting=None, *, labels, before_turn):
+        seen["plugins"], seen["labels"] = list(plugins), list(labels)
+        return {label: {"rows": [{"name": n, "plugin": p, "execute_ms_median": 1.0, "outputs_match": True}
+                                 for n in names], "tiny_us": 1.0} for p, label in zip(plugins, labels)}
+
+    monkeypatch.setattr(stability, "Neighbours", Quiet)
+    monkeypatch.setattr(stability, "_measure_interleaved", interleaved)
+    stability.under_load(["a", "b"], ["p"], 2, runs=1, library=(), cache="")
+    assert seen["plugins"] == ["a", "b", "a", "b"]
+    assert seen["labels"] == ["a (quiet)", "b (quiet)", "a (with 2 busy)", "b (with 2 busy)"]
