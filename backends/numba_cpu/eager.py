@@ -664,20 +664,20 @@ class _RowSegment:
     segment runs on the row machine instead, where it is loaded and takes every op of it
     (:mod:`.row_programs`).
 
-    The ops' numpy steps of a segment the row machine may run are made when first needed
-    (:attr:`steps`), not when the program is planned: building their formulas took 2.6 ms of
-    softmax's 7 ms compile, 3.4 of layernorm's and 7.4 of the elementwise chain's, for steps
-    the row machine never runs. Should one of them prove unsupported then, the run waits for
-    the compiled code (:class:`NeedsCompiled`), as a planning failure would have made it."""
+    Where the row machine is loaded when the program is planned, the segment is planned for
+    it then, and a segment it runs gets no numpy steps unless it needs them after all
+    (:attr:`steps`: an opcode found to disagree with numpy at its first use): building their
+    formulas took 2.6 ms of softmax's 7 ms compile, 3.4 of layernorm's and 7.4 of the
+    elementwise chain's, for steps the row machine never runs. Every other segment gets its
+    steps when planned, so that an op the eager tier cannot run is found at compile time (and
+    the program compiled instead); a step that could still prove unsupported at run time sends
+    that run to the compiled code (:class:`NeedsCompiled`)."""
 
     def __init__(self, program: "EagerProgram", ops: Sequence[Op], outputs: Sequence[Value]) -> None:
         self.program, self.ops = program, list(ops)
         #: The segment as a row program (:mod:`.row_programs`), once planned; False if the row
         #: machine does not run it.
         self.machine: row_programs.RowProgram | bool | None = None
-        self._steps: list[Step] | None = None
-        if not row_programs.may_run(ops):
-            self._steps = [program._step(op) for op in ops]
         inside = {r for op in ops for r in op.results}
         self.n = _leading(ops[0].results[0]) or 0
         self.rows = _block_rows(ops)
@@ -689,6 +689,12 @@ class _RowSegment:
                     (self.sliced if how == "rows" else self.whole).append(v)
         #: The values read after the segment (or returned): the only ones kept whole.
         self.outputs = list(outputs)
+        table = machine_kernels.row_machine_table() if row_programs.may_run(self.ops) else None
+        if table is not None:
+            self.machine = row_programs.plan(program, self.ops, self.outputs, table) or False
+        self._steps: list[Step] | None = None
+        if not isinstance(self.machine, row_programs.RowProgram):
+            self._steps = [program._step(op) for op in ops]
 
     def _row_program(self) -> tuple[row_programs.RowProgram, machine_kernels.Kernels] | None:
         """The segment's row program and the kernels to run it with, where the row machine is

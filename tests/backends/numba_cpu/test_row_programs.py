@@ -388,15 +388,17 @@ def test_a_reduction_over_no_dimensions_is_left_to_numpy(machine, monkeypatch):
     np.testing.assert_array_equal(got, -np.abs(x))
 
 
-def test_a_float32_segment_makes_its_numpy_steps_only_when_numpy_runs_it(machine, monkeypatch):
-    """Planning a float32 segment makes none of its numpy steps (the row machine runs it
-    without them); a segment the machine does not run makes them at its first run, with the
-    same bits; a float64 segment, which the machine never runs, makes them when planned; and a
-    step that cannot be made at run time sends the run to the compiled code."""
+def test_a_segment_the_row_machine_runs_is_planned_for_it_and_gets_no_numpy_steps(machine, monkeypatch):
+    """With the row machine loaded, a float32 segment is planned for it with the program, and
+    none of its numpy steps are made; should numpy run it after all (here: told the machine
+    does not), they are made at that run, with the same bits. Where the machine is not loaded
+    yet, or never runs the segment (float64), the steps are made with the program, so that an
+    op the eager tier cannot run declines the program at compile time; and a step that cannot
+    be made at run time sends the run to the compiled code."""
     n, w = 1001, 300
     program = eager_program(LAYER.format(n=n, w=w))
     (segment,) = _segments(program)
-    assert segment._steps is None
+    assert isinstance(segment.machine, rp.RowProgram) and segment._steps is None
     args = _hostile_rows(n, w, 5)
     with_machine, with_numpy, runs = _both_ways(program, args)  # the second run is numpy's
     assert runs == 1 and segment._steps is not None and len(segment._steps) == len(segment.ops)
@@ -404,7 +406,12 @@ def test_a_float32_segment_makes_its_numpy_steps_only_when_numpy_runs_it(machine
 
     wide = eager_program(LAYER.format(n=n, w=w).replace("f32", "f64"))
     (segment,) = _segments(wide)
-    assert segment._steps is not None  # planned as before: numpy runs it
+    assert segment.machine is None and segment._steps is not None
+
+    with monkeypatch.context() as m:
+        m.setattr(mk, "row_machine_table", lambda wait=False: None)  # still loading
+        (segment,) = _segments(eager_program(LAYER.format(n=n, w=w)))
+        assert segment.machine is None and segment._steps is not None
 
     program = eager_program(LAYER.format(n=n, w=w))
     (segment,) = _segments(program)
