@@ -749,17 +749,9 @@ def _reduce_window(ctx: Lowering, op: Op) -> Sequence[Binding]:
             src = []
             conds = []
             for d in range(rank):
-                pos = f"{oidx[d].text} * {strides[d]} + {widx[d].text} * {wdil[d]} - {pads[d][0]}"
-                p = ctx.temp(pos, [oidx[d], widx[d]], prefix="p")
-                extent = (in_shape[d] - 1) * bdil[d]
-                c = f"(0 <= {p.text} <= {extent})"
-                if bdil[d] > 1:
-                    c += f" and ({p.text} % {bdil[d]} == 0)"
-                    q = f"min(max({p.text}, 0), {extent}) // {bdil[d]}"
-                else:
-                    q = f"min(max({p.text}, 0), {in_shape[d] - 1})"
+                c, q = _window_place(ctx, oidx[d], widx[d], strides[d], wdil[d], pads[d][0], in_shape[d], bdil[d])
                 conds.append(c)
-                src.append(index_expr(q, [p]))
+                src.append(q)
             valid = ctx.temp(" and ".join(conds) or "True", list(oidx) + list(widx), prefix="m")
             xs = []
             for v, e in zip(inputs, init):
@@ -774,6 +766,24 @@ def _reduce_window(ctx: Lowering, op: Op) -> Sequence[Binding]:
         for (name, kind), a in zip(outs, accs):
             ctx.scope.emit(store_text(name, _parts(oidx), kind.store(a)))
     return [ArrayBinding(name, kind) for name, kind in outs]
+
+
+def _window_place(ctx: Lowering, out: Expr, w: Expr, stride: int, dilation: int, pad: int, size: int,
+                  base_dilation: int) -> tuple[str, Expr]:
+    """Where window element ``w`` of output index ``out`` falls along one dimension of an input
+    of ``size`` elements, dilated by ``base_dilation`` and padded by ``pad`` in front: the
+    condition that it is an element of the input (not padding, not a dilation hole), and its
+    index in the input, clamped so that it is a valid index either way (reduce_window and
+    convolution alike)."""
+    p = ctx.temp(f"{out.text} * {stride} + {w.text} * {dilation} - {pad}", [out, w], prefix="p")
+    extent = (size - 1) * base_dilation
+    c = f"(0 <= {p.text} <= {extent})"
+    if base_dilation > 1:
+        c += f" and ({p.text} % {base_dilation} == 0)"
+        q = f"min(max({p.text}, 0), {extent}) // {base_dilation}"
+    else:
+        q = f"min(max({p.text}, 0), {size - 1})"
+    return c, index_expr(q, [p])
 
 
 def _window_element(ctx: Lowering, op: Op, out_at: Mapping[int, Expr], widx: Sequence[Expr], batch: Expr,
@@ -797,19 +807,10 @@ def _window_element(ctx: Lowering, op: Op, out_at: Mapping[int, Expr], widx: Seq
     kidx: list = [None] * len(ks)
     conds = []
     for s in range(nsp):
-        osd = out_at[dn.output_spatial_dimensions[s]]
-        p = ctx.temp(f"{osd.text} * {strides[s]} + {wsp[s].text} * {rdil[s]} - {pads[s][0]}", [osd, wsp[s]],
-                     prefix="p")
-        n_in = ls[dn.input_spatial_dimensions[s]]
-        extent = (n_in - 1) * ldil[s]
-        c = f"(0 <= {p.text} <= {extent})"
-        if ldil[s] > 1:
-            c += f" and ({p.text} % {ldil[s]} == 0)"
-            q = f"min(max({p.text}, 0), {extent}) // {ldil[s]}"
-        else:
-            q = f"min(max({p.text}, 0), {n_in - 1})"
+        c, lidx[dn.input_spatial_dimensions[s]] = _window_place(
+            ctx, out_at[dn.output_spatial_dimensions[s]], wsp[s], strides[s], rdil[s], pads[s][0],
+            ls[dn.input_spatial_dimensions[s]], ldil[s])
         conds.append(c)
-        lidx[dn.input_spatial_dimensions[s]] = index_expr(q, [p])
         k = ks[dn.kernel_spatial_dimensions[s]]
         kidx[dn.kernel_spatial_dimensions[s]] = index_expr(f"({k - 1} - {wsp[s].text})", [wsp[s]]) if rev[s] else wsp[s]
     lidx[dn.input_batch_dimension] = batch
