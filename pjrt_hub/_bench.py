@@ -306,12 +306,12 @@ class _Session:
         loaded.settle()
         self.tiny = _Timed({"name": "tiny add", "plugin": name}, loaded, runs or TINY_RUNS, warm=100)
         self.rows: list[dict[str, Any]] = []
-        self.timed: list[_Timed] = [self.tiny]
         #: per block number: the tiny add, then each program (None: it failed before timing)
         self.blocks: list[_Timed | None] = [self.tiny]
         for program in programs:
             say(f"{_STARTING}{program.name}")
             row: dict[str, Any] = {"name": program.name, "plugin": name}
+            timed = None
             try:
                 loaded = _Loaded(client, program.text(), program.inputs())
                 row["compile_ms_cold"] = loaded.compile_ms
@@ -320,10 +320,10 @@ class _Session:
                 row["outputs_match"] = program.outputs_match(loaded.first_outputs) and program.outputs_match(
                     loaded.outputs())
                 count = runs or _budgeted_runs(loaded.execute_once, RUNS.get(program.name, DEFAULT_RUNS))
-                self.timed.append(_Timed(row, loaded, count))
+                timed = _Timed(row, loaded, count)
             except PjrtError as exc:
                 row["error"] = str(exc)
-            self.blocks.append(self.timed[-1] if self.timed[-1].row is row else None)
+            self.blocks.append(timed)
             row["xla_cpu_baseline_ms"] = program.xla_cpu_baseline_ms
             row["xla_cpu_compile_ms"] = program.xla_cpu_compile_ms
             self.rows.append(row)
@@ -343,7 +343,7 @@ class _Session:
 
     def result(self) -> dict[str, Any]:
         """The rows and the tiny add's time; the programs are unloaded."""
-        for entry in self.timed:
+        for entry in filter(None, self.blocks):
             entry.finish()
         tiny = self.tiny.row
         tiny_us = None if "error" in tiny else tiny["execute_ms_median"] * 1e3
