@@ -12,6 +12,7 @@ Messages say what was wrong, with which plugin or op, and what to do.
 from __future__ import annotations
 
 import enum
+import re
 from typing import Iterable
 
 __all__ = [
@@ -75,6 +76,21 @@ class PjrtHubError(Exception):
     __module__ = "pjrt_hub"
 
 
+#: ECMA-48 escape sequences: OSC strings, CSI sequences (colours, cursor moves) and the other
+#: escapes (character set choices, the two-byte ones). Libraries colour their messages for a
+#: terminal (numba's TypingError does); in a PJRT error they are noise in logs, JSON reports and a
+#: C caller's status text.
+_TERMINAL_CODES = re.compile(r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]|\x1b[ -/]*[0-~]")
+
+
+def without_terminal_codes(text: str) -> str:
+    """``text`` without terminal escape sequences; every error message of a plugin goes through it
+    where the error is made, so no caller has to."""
+    if "\x1b" not in text and "\x9b" not in text:
+        return text
+    return _TERMINAL_CODES.sub("", text)
+
+
 class PjrtError(PjrtHubError):
     """An error with a ``PJRT_Error_Code``; what a ``PJRT_Error*`` becomes in Python."""
 
@@ -86,8 +102,10 @@ class PjrtError(PjrtHubError):
     plugin_code: ErrorCode | None = None
 
     def __init__(self, message: str, *, plugin: str | None = None) -> None:
+        message = without_terminal_codes(message)
         super().__init__(message)
-        #: The message as the plugin (or pjrt-hub) wrote it, without decoration.
+        #: The message as the plugin (or pjrt-hub) wrote it, without decoration (and without
+        #: terminal escape sequences).
         self.message = message
         #: The plugin the error came from, when known.
         self.plugin = plugin
@@ -250,6 +268,7 @@ class PluginLoadError(PjrtHubError):
     """Load stage: a plugin could not be imported, probed or registered."""
 
     def __init__(self, plugin: str, message: str) -> None:
+        message = without_terminal_codes(message)
         super().__init__(f"plugin {plugin!r}: {message}")
         # Always a name here; typed as PjrtError's (str | None), which the version and
         # extension errors also are.

@@ -18,7 +18,7 @@ import ctypes
 import os
 import re
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import BaseModel, Field
 
@@ -56,13 +56,15 @@ class StructSizeReport(BaseModel):
         return [c for c in self.checks if c.too_small]
 
 
-def _check_here(path: str) -> dict[str, Any]:
+def _check_here(path: str, lib: Any = None, emit: Callable[[dict[str, Any]], None] = _child.emit) -> dict[str, Any]:
+    """The check on ``lib`` (default: the library at ``path``), reporting each stage to ``emit``
+    before the call that might crash (the child's snapshots; nothing in process)."""
     from .library import PluginLibrary
     from .structs import STRUCTS, struct_size
 
     from .extensions import wrap_extension
 
-    lib = PluginLibrary(path)
+    lib = lib or PluginLibrary(path)
     report: dict[str, Any] = {"path": path, "api_version": str(lib.version), "checks": [], "finished": False}
     functions: list[tuple[str, Any]] = [(name, lib.function) for name in lib.slot_names[:lib.num_slots]
                                         if name not in _SKIP and lib.has(name)]
@@ -76,7 +78,7 @@ def _check_here(path: str) -> dict[str, Any]:
         if args_name not in STRUCTS:
             continue
         report["stage"] = name
-        _child.emit(report)
+        emit(report)
         probe_args = (ctypes.c_char * 1024)()
         ctypes.c_size_t.from_buffer(probe_args).value = 1
         err = function(name)(ctypes.addressof(probe_args))
@@ -92,7 +94,16 @@ def _check_here(path: str) -> dict[str, Any]:
 
 
 def check_struct_sizes(path: str, *, timeout: float = 120.0) -> StructSizeReport:
-    """Run the check in a child process; a crash is reported with the function that caused it."""
+    """Run the check in a child process; a crash is reported with the function that caused it.
+
+    A struct pjrt-hub serves in this process (a ``pjrt-hub-served:`` path) is checked here: a
+    child process has no such struct, and pjrt-hub's own struct answers every call with an error
+    rather than crash."""
+    served = _served_library(path)
+    if served is not None:
+        checked = _check_here(path, served, emit=lambda _snapshot: None)
+        data = {k: v for k, v in checked.items() if k in StructSizeReport.model_fields}
+        return StructSizeReport.model_validate(data)
     result = _child.run_child("pjrt_hub.backends.c_api.abi_check", [path], timeout=timeout)
     data = {k: v for k, v in result.snapshot.items() if k in StructSizeReport.model_fields}
     data.setdefault("path", path)
@@ -100,6 +111,20 @@ def check_struct_sizes(path: str, *, timeout: float = 120.0) -> StructSizeReport
     if failure is not None:
         data["outcome"], data["reason"] = failure
     return StructSizeReport.model_validate(data)
+
+
+def _served_library(path: str) -> Any:
+    """The C bridge's view of the struct served under ``path``, or None for a library path."""
+    from .served import SCHEME, _lookup
+
+    if not path.startswith(SCHEME):
+        return None
+    found = _lookup(path)
+    if found is None:
+        return None
+    from .library import PluginLibrary
+
+    return PluginLibrary.from_address(found.served.address, found.served.name, path)
 
 
 def _main(argv: list[str] | None = None) -> int:

@@ -14,13 +14,16 @@ from pjrt_hub.abi import (
     NamedValues,
     Program,
     TopologyDescription,
-    Unimplemented,
 )
 
 from .client import CClient, CTopologyDescription, _compile_error, _options_bytes, _program_structs
 from .executables import CExecutable, CExecuteContext
 from .extensions import CExtension, wrap_extension
+from .kv import forget_store, store_callbacks
 from .library import PluginLibrary, encode_named_values, open_library
+
+#: ``PJRT_Client_Create_Args.kv_try_get_callback`` arrived with PJRT C API 0.61.
+KV_TRY_GET_SINCE = 61
 
 
 _INITIALIZED: set[str] = set()
@@ -82,18 +85,28 @@ class CApi(Api):
         return self._lib.plugin_attributes()
 
     def client_create(self, options: NamedValues | None = None, *, kv_store: Any = None) -> CClient:
-        if kv_store is not None:
-            raise Unimplemented(
-                "PJRT_Client_Create: the C bridge does not pass key-value callbacks to C plugins yet; "
-                "multi-process jobs run on pjrt-hub's own CPU plugins (numba_cpu, reference)")
         lib = self._lib
         fn = lib.function("PJRT_Client_Create")
         self.plugin_initialize()
         values = encode_named_values(options, minor=lib.minor, what="PJRT_Client_Create options")
         args = lib.args("PJRT_Client_Create_Args", create_options=values.address or None,
                         num_options=values.count)
-        lib.check(fn(ctypes.addressof(args)), "PJRT_Client_Create")
-        return CClient(lib, args.client)
+        callbacks = store_callbacks(kv_store) if kv_store is not None else None
+        if callbacks is not None:
+            args.kv_get_callback, args.kv_get_user_arg = callbacks.get, callbacks.user_arg
+            args.kv_put_callback, args.kv_put_user_arg = callbacks.put, callbacks.user_arg
+            if lib.minor >= KV_TRY_GET_SINCE:
+                args.kv_try_get_callback, args.kv_try_get_user_arg = callbacks.try_get, callbacks.user_arg
+        try:
+            lib.check(fn(ctypes.addressof(args)), "PJRT_Client_Create")
+        except BaseException:
+            if callbacks is not None:
+                forget_store(callbacks)
+            raise
+        client = CClient(lib, args.client)
+        if callbacks is not None:
+            callbacks.release_with(client._owner)  # the plugin may call them for the client's life
+        return client
 
     def topology_create(self, options: NamedValues | None = None, *, name: str = "") -> CTopologyDescription:
         lib = self._lib

@@ -2,11 +2,15 @@
 
 A copy to the host asks for a dense row-major layout explicitly, so data lands as numpy holds it
 whatever layout the buffer has on the device; the destination array is kept alive until the copy's
-event fires."""
+event fires. Sub-byte element types (S4, U4, S2, U2, F4E2M1FN) cross the C API one element per
+byte, as numpy (ml_dtypes) holds them; a plugin packs them on its device (XLA's CPU plugin takes
+and gives them that way)."""
 
 from __future__ import annotations
 
 import ctypes
+import logging
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,10 +20,12 @@ from pjrt_hub.abi import (
     BufferType,
     Device,
     Event,
+    Internal,
     InvalidArgument,
     Memory,
+    PjrtError,
+    ResourceExhausted,
     ToHost,
-    Unimplemented,
     to_numpy_dtype,
 )
 
@@ -30,8 +36,7 @@ from .library import PluginLibrary, unpack_int64s
 if TYPE_CHECKING:
     from .client import CClient
 
-#: Element types numpy holds one per byte but PJRT packs (ml_dtypes int4 and friends).
-PACKED_TYPES = frozenset({BufferType.S4, BufferType.U4, BufferType.S2, BufferType.U2, BufferType.F4E2M1FN})
+log = logging.getLogger("pjrt_hub.c_api")
 
 
 class _RowMajorLayout:
@@ -146,13 +151,10 @@ class CBuffer(_Handle, Buffer):
         lib = self._client._lib
         handle = self._live("to_host_buffer")
         kind = self.element_type()
-        if kind in PACKED_TYPES:
-            raise Unimplemented(f"to_host_buffer: {kind.name} is packed below a byte on the device; "
-                                "the C bridge does not unpack it", plugin=lib.name)
         dims = self.dimensions()
         dtype = to_numpy_dtype(kind)
         if dst is None:
-            dst = np.empty(dims, dtype)
+            dst = self._host_array(dims, dtype)
         else:
             if not isinstance(dst, np.ndarray):
                 raise InvalidArgument(f"to_host_buffer: dst must be a numpy array, got {type(dst).__name__}")
@@ -170,8 +172,155 @@ class CBuffer(_Handle, Buffer):
             _keep_until_ready(lib, args.event, dst, host_layout)
         return ToHost(dst, _event(lib, args.event, self._client._owner))
 
+    # -- DLPack ----------------------------------------------------------------------------------
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        if not self.is_on_cpu():
+            raise BufferError(f"{self!r} is not in host memory; the C API says nothing of which DLPack device "
+                              "another memory is, so the C bridge exports buffers in host memory only")
+        return (_DL_CPU, 0)
+
+    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
+        """Export a buffer in host memory without a copy (unless ``copy=True``), as a framework
+        shares a PJRT buffer: the data is awaited first (the consumer reads it at once), and an
+        external reference (``PJRT_Buffer_IncreaseExternalReferenceCount``) holds it until the
+        consumer's array is gone, so the plugin neither frees, moves nor donates it meanwhile.
+
+        The capsule is numpy's, made from a view of ``PJRT_Buffer_UnsafePointer`` with the
+        strides of the buffer's device layout (the Layouts extension's answer; dense row-major
+        when the plugin has no such extension, as a host buffer is by default)."""
+        if stream is not None and stream != -1:
+            raise BufferError(f"a buffer in host memory has no streams; __dlpack__ got stream={stream!r}")
+        device = self.__dlpack_device__()
+        if dl_device is not None and tuple(dl_device) != device:
+            raise BufferError(f"{self!r} lives on DLPack device {device}, not {tuple(dl_device)}")
+        kind = self.element_type()
+        dtype = to_numpy_dtype(kind)
+        if dtype.type.__module__.startswith("ml_dtypes"):
+            raise BufferError(f"{self!r} cannot be exported through DLPack: numpy's DLPack has no {dtype} type; "
+                              "copy it with to_host_buffer() instead")
+        self.ready_event().await_()
+        kwargs: dict[str, Any] = {} if max_version is None else {"max_version": max_version}
+        if copy:
+            copied = self.to_host_buffer()
+            copied.event.await_()
+            return copied.array.__dlpack__(**kwargs)
+        if copy is not None:
+            kwargs["copy"] = copy
+        dims = self.dimensions()
+        strides = self._strides(dims, dtype.itemsize)
+        self.increase_external_reference_count()
+        try:
+            view = _memory_view(self.unsafe_pointer(), dims, dtype, strides)
+        except BaseException:
+            self.decrease_external_reference_count()
+            raise
+        weakref.finalize(view, _release_reference, self)
+        if max_version is not None and tuple(max_version) >= (1, 0):
+            view.flags.writeable = False  # PJRT buffers are immutable; DLPack 1.0 can say so
+        try:
+            return view.__dlpack__(**kwargs)
+        except TypeError:
+            if not kwargs:
+                raise
+            view.flags.writeable = True  # numpy before 2.1: the legacy protocol only, no read-only flag
+            return view.__dlpack__()
+
+    def _strides(self, dims: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+        """Byte strides of the data on the device, from the Layouts extension where the plugin has it."""
+        layouts = _layouts_extension(self._client._lib)
+        order = tuple(range(len(dims) - 1, -1, -1))
+        if layouts is not None:
+            found = layouts.buffer_memory_layout(self)
+            if found.tiles:
+                raise BufferError(f"{self!r} is tiled on its device ({found}); DLPack describes strides only: copy "
+                                  "it with to_host_buffer() instead")
+            if sorted(found.minor_to_major) == list(range(len(dims))):
+                order = tuple(found.minor_to_major)
+        strides = [0] * len(dims)
+        step = itemsize
+        for dim in order:
+            strides[dim] = step
+            step *= max(1, dims[dim])
+        return tuple(strides)
+
+    def _host_array(self, dims: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """A host array for the buffer's data, or the buffer's own error.
+
+        The dimensions are the plugin's answer, not a promise: the output of a failed execution
+        keeps the shape it was declared with (one too large to allocate is how the conformance
+        suite makes an execution fail), and a plugin may answer anything. An allocation that
+        cannot be made is not a Python MemoryError but the buffer's error, when its ready event
+        already carries one (what the plugin's ToHostBuffer would report), else a
+        RESOURCE_EXHAUSTED naming the size."""
+        lib = self._client._lib
+        if any(d < 0 for d in dims):
+            raise Internal(f"to_host_buffer: PJRT_Buffer_Dimensions answered {list(dims)} for {self!r}; "
+                           "a dimension cannot be negative", plugin=lib.name)
+        count = 1
+        for d in dims:
+            count *= d
+        try:
+            return np.empty(dims, dtype)
+        except (MemoryError, ValueError):
+            pass
+        own = self._settled_error()
+        if own is not None:
+            raise own
+        raise ResourceExhausted(f"to_host_buffer: cannot allocate {count * dtype.itemsize} bytes of host memory "
+                                f"for {dtype}{list(dims)}", plugin=lib.name)
+
+    def _settled_error(self) -> PjrtError | None:
+        """The error the buffer's ready event carries if it has fired with one (never waits)."""
+        try:
+            event = self.ready_event()
+            return event.error() if event.is_ready() else None
+        except PjrtError as exc:  # a deleted or donated buffer: its ready event reports that
+            return exc
+
     def __repr__(self) -> str:
         return f"<CBuffer {self._owned.handle:#x} of {self._client._lib.name}>"
+
+
+#: DLPack's device type for host memory (``kDLCPU``).
+_DL_CPU = 1
+
+
+def _layouts_extension(lib: PluginLibrary) -> Any:
+    """The plugin's Layouts extension wrapper, or None when it has none."""
+    from .extensions import wrap_extension
+
+    nodes, _stopped = lib.extensions()
+    for node in nodes:
+        if node.name == "Layouts":
+            return wrap_extension(lib, node)
+    return None
+
+
+def _memory_view(pointer: int, dims: tuple[int, ...], dtype: np.dtype, strides: tuple[int, ...]) -> np.ndarray:
+    """A numpy array over plugin memory at ``pointer`` (no copy)."""
+    count = 1
+    for d in dims:
+        count *= d
+    if count == 0:
+        return np.empty(dims, dtype)
+    if not pointer:
+        raise Internal(f"PJRT_Buffer_UnsafePointer gave NULL for {dtype}{list(dims)}")
+    extent = sum((d - 1) * s for d, s in zip(dims, strides)) + dtype.itemsize
+    raw = (ctypes.c_char * extent).from_address(pointer)
+    return np.ndarray(dims, dtype=dtype, buffer=memoryview(raw), strides=strides)
+
+
+def _release_reference(buffer: CBuffer) -> None:
+    """The DLPack consumer is gone: give its external reference back (quietly, from a finalizer:
+    the buffer's client may have been destroyed first, and the reference with it)."""
+    if not buffer.handle:
+        return
+    try:
+        buffer.decrease_external_reference_count()
+    except PjrtError as exc:
+        log.debug("giving back the external reference of a DLPack export failed: %s", exc)
 
 
 def _device_handle(device: Device | None, what: str, client: "CClient | None" = None) -> int:

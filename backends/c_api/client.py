@@ -30,10 +30,10 @@ from pjrt_hub.abi import (
     to_numpy_dtype,
 )
 
-from .buffers import PACKED_TYPES, CBuffer, _device_handle, _memory_handle
+from .buffers import CBuffer, _device_handle, _memory_handle
 from .devices import CDevice, CDeviceDescription, CMemory, _int_query, _string_query
 from .executables import CLoadedExecutable
-from .handles import _close_quietly, _event, _keep_until_ready, _Owned, _Owner
+from .handles import _ON_DELETE_ADDRESS, _close_quietly, _event, _keep_until_ready, _lend, _Owned, _Owner, _unlend
 from .library import PluginLibrary, decode_named_values, read_pointers, void_fn
 
 #: ``PJRT_HostBufferSemantics_kMutableZeroCopy`` arrived at 0.48.
@@ -284,16 +284,14 @@ class CClient(Client):
         if element_type is not None and to_numpy_dtype(kind).itemsize != host.dtype.itemsize:
             raise InvalidArgument(f"buffer_from_host_buffer: element_type {kind.name} does not match the "
                                   f"array's {host.dtype} ({host.dtype.itemsize} bytes per element)")
-        if kind in PACKED_TYPES:
-            raise Unimplemented(f"buffer_from_host_buffer: {kind.name} is packed below a byte on the device; "
-                                "the C bridge does not pack it", plugin=lib.name)
         zero_copy = semantics in (HostBufferSemantics.IMMUTABLE_ZERO_COPY, HostBufferSemantics.MUTABLE_ZERO_COPY)
-        if not (host.flags.c_contiguous and host.flags.aligned and host.dtype.isnative):
+        copied = not (host.flags.c_contiguous and host.flags.aligned and host.dtype.isnative)
+        if copied:
             # A plugin reads dense, aligned, native-order memory: views with strides, unaligned and
             # big-endian arrays are copied (np.ascontiguousarray would also turn 0-d into 1-d).
-            if semantics == HostBufferSemantics.MUTABLE_ZERO_COPY:
-                raise InvalidArgument("buffer_from_host_buffer: kMutableZeroCopy needs a C-contiguous, aligned "
-                                      f"array in native byte order, got {host.dtype.str}{list(host.shape)}")
+            # The zero-copy semantics allow aliasing without demanding it, so they hold for the
+            # copy: the plugin may alias it (the bridge keeps it alive), and the caller's array
+            # is the caller's again when the call returns.
             host = np.array(host, dtype=host.dtype.newbyteorder("="), order="C")
         memory_handle = _memory_handle(memory, "buffer_from_host_buffer", self)
         if device is None and memory is None:
@@ -309,7 +307,9 @@ class CClient(Client):
         done = args.done_with_host_buffer
         if done and semantics != HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL:
             _keep_until_ready(lib, done, host)
-        return HostTransfer(buffer, _event(lib, done, self._owner))
+        plugin_done = _event(lib, done, self._owner)
+        # A copied array was the caller's again when the call returned: the plugin's event is the copy's.
+        return HostTransfer(buffer, _event(lib, None, self._owner) if copied else plugin_done)
 
     def create_uninitialized_buffer(self, dims: Sequence[int], element_type: BufferType, *,
                                     device: Device | None = None, memory: Memory | None = None) -> CBuffer:
@@ -326,8 +326,41 @@ class CClient(Client):
 
     def create_view_of_device_buffer(self, producer: Any, *, device: Device | None = None,
                                      on_delete: Callable[[], None] | None = None) -> Buffer:
-        raise Unimplemented("create_view_of_device_buffer: the C bridge does not wrap external memory yet "
-                            "(PJRT_Client_CreateViewOfDeviceBuffer)", plugin=self._lib.name)
+        """A buffer over the memory of ``producer`` (a numpy array or a DLPack producer in host
+        memory, what a plugin whose devices are the host can address), without a copy.
+
+        The memory stays the caller's: the array is kept alive until the plugin's
+        ``on_delete_callback`` says it no longer uses it, and ``on_delete`` runs then, once."""
+        what = "create_view_of_device_buffer"
+        array = producer
+        if not isinstance(array, np.ndarray):
+            if not hasattr(producer, "__dlpack__"):
+                raise InvalidArgument(f"{what}: {type(producer).__name__} is neither a numpy array nor a DLPack "
+                                      "producer")
+            try:
+                array = np.from_dlpack(producer)
+            except (BufferError, TypeError, RuntimeError) as exc:
+                raise InvalidArgument(f"{what}: the C bridge views host memory only; the DLPack producer "
+                                      f"{type(producer).__name__} gave none ({exc})") from None
+        if not (array.flags.c_contiguous and array.flags.aligned and array.dtype.isnative):
+            raise InvalidArgument(f"{what}: the memory must be a dense row-major, aligned array in native byte "
+                                  f"order, got {array.dtype.str}{list(array.shape)} with strides {list(array.strides)}")
+        kind = from_numpy_dtype(array.dtype)
+        if device is None:
+            device = self.addressable_devices()[0]
+        dims = (ctypes.c_int64 * max(1, array.ndim))(*array.shape)
+        token = _lend(array, on_delete)
+        args = self._lib.args("PJRT_Client_CreateViewOfDeviceBuffer_Args", client=self._live(what),
+                              device_buffer_ptr=array.ctypes.data or None, dims=ctypes.addressof(dims),
+                              num_dims=array.ndim, element_type=int(kind),
+                              device=_device_handle(device, what, self), on_delete_callback=_ON_DELETE_ADDRESS,
+                              on_delete_callback_arg=token)
+        try:
+            self._lib.call("PJRT_Client_CreateViewOfDeviceBuffer", args)
+        except BaseException:
+            _unlend(token)
+            raise
+        return CBuffer(self, args.buffer)
 
     def destroy(self) -> None:
         """Destroy what is left of the client's buffers, executables and events, then the client."""

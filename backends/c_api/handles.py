@@ -4,7 +4,8 @@ Every owned handle (buffer, executable, event) is registered with its client (:c
 destroying the client first destroys what still lives of its buffers, executables and events, in that
 order, whatever order Python's garbage collector picks; a handle is destroyed exactly once. Host memory
 the plugin may still read or write is released through ``PJRT_Event_OnReady`` by one static ctypes
-trampoline, so no per-call callback object has to outlive anything."""
+trampoline, and memory lent to a view (``PJRT_Client_CreateViewOfDeviceBuffer``) through its
+``on_delete_callback`` by another, so no per-call callback object has to outlive anything."""
 
 from __future__ import annotations
 
@@ -166,6 +167,45 @@ def _keep_until_ready(lib: PluginLibrary, event: int, *objects: Any) -> None:
         keep.clear()
 
     _register_on_ready(lib, event, release)
+
+
+# -- views: the caller's memory lent to the plugin --------------------------------------------
+
+
+_ON_DELETE_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+#: Memory lent to a plugin by ``PJRT_Client_CreateViewOfDeviceBuffer``, by token: the array (kept
+#: alive until the plugin is done with it) and the caller's ``on_delete``.
+_LENT: dict[int, tuple[Any, Callable[[], None] | None]] = {}
+
+
+def _on_delete(_pointer: int | None, user_arg: int | None) -> None:
+    entry = _LENT.pop(user_arg or 0, None)
+    if entry is None:
+        return
+    _array, on_delete = entry
+    if on_delete is None:
+        return
+    try:
+        on_delete()
+    except Exception:  # noqa: BLE001 - runs on a plugin thread; nothing can catch it there
+        log.exception("the on_delete callback of a view failed")
+
+
+_ON_DELETE = _ON_DELETE_TYPE(_on_delete)
+_ON_DELETE_ADDRESS = ctypes.cast(_ON_DELETE, ctypes.c_void_p).value
+
+
+def _lend(array: Any, on_delete: Callable[[], None] | None) -> int:
+    """Keep ``array`` alive until the plugin calls back through :data:`_ON_DELETE_ADDRESS` with
+    the returned token (its ``on_delete_callback_arg``), then run ``on_delete``."""
+    token = next(_TOKENS)
+    _LENT[token] = (array, on_delete)
+    return token
+
+
+def _unlend(token: int) -> None:
+    """The view was never made: forget the loan without running its ``on_delete``."""
+    _LENT.pop(token, None)
 
 
 # -- events ----------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from ._topology import (
     CpuDeviceDescription,
     CpuTopologyDescription,
     _attributes,
+    copied,
     deserialize_topology,
     read_num_devices,
 )
@@ -69,10 +70,12 @@ class CpuApi(Api):
     :param device_attributes: ``PJRT_DeviceDescription_Attributes`` of every device.
     :param extensions: extension implementations by name, handed to the host as they are.
     :param inline_policy: which programs run on the calling thread instead of a device worker.
+    :param backend: the plugin's name, which its devices' strings carry (default: none, the
+        devices read as the platform's).
     """
 
     __slots__ = ("_compiler", "_platform_name", "_api_version", "_attributes", "_platform_version",
-                 "_num_devices", "_device_attributes", "_extensions", "_inline_policy")
+                 "_num_devices", "_device_attributes", "_extensions", "_inline_policy", "_backend")
 
     def __init__(self, compiler: ProgramCompiler, *, platform_name: str = "cpu",
                  api_version: VersionLike = DEFAULT_API_VERSION,
@@ -80,7 +83,7 @@ class CpuApi(Api):
                  num_devices: int = DEFAULT_NUM_DEVICES,
                  device_attributes: Mapping[str, Any] | None = None,
                  extensions: Mapping[str, Any] | None = None,
-                 inline_policy: InlinePolicy = _DEFAULT_INLINE_POLICY) -> None:
+                 inline_policy: InlinePolicy = _DEFAULT_INLINE_POLICY, backend: str = "") -> None:
         if not isinstance(compiler, ProgramCompiler):
             raise InvalidArgument(
                 f"CpuApi needs a ProgramCompiler (name, compile, deserialize), got {type(compiler).__name__}"
@@ -96,6 +99,7 @@ class CpuApi(Api):
         self._device_attributes = _attributes(device_attributes)
         self._extensions = dict(extensions or {})
         self._inline_policy = inline_policy
+        self._backend = backend
 
     @property
     def compiler(self) -> ProgramCompiler:
@@ -108,7 +112,7 @@ class CpuApi(Api):
         return dict(self._extensions)
 
     def plugin_attributes(self) -> dict[str, Any]:
-        return dict(self._attributes)
+        return copied(self._attributes)
 
     def client_create(self, options: NamedValues | None = None, *, kv_store: KeyValueStore | None = None) -> Client:
         options = _check_options(options, CLIENT_OPTIONS, "PJRT_Client_Create")
@@ -152,14 +156,14 @@ class CpuApi(Api):
         topology = CpuTopologyDescription(
             local, platform_name=self._platform_name, platform_version=self._platform_version,
             attributes={"num_devices": local}, device_attributes=self._device_attributes,
-            first_id=first, process_index=node_id)
+            first_id=first, process_index=node_id, backend=self._backend)
         remote = []
         for node, count in enumerate(counts):
             if node == node_id:
                 continue
             start = sum(counts[:node])
-            remote += [CpuDeviceDescription(start + i, self._platform_name, self._device_attributes, node)
-                       for i in range(count)]
+            remote += [CpuDeviceDescription(start + i, self._platform_name, self._device_attributes, node,
+                                            self._backend) for i in range(count)]
         return CpuClient(self._compiler, topology, asynchronous=options.get("asynchronous", True),
                          inline_policy=self._inline_policy, collective_timeout=timeout, remote=remote,
                          process_index=node_id, engine=MpiEngine(node_id, num_nodes, kv_store))
@@ -187,6 +191,7 @@ class CpuApi(Api):
         return CpuTopologyDescription(
             num_devices, platform_name=self._platform_name, platform_version=self._platform_version,
             attributes={"num_devices": num_devices}, device_attributes=self._device_attributes,
+            backend=self._backend,
         )
 
     def __repr__(self) -> str:

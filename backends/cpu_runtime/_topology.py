@@ -47,17 +47,28 @@ def _attributes(values: Mapping[str, Any] | None) -> dict[str, Any]:
     return {str(name): _plain(value) for name, value in (values or {}).items()}
 
 
-class CpuDeviceDescription(DeviceDescription):
-    """``PJRT_DeviceDescription`` of one CPU device."""
+def copied(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """Attributes as a caller gets them: its own mapping and its own lists, so that what it does
+    to them never changes what the plugin reports next."""
+    return {name: list(value) if isinstance(value, list) else value for name, value in attributes.items()}
 
-    __slots__ = ("_id", "_platform_name", "_attributes", "_process_index")
+
+class CpuDeviceDescription(DeviceDescription):
+    """``PJRT_DeviceDescription`` of one CPU device.
+
+    ``backend`` (the plugin's name) names the device in its strings, which frameworks show users
+    (JAX prints a device as its ``to_string``): a numba_cpu device must not read as XLA's own
+    ``CpuDevice(id=0)``, or a user thinks the framework fell back to its CPU."""
+
+    __slots__ = ("_id", "_platform_name", "_attributes", "_process_index", "_backend")
 
     def __init__(self, device_id: int, platform_name: str = "cpu",
-                 attributes: Mapping[str, Any] | None = None, process_index: int = 0) -> None:
+                 attributes: Mapping[str, Any] | None = None, process_index: int = 0, backend: str = "") -> None:
         self._id = device_id
         self._platform_name = platform_name
         self._attributes = _attributes(attributes)
         self._process_index = process_index
+        self._backend = backend
 
     def id(self) -> int:
         return self._id
@@ -66,16 +77,17 @@ class CpuDeviceDescription(DeviceDescription):
         return self._process_index
 
     def attributes(self) -> dict[str, Any]:
-        return dict(self._attributes)
+        return copied(self._attributes)
 
     def kind(self) -> str:
         return "cpu"
 
     def debug_string(self) -> str:
-        return f"{self._platform_name}:{self._id}"
+        return f"{self._backend or self._platform_name}:{self._id}"
 
     def to_string(self) -> str:
-        return f"CpuDevice(id={self._id})"
+        kind = "".join(part.capitalize() for part in self._backend.split("_")) if self._backend else "Cpu"
+        return f"{kind}Device(id={self._id})"
 
     def __repr__(self) -> str:
         return f"<CpuDeviceDescription {self.debug_string()}>"
@@ -88,6 +100,7 @@ class _TopologyData:
     num_devices: int
     attributes: dict[str, Any] = field(default_factory=dict)
     device_attributes: dict[str, Any] = field(default_factory=dict)
+    backend: str = ""
 
 
 class CpuTopologyDescription(TopologyDescription):
@@ -98,14 +111,14 @@ class CpuTopologyDescription(TopologyDescription):
     def __init__(self, num_devices: int, *, platform_name: str = "cpu", platform_version: str = "",
                  attributes: Mapping[str, Any] | None = None,
                  device_attributes: Mapping[str, Any] | None = None, first_id: int = 0,
-                 process_index: int = 0) -> None:
+                 process_index: int = 0, backend: str = "") -> None:
         if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
             raise InvalidArgument(f"a CPU topology needs a positive number of devices, got {num_devices!r}")
         self._data = _TopologyData(platform_name, platform_version, num_devices,
-                                   _attributes(attributes), _attributes(device_attributes))
+                                   _attributes(attributes), _attributes(device_attributes), backend)
         # In a job of several processes, device ids are global: this process's start at first_id.
         self._descriptions = tuple(
-            CpuDeviceDescription(first_id + i, platform_name, self._data.device_attributes, process_index)
+            CpuDeviceDescription(first_id + i, platform_name, self._data.device_attributes, process_index, backend)
             for i in range(num_devices)
         )
 
@@ -127,7 +140,7 @@ class CpuTopologyDescription(TopologyDescription):
         return list(self._descriptions)
 
     def attributes(self) -> dict[str, Any]:
-        return dict(self._data.attributes)
+        return copied(self._data.attributes)
 
     def serialize(self) -> bytes:
         data = self._data
@@ -138,6 +151,7 @@ class CpuTopologyDescription(TopologyDescription):
             "num_devices": data.num_devices,
             "attributes": data.attributes,
             "device_attributes": data.device_attributes,
+            "backend": data.backend,
         }
         return _MAGIC + json.dumps(document, sort_keys=True).encode()
 
@@ -171,10 +185,13 @@ def deserialize_topology(serialized: bytes) -> CpuTopologyDescription:
         value = document.get(key)
         if not isinstance(value, kind) or isinstance(value, bool):
             raise bad(f"field {key!r} should be {kind.__name__}, got {value!r}")
+    backend = document.get("backend", "")  # absent from documents written before it was added
+    if not isinstance(backend, str):
+        raise bad(f"field 'backend' should be str, got {backend!r}")
     return CpuTopologyDescription(
         document["num_devices"], platform_name=document["platform_name"],
         platform_version=document["platform_version"], attributes=document["attributes"],
-        device_attributes=document["device_attributes"],
+        device_attributes=document["device_attributes"], backend=backend,
     )
 
 

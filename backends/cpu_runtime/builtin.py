@@ -47,4 +47,4 @@ def builtin_api(compiler: ProgramCompiler, backend: str, inline_policy: InlinePo
     return CpuApi(compiler, platform_name="cpu", api_version=FRAMEWORK_VERSION,
                   platform_version=f"pjrt-hub {backend}",
                   attributes={"pjrt_hub_backend": backend, **STABLEHLO_ATTRIBUTES},
-                  extensions=builtin_extensions(), **policy)
+                  extensions=builtin_extensions(), backend=backend, **policy)

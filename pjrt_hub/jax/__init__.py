@@ -22,6 +22,8 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, Mapping
 
+import numpy as np
+
 from pjrt_hub.abi import FailedPrecondition, InvalidArgument, PjrtHubError
 
 from ._limitations import JAX_LIMITATIONS, JaxLimitation, limitation
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
     from pjrt_hub.backends.c_api.server import ServedApi
 
 __all__ = ["DEFAULT_PRIORITY", "ENV_PLUGINS", "JAX_LIMITATIONS", "JaxLimitation", "JaxUnavailableError",
-           "initialize", "limitation", "register", "registered"]
+           "device_attributes_for_jax", "initialize", "limitation", "register", "registered"]
 
 log = logging.getLogger("pjrt_hub.jax")
 
@@ -122,8 +124,26 @@ def _serve(plugin: str, name: str, platform_name: str, registry: "PluginRegistry
 
     served = serve(make_api, name=record.name, version=record.api_version, platform_name=platform_name,
                    program_reader=lambda code: read_program(code).text,
-                   extensions={**record.extensions, "Shardings": 1}, compile_hook=compile_for_jax)
+                   extensions={**record.extensions, "Shardings": 1}, compile_hook=compile_for_jax,
+                   device_attribute_hook=device_attributes_for_jax)
     return served
+
+
+def device_attributes_for_jax(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """A device's attributes as jaxlib can take them.
+
+    jaxlib reads a device's ``PJRT_NamedValue``s of string, integer and integer-list type and
+    aborts the whole process on the others ("Attribute ... has unsupported type", jaxlib 0.10):
+    a plugin whose device says ``{"fast": True}`` would kill the user's program. A boolean is
+    handed over as 0 or 1 (what a C caller reads it as), a float as its decimal text."""
+    out: dict[str, Any] = {}
+    for name, value in attributes.items():
+        if isinstance(value, (bool, np.bool_)):
+            value = int(value)
+        elif isinstance(value, (float, np.floating)):
+            value = repr(float(value))
+        out[name] = value
+    return out
 
 
 def _allow_donation(platform: str) -> None:

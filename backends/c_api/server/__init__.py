@@ -41,7 +41,7 @@ from typing import Callable, Mapping
 
 from pjrt_hub.abi import Api, ApiVersion
 
-from ._base import CAPSULE_NAME, CompileHook, ProgramReader
+from ._base import CAPSULE_NAME, AttributeHook, CompileHook, ProgramReader
 from ._buffers import _BufferSlots
 from ._client import _ClientSlots
 from ._devices import _DeviceSlots
@@ -50,7 +50,7 @@ from ._executables import _ExecutableSlots
 from ._extensions import _ExtensionSlots
 from ._topology import _TopologySlots
 
-__all__ = ["CAPSULE_NAME", "CompileHook", "ProgramReader", "ServedApi", "serve"]
+__all__ = ["CAPSULE_NAME", "AttributeHook", "CompileHook", "ProgramReader", "ServedApi", "serve"]
 
 
 class ServedApi(_PluginEventSlots, _ClientSlots, _DeviceSlots, _ExecutableSlots, _BufferSlots, _TopologySlots,
@@ -71,16 +71,21 @@ class ServedApi(_PluginEventSlots, _ClientSlots, _DeviceSlots, _ExecutableSlots,
         (Layouts, MemoryDescriptions); their functions call the Api's ``extensions()`` objects.
     :param compile_hook: compiles for ``PJRT_Client_Compile`` instead of ``client.compile``; it
         gets the program as the caller sent it (the reader is not applied).
+    :param device_attribute_hook: rewrites the attributes of a device and of its description
+        before they are laid out, for a caller that cannot read some ``PJRT_NamedValue`` types
+        (jaxlib aborts on boolean and float device attributes).
     """
 
 
 def serve(api: Api | Callable[[], Api], *, name: str, version: ApiVersion | str | None = None,
           platform_name: str | None = None, program_reader: ProgramReader | None = None,
-          extensions: Mapping[str, int] | None = None, compile_hook: CompileHook | None = None) -> ServedApi:
+          extensions: Mapping[str, int] | None = None, compile_hook: CompileHook | None = None,
+          device_attribute_hook: AttributeHook | None = None) -> ServedApi:
     """A :class:`ServedApi` for ``api``, kept for the life of the process (a C caller keeps raw
     pointers into it and everything it hands out)."""
     served = ServedApi(api, name=name, version=version, platform_name=platform_name,
-                       program_reader=program_reader, extensions=extensions, compile_hook=compile_hook)
+                       program_reader=program_reader, extensions=extensions, compile_hook=compile_hook,
+                       device_attribute_hook=device_attribute_hook)
     _SERVED.append(served)
     return served
 

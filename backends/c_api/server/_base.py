@@ -27,10 +27,10 @@ from pjrt_hub.abi import (
     history,
     to_numpy_dtype,
 )
+from pjrt_hub.abi.errors import without_terminal_codes
 from pjrt_hub.abi.types import ExtensionType
 from pjrt_hub.extensions import extension_spec
 
-from ..buffers import PACKED_TYPES
 from ..library import API_HEADER_SIZE, encode_named_values
 from ..structs import layout
 
@@ -47,6 +47,9 @@ ProgramReader = Callable[[bytes], "str | bytes"]
 #: ``(client, program, serialized CompileOptionsProto) -> LoadedExecutable``: how
 #: ``PJRT_Client_Compile`` compiles, when the default ``client.compile(program, options)`` is not it.
 CompileHook = Callable[[Any, Program, bytes], Any]
+#: ``attributes -> attributes``: what a device's attributes become before they are laid out as
+#: ``PJRT_NamedValue``s, for a caller that cannot read every type the C API has.
+AttributeHook = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 
 _FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
 _VOID_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -223,7 +226,8 @@ class _Base:
 
     def __init__(self, api: Api | Callable[[], Api], *, name: str, version: ApiVersion | str | None = None,
                  platform_name: str | None = None, program_reader: ProgramReader | None = None,
-                 extensions: Mapping[str, int] | None = None, compile_hook: CompileHook | None = None) -> None:
+                 extensions: Mapping[str, int] | None = None, compile_hook: CompileHook | None = None,
+                 device_attribute_hook: AttributeHook | None = None) -> None:
         self.name = name
         self._api_obj: Api | None = api if isinstance(api, Api) else None
         self._api_factory = None if isinstance(api, Api) else api
@@ -235,6 +239,7 @@ class _Base:
         self.platform_name = platform_name
         self.program_reader = program_reader
         self.compile_hook = compile_hook
+        self.device_attribute_hook = device_attribute_hook
         self._api_lock = threading.Lock()
         self._initialized = False
         self._handles = _Handles(name)
@@ -359,12 +364,13 @@ class _Base:
         self._keep.append(fn)
         return ctypes.cast(fn, ctypes.c_void_p).value or 0
 
-    def _wrapper(self, c_name: str, handler: Callable[[int], None] | None) -> Callable[[int], int | None]:
+    def _wrapper(self, c_name: str, handler: Callable[[int], None] | None,
+                 unimplemented_because: str | None = None) -> Callable[[int], int | None]:
         calls = self.calls
         make_error = self._make_error
         if handler is None:
-            message = (f"{c_name} is not implemented by pjrt-hub's PJRT_Api for plugin {self.name!r} "
-                       f"(PJRT API {self.version})")
+            message = unimplemented_because or (f"{c_name} is not implemented by pjrt-hub's PJRT_Api for plugin "
+                                                f"{self.name!r} (PJRT API {self.version})")
 
             def unimplemented(address: int) -> int | None:
                 calls[c_name] += 1
@@ -407,8 +413,13 @@ class _Base:
             if functions is None or spec is None:
                 continue
             served = tuple(fn for fn, since in functions if since <= version)
+            later = tuple(fn for fn, since in functions if since > version)
             size = _EXTENSION_HEADER + 8 * len(served)
-            node = (ctypes.c_char * size)()
+            # The functions of the extension's later versions follow, past struct_size: a caller
+            # that reads them without checking the node's size (jaxlib does, for Layouts) then
+            # calls a function that answers UNIMPLEMENTED instead of jumping to whatever memory
+            # follows the node. A caller that checks sees the plugin's version.
+            node = (ctypes.c_char * (size + 8 * len(later)))()
             base = ctypes.addressof(node)
             ctypes.c_size_t.from_address(base).value = size
             ctypes.c_int32.from_address(base + 8).value = int(ExtensionType[name])
@@ -417,6 +428,12 @@ class _Base:
                 location = base + _EXTENSION_HEADER + 8 * i
                 ctypes.c_void_p.from_address(location).value = self._callback(fn_name)
                 self._locations[fn_name] = location
+            for i, fn_name in enumerate(later):
+                why = (f"{fn_name} is not in version {version} of the {name} extension that plugin {self.name!r} "
+                       "offers (the node's struct_size ends before it)")
+                fn = _FN(self._wrapper(fn_name, None, why))
+                self._keep.append(fn)
+                ctypes.c_void_p.from_address(base + size + 8 * i).value = ctypes.cast(fn, ctypes.c_void_p).value
             self._node_memory.append(node)
             self.extension_nodes.append(_ExtensionNode(name, version, served))
             head = base
@@ -502,8 +519,8 @@ class _Base:
                 code, message = ErrorCode.CANCELLED, f"{c_name}: interrupted"
             else:
                 code = ErrorCode.INTERNAL
-                message = (f"{c_name} of plugin {self.name!r} raised {type(exc).__name__}: {exc} "
-                           "(a bug in the plugin or in pjrt-hub's PJRT_Api)")
+                message = without_terminal_codes(f"{c_name} of plugin {self.name!r} raised {type(exc).__name__}: "
+                                                 f"{exc} (a bug in the plugin or in pjrt-hub's PJRT_Api)")
                 log.debug("%s raised", c_name, exc_info=exc)
             data = message.encode("utf-8", "replace")
             buf = ctypes.create_string_buffer(data, max(1, len(data)))
@@ -707,9 +724,9 @@ def _buffer_type(value: int, what: str) -> BufferType:
 
 def _host_array(address: int | None, kind: BufferType, dims: Sequence[int], byte_strides: Sequence[int] | None,
                 *, writable: bool, what: str) -> np.ndarray:
-    """A numpy view of caller memory (no copy)."""
-    if kind in PACKED_TYPES:
-        raise Unimplemented(f"{what}: {kind.name} is packed below a byte; pjrt-hub's PJRT_Api does not pack it")
+    """A numpy view of caller memory (no copy). Sub-byte types are one element per byte there, as
+    numpy (ml_dtypes) holds them and as XLA's plugins take and give them: packing them is the
+    device's business."""
     dtype = to_numpy_dtype(kind)
     if any(d < 0 for d in dims):
         raise InvalidArgument(f"{what}: dimensions must not be negative, got {list(dims)}")

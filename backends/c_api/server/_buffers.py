@@ -9,7 +9,6 @@ import numpy as np
 
 from pjrt_hub.abi import BufferType, InvalidArgument, Unimplemented, to_numpy_dtype
 
-from ..buffers import PACKED_TYPES
 from ..structs import layout
 from ._base import _Base, _Entry, _host_array
 
@@ -101,8 +100,6 @@ class _BufferSlots(_Base):
         what = "PJRT_Buffer_ToHostBuffer"
         buffer = self._buffer(args.src, what)
         kind = BufferType(buffer.element_type())
-        if kind in PACKED_TYPES:
-            raise Unimplemented(f"{what}: {kind.name} is packed below a byte; pjrt-hub's PJRT_Api does not pack it")
         dims = tuple(int(d) for d in buffer.dimensions())
         dtype = to_numpy_dtype(kind)
         order = None

@@ -7,6 +7,7 @@ from typing import Any
 
 from pjrt_hub.abi import HostBufferSemantics, InvalidArgument, Program, Unimplemented
 
+from ..kv import CallerKeyValueStore
 from ..library import decode_named_values
 from ..structs import layout
 from ._base import _Base, _buffer_type, _caller_release, _host_array, _is_text, encode_compile_options_default
@@ -30,8 +31,19 @@ class _ClientSlots(_Base):
         args = self._args(address, "PJRT_Client_Create_Args")
         options = decode_named_values(args.create_options, args.num_options, what="PJRT_Client_Create options",
                                       plugin=self.name) if args.num_options else {}
-        client = self.api.client_create(options)
+        store = self._caller_store(args)
+        client = self.api.client_create(options) if store is None else self.api.client_create(options, kv_store=store)
         args.client = self._handles.intern("client", client)
+
+    def _caller_store(self, args: Any) -> CallerKeyValueStore | None:
+        """The caller's key-value callbacks as a store for the plugin; None when it gave none."""
+        if not (args.kv_get_callback and args.kv_put_callback):
+            return None
+        try_get = try_get_arg = None
+        if self._covers(args, "PJRT_Client_Create_Args", "kv_try_get_user_arg"):
+            try_get, try_get_arg = args.kv_try_get_callback, args.kv_try_get_user_arg
+        return CallerKeyValueStore(self.name, args.kv_get_callback, args.kv_get_user_arg, args.kv_put_callback,
+                                   args.kv_put_user_arg, try_get, try_get_arg)
 
     def _Client_Destroy(self, address: int) -> None:
         args = self._args(address, "PJRT_Client_Destroy_Args")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from pjrt_hub.abi import Unimplemented
 
@@ -31,10 +31,14 @@ class _DeviceSlots(_Base):
         entry = self._handles.entry(args.device_description, "description", "PJRT_DeviceDescription_Attributes")
         values = entry.kept("attributes")
         if values is None:
-            values = entry.keep("attributes", self._named_values(entry.obj.attributes(),
+            values = entry.keep("attributes", self._named_values(self._device_attributes(entry.obj.attributes()),
                                                                  "PJRT_DeviceDescription_Attributes"))
         args.attributes = values.address or None
         args.num_attributes = values.count
+
+    def _device_attributes(self, attributes: Mapping[str, Any]) -> Mapping[str, Any]:
+        hook = self.device_attribute_hook
+        return attributes if hook is None else hook(attributes)
 
     def _description_string(self, address: int, struct: str, method: str, out: str) -> None:
         args = self._args(address, struct)
@@ -103,7 +107,7 @@ class _DeviceSlots(_Base):
             attributes = device.get_attributes()
         except Unimplemented:
             attributes = {}  # jaxlib treats an error here as fatal; no attributes is the honest answer
-        values = self._named_values(attributes, "PJRT_Device_GetAttributes")
+        values = self._named_values(self._device_attributes(attributes), "PJRT_Device_GetAttributes")
         args.attributes = values.address or None
         args.num_attributes = values.count
         # The handle the caller gives back to the deleter: any unique non-NULL value will do.

@@ -183,9 +183,15 @@ def test_to_host_into_a_given_array(client):
         buffer.to_host_buffer(np.empty((3, 2), np.float32).T)
 
 
-def test_packed_types_are_refused_clearly(client):
-    with pytest.raises(Unimplemented, match="S4 is packed below a byte"):
-        client.buffer_from_host_buffer(np.zeros(4, ml_dtypes.int4))
+@pytest.mark.parametrize("dtype", [ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.float4_e2m1fn])
+def test_sub_byte_types_cross_one_element_per_byte(client, dtype):
+    # XLA takes and gives them as numpy holds them, one per byte, and packs them on the device.
+    array = (np.arange(15).reshape(3, 5) % 2).astype(dtype)
+    buffer = host(client, array)
+    assert buffer.on_device_size_in_bytes() < array.nbytes
+    got = fetch(buffer)
+    assert got.dtype == array.dtype and got.shape == array.shape
+    np.testing.assert_array_equal(got.view(np.uint8), array.view(np.uint8))
 
 
 def test_the_host_array_lives_as_long_as_the_plugin_reads_it(client):
