@@ -340,6 +340,8 @@ def _render_conformance(report: Any) -> str:
                                            subsequent_indent=" " * 11, break_on_hyphens=False)
                 continue
             lines.append(f"  {marks[c.outcome.value]}  {c.id}" + (f": {text}" if text else ""))
+            for broken in c.contract:
+                lines += textwrap.wrap(f"breaks {broken}", 100, initial_indent=" " * 11, subsequent_indent=" " * 13)
         if not p.tested:
             lines.append("  nothing was tested: every selected case was skipped")
     failed = sum(p.counts.failed for p in report.plugins)
@@ -373,6 +375,12 @@ def cmd_conformance(args: argparse.Namespace) -> int:
 
     if args.mutation_report is not None:
         return cmd_mutation_report(args)
+    if args.coverage:
+        from pjrt_hub.testing import CASES
+        from pjrt_hub.testing.contract import coverage, render_coverage
+
+        _emit(args, coverage(list(CASES)), render_coverage)
+        return ExitCode.OK
     if args.schema:
         print(json.dumps(ConformanceReport.model_json_schema(), indent=2))
         return ExitCode.OK
@@ -1143,6 +1151,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="instead, run the suite on a catalogue of mutant plugins (a Python file or module "
                         "defining MUTANTS and BASES; default: pjrt-hub's own, tests/conformance/mutants.py of a "
                         "checkout) and print the mutation score per group; non-zero exit if one survives")
+    p.add_argument("--coverage", action="store_true",
+                   help="instead, print what the suite checks of the PJRT C API: each behaviour pjrt_c_api.h "
+                        "states, function by function, with the cases that check it or why none can")
     p.add_argument("--mutant", action="append", default=[], metavar="PATTERN",
                    help="with --mutation-report: only the mutants whose name matches (repeatable)")
     p.add_argument("--via", choices=("c_api", "jax"), default=None,

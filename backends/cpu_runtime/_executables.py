@@ -28,6 +28,7 @@ not reusable in place.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import struct
@@ -120,12 +121,17 @@ class CpuExecutable(Executable):
     """``PJRT_Executable``: a compiled program with its replica and partition counts."""
 
     __slots__ = ("_program", "_compiler_name", "_num_replicas", "_num_partitions", "_assignment",
-                 "_code", "_inputs", "_outputs", "_aliases", "_donated", "_cost", "_collectives", "__weakref__")
+                 "_code", "_inputs", "_outputs", "_aliases", "_donated", "_cost", "_collectives", "_fingerprint",
+                 "__weakref__")
 
     def __init__(self, program: CompiledProgram, *, compiler_name: str, num_replicas: int = 1,
                  num_partitions: int = 1, device_assignment: tuple[tuple[int, ...], ...] | None = None,
-                 code: bytes | str | None = None) -> None:
+                 code: bytes | str | None = None, fingerprint: str | None = None) -> None:
         self._program = program
+        # A deserialized executable is the one that was serialized, and keeps its fingerprint:
+        # the program a compiler reads back may carry another one (numba_cpu's eager tier
+        # fingerprints the program text, its compiled module the generated code).
+        self._fingerprint = fingerprint
         self._compiler_name = compiler_name
         self._num_replicas = num_replicas
         self._num_partitions = num_partitions
@@ -180,7 +186,13 @@ class CpuExecutable(Executable):
         return [layout.shape for layout in self._outputs]
 
     def fingerprint(self) -> str:
-        return self._program.fingerprint
+        if self._fingerprint:
+            return self._fingerprint
+        # The executable is the program and the replica and partition counts it runs with, which
+        # a compiler need not read (numba_cpu makes the same code for one replica and for two);
+        # PJRT's fingerprint is unique to the executable, so the counts go into it (XLA's too).
+        key = f"{self._program.fingerprint}\0{self._num_replicas}\0{self._num_partitions}"
+        return hashlib.sha256(key.encode()).hexdigest()
 
     def get_compiled_memory_stats(self) -> CompiledMemoryStats:
         arguments = sum(layout.nbytes for layout in self._inputs)
@@ -203,6 +215,7 @@ class CpuExecutable(Executable):
             "num_replicas": self._num_replicas,
             "num_partitions": self._num_partitions,
             "device_assignment": self._assignment,
+            "fingerprint": self.fingerprint(),
             "code_is_text": isinstance(self._code, str),
             "has_code": self._code is not None,
             "code_size": len(code),
@@ -270,6 +283,9 @@ def deserialize_executable(serialized: bytes, compiler: Any) -> CpuExecutable:
         assignment = header["device_assignment"]
         if assignment is not None:
             assignment = tuple(tuple(int(d) for d in row) for row in assignment)
+        fingerprint = header.get("fingerprint")
+        if fingerprint is not None and not isinstance(fingerprint, str):
+            raise ValueError(f"the fingerprint is {type(fingerprint).__name__}, not a string")
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
         raise bad(f"corrupt executable header ({exc})") from None
     if header.get("compiler") != compiler.name:
@@ -286,7 +302,8 @@ def deserialize_executable(serialized: bytes, compiler: Any) -> CpuExecutable:
     except Exception as exc:  # noqa: BLE001 - corrupt bytes may break a compiler in any way
         raise bad(f"{compiler.name} could not read the program: {type(exc).__name__}: {exc}") from None
     return CpuExecutable(program, compiler_name=compiler.name, num_replicas=replicas,
-                         num_partitions=partitions, device_assignment=assignment, code=code)
+                         num_partitions=partitions, device_assignment=assignment, code=code,
+                         fingerprint=fingerprint)
 
 
 # -- the loaded executable ----------------------------------------------------------------------

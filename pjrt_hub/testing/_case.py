@@ -41,11 +41,12 @@ __all__ = [
 
 PluginKind = Literal["python", "c", "both"]
 
-#: The groups, in the order the suite runs and reports them.
+#: The groups, in the order the suite runs and reports them. ``properties`` has no counterpart
+#: upstream: generated inputs, the plugin beside the reference plugin (cases/properties.py).
 GROUPS: tuple[str, ...] = (
     "version", "plugin", "client", "devices", "memories", "buffers", "transfers", "compile",
     "execute", "collectives", "numerics", "events", "lifetime", "concurrency", "topology", "extensions",
-    "errors", "abi", "jax",
+    "errors", "properties", "abi", "jax",
 )
 
 #: Seconds a case may take unless it says otherwise (scaled by ``--pjrt-timeout-scale``).

@@ -29,6 +29,9 @@ class CaseResult(BaseModel):
     outcome: CaseOutcome
     message: str | None = Field(None, description="why it failed, or why it was skipped")
     limitation: str | None = Field(None, description="the declared limitation that made it an expected failure")
+    contract: list[str] = Field(default_factory=list,
+                                description="for a failed case: the behaviours of pjrt_c_api.h it checks, "
+                                            "'FUNCTION: behaviour' (pjrt-hub conformance --coverage)")
     duration_s: float = 0.0
 
 

@@ -20,6 +20,7 @@ import pytest
 from pjrt_hub import Outcome
 from pjrt_hub.abi import ApiVersion
 
+from .contract import explain
 from ._case import CASES, GROUPS, Case, CaseFailure, CaseSkipped, matching, suite_version
 from ._context import COMPILE_TIMEOUT, PluginUnderTest
 from ._report import CaseOutcome, CaseResult, ConformanceReport, Counts, PluginConformance
@@ -96,6 +97,9 @@ class ConformanceItem(pytest.Item):
         if skipped is not None:
             pytest.skip(skipped)
         if failed is not None:
+            broken = explain(self.case.id)
+            if broken:  # a section of pytest's report, so the failure message itself stays the case's
+                self.add_report_section("call", "PJRT contract", "the case checks:\n" + "\n".join(broken))
             pytest.fail(failed, pytrace=False)
 
     def _run(self) -> None:
@@ -234,7 +238,8 @@ class ConformanceSession:
         self.results[report.nodeid] = CaseResult(
             id=item.id, group=item.group, name=item.name, description=item.description, outcome=outcome,
             message=message, limitation=limitation.description if limitation and outcome is not CaseOutcome.SKIPPED
-            else None, duration_s=round(duration, 4))
+            else None, contract=explain(item.id) if outcome is CaseOutcome.FAILED else [],
+            duration_s=round(duration, 4))
 
     def report(self) -> ConformanceReport:
         import pjrt_hub

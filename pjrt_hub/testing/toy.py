@@ -639,7 +639,8 @@ class ToyLoadedExecutable(LoadedExecutable):
         options = options or ExecuteOptions()
         devices = self.devices
         if execute_device is not None:
-            if not isinstance(execute_device, ToyDevice):
+            # A device of another toy client is a ToyDevice too, but not one this client can address.
+            if not isinstance(execute_device, ToyDevice) or execute_device not in self.client.devices_list:
                 raise InvalidArgument(f"PJRT_LoadedExecutable_Execute: {execute_device!r} is not a device of this client")
             devices = [execute_device]
         if len(argument_lists) != len(devices):
@@ -860,13 +861,31 @@ class ToyClient(Client):
 # -- extensions, the Api and the plugin object -------------------------------------------------
 
 
+def _own(obj: Any, cls: type, what: str) -> Any:
+    """``obj`` (or the toy object behind the host's gate) if it is a ``cls``; else InvalidArgument:
+    an extension call describes only the toy's own objects."""
+    obj = getattr(obj, "unwrapped", obj)
+    if not isinstance(obj, cls):
+        raise InvalidArgument(f"{what}: expected a {cls.__name__}, got {obj!r}")
+    return obj
+
+
 class ToyLayouts:
     """Layouts extension, version 1: every toy array is dense and row-major."""
 
     def buffer_memory_layout(self, buffer: Any) -> MemoryLayout:
+        buffer = _own(buffer, ToyBuffer, "Layouts.buffer_memory_layout")
         return MemoryLayout(tuple(reversed(range(len(buffer.dimensions())))))
 
     def client_default_layout(self, client: Any, element_type: Any, dims: Sequence[int]) -> MemoryLayout:
+        what = "Layouts.client_default_layout"
+        _own(client, ToyClient, what)
+        try:
+            BufferType(element_type)
+        except (ValueError, TypeError):
+            raise InvalidArgument(f"{what}: {element_type!r} is not a PJRT_Buffer_Type") from None
+        if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in dims):
+            raise InvalidArgument(f"{what}: dimensions must be non-negative, got {list(dims)}")
         return MemoryLayout(tuple(reversed(range(len(dims)))))
 
 
@@ -874,6 +893,7 @@ class ToyMemoryDescriptions:
     """MemoryDescriptions extension, version 1."""
 
     def memory_descriptions(self, device_description: Any) -> list[tuple[str, int]]:
+        _own(device_description, ToyDeviceDescription, "MemoryDescriptions.memory_descriptions")
         return [("device", 0), ("pinned_host", 1)]
 
 
@@ -896,8 +916,10 @@ class ToyApi(Api):
 
     def client_create(self, options: Mapping[str, Any] | None = None, *,
                       kv_store: KeyValueStore | None = None) -> Client:
-        if kv_store is not None:
-            raise InvalidArgument("PJRT_Client_Create: the toy plugin runs in one process; it takes no kv_store")
+        # The key-value callbacks are how the processes of a job meet; the toy is always one
+        # process, so it has nothing to exchange and leaves them unused (JAX passes them whenever
+        # jax.distributed is initialized, a one-process job included).
+        del kv_store
         return self.client_class(int(dict(options or {}).get("num_devices", self.plugin.num_devices)))
 
     def topology_deserialize(self, serialized: bytes) -> TopologyDescription:
@@ -918,6 +940,9 @@ TOY_LIMITATIONS = (
                ("execute/corpus_*",)),
     Limitation("the toy compiler runs no collective op (all_reduce, all_gather, replica_id...)",
                ("collectives/*",)),
+    Limitation("served to JAX, the toy compiles JAX's elementwise programs only: jax.jit of tanh, a sum or a "
+               "matrix product needs ops it does not know, and it runs one partition per program",
+               ("jax/jit", "jax/block_until_ready", "jax/several_devices")),
 )
 
 

@@ -19,7 +19,9 @@ def test_a_conforming_plugin_exits_zero_and_lists_every_case(fake_dist, capsys):
     assert main(["conformance", "--plugin", "toy", "--case", "client/*", "--case", "abi/*"]) == ExitCode.OK
     out = capsys.readouterr().out
     abi = sum(1 for case_id in CASES if case_id.startswith("abi/"))
-    assert f"toy (python, pjrt-fixture-toy 1.0, PJRT API 0.105): 11 passed, 0 failed, 0 xfailed, {abi} skipped" in out
+    clients = sum(1 for case_id in CASES if case_id.startswith("client/"))
+    assert (f"toy (python, pjrt-fixture-toy 1.0, PJRT API 0.105): {clients} passed, 0 failed, 0 xfailed, "
+            f"{abi} skipped") in out
     assert "  passed   client/lookup_device_negative_id" in out
     # The C-only checks share their reason: it is printed once, above their ids.
     assert f"  skipped  {abi} cases: a check for c plugins; toy is a python plugin\n           abi/" in out
@@ -83,7 +85,9 @@ def test_a_plugin_that_cannot_be_used_prints_its_cause_once_not_per_case(fake_di
     (line,) = [line for line in out.splitlines() if cause in line]
     assert line.startswith("  skipped  ") and " cases: plugin acme " in line, line
     assert all(case_id in out for case_id in CASES)  # every case is still named
-    assert len(out.splitlines()) < len(CASES) // 2, out  # not a line per case
+    # Not a line per case: the skipped ones are listed under their shared reason, several ids a line.
+    marks = [line for line in out.splitlines() if line.startswith(("  passed ", "  FAILED ", "  skipped ", "  xfailed"))]
+    assert len(marks) < 20, marks
 
 
 def test_the_json_report_says_the_plugin_failed_where_its_api_failed_in_the_worker(fake_dist, capsys):

@@ -15,6 +15,7 @@ from pjrt_hub.testing import CASES, GROUPS
 from pjrt_hub.testing._mutation import load_catalogue, run_control, run_mutant
 
 from .mutants import BASES, MUTANTS
+from .test_mutation_contract import MUTANTS as CONTRACT_MUTANTS
 
 #: The cases that observe behaviour (rather than that calls return), each with a mutant it kills.
 OBSERVING_CASES = (
@@ -36,15 +37,17 @@ def test_the_catalogue_has_at_least_60_mutants_over_every_group():
     groups = Counter(m.group for m in MUTANTS)
     # abi's cases read a C plugin's function table: no Python plugin can carry their defects
     # (tests/conformance/test_abi.py plants them in fake probe data instead). The jax cases drive a
-    # plugin served to JAX (--via jax): their defects are the other groups' seen through JAX.
-    assert set(groups) == set(GROUPS) - {"abi", "jax"}
+    # plugin served to JAX (--via jax): their defects are the other groups' seen through JAX. The
+    # properties group's mutants are in tests/conformance/test_properties.py.
+    assert set(groups) == set(GROUPS) - {"abi", "jax", "properties"}
     for mutant in MUTANTS:
         assert mutant.kills and all(k in CASES for k in mutant.kills), mutant.name
         assert mutant.base in {b.name for b in BASES}
 
 
 def test_every_observing_case_has_a_mutant_that_it_kills():
-    killed = {k for m in MUTANTS for k in m.kills}
+    # The cases read off the header have theirs in their area's catalogue (mutants_<area>.py).
+    killed = {k for m in [*MUTANTS, *(m for _, m in CONTRACT_MUTANTS)] for k in m.kills}
     assert [c for c in OBSERVING_CASES if c not in killed] == []
 
 

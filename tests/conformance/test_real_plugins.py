@@ -27,6 +27,12 @@ FINDINGS: dict[str, dict[str, str]] = {
                  "proto deserialization failed'; INTERNAL is a broken invariant of the plugin, the caller's bad bytes "
                  "are INVALID_ARGUMENT (as 0.115 answers)"
         for version in ("0.81", "0.106")},
+    "transfers/create_uninitialized_with_another_devices_memory": {
+        version: "PJRT_Client_CreateUninitializedBuffer with device 0 and memory 3 (device 1's) makes the buffer in "
+                 "memory 0 on device 0: the device given wins and the memory is dropped without an error, where the "
+                 "header has the memory decide (BufferFromHostBuffer, with the same two fields, does put it in "
+                 "memory 3 on device 1)"
+        for version in ("0.81", "0.106", "0.115")},
     "lifetime/client_destroyed_with_queued_work": {
         "0.106": "PJRT_Client_Destroy segfaults when a copy to host of a still-running execution's output is "
                  "pending (0.81 and 0.115 finish the work)"},

@@ -463,7 +463,8 @@ def view_aliases_and_calls_its_deleter_once(ctx: PluginUnderTest) -> None:
     """PJRT_Client_CreateViewOfDeviceBuffer wraps memory without copying it: the view shows what
     the memory holds, later changes included, and its on_delete callback runs exactly once, after
     the view is deleted, never while it is alive."""
-    host = np.arange(8, dtype=np.float32) * 2.5
+    # Aligned as XLA wants memory it views (it refuses an unaligned host array with INVALID_ARGUMENT).
+    host = _aligned(np.arange(8, dtype=np.float32) * 2.5)
     calls: list[int] = []
     try:
         view = ctx.call(ctx.client.create_view_of_device_buffer, host, device=ctx.device,
