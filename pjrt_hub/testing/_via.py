@@ -13,7 +13,11 @@ never does (it calls some 70 of them); the JAX cases check what a JAX user relie
 PJRT-level case states.
 
 The served plugin is named ``NAME@VIA`` in the report; the original plugin's declared
-limitations apply to it (they travel in its probe report).
+limitations apply to it (they travel in its probe report). A case passes through either
+transport as it passes on the plugin, with the same error codes; what the C ABI cannot carry is
+a limitation of the served form only (:func:`_transport_limitations`, with its reason). Errors
+cross as their code and message, so pjrt-hub's stage classes (ExecutionError, ...) arrive as the
+class of their code.
 """
 
 from __future__ import annotations
