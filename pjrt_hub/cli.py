@@ -315,7 +315,10 @@ def cmd_check(args: argparse.Namespace) -> int:
 _GROUP_SKIPS = 3
 
 
-def _render_conformance(report: Any) -> str:
+def _render_conformance(report: Any, verbose: bool = False) -> str:
+    """The report for a person: per plugin its counts, the failures (with the behaviours they
+    break) and the expected failures, the skips grouped by reason; ``verbose`` adds every passed
+    case and the ids of grouped skips."""
     marks = {"passed": "passed ", "failed": "FAILED ", "xfailed": "xfailed", "skipped": "skipped"}
     lines = [f"PJRT conformance suite {report.suite_version}, framework PJRT API {report.framework_version}"]
     for p in report.plugins:
@@ -336,14 +339,19 @@ def _render_conformance(report: Any) -> str:
             if len(same) >= _GROUP_SKIPS:
                 if c.id == same[0]:
                     lines.append(f"  {marks['skipped']}  {len(same)} cases" + (f": {text}" if text else ""))
-                    lines += textwrap.wrap(", ".join(same), 100, initial_indent=" " * 11,
-                                           subsequent_indent=" " * 11, break_on_hyphens=False)
+                    if verbose:
+                        lines += textwrap.wrap(", ".join(same), 100, initial_indent=" " * 11,
+                                               subsequent_indent=" " * 11, break_on_hyphens=False)
+                continue
+            if c.outcome.value == "passed" and not verbose:
                 continue
             lines.append(f"  {marks[c.outcome.value]}  {c.id}" + (f": {text}" if text else ""))
             for broken in c.contract:
                 lines += textwrap.wrap(f"breaks {broken}", 100, initial_indent=" " * 11, subsequent_indent=" " * 13)
         if not p.tested:
             lines.append("  nothing was tested: every selected case was skipped")
+        elif p.counts.passed and not verbose:
+            lines.append(f"  passed   {p.counts.passed} cases (-v lists them)")
     failed = sum(p.counts.failed for p in report.plugins)
     untested = [p.plugin for p in report.plugins if not p.tested]
     if report.ok:
@@ -432,7 +440,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         return ExitCode.USAGE
     finally:
         progress.clear()
-    _emit(args, report, _render_conformance)
+    _emit(args, report, lambda r: _render_conformance(r, verbose=args.verbose))
     return ExitCode.OK if report.ok else ExitCode.FAILURE
 
 
@@ -1151,6 +1159,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="instead, run the suite on a catalogue of mutant plugins (a Python file or module "
                         "defining MUTANTS and BASES; default: pjrt-hub's own, tests/conformance/mutants.py of a "
                         "checkout) and print the mutation score per group; non-zero exit if one survives")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="list every case, passed ones included, and the ids of skips that share a reason")
     p.add_argument("--coverage", action="store_true",
                    help="instead, print what the suite checks of the PJRT C API: each behaviour pjrt_c_api.h "
                         "states, function by function, with the cases that check it or why none can")

@@ -274,7 +274,11 @@ class CClient(Client):
     ) -> HostTransfer:
         lib = self._lib
         fn = lib.function("PJRT_Client_BufferFromHostBuffer")
-        semantics = HostBufferSemantics(semantics)
+        try:
+            semantics = HostBufferSemantics(semantics)
+        except ValueError:
+            raise InvalidArgument(f"buffer_from_host_buffer: {semantics!r} is not a host buffer semantics",
+                                  plugin=lib.name) from None
         if semantics == HostBufferSemantics.MUTABLE_ZERO_COPY and lib.minor < MUTABLE_ZERO_COPY_SINCE:
             raise Unimplemented(f"buffer_from_host_buffer: kMutableZeroCopy was added in PJRT C API "
                                 f"0.{MUTABLE_ZERO_COPY_SINCE}; plugin {lib.name!r} implements {lib.version}",

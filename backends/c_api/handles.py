@@ -17,7 +17,7 @@ import time
 import weakref
 from typing import Any, Callable
 
-from pjrt_hub.abi import DeadlineExceeded, Event, FailedPrecondition, PjrtError
+from pjrt_hub.abi import DeadlineExceeded, Event, FailedPrecondition, InvalidArgument, PjrtError
 
 from .library import PluginLibrary
 
@@ -149,6 +149,7 @@ _ON_READY_ADDRESS = ctypes.cast(_ON_READY, ctypes.c_void_p).value
 
 
 def _register_on_ready(lib: PluginLibrary, event: int, callback: Callable[[PjrtError | None], None]) -> None:
+    _check_callable(callback)
     token = next(_TOKENS)
     _PENDING[token] = (lib, callback)
     args = lib.args("PJRT_Event_OnReady_Args", event=event, callback=_ON_READY_ADDRESS, user_arg=token)
@@ -265,7 +266,14 @@ class _DoneEvent(Event):
         return None
 
     def on_ready(self, callback: Callable[[PjrtError | None], None]) -> None:
+        _check_callable(callback)
         callback(None)
+
+
+def _check_callable(callback: Any) -> None:
+    # Refused here: the plugin would call it on its own thread, where nobody sees it fail.
+    if not callable(callback):
+        raise InvalidArgument(f"PJRT_Event_OnReady: callback must be callable, got {callback!r}")
 
 
 def _event(lib: PluginLibrary, handle: int | None, owner: _Owner | None) -> Event:

@@ -91,12 +91,20 @@ _ARGUMENTS_CHECKED_BY_SIZE = Limitation(
     "(xla-cpu-pjrt 0.0.1), 0.106 (fastatomstruct-xla-cpu 2026.6.23) and 0.115 (lammps-jax-pjrt-cpu 0.11.2).",
     ("errors/execute_with_wrong_element_type",))
 
+_NON_DONATABLE_STOPS_LATER_DONATIONS = Limitation(
+    "XLA's CPU client at API 0.81 stops donating at the first input listed in non_donatable_input_indices: with "
+    "inputs 0 and 1 both aliased to outputs, non_donatable_input_indices=(0,) leaves input 1 undonated too "
+    "(PJRT_Buffer_IsDeleted false), while (1,) donates input 0 as it should. Seen on API 0.81 (xla-cpu-pjrt "
+    "0.0.1); 0.106 (fastatomstruct-xla-cpu 2026.6.23) and 0.115 (lammps-jax-pjrt-cpu 0.11.2) donate input 1.",
+    ("buffers/non_donatable_leaves_the_other_donations",))
+
 
 C_PLUGIN_LIMITATIONS: tuple[KnownLimitations, ...] = (
     KnownLimitations(XLA_CPU_PLUGINS, (_NO_MEMORY_DESCRIPTIONS, _ARGUMENTS_CHECKED_BY_SIZE),
                      ("0.81", "0.106", "0.115")),
     KnownLimitations(XLA_CPU_PLUGINS, (_DELETE_IS_A_NO_OP,), ("0.81", "0.106")),
     KnownLimitations(XLA_CPU_PLUGINS, (_DELETED_STILL_RUNS,), "0.115"),
+    KnownLimitations(XLA_CPU_PLUGINS, (_NON_DONATABLE_STOPS_LATER_DONATIONS,), "0.81"),
 )
 
 

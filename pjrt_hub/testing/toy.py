@@ -107,6 +107,8 @@ class ToyEvent(Event):
             raise self._error
 
     def on_ready(self, callback: Callable[[PjrtError | None], None]) -> None:
+        if not callable(callback):
+            raise InvalidArgument(f"PJRT_Event_OnReady: callback must be callable, got {callback!r}")
         with self._lock:
             if not self._done.is_set():
                 self._callbacks.append(callback)
@@ -322,6 +324,8 @@ class ToyBuffer(Buffer):
         if dst.shape != array.shape or dst.dtype != array.dtype:
             raise InvalidArgument(f"PJRT_Buffer_ToHostBuffer: destination is {dst.dtype}{list(dst.shape)}, "
                                   f"the buffer is {array.dtype}{list(array.shape)}")
+        if not dst.flags.writeable:
+            raise InvalidArgument("PJRT_Buffer_ToHostBuffer: the destination array is read-only")
         np.copyto(dst, array)
         return ToHost(dst, ToyEvent())
 
@@ -359,13 +363,21 @@ class ToyBuffer(Buffer):
     def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
                    dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
         """Export the storage without a copy, holding an external reference for as long as the
-        consumer's array lives (numpy's DLPack deleter drops the view it was made from)."""
+        consumer's array lives (numpy's DLPack deleter drops the view it was made from); read-only
+        to a DLPack 1.0 consumer, since a buffer's values never change."""
+        if stream is not None and stream != -1:
+            raise BufferError(f"a toy buffer is in host memory, which has no streams; __dlpack__ got stream={stream!r}")
+        if dl_device is not None and tuple(dl_device) != (1, 0):
+            raise BufferError(f"a toy buffer is in host memory (kDLCPU, 0), not on {dl_device}")
         view = self._live("__dlpack__").view()
+        if max_version is not None and tuple(max_version) >= (1, 0):
+            view.flags.writeable = False
         self.increase_external_reference_count()
         weakref.finalize(view, self.decrease_external_reference_count)
         try:
             return view.__dlpack__(max_version=max_version) if max_version is not None else view.__dlpack__()
-        except TypeError:  # numpy before 2.1 speaks only the legacy protocol
+        except TypeError:  # numpy before 2.1 speaks only the legacy protocol (no read-only flag)
+            view.flags.writeable = bool(view.base is not None and view.base.flags.writeable)
             return view.__dlpack__()
 
     def __repr__(self) -> str:
@@ -782,11 +794,17 @@ class ToyClient(Client):
     def compile(self, program: Program, options: CompileOptions | bytes | None = None) -> LoadedExecutable:
         if program.format != "mlir":
             raise InvalidArgument(f"Unknown program format '{program.format}'.")
+        if options is not None and not isinstance(options, (CompileOptions, bytes, bytearray, memoryview)):
+            raise InvalidArgument(f"compile options must be CompileOptions or serialized bytes, got "
+                                  f"{type(options).__name__}")
         decoded = decode_compile_options(options)
         assignment = decoded.device_assignment or self.default_device_assignment(
             decoded.num_replicas, decoded.num_partitions)
         if decoded.num_partitions != 1:
             raise InvalidArgument("the toy plugin runs one partition per program")
+        if len(assignment) != decoded.num_replicas or any(len(row) != decoded.num_partitions for row in assignment):
+            raise InvalidArgument(f"device_assignment {assignment} is not {decoded.num_replicas} replica(s) x "
+                                  f"{decoded.num_partitions} partition(s)")
         for row in assignment:
             for device_id in row:
                 self.lookup_device(device_id)
@@ -819,6 +837,11 @@ class ToyClient(Client):
                                 memory: Memory | None = None,
                                 semantics: HostBufferSemantics = HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL,
                                 element_type: BufferType | None = None) -> HostTransfer:
+        try:
+            HostBufferSemantics(semantics)
+        except ValueError:
+            raise InvalidArgument(f"PJRT_Client_BufferFromHostBuffer: {semantics!r} is not a host buffer "
+                                  "semantics") from None
         array = np.asarray(array)
         if not array.dtype.isnative:
             array = array.astype(array.dtype.newbyteorder("="))

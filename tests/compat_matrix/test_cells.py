@@ -88,7 +88,9 @@ def test_accepted_and_refused_cells_then_the_cache_reuses_them(tmp_path):
     accepted = report.cell("toy_0_81", "0.81")
     assert accepted.status is CellStatus.PASSED and accepted.accepted and accepted.rule == "exact"
     clients = sum(1 for c in CASES.values() if c.group == "client" and c.min_api_minor <= 81)
-    assert accepted.counts.passed == clients and accepted.counts.failed == 0
+    # The toy skips the client cases it has nothing for (multi-process jobs, device counts).
+    assert accepted.counts.passed + accepted.counts.skipped == clients and accepted.counts.failed == 0
+    assert accepted.counts.passed >= clients - 3
     assert accepted.plugin_api_version == "0.81"
     refused = report.cell("toy_0_106", "0.81")
     assert refused.status is CellStatus.REFUSED and refused.accepted is False

@@ -1214,3 +1214,121 @@ COLLECTIVES = [
 
 MUTANTS: tuple[Mutant, ...] = tuple(NUMERICS + SURFACE + BUFFERS + TRANSFERS + COMPILE_AND_EXECUTE + EVENTS + LIFETIME
                                     + CONCURRENCY + EXTENSIONS + ERRORS + COLLECTIVES)
+
+
+# -- from the mutation survivors of the CPU runtime and the second held-out catalogue ------------------
+
+
+def _reference_with_op(name: str, fn: Callable[..., np.ndarray]) -> Callable[[], contextlib.AbstractContextManager[Any]]:
+    """The reference plugin with one entry of its interpreter's op table replaced for the duration."""
+
+    @contextlib.contextmanager
+    def build() -> Any:
+        importlib.import_module("pjrt_hub.backends.reference.interpreter")  # fills the table
+        registry = importlib.import_module("pjrt_hub.backends.reference.registry")
+        saved = registry.OPS[name]
+        registry.OPS[name] = registry.OpImpl(name, fn, saved.elementwise)
+        try:
+            yield importlib.import_module("pjrt_hub.backends.reference.plugin")
+        finally:
+            registry.OPS[name] = saved
+
+    return build
+
+
+def _shift_left_count_modulo_width(ctx: Any, op: Any, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The held-out catalogue's ref_shift_left_count_modulo_width: the count as x86's shift reads it."""
+    bits = a.dtype.itemsize * 8
+    return np.left_shift(a, (b.astype(np.int64) & (bits - 1)).astype(a.dtype)).astype(a.dtype)
+
+
+_cpu_plugin_attributes = _runtime_module("_api").CpuApi.plugin_attributes
+
+
+def _negative_patch_version(self: Any) -> dict[str, Any]:
+    attributes = _cpu_plugin_attributes(self)
+    attributes["stablehlo_current_version"] = [*attributes["stablehlo_current_version"][:2], -1]
+    return attributes
+
+
+def _meet_keyed_by_op(self: Any, participant: Any, spec: Any, operands: list[np.ndarray],
+                      outputs: list[np.ndarray], work: Callable[[Any], None]) -> None:
+    """The held-out catalogue's ref_concurrent_collectives_share_meetings: the runtime's meet, with
+    a meeting key that names the op and its instance but not the run, so two executions at the
+    same collective at the same time meet each other."""
+    collectives = _runtime_module("_collectives")
+    run = participant.run
+    count = participant.counts.get(spec.key, 0)
+    participant.counts[spec.key] = count + 1
+    key = (spec.key, count)
+    deadline = time.monotonic() + run.timeout
+    me = participant.flat
+    cond = self._cond
+    with cond:
+        meeting = self._meetings.get(key)
+        if meeting is None:
+            meeting = self._meetings[key] = collectives._Meeting(len(run.local), spec.kind)
+        meeting.inputs[me] = operands
+        meeting.outputs[me] = outputs
+        meeting.arrived += 1
+        if meeting.arrived == meeting.expected:
+            cond.notify_all()
+        try:
+            self._wait(run, spec, lambda: meeting.arrived >= meeting.expected, deadline, meeting, me,
+                       "waiting for the processes to arrive")
+        except BaseException:
+            self._meetings.pop(key, None)
+            raise
+    try:
+        work(meeting)
+    except BaseException as exc:
+        with cond:
+            if meeting.error is None:
+                meeting.error = exc if isinstance(exc, Exception) else Internal(str(exc))
+            cond.notify_all()
+            self._meetings.pop(key, None)
+        raise
+    with cond:
+        meeting.left += 1
+        if meeting.left == meeting.expected:
+            self._meetings.pop(key, None)
+            cond.notify_all()
+        try:
+            self._wait(run, spec, lambda: meeting.left >= meeting.expected, deadline, meeting, me,
+                       "waiting for the processes to finish reading")
+        except BaseException:
+            self._meetings.pop(key, None)
+            raise
+
+
+def _failure_not_recorded(self: Any, flat: int, error: BaseException) -> None:
+    """A run that wakes the waiting replicas when one fails but never records the failure: they go
+    back to waiting, until the collective timeout."""
+    self.hub.wake(self)
+
+
+GAPS = [
+    Mutant("shift_left_count_modulo_width", "numerics", "shift_left by the bit width or more shifts by the count "
+           "modulo the width (1 << 33 = 2 for i32) instead of giving 0", ("numerics/shift_counts",),
+           _reference_with_op("stablehlo.shift_left", _shift_left_count_modulo_width), base="reference"),
+    Mutant("stablehlo_version_negative_patch", "plugin", "the stablehlo_current_version attribute ends in -1 "
+           "([1, 13, -1])", ("plugin/attributes",),
+           reference((_runtime_module("_api").CpuApi, "plugin_attributes", _negative_patch_version)), base="reference"),
+    Mutant("partition_id_always_zero", "collectives", "partition_id answers 0 on every partition",
+           ("collectives/partition_id",),
+           reference((_reference_collectives(), "partition_id", lambda: 0)), base="reference"),
+    # A short collective timeout, so that a meeting the mix-up leaves short fails in seconds.
+    Mutant("concurrent_collectives_share_meetings", "collectives", "collective meetings are keyed by op and "
+           "instance, not by execution: two executions of an all_reduce at once exchange operands",
+           ("collectives/concurrent_executions_meet_apart",),
+           reference((_runtime_module("_collectives").Rendezvous, "meet", _meet_keyed_by_op),
+                     (_runtime_module("_api"), "DEFAULT_COLLECTIVE_TIMEOUT", 3.0)), base="reference"),
+    # The timeout is longer than the case's bound, and short enough that the stuck replica ends soon after.
+    Mutant("failed_replica_not_recorded", "collectives", "a replica's failure is not recorded for its run: the peers "
+           "waiting for it at an all_reduce wait for the collective timeout",
+           ("collectives/failed_replica_stops_its_peers",),
+           reference((_runtime_module("_collectives").CollectiveRun, "fail", _failure_not_recorded),
+                     (_runtime_module("_api"), "DEFAULT_COLLECTIVE_TIMEOUT", 8.0)), base="reference"),
+]
+
+MUTANTS = (*MUTANTS, *GAPS)

@@ -250,6 +250,61 @@ def _cpu_api_module() -> Any:
     return importlib.import_module("pjrt_hub.backends.cpu_runtime._api")
 
 
+def _device_count_ignored(options: Any, default: int = 4) -> int:
+    """The device count the plugin was built with, whatever the create options say."""
+    return default
+
+
+def _one_device_refused(options: Any, default: int = 4) -> int:
+    """A count check off by one: a single device is refused (and the others taken)."""
+    count = _cpu_topology().read_num_devices(options, default)
+    if any(options.get(name) == 1 for name in ("num_devices", "cpu_device_count")):
+        raise InvalidArgument("create option device count=1: the device count must be at least 2")
+    return count
+
+
+_client_create = _cpu_api().client_create
+
+
+def _jobs_refused(self: Any, options: Any = None, *, kv_store: Any = None) -> Any:
+    """A client of one process only: any job of several is refused as a bad argument."""
+    if dict(options or {}).get("num_nodes", 1) != 1:
+        raise InvalidArgument("create option num_nodes: this plugin runs in one process")
+    return _client_create(self, options, kv_store=kv_store)
+
+
+def _ids_within_their_process(ident: int, *rest: Any) -> Any:
+    """The devices of the other processes keep the ids their own process gives them (0, 1, ...):
+    with every process's devices counted from 0, they collide with this process's."""
+    runtime = _cpu_topology()
+    return runtime.CpuDeviceDescription(ident % runtime.DEFAULT_NUM_DEVICES, *rest)
+
+
+def _json_letting_errors_out() -> Any:
+    """A reader of the peers' topologies whose parser errors leave as they are, not as PJRT errors."""
+
+    def loads(raw: Any) -> Any:
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise RuntimeError(f"cannot parse a peer's topology: {exc}") from None
+
+    return type("StrictJson", (), {"dumps": staticmethod(json.dumps), "loads": staticmethod(loads)})
+
+
+_topology_serialize = _cpu_topology().CpuTopologyDescription.serialize
+
+
+def _serialize_with_instance_address(self: Any) -> bytes:
+    """The held-out catalogue's ref_topology_serialization_has_instance_address: the document
+    carries the topology object's address, "unique" but no cache key."""
+    runtime = _cpu_topology()
+    data = _topology_serialize(self)
+    document = json.loads(data[len(runtime._MAGIC):].decode())
+    document["instance"] = id(self)
+    return runtime._MAGIC + json.dumps(document, sort_keys=True).encode()
+
+
 MUTANTS = [
     Mutant("attributes_handed_out", "plugin", "PJRT_Plugin_Attributes hands every caller the plugin's own mapping",
            ("plugin/attributes_stay_the_same",), toy(api={"plugin_attributes": _attributes_kept})),
@@ -313,4 +368,28 @@ MUTANTS = [
     Mutant("deserialized_topology_without_version", "topology", "PJRT_TopologyDescription_Deserialize leaves the "
            "platform version empty", ("topology/deserialize_gives_back_the_topology",),
            reference((_cpu_api_module(), "deserialize_topology", _deserialized_without_version)), base="reference"),
+    # -- from the mutation survivors of the runtime and the second held-out catalogue -----------------
+    Mutant("device_count_option_ignored", "client", "PJRT_Client_Create ignores cpu_device_count: every client has "
+           "the plugin's 4 devices", ("client/device_count_option",),
+           reference((_cpu_api_module(), "read_num_devices", _device_count_ignored)), base="reference"),
+    Mutant("one_device_refused", "client", "PJRT_Client_Create refuses cpu_device_count=1 (a bound off by one) and "
+           "takes the other counts", ("client/device_count_option",),
+           reference((_cpu_api_module(), "read_num_devices", _one_device_refused)), base="reference"),
+    Mutant("jobs_refused", "client", "PJRT_Client_Create refuses num_nodes=2 as an invalid argument, though it takes "
+           "num_nodes=1", ("client/joins_a_job_through_the_store",),
+           reference((_cpu_api(), "client_create", _jobs_refused)), base="reference"),
+    Mutant("remote_ids_within_their_process", "client", "a client of a job numbers the other processes' devices from 0, "
+           "as their own process does: ids collide across the job", ("client/joins_a_job_through_the_store",),
+           reference((_cpu_api_module(), "CpuDeviceDescription", _ids_within_their_process)), base="reference"),
+    Mutant("silent_peer_raises_timeout_error", "client", "PJRT_Client_Create of a job whose peer never joins raises "
+           "Python's TimeoutError instead of a PJRT error", ("client/joins_a_job_through_the_store",),
+           reference((_cpu_api_module(), "DeadlineExceeded", TimeoutError)), base="reference"),
+    Mutant("garbled_peer_topology_escapes", "client", "a peer's topology that cannot be parsed escapes "
+           "PJRT_Client_Create as a bare RuntimeError", ("client/joins_a_job_through_the_store",),
+           reference((_cpu_api_module(), "json", _json_letting_errors_out())), base="reference"),
+    Mutant("topology_serialization_has_instance_address", "topology", "PJRT_TopologyDescription_Serialize writes the "
+           "topology object's address: two topologies of the same devices serialize differently",
+           ("topology/serialized_form_is_a_stable_cache_key",),
+           reference((_cpu_topology().CpuTopologyDescription, "serialize", _serialize_with_instance_address)),
+           base="reference"),
 ]

@@ -13,12 +13,22 @@ without reading the suite (kept outside the repository), which the suite once le
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from pjrt_hub.abi import CompileOptions, ExecuteResult, HostBufferSemantics, InvalidArgument, Program
+from pjrt_hub.abi import (
+    BufferType,
+    CompileOptions,
+    ExecuteOptions,
+    ExecuteResult,
+    ExecutionError,
+    HostBufferSemantics,
+    InvalidArgument,
+    Program,
+)
 from pjrt_hub.testing._mutation import Base, Mutant
 from pjrt_hub.testing.toy import ToyBuffer, ToyClient, ToyLoadedExecutable, ToyProgram
 
@@ -347,4 +357,324 @@ EXECUTE = [
            base="reference"),
 ]
 
-MUTANTS: tuple[Mutant, ...] = tuple(COMPILE + EXECUTE)
+# -- gaps found by cosmic-ray and the second held-out set ------------------------------------------
+
+
+def _fingerprint_of_the_request() -> Callable[..., Any]:
+    """(held-out ref_fingerprint_depends_on_options_form) The fingerprint hashes the compile
+    request as it came: CompileOptions and the same options serialized give two fingerprints."""
+    client = _runtime_module("_client").CpuClient
+    original = client.compile
+
+    def compile(self: Any, program: Program, options: Any = None) -> Any:
+        loaded = original(self, program, options)
+        request = options if isinstance(options, (bytes, bytearray, memoryview)) else repr(options).encode()
+        loaded._executable._fingerprint = hashlib.sha256(program.data() + b"\0" + bytes(request)).hexdigest()
+        return loaded
+
+    return compile
+
+
+def _options_required() -> Callable[..., Any]:
+    """The options' type test turned around (cosmic-ray's AddNot on the runtime's check): None is
+    refused, and options of any other type reach the decoder."""
+    client = _runtime_module("_client")
+    decode = client.decode_compile_options
+
+    def compile_options(options: Any) -> CompileOptions:
+        if options is None:
+            raise InvalidArgument("PJRT_Client_Compile: options must be CompileOptions or serialized bytes")
+        return decode(bytes(options) if isinstance(options, (bytearray, memoryview)) else options)
+
+    return compile_options
+
+
+def _deserialize_reads_the_marker_first(self: ToyClient, serialized: bytes) -> Any:
+    """The format marker is looked at before the length: empty bytes raise a bare IndexError."""
+    if serialized[0] != ord("{"):
+        raise InvalidArgument("not a serialized toy executable")
+    return ToyClient.deserialize_and_load(self, serialized)
+
+
+def _assignment_ids_only(assignment: Any, replicas: int, partitions: int, known: Any) -> None:
+    """(held-out ref_assignment_shape_unchecked) Only the ids of a device assignment are checked,
+    not its shape against the replica and partition counts."""
+    seen: set[int] = set()
+    for row in assignment:
+        for device in row:
+            if device not in known or device in seen:
+                raise InvalidArgument(f"device_assignment: device {device} unknown or used twice")
+            seen.add(device)
+
+
+def _default_assignment_one_column(self: ToyClient, num_replicas: int, num_partitions: int) -> Any:
+    """(held-out toy_default_assignment_ignores_partitions) One device per replica: the
+    partitions are forgotten."""
+    if num_replicas > len(self.devices_list):
+        raise InvalidArgument(f"{num_replicas} replicas need more than the {len(self.devices_list)} devices")
+    return tuple((replica,) for replica in range(num_replicas))
+
+
+def _default_assignment_short_of_one() -> Callable[..., Any]:
+    """The default assignment refuses to use every device (cosmic-ray's ``>`` to ``==``, which
+    also accepts more than there are)."""
+    client = _runtime_module("_client")
+    original = client.default_assignment
+
+    def default_assignment(num_replicas: int, num_partitions: int, num_devices: int) -> Any:
+        if num_replicas * num_partitions == num_devices:
+            raise InvalidArgument(f"default device assignment: {num_replicas} x {num_partitions} need more devices")
+        return original(num_replicas, num_partitions, num_devices + num_replicas * num_partitions)
+
+    return default_assignment
+
+
+def _delete_cancels() -> Callable[..., Any]:
+    """(held-out ref_executable_delete_cancels_executions) Delete stops the executions still
+    running or queued, which fail with CANCELLED, instead of letting them finish."""
+
+    def delete(self: Any) -> None:
+        self._deleted = True
+        self.cancel()
+
+    return delete
+
+
+def _check_indexing_arguments() -> Callable[..., Any]:
+    """(held-out ref_too_few_arguments_raw_error) The argument list is indexed up to the parameter
+    count before its length is checked: too few arguments raise a bare IndexError."""
+    loaded = _runtime_module("_executables").CpuLoadedExecutable
+    original = loaded._check
+
+    def check(self: Any, args: Sequence[Any], *rest: Any) -> Any:
+        return original(self, [args[index] for index in range(max(len(args), self._num_inputs))], *rest)
+
+    return check
+
+
+def _launch_per_argument_list() -> Callable[..., Any]:
+    """(held-out ref_fewer_argument_lists_run_fewer_devices) One argument list for a two-replica
+    executable runs replica 0 alone instead of being refused."""
+    loaded = _runtime_module("_executables").CpuLoadedExecutable
+    original = loaded.execute
+
+    def execute(self: Any, argument_lists: Any, options: Any = None, execute_device: Any = None) -> Any:
+        devices = self._devices
+        if execute_device is None and 0 < len(argument_lists) < len(devices):
+            self._devices = devices[:len(argument_lists)]
+            try:
+                return original(self, argument_lists, options, execute_device)
+            finally:
+                self._devices = devices
+        return original(self, argument_lists, options, execute_device)
+
+    return execute
+
+
+def _non_buffers_reach_the_launch() -> Callable[..., Any]:
+    """The general path's check no longer refuses arguments that are no buffer of the client: they
+    break later, with a bare AttributeError (cosmic-ray's AddNot on the runtime's type test)."""
+    loaded = _runtime_module("_executables").CpuLoadedExecutable
+    buffer = _runtime_module("_buffers").CpuBuffer
+    original = loaded._check
+
+    def check(self: Any, args: Sequence[Any], *rest: Any) -> Any:
+        for argument in args:
+            if not isinstance(argument, buffer):
+                raise AttributeError(f"{type(argument).__name__!r} object has no attribute '_device'")
+        return original(self, args, *rest)
+
+    return check
+
+
+def _donating_launch_checks_shapes(program: Any, args: Sequence[Any], device: Any = None) -> list[np.ndarray]:
+    """A program that donates an input is launched after a check of shapes only: an argument of
+    another element type is converted (f64[4] or f16[4] runs as f32[4])."""
+    if not program.aliases:
+        return ToyLoadedExecutable._arguments(program, args, device)
+    if len(args) != len(program.inputs):
+        raise InvalidArgument(f"@main takes {len(program.inputs)} arguments, got {len(args)}")
+    arrays = []
+    for i, (buffer, (shape, dtype)) in enumerate(zip(args, program.inputs)):
+        if not isinstance(buffer, ToyBuffer):
+            raise InvalidArgument(f"argument {i} is not a buffer of this client")
+        array = buffer._live(f"PJRT_LoadedExecutable_Execute argument {i}")
+        if array.shape != shape:
+            raise InvalidArgument(f"argument {i} of @main has shape {list(shape)}, got {list(array.shape)}")
+        arrays.append(array.astype(dtype, copy=False))
+    return arrays
+
+
+def _some_outputs_without_storage() -> Callable[..., Any]:
+    """ReferenceProgram.run with storage given for some outputs only (a donated input reused for
+    one of them) fails on the others (cosmic-ray's ``is`` to ``is not`` on the None test)."""
+    program = importlib.import_module("pjrt_hub.backends.reference.compiler").ReferenceProgram
+    original = program.run
+
+    def run(self: Any, args: Any, out: Any = None, **kwargs: Any) -> Any:
+        if out is not None and any(buffer is None for buffer in out) and any(buffer is not None for buffer in out):
+            raise ExecutionError(f"{self.name}: output storage missing for some outputs")
+        return original(self, args, out, **kwargs)
+
+    return run
+
+
+def _reuse_by_byte_size() -> Callable[..., Any]:
+    """A donated input's storage is reused for the output it is aliased to whenever their byte
+    sizes match, whatever the element type: an f32 input's array is handed to an s32 result."""
+    executables = _runtime_module("_executables")
+    original = executables._donation_of
+
+    def donation_of(program: Any, inputs: Any, outputs: Any) -> Any:
+        reuse, donated = original(program, inputs, outputs)
+        for out_index, in_index in dict(program.aliases).items():
+            if inputs[in_index].nbytes == outputs[out_index].nbytes:
+                reuse.setdefault(in_index, out_index)
+        return reuse, donated
+
+    return donation_of
+
+
+def _non_donatable_turns_donation_off(self: ToyLoadedExecutable, argument_lists: Any, options: Any = None,
+                                      execute_device: Any = None) -> Any:
+    """Any non_donatable_input_indices turns every donation of the call off, not only the
+    listed inputs' (what XLA's CPU plugin at API 0.81 does)."""
+    if options is not None and options.non_donatable_input_indices:
+        every = tuple(self.executable.program.aliases.values())
+        options = ExecuteOptions(non_donatable_input_indices=every)
+    return ToyLoadedExecutable.execute(self, argument_lists, options, execute_device)
+
+
+def _arguments_held_twice() -> Callable[..., Any]:
+    """An execution takes its hold on each argument it reads twice and gives it back once: a
+    buffer an execution read is never released when deleted (cosmic-ray's ``+= 1`` to ``+= 2``)."""
+    loaded = _runtime_module("_executables").CpuLoadedExecutable
+    original = loaded._take
+
+    def take(self: Any, launch: Any, non_donatable: Any) -> None:
+        original(self, launch, non_donatable)
+        for buffer in launch.held:
+            buffer._uses += 1
+
+    return take
+
+
+def _first_event_everywhere() -> Callable[..., Any]:
+    """(held-out ref_complete_events_all_first_device) Every entry of device_complete_events is
+    the first device's event."""
+    loaded = _runtime_module("_executables").CpuLoadedExecutable
+    original = loaded.execute
+
+    def execute(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        events = result.device_complete_events
+        return ExecuteResult(result.outputs, [events[0]] * len(events) if events else events)
+
+    return execute
+
+
+def _input_errors_recoded_internal() -> Callable[..., Any]:
+    """(held-out ref_input_error_recoded_internal) An input's error is passed on as a new INTERNAL
+    error quoting the original message."""
+    loaded = _runtime_module("_executables").CpuLoadedExecutable
+    original = loaded._check
+
+    def check(self: Any, *args: Any) -> Any:
+        launch = original(self, *args)
+        if launch.error is not None:
+            launch.error = ExecutionError(f"{self._name}: an input of the execution failed: {launch.error.message}")
+        return launch
+
+    return check
+
+
+def _scalar_dimensions_one(self: Any) -> list[tuple[int, ...]]:
+    """(held-out ref_scalar_output_dimensions_one) OutputDimensions reports a scalar as (1,)."""
+    return [layout.shape or (1,) for layout in self._outputs]
+
+
+def _pred_declared_u8(self: Any) -> list[BufferType]:
+    """(held-out ref_output_types_pred_as_u8) OutputElementTypes names a boolean output by its
+    storage, U8, while the buffers are PRED."""
+    return [BufferType.U8 if layout.element_type == BufferType.PRED else layout.element_type
+            for layout in self._outputs]
+
+
+GAPS = [
+    Mutant("fingerprint_of_the_request", "compile", "Fingerprint hashes the compile request as given: options as "
+           "CompileOptions and serialized give two fingerprints (held-out ref_fingerprint_depends_on_options_form)",
+           ("compile/fingerprint_ignores_how_options_are_passed",),
+           reference((_runtime_module("_client").CpuClient, "compile", _fingerprint_of_the_request())),
+           base="reference"),
+    Mutant("compile_options_required", "compile", "Compile refuses options=None and hands options of any type to "
+           "the decoder", ("compile/compile_options_may_be_left_out",),
+           reference((_runtime_module("_client"), "_compile_options", _options_required())), base="reference"),
+    Mutant("deserialize_reads_the_marker_first", "errors", "DeserializeAndLoad looks at the first byte before the "
+           "length: empty bytes raise IndexError", ("errors/deserialize_truncated_executable",),
+           toy(client={"deserialize_and_load": _deserialize_reads_the_marker_first})),
+    Mutant("assignment_shape_unchecked", "compile", "Compile checks the ids of a device assignment, not its shape "
+           "(held-out ref_assignment_shape_unchecked)", ("compile/device_assignment_and_counts_agree",),
+           reference((_runtime_module("_client"), "_check_assignment", _assignment_ids_only)), base="reference"),
+    Mutant("default_assignment_one_column", "compile", "DefaultDeviceAssignment(1, 2) gives one device per replica "
+           "(held-out toy_default_assignment_ignores_partitions)", ("compile/device_assignment_and_counts_agree",),
+           toy(client={"default_device_assignment": _default_assignment_one_column})),
+    Mutant("default_assignment_short_of_one", "compile", "the default assignment refuses a program that takes every "
+           "device", ("compile/device_assignment_and_counts_agree",),
+           reference((_runtime_module("_client"), "default_assignment", _default_assignment_short_of_one())),
+           base="reference"),
+    Mutant("delete_cancels_executions", "compile", "LoadedExecutable.Delete cancels the executions running or queued "
+           "(held-out ref_executable_delete_cancels_executions)", ("compile/delete_lets_running_loops_finish",),
+           reference((_runtime_module("_executables").CpuLoadedExecutable, "delete", _delete_cancels())),
+           base="reference"),
+    Mutant("too_few_arguments_index_error", "errors", "Execute with too few arguments raises a bare IndexError "
+           "(held-out ref_too_few_arguments_raw_error)", ("errors/argument_lists_are_checked",),
+           reference((_runtime_module("_executables").CpuLoadedExecutable, "_check", _check_indexing_arguments())),
+           base="reference"),
+    Mutant("fewer_argument_lists_run_fewer_devices", "errors", "one argument list for a two-replica executable runs "
+           "replica 0 alone (held-out ref_fewer_argument_lists_run_fewer_devices)",
+           ("errors/argument_lists_are_checked",),
+           reference((_runtime_module("_executables").CpuLoadedExecutable, "execute", _launch_per_argument_list())),
+           base="reference"),
+    Mutant("non_buffers_reach_the_launch", "errors", "the general launch path lets arguments that are no buffer "
+           "through, to fail with AttributeError", ("errors/argument_lists_are_checked",),
+           reference((_runtime_module("_executables").CpuLoadedExecutable, "_check", _non_buffers_reach_the_launch())),
+           base="reference"),
+    Mutant("donating_launch_checks_shapes", "errors", "a donating program's launch checks shapes only, and converts "
+           "an argument of another element type", ("errors/every_argument_is_checked",),
+           toy(loaded={"_arguments": staticmethod(_donating_launch_checks_shapes)})),
+    Mutant("some_outputs_without_storage", "buffers", "a donated input reused for one of several outputs makes the "
+           "run fail on the others", ("buffers/donation_into_one_of_several_outputs",),
+           reference((importlib.import_module("pjrt_hub.backends.reference.compiler").ReferenceProgram, "run",
+                      _some_outputs_without_storage())), base="reference"),
+    Mutant("donated_storage_reused_by_byte_size", "buffers", "a donated input's storage is reused for an aliased "
+           "output of another element type of the same byte size", ("buffers/donation_into_an_output_of_another_type",),
+           reference((_runtime_module("_executables"), "_donation_of", _reuse_by_byte_size())), base="reference"),
+    Mutant("non_donatable_turns_donation_off", "buffers", "any non_donatable_input_indices stops every donation of "
+           "the call", ("buffers/non_donatable_leaves_the_other_donations",),
+           toy(loaded={"execute": _non_donatable_turns_donation_off})),
+    Mutant("arguments_held_twice", "buffers", "an execution holds its arguments twice and lets go once: a deleted "
+           "argument is never released", ("buffers/deleting_an_argument_releases_it_once_executions_are_done",),
+           reference((_runtime_module("_executables").CpuLoadedExecutable, "_take", _arguments_held_twice())),
+           base="reference"),
+    Mutant("complete_events_all_first_device", "events", "every device_complete_events entry is device 0's event "
+           "(held-out ref_complete_events_all_first_device)", ("events/one_completion_event_per_device",),
+           reference((_runtime_module("_executables").CpuLoadedExecutable, "execute", _first_event_everywhere())),
+           base="reference"),
+    Mutant("input_error_recoded_internal", "events", "an input's error is passed on as INTERNAL (held-out "
+           "ref_input_error_recoded_internal)", ("events/failed_input_fails_the_execution",),
+           reference((_runtime_module("_executables").CpuLoadedExecutable, "_check", _input_errors_recoded_internal())),
+           base="reference"),
+    Mutant("scalar_output_dimensions_one", "execute", "OutputDimensions reports a scalar output as (1,) (held-out "
+           "ref_scalar_output_dimensions_one)", ("execute/outputs_are_what_the_executable_declares",),
+           reference((_runtime_module("_executables").CpuExecutable, "output_dimensions", _scalar_dimensions_one)),
+           base="reference"),
+    Mutant("pred_outputs_declared_u8", "execute", "OutputElementTypes says U8 for a boolean output (held-out "
+           "ref_output_types_pred_as_u8)", ("execute/outputs_are_what_the_executable_declares",),
+           reference((_runtime_module("_executables").CpuExecutable, "output_element_types", _pred_declared_u8)),
+           base="reference"),
+    Mutant("optimized_program_labelled_hlo", "compile", "OptimizedProgram returns StableHLO text labelled 'hlo' "
+           "(held-out toy_optimized_program_labelled_hlo)", ("compile/executable_queries_are_stable",),
+           toy(client=_executable_class(optimized_program=lambda self: Program(self.program.text, "hlo")))),
+]
+
+MUTANTS: tuple[Mutant, ...] = tuple(COMPILE + EXECUTE + GAPS)

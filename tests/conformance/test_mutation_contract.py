@@ -13,7 +13,7 @@ from pjrt_hub.testing import CASES
 from pjrt_hub.testing._mutation import run_control, run_mutant
 from pjrt_hub.testing.contract import BEHAVIOURS, behaviours_of
 
-AREAS = ("client", "buffers", "execute", "extensions")
+AREAS = ("client", "buffers", "execute", "extensions", "binding")
 CATALOGUES = {area: importlib.import_module(f".mutants_{area}", __package__) for area in AREAS}
 
 

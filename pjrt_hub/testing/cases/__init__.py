@@ -7,6 +7,7 @@ from . import (  # noqa: F401 - imported for registration
     collectives,
     compile,
     concurrency,
+    contract_binding,
     contract_buffers,
     contract_client,
     contract_execute,

@@ -9,8 +9,11 @@ nothing in the plugin). Lookups hand back the very handles the client lists, a n
 client of its own, a device's kind names its kind of device rather than the device, an event's
 error is the same however often and however it is asked for, an OnReady callback finds its event
 ready, an event the caller destroys is only the caller's handle, never the work it tracks, and
-the bytes of a serialized topology give back that topology. Each case builds what it mutates on
-a client or topology of its own, so a defect it finds cannot spill into later cases.
+the bytes of a serialized topology give back that topology. Create options are the platform's,
+so the cases that pass them (XLA's cpu_device_count; num_nodes and node_id with the key-value
+callbacks, two processes of a job played in this process) skip a plugin that does not take them
+and check that a plugin that does honours them. Each case builds what it mutates on a client or
+topology of its own, so a defect it finds cannot spill into later cases.
 """
 
 from __future__ import annotations
@@ -141,28 +144,50 @@ class _Store:
 
     _GET_LIMIT = 2.0
 
-    def __init__(self) -> None:
+    def __init__(self, limit: float = _GET_LIMIT) -> None:
         self._values: dict[str, bytes] = {}
         self._changed = threading.Condition()
+        self._limit = limit
+        #: Whether the plugin called any of the callbacks: a plugin that never does takes no
+        #: part in a job, whatever options it was given.
+        self.used = False
 
     def get(self, key: str, timeout: float) -> bytes:
-        deadline = time.monotonic() + min(timeout, self._GET_LIMIT)
+        limit = min(timeout, self._limit)
+        deadline = time.monotonic() + limit
         with self._changed:
+            self.used = True
             while key not in self._values:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise DeadlineExceeded(f"key {key!r} was not put within {min(timeout, self._GET_LIMIT):g} s")
+                    raise DeadlineExceeded(f"key {key!r} was not put within {limit:g} s")
                 self._changed.wait(left)
             return self._values[key]
 
     def try_get(self, key: str) -> bytes | None:
         with self._changed:
+            self.used = True
             return self._values.get(key)
 
     def put(self, key: str, value: bytes) -> None:
         with self._changed:
+            self.used = True
             self._values[key] = bytes(value)
             self._changed.notify_all()
+
+
+class _GarbledStore(_Store):
+    """A store whose every get answers bytes no plugin wrote (a framework's store gone bad)."""
+
+    GARBLE = b"\xff\x00 not what any process put \x00\xff"
+
+    def get(self, key: str, timeout: float) -> bytes:
+        super().put(key, self.GARBLE)
+        return super().get(key, timeout)
+
+    def try_get(self, key: str) -> bytes | None:
+        super().try_get(key)
+        return self.GARBLE
 
 
 @case("client")
@@ -186,6 +211,167 @@ def create_takes_key_value_callbacks(ctx: PluginUnderTest) -> None:
                                          f"expected {host.tolist()}")
     finally:
         _destroy(ctx, client)
+
+
+#: XLA's name for the device count of a CPU client (the create option JAX's CPU backends take).
+_CPU_DEVICE_COUNT = "cpu_device_count"
+
+
+def _create_or_refusal(ctx: PluginUnderTest, options: dict[str, Any], what: str, **kwargs: Any) -> Any:
+    """The client ``PJRT_Client_Create`` makes with ``options``, or the PjrtError it answered."""
+    try:
+        return ctx.call(ctx.api.client_create, options, what=what, timeout=COMPILE_TIMEOUT, **kwargs)
+    except PjrtError as exc:
+        return exc
+    except Exception as exc:  # noqa: BLE001 - a plugin's bare exception is a finding of its own
+        fail(f"{what} raised {describe(exc)}: a plugin reports a failure as a PJRT error")
+
+
+@case("client")
+def device_count_option(ctx: PluginUnderTest) -> None:
+    """A CPU plugin that takes XLA's cpu_device_count create option honours it: a client created
+    with cpu_device_count=1, 2 or 6 has that many devices, all addressable (and so has a topology
+    PJRT_TopologyDescription_Create makes with it, where the plugin makes topologies); it does not
+    take the option for some counts and refuse it for others."""
+    if ctx.client.platform_name() != "cpu":
+        skip(f"plugin {ctx.name} is of platform {ctx.client.platform_name()!r}: cpu_device_count is the cpu "
+             "platform's option (create options are platform-specific)")
+    refused: dict[int, PjrtError] = {}
+    honoured: list[int] = []
+    for count in (1, 2, 6):
+        what = f"PJRT_Client_Create with {_CPU_DEVICE_COUNT}={count}"
+        made = _create_or_refusal(ctx, {_CPU_DEVICE_COUNT: count}, what)
+        if isinstance(made, PjrtError):
+            refused[count] = made
+            continue
+        try:
+            got = (len(made.devices()), len(made.addressable_devices()))
+            check(got == (count, count), f"{what} made a client of {got[0]} devices, {got[1]} of them addressable: "
+                                         f"the option asks for {count} devices of this process")
+        finally:
+            _destroy(ctx, made)
+        honoured.append(count)
+        try:
+            topology = ctx.call(ctx.api.topology_create, {_CPU_DEVICE_COUNT: count},
+                                what=f"PJRT_TopologyDescription_Create with {_CPU_DEVICE_COUNT}={count}")
+        except PjrtError:
+            continue  # no topologies without a client here, or not with this option
+        try:
+            described = len(topology.get_device_descriptions())
+            check(described == count, f"PJRT_TopologyDescription_Create with {_CPU_DEVICE_COUNT}={count} describes "
+                                      f"{described} devices; the plugin's clients take the option as {count} devices")
+        finally:
+            ctx.call(topology.destroy, what="PJRT_TopologyDescription_Destroy")
+    if honoured and refused:
+        count, exc = next(iter(refused.items()))
+        fail(f"PJRT_Client_Create takes {_CPU_DEVICE_COUNT}={honoured[0]} but refuses {_CPU_DEVICE_COUNT}={count} "
+             f"({describe(exc)}): a plugin that takes the option makes a client of any such count")
+    if not honoured:
+        # Every count refused: the option may be unknown here, or the plugin refuses every count
+        # it knows; a count it takes where it refused real ones tells the second apart.
+        made = _create_or_refusal(ctx, {_CPU_DEVICE_COUNT: 0}, f"PJRT_Client_Create with {_CPU_DEVICE_COUNT}=0")
+        if isinstance(made, PjrtError):
+            skip(f"plugin {ctx.name} does not take the {_CPU_DEVICE_COUNT} option: "
+                 f"{describe(next(iter(refused.values())))}")
+        _destroy(ctx, made)
+        fail(f"PJRT_Client_Create takes {_CPU_DEVICE_COUNT}=0 but refuses 1, 2 and 6 "
+             f"({describe(refused[2])}): the plugin knows the option and refuses every count of devices it could make")
+
+
+def _job_clients(ctx: PluginUnderTest, store: _Store, nodes: int) -> list[Any]:
+    """Clients of every process of a job of ``nodes`` processes, made at once in this process
+    and meeting through one store: each its client, or the PjrtError it answered."""
+    made: list[Any] = [None] * nodes
+
+    def create(node: int) -> None:
+        made[node] = _create_or_refusal(ctx, {"num_nodes": nodes, "node_id": node},
+                                        f"PJRT_Client_Create as process {node} of {nodes}", kv_store=store)
+
+    threads = [threading.Thread(target=create, args=(node,), daemon=True) for node in range(nodes)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(ctx.seconds(COMPILE_TIMEOUT) + 5.0)
+    check(all(m is not None for m in made), "PJRT_Client_Create of a process of a job did not return")
+    return made
+
+
+def _job_view(client: Any) -> dict[int, tuple[int, bool]]:
+    """Device id -> (PJRT_DeviceDescription_ProcessIndex, PJRT_Device_IsAddressable), as a client sees them."""
+    view: dict[int, tuple[int, bool]] = {}
+    for device in client.devices():
+        wanted = device_id(device)
+        check(wanted not in view, f"process {client.process_index()}'s PJRT_Client_Devices lists device {wanted} twice")
+        view[wanted] = (device.get_description().process_index(), device.is_addressable())
+    return view
+
+
+@case("client")
+def joins_a_job_through_the_store(ctx: PluginUnderTest) -> None:
+    """Where a plugin makes clients for the processes of a job (XLA's num_nodes and node_id
+    create options, with the key-value callbacks), two clients made as processes 0 and 1 of one
+    job, meeting through one store, see one job: each has its own process index, both list every
+    device of the job once with the same ids, and each addresses exactly the devices of its own
+    process. Process 2 of a job of 1 is refused; a peer that never joins, or a store that answers
+    bytes no process wrote, make PJRT_Client_Create fail with a PJRT error, not hang or crash."""
+    _ = ctx.client  # initialized, as PJRT_Plugin_Initialize must come first
+    alone = _create_or_refusal(ctx, {"num_nodes": 1, "node_id": 0}, "PJRT_Client_Create as process 0 of 1",
+                               kv_store=_Store())
+    if isinstance(alone, Unimplemented):
+        skip(f"plugin {ctx.name} (or the transport to it) does not take key-value callbacks: {describe(alone)}")
+    if isinstance(alone, PjrtError):
+        skip(f"plugin {ctx.name} does not take the num_nodes and node_id create options: {describe(alone)}")
+    _destroy(ctx, alone)
+    store = _Store(limit=ctx.seconds(CALL_TIMEOUT))
+    clients = _job_clients(ctx, store, 2)
+    try:
+        refusals = [(node, m) for node, m in enumerate(clients) if isinstance(m, PjrtError)]
+        if not store.used and all(not isinstance(m, PjrtError) and m.process_index() == 0
+                                  and len(m.addressable_devices()) == len(m.devices()) for m in clients):
+            skip(f"plugin {ctx.name} takes num_nodes and node_id but makes single-process clients of them (it "
+                 "never called the key-value callbacks): it does not make clients of multi-process jobs")
+        if refusals and all(isinstance(m, Unimplemented) for _, m in refusals) and not store.used:
+            skip(f"plugin {ctx.name} makes no clients of multi-process jobs: {describe(refusals[0][1])}")
+        for node, exc in refusals:
+            fail(f"PJRT_Client_Create as process {node} of a job of 2 (with process {1 - node} created at the same "
+                 f"time through the same key-value store) failed with {describe(exc)}, though the plugin makes "
+                 "process 0 of a job of 1: 0 <= node_id < num_nodes is a place in the job")
+        views = [_job_view(c) for c in clients]
+        indices = [c.process_index() for c in clients]
+        check(indices[0] != indices[1], f"both processes of the job report PJRT_Client_ProcessIndex {indices[0]}: "
+                                        "each process of a job has its own index")
+        check(sorted(views[0]) == sorted(views[1]),
+              f"process 0 lists devices {sorted(views[0])}, process 1 devices {sorted(views[1])}: "
+              "PJRT_Client_Devices lists every device of the job, with the ids every process uses")
+        for client, view, index in zip(clients, views, indices):
+            mine = sorted(i for i, (_, addressable) in view.items() if addressable)
+            check(mine == sorted(device_id(d) for d in client.addressable_devices()) and mine,
+                  f"process {index}: PJRT_Device_IsAddressable holds for devices {mine}, PJRT_Client_AddressableDevices "
+                  f"lists {sorted(device_id(d) for d in client.addressable_devices())}")
+            for wanted, (process, addressable) in view.items():
+                check(addressable == (process == index),
+                      f"process {index} sees device {wanted} of process {process} as "
+                      f"{'' if addressable else 'not '}addressable: a client addresses the devices of its own "
+                      "process, and only those")
+        for wanted in views[0]:
+            check(views[0][wanted][0] == views[1][wanted][0],
+                  f"device {wanted} belongs to process {views[0][wanted][0]} for process {indices[0]} and to process "
+                  f"{views[1][wanted][0]} for process {indices[1]}: the processes see one job")
+    finally:
+        for client in clients:
+            if not isinstance(client, PjrtError):
+                _destroy(ctx, client)
+    for options, what, given in (
+            ({"num_nodes": 1, "node_id": 2}, "as process 2 of a job of 1", _Store()),
+            ({"num_nodes": 2, "node_id": 1}, "as process 1 of 2 whose process 0 never joins",
+             _Store(limit=min(0.5, ctx.seconds(CALL_TIMEOUT)))),
+            ({"num_nodes": 2, "node_id": 1}, "as process 1 of 2 through a store that answers bytes no process put",
+             _GarbledStore(limit=ctx.seconds(CALL_TIMEOUT)))):
+        made = _create_or_refusal(ctx, options, f"PJRT_Client_Create {what}", kv_store=given)
+        if not isinstance(made, PjrtError):
+            _destroy(ctx, made)
+            fail(f"PJRT_Client_Create {what} made a client of process {made.process_index()}: it fails with an "
+                 "error, as there is no such job to take part in")
 
 
 def _client_answers(client: Any) -> dict[str, Any]:
@@ -698,16 +884,35 @@ def topology_answers_stay_the_same(ctx: PluginUnderTest) -> None:
 @case("topology", min_api_minor=36)
 def serialized_form_is_a_stable_cache_key(ctx: PluginUnderTest) -> None:
     """PJRT_TopologyDescription_Serialize is for cache keys: the same topology serializes to the
-    same bytes on every call, and through a second PJRT_Client_TopologyDescription handle."""
+    same bytes on every call, through a second PJRT_Client_TopologyDescription handle, from a
+    second client made the same way (the same devices), and from the topology
+    PJRT_TopologyDescription_Deserialize gives back (where the plugin deserializes topologies):
+    bytes that name the object serialized (its address, a counter) are no key."""
     topology = ctx.client.topology_description()
     first = topology.serialize()
     check(isinstance(first, (bytes, bytearray)) and first,
           f"PJRT_TopologyDescription_Serialize returned {first!r}, expected non-empty bytes")
-    for attempt, again in (("a second call", topology.serialize()),
-                           ("a second PJRT_Client_TopologyDescription", ctx.client.topology_description().serialize())):
-        check(bytes(again) == bytes(first),
-              f"PJRT_TopologyDescription_Serialize gave {len(first)} bytes, then, on {attempt}, {len(again)} bytes that "
-              f"differ from them (first at byte {_first_difference(bytes(first), bytes(again))}): a cache key must be "
+    answers = [("a second call", topology.serialize()),
+               ("a second PJRT_Client_TopologyDescription", ctx.client.topology_description().serialize())]
+    other = _new_client(ctx)
+    try:
+        answers.append(("the topology of a second client made the same way", other.topology_description().serialize()))
+    finally:
+        _destroy(ctx, other)
+    try:
+        again = ctx.call(ctx.api.topology_deserialize, bytes(first), what="PJRT_TopologyDescription_Deserialize")
+    except (NotFound, Unimplemented):
+        pass  # no deserializing here (before 0.75, or without a topology compiler): the rest holds
+    else:
+        try:
+            answers.append(("the topology PJRT_TopologyDescription_Deserialize gave back from these bytes",
+                            again.serialize()))
+        finally:
+            ctx.call(again.destroy, what="PJRT_TopologyDescription_Destroy of a deserialized topology")
+    for attempt, later in answers:
+        check(bytes(later) == bytes(first),
+              f"PJRT_TopologyDescription_Serialize gave {len(first)} bytes, then, on {attempt}, {len(later)} bytes that "
+              f"differ from them (first at byte {_first_difference(bytes(first), bytes(later))}): a cache key must be "
               "the same for the same topology")
 
 

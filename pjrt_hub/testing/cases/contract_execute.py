@@ -12,10 +12,12 @@ should refuse, at any position, and an execute_device of another client.
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
-from typing import Any, cast
+from functools import partial
+from typing import Any, Callable, cast
 
 import numpy as np
 
@@ -27,11 +29,22 @@ from pjrt_hub.abi import (
     PjrtError,
     Program,
 )
+from pjrt_hub.abi.compile_options import encode_compile_options
 
 from .._case import case, check, expect_error, fail, skip
 from .._context import CALL_TIMEOUT, COMPILE_TIMEOUT, PluginUnderTest, describe
-from .._programs import add_one, donating_add_one, elementwise, failing_program, tensor, two_outputs
+from .._programs import (
+    add_one,
+    donating_add_one,
+    elementwise,
+    failing_program,
+    slow_program,
+    tensor,
+    two_outputs,
+)
 from .client import device_id
+from .buffers import _aligned, _wait_for
+from .events import SLOW_ELEMENTS, slow_work
 
 F32x4 = tensor((4,), "f32")
 HOST = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
@@ -78,6 +91,26 @@ def _add_donating_second() -> str:
     t = F32x4
     return elementwise("jit_add_donating_second", [t, t], [("add", (0, 1))]).replace(
         f"%arg1: {t}", f"%arg1: {t} {{tf.aliasing_output = 0 : i32}}")
+
+
+def _donating(text: str, param: int, output: int) -> str:
+    """``text`` with parameter ``param`` donated to result ``output`` (``tf.aliasing_output``, as
+    ``jax.jit(f, donate_argnums=...)`` marks it)."""
+    return re.sub(rf"(%arg{param}: tensor<[^>]*>)", rf"\1 {{tf.aliasing_output = {output} : i32}}", text, count=1)
+
+
+def _module(name: str, params: str, results: str, body: str) -> str:
+    return (f"module @{name} attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32}} {{\n"
+            f"  func.func public @main({params}) -> ({results}) {{\n{body}  }}\n}}\n")
+
+
+def _flag_and_scalar() -> str:
+    """``(x != 0, 2.5)``: a boolean output (PRED, stored a byte per element) and a scalar one
+    (dimensions ``()``), the two outputs whose description is easiest to get wrong."""
+    return _module("jit_flag_and_scalar", f"%arg0: {F32x4}", f"{tensor((4,), 'i1')}, tensor<f32>",
+                   f"    %0 = stablehlo.convert %arg0 : ({F32x4}) -> {tensor((4,), 'i1')}\n"
+                   "    %1 = stablehlo.constant dense<2.500000e+00> : tensor<f32>\n"
+                   f"    return %0, %1 : {tensor((4,), 'i1')}, tensor<f32>\n")
 
 
 def _unimplemented(call: Any) -> Any:
@@ -360,6 +393,16 @@ def executable_queries_are_stable(ctx: PluginUnderTest) -> None:
               and len(program.data()) > 0,
               f"PJRT_Executable_OptimizedProgram returned {program!r}; expected a program with code and the "
               "format the plugin sets")
+        # PJRT_Program names what each format holds: "mlir" MLIR bytecode or text, "hlo" and
+        # "hlo_with_config" a serialized HloModuleProto (WithConfig). A caller picks its reader
+        # by the format, so the label must say what the code is.
+        code = bytes(program.data())
+        if program.format == "mlir":
+            check(_is_mlir(code), f"PJRT_Executable_OptimizedProgram says format 'mlir' but the code is neither MLIR "
+                                  f"text nor MLIR bytecode (it begins {code[:24]!r})")
+        elif program.format in ("hlo", "hlo_with_config"):
+            check(not _is_mlir(code), f"PJRT_Executable_OptimizedProgram says format {program.format!r} (a serialized "
+                                      f"HloModuleProto) but the code is MLIR (it begins {code[:24]!r})")
         # The code itself may differ between calls (XLA serializes an HloModuleProto afresh each
         # time, and protobuf's output is not canonical); its format may not.
         second = two.optimized_program()
@@ -376,6 +419,11 @@ def executable_queries_are_stable(ctx: PluginUnderTest) -> None:
         if fingerprint is not None:
             check(two.fingerprint() == fingerprint, "PJRT_Executable_Fingerprint differs between two GetExecutable "
                                                     "handles of one executable")
+
+
+def _is_mlir(code: bytes) -> bool:
+    """MLIR bytecode (its magic number) or MLIR text (a module or a function at a line's start)."""
+    return code[:4] == b"ML\xefR" or re.search(rb"(^|\n)\s*(module\b|func\.func\b)", code) is not None
 
 
 def _named_value(value: Any) -> bool:
@@ -412,6 +460,136 @@ def fingerprint_tells_replica_counts_apart(ctx: PluginUnderTest) -> None:
                                f"{again!r}; identical inputs give the same fingerprint")
 
 
+@case("compile", min_api_minor=35)
+def fingerprint_ignores_how_options_are_passed(ctx: PluginUnderTest) -> None:
+    """PJRT_Client_Compile takes its options as a serialized CompileOptionsProto (the binding also
+    takes the CompileOptions value, which it serializes): one program compiled with the same
+    options, given either way, is the same executable, with the same fingerprint."""
+    for options in (CompileOptions(), CompileOptions(num_replicas=1, num_partitions=1)):
+        given = _unimplemented(ctx.compile(add_one(), options).get_executable().fingerprint)
+        if given is None:
+            skip(f"plugin {ctx.name} does not implement PJRT_Executable_Fingerprint (the header lets it)")
+        serialized = ctx.compile(add_one(), encode_compile_options(options)).get_executable().fingerprint()
+        check(serialized == given,
+              f"PJRT_Executable_Fingerprint is {given!r} for x + 1 compiled with {options} and {serialized!r} for the "
+              "same program compiled with those options serialized: identical inputs give the same fingerprint, "
+              "whatever form the caller's options came in")
+
+
+@case("compile")
+def compile_options_may_be_left_out(ctx: PluginUnderTest) -> None:
+    """The binding's PJRT_Client_Compile takes CompileOptions, a serialized CompileOptionsProto or
+    None (the defaults): without options x + 1 compiles and runs; options of any other type (a
+    str, a dict) are refused with INVALID_ARGUMENT."""
+    try:
+        loaded = ctx.call(ctx.client.compile, Program(add_one()), None, what="PJRT_Client_Compile without options",
+                          timeout=COMPILE_TIMEOUT)
+    except PjrtError as exc:
+        fail(f"PJRT_Client_Compile of x + 1 without options failed ({describe(exc)}); None stands for the default "
+             "CompileOptions")
+    got = ctx.run(loaded, HOST)[0]
+    check(np.array_equal(got, HOST + 1), f"x + 1 compiled without options computes {got.tolist()}")
+    for options in ("num_replicas=1", {"num_replicas": 1}):
+        expect_error(partial(ctx.call, ctx.client.compile, Program(add_one()), options, what="PJRT_Client_Compile",
+                             timeout=COMPILE_TIMEOUT),
+                     code=ErrorCode.INVALID_ARGUMENT,
+                     what=f"PJRT_Client_Compile with options of type {type(options).__name__} (neither CompileOptions "
+                          "nor a serialized CompileOptionsProto)")
+
+
+@case("errors", timeout=COMPILE_TIMEOUT)
+def deserialize_truncated_executable(ctx: PluginUnderTest) -> None:
+    """PJRT_Executable_DeserializeAndLoad of a serialized executable cut short (at any of its first
+    bytes, at half its length, one byte short) is refused with a PJRT error every time: the bytes
+    are no longer what PJRT_Executable_Serialize made."""
+    data = bytes(ctx.compile(add_one()).get_executable().serialize())
+    for length in sorted({*range(min(48, len(data))), len(data) // 2, len(data) - 1}):
+        expect_error(partial(ctx.call, ctx.client.deserialize_and_load, data[:length],
+                             what="PJRT_Executable_DeserializeAndLoad", timeout=COMPILE_TIMEOUT),
+                     what=f"PJRT_Executable_DeserializeAndLoad of the first {length} of the {len(data)} bytes "
+                          "PJRT_Executable_Serialize made")
+
+
+@case("compile", timeout=COMPILE_TIMEOUT)
+def device_assignment_and_counts_agree(ctx: PluginUnderTest) -> None:
+    """PJRT_Client_DefaultDeviceAssignment(r, p) gives r rows of p distinct devices of the client,
+    and a program compiled for r replicas without an assignment uses that one, even when it
+    takes every device. An assignment whose shape differs from the replica and partition counts
+    is refused with INVALID_ARGUMENT, or (XLA's choice: it takes the assignment's shape) the
+    executable is what the assignment says: NumReplicas x NumPartitions devices, those listed."""
+    devices = ctx.devices
+    count = len(devices)
+    known = {device_id(d) for d in ctx.client.devices()}
+    for replicas, partitions in ((1, 1), (1, 2), (2, 1), (2, 2), (count, 1)):
+        if replicas * partitions > count:
+            continue
+        what = f"PJRT_Client_DefaultDeviceAssignment({replicas}, {partitions})"
+        rows = [tuple(int(d) for d in row) for row in ctx.call(ctx.client.default_device_assignment, replicas,
+                                                                partitions, what=what)]
+        ids = [d for row in rows for d in row]
+        check(len(rows) == replicas and all(len(row) == partitions for row in rows),
+              f"{what} is {rows}: expected {replicas} row(s), one per replica, of {partitions} device id(s), one per "
+              "partition")
+        check(len(set(ids)) == len(ids) and set(ids) <= known,
+              f"{what} is {rows}: the ids must be distinct devices of the client ({sorted(known)})")
+    # Every device, no assignment given: the default one of count replicas.
+    loaded = ctx.compile(add_one(replicas=count), CompileOptions(num_replicas=count))
+    placed = [device_id(d) for d in loaded.addressable_devices()]
+    default = [row[0] for row in ctx.client.default_device_assignment(count, 1)]
+    check(placed == default, f"x + 1 compiled for {count} replicas (every device) without a device assignment runs on "
+                             f"devices {placed}; PJRT_Client_DefaultDeviceAssignment({count}, 1) gives {default}")
+    inputs = [HOST * (i + 1) for i in range(count)]
+    outputs = ctx.execute(loaded, [[ctx.put(h, device=d)] for h, d in zip(inputs, loaded.addressable_devices())])
+    for replica, host in enumerate(inputs):
+        got = ctx.fetch(outputs[replica][0])
+        check(np.array_equal(got, host + 1), f"replica {replica} of {count} computed {got.tolist()}, expected "
+                                             f"{(host + 1).tolist()}")
+    if count < 2:
+        return
+    first, second = device_id(devices[0]), device_id(devices[1])
+    for replicas, assignment in ((2, ((first,),)), (1, ((first,), (second,))), (1, ((first, second),))):
+        what = (f"PJRT_Client_Compile of x + 1 for {replicas} replica(s) and 1 partition with device_assignment "
+                f"{assignment}")
+        try:
+            loaded = ctx.call(ctx.client.compile, Program(add_one(replicas=replicas)),
+                              CompileOptions(num_replicas=replicas, device_assignment=assignment), what=what,
+                              timeout=COMPILE_TIMEOUT)
+        except PjrtError as exc:
+            check(exc.code is ErrorCode.INVALID_ARGUMENT, f"{what}: {describe(exc)}; expected INVALID_ARGUMENT")
+            continue
+        executable = loaded.get_executable()
+        counts = (executable.num_replicas(), executable.num_partitions())
+        listed = [device_id(d) for d in loaded.addressable_devices()]
+        check(counts == (len(assignment), len(assignment[0])) and listed == [d for row in assignment for d in row],
+              f"{what} was accepted, and the executable reports NumReplicas {counts[0]} and NumPartitions "
+              f"{counts[1]} and runs on devices {listed}: the assignment the executable got and the counts it "
+              "reports disagree (expected a refusal with INVALID_ARGUMENT, or an executable of the assignment's "
+              "shape on its devices)")
+
+
+@case("compile", timeout=COMPILE_TIMEOUT)
+def delete_lets_running_loops_finish(ctx: PluginUnderTest) -> None:
+    """PJRT_LoadedExecutable_Delete drops the executable only after its last execution completes,
+    also for a program with a loop, which a runtime can stop between iterations: an execution
+    running when Delete is called, and one queued behind it, finish with their results."""
+    work = slow_work(ctx)  # skips a plugin that compiles no loop; gives the trips to take ~0.3 s
+    executable = ctx.compile(slow_program(SLOW_ELEMENTS))
+    results = [work.start(ctx, executable=executable) for _ in range(2)]
+    ctx.call(executable.delete, what="PJRT_LoadedExecutable_Delete")
+    for index, result in enumerate(results):
+        what = "the running execution" if index == 0 else "the execution queued behind it"
+        try:
+            for event in result.device_complete_events or ():
+                ctx.await_event(event, f"the completion event of {what}", timeout=60.0)
+            got = ctx.fetch(result.outputs[0][0])
+        except PjrtError as exc:
+            fail(f"{what} of a loop failed after PJRT_LoadedExecutable_Delete ({describe(exc)}); Delete frees the "
+                 "executable only after its last execution completes, and these had started")
+        check(np.array_equal(got, work.expected),
+              f"{what} of a loop gave wrong values after PJRT_LoadedExecutable_Delete (first "
+              f"{got[:4].tolist()}, expected {work.expected[:4].tolist()})")
+
+
 # -- execute -------------------------------------------------------------------------------------
 
 
@@ -419,30 +597,39 @@ def fingerprint_tells_replica_counts_apart(ctx: PluginUnderTest) -> None:
 def outputs_are_what_the_executable_declares(ctx: PluginUnderTest) -> None:
     """The outputs of an execution are what the executable declares: as many as NumOutputs, each of
     the element type and dimensions of OutputElementTypes and OutputDimensions, in a memory of the
-    kind PJRT_Executable_OutputMemoryKinds names for it (one kind per output)."""
-    loaded = ctx.compile(two_outputs())
+    kind PJRT_Executable_OutputMemoryKinds names for it (one kind per output). Among them a
+    boolean output (PRED, though stored a byte per element) and a scalar one (no dimensions)."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for text, what, hosts in ((two_outputs(), "(x + y, x * y) on f32[2,3]", (x, np.ones((2, 3), np.float32))),
+                              (_flag_and_scalar(), "(x != 0, 2.5), a pred[4] and an f32[] output",
+                               (HOST - 2,))):
+        _declared_outputs(ctx, text, what, hosts)
+
+
+def _declared_outputs(ctx: PluginUnderTest, text: str, what: str, hosts: tuple[np.ndarray, ...]) -> None:
+    loaded = ctx.compile(text)
     executable = loaded.get_executable()
-    x, y = np.arange(6, dtype=np.float32).reshape(2, 3), np.ones((2, 3), np.float32)
-    outputs = ctx.execute(loaded, [[ctx.put(x), ctx.put(y)]])[0]
+    outputs = ctx.execute(loaded, [[ctx.put(h) for h in hosts]])[0]
     count = executable.num_outputs()
-    check(len(outputs) == count, f"PJRT_LoadedExecutable_Execute returned {len(outputs)} outputs; "
+    check(len(outputs) == count, f"PJRT_LoadedExecutable_Execute of {what} returned {len(outputs)} outputs; "
                                  f"PJRT_Executable_NumOutputs says {count}")
     if ctx.declared_version is None or ctx.declared_version.minor >= 29:
         types = list(executable.output_element_types())
         dims = [tuple(d) for d in executable.output_dimensions()]
         got = [(o.element_type(), tuple(o.dimensions())) for o in outputs]
         check(got == list(zip(types, dims)),
-              f"the outputs are {[(t.name, list(d)) for t, d in got]}, but PJRT_Executable_OutputElementTypes and "
-              f"OutputDimensions declare {[(t.name, list(d)) for t, d in zip(types, dims)]}")
+              f"the outputs of {what} are {[(t.name, list(d)) for t, d in got]}, but "
+              f"PJRT_Executable_OutputElementTypes and OutputDimensions declare "
+              f"{[(t.name, list(d)) for t, d in zip(types, dims)]}")
     kinds = _unimplemented(executable.output_memory_kinds)
     if kinds is None:
         return
     kinds = list(kinds)
     check(len(kinds) == count, f"PJRT_Executable_OutputMemoryKinds lists {len(kinds)} kinds ({kinds}) for "
-                               f"{count} outputs; it has one per output")
+                               f"{count} outputs of {what}; it has one per output")
     placed = [o.memory().kind() for o in outputs]
-    check(placed == kinds, f"the outputs are in memories of kinds {placed}, but PJRT_Executable_OutputMemoryKinds "
-                           f"says {kinds}")
+    check(placed == kinds, f"the outputs of {what} are in memories of kinds {placed}, but "
+                           f"PJRT_Executable_OutputMemoryKinds says {kinds}")
 
 
 @case("execute")
@@ -524,10 +711,12 @@ def each_execution_has_outputs_of_its_own(ctx: PluginUnderTest) -> None:
 # -- events --------------------------------------------------------------------------------------
 
 
-@case("events")
+@case("events", timeout=COMPILE_TIMEOUT)
 def one_completion_event_per_device(ctx: PluginUnderTest) -> None:
     """PJRT_LoadedExecutable_Execute on two devices returns one completion event per device (as
-    many as output lists); once device i's event is ready, device i's outputs are ready."""
+    many as output lists); once device i's event is ready, device i's outputs are ready. Each
+    event is its own device's: when only device 1's input carries an error (the output of a
+    failed execution), device 1's event reports an error, whatever device 0's says."""
     first, second = ctx.need_devices(2)
     assignment = ((device_id(first),), (device_id(second),))
     executable = ctx.compile(add_one(replicas=2), CompileOptions(num_replicas=2, device_assignment=assignment))
@@ -545,49 +734,114 @@ def one_completion_event_per_device(ctx: PluginUnderTest) -> None:
         got = ctx.fetch(result.outputs[index][0])
         expected = HOST * (index + 1) + 1
         check(np.array_equal(got, expected), f"device {index}'s output is {got.tolist()}, expected {expected.tolist()}")
+    failed = _failed_output_on(ctx, second)
+    if failed is None:
+        return
+    what = "PJRT_LoadedExecutable_Execute on 2 devices, device 1's argument the output of a failed execution"
+    try:
+        result = ctx.call(executable.execute, [[ctx.put(HOST, device=first)], [failed]], ExecuteOptions(), what=what,
+                          timeout=COMPILE_TIMEOUT)
+    except PjrtError:
+        return  # refused at the call: no events to tell apart
+    events = list(result.device_complete_events or ())
+    check(len(events) == 2, f"{what} returned {len(events)} completion events, expected 2")
+    error = _error_of(ctx, events[1], f"device_complete_events[1] of the {what}")
+    check(error is not None, f"device_complete_events[1] of the {what} completed without an error: device 1's event "
+                             "reports device 1's execution, which could not read its input "
+                             f"(device_complete_events[0] is {'the same event' if events[0] is events[1] else 'another event'})")
+    _error_of(ctx, events[0], f"device_complete_events[0] of the {what}")
+
+
+def _failed_output_on(ctx: PluginUnderTest, device: Any) -> Any:
+    """An f32[4] output of a failed execution on ``device``, or None where the plugin does not
+    make one (it refuses the failing program, or runs it without an error)."""
+    try:
+        failing = ctx.compile(failing_program(), CompileOptions(device_assignment=((device_id(device),),)))
+        result = ctx.call(failing.execute, [[ctx.put(HOST, device=device), ctx.put(np.array(2.0, np.float32),
+                                                                                    device=device)]],
+                          ExecuteOptions(), what="PJRT_LoadedExecutable_Execute (a program that cannot allocate its "
+                                                 "output)", timeout=COMPILE_TIMEOUT)
+    except PjrtError:
+        return None
+    if _error_of(ctx, result.device_complete_events[0], "the failed execution's completion event") is None:
+        return None
+    return result.outputs[0][0]
 
 
 @case("events", timeout=COMPILE_TIMEOUT)
 def failed_input_fails_the_execution(ctx: PluginUnderTest) -> None:
-    """An execution given the output of a failed execution fails with that error: refused at the
-    call, or with the error on its completion event and its outputs (never values computed from
-    a buffer that has none); a copy of that output to another device carries the error too."""
+    """An execution given the output of a failed execution fails with that error, its code kept:
+    refused at the call, or with the error on its completion event and its outputs (never values
+    computed from a buffer that has none); a copy of that output to another device carries the
+    error too. Two failures are passed on: a program that cannot allocate its output, and a loop
+    stopped by ExecuteOptions.timeout (the binding's: DEADLINE_EXCEEDED, where the plugin can
+    stop an execution)."""
+    sources = [source for source in (_unallocatable_output(ctx), _timed_out_output(ctx)) if source is not None]
+    if not sources:
+        skip(f"plugin {ctx.name} makes no failed output to pass on (it refuses the failing program at the call or "
+             "runs it without an error, and stops no execution at its time limit)")
+    for index, (failed, original, n, what) in enumerate(sources):
+        if index == 0 and len(ctx.devices) >= 2:
+            _copy_fails_with_its_source(ctx, failed, original)
+        # x + 1, then x + 1 donating x (last: it may consume the failed buffer); runtimes often
+        # launch a donating program by another path than a plain one.
+        for plus, program in ((ctx.compile(add_one(n)), "x + 1"), (ctx.compile(donating_add_one(n)), "x + 1, x donated")):
+            _fails_with_its_input(ctx, plus, failed, original, f"PJRT_LoadedExecutable_Execute of {program} with the "
+                                                               f"output of {what}")
+
+
+def _unallocatable_output(ctx: PluginUnderTest) -> tuple[Any, PjrtError, int, str] | None:
+    """The f32[4] output of the program that cannot allocate its other output, with its error."""
     try:
         failing = ctx.compile(failing_program())
-    except PjrtError as exc:
-        if exc.code is ErrorCode.UNIMPLEMENTED:
-            skip(f"plugin {ctx.name} does not compile the failing program: {describe(exc)}")
-        raise
-    args = [ctx.put(HOST), ctx.put(np.array(2.0, np.float32))]
-    try:
+        args = [ctx.put(HOST), ctx.put(np.array(2.0, np.float32))]
         result = ctx.call(failing.execute, [args], ExecuteOptions(), what="PJRT_LoadedExecutable_Execute "
                           "(a program that cannot allocate its output)", timeout=COMPILE_TIMEOUT)
-    except PjrtError as exc:
-        skip(f"plugin {ctx.name} refused the failing program at the call ({describe(exc)}): it makes no failed "
-             "output to pass on")
-    failed = result.outputs[0][0]
+    except PjrtError:
+        return None
     original = _error_of(ctx, result.device_complete_events[0], "the failed execution's completion event")
     if original is None:
-        skip(f"plugin {ctx.name} ran the failing program without an error")
-    plus = ctx.compile(add_one())
-    what = "PJRT_LoadedExecutable_Execute with the output of a failed execution"
+        return None
+    return result.outputs[0][0], original, HOST.size, "a failed execution"
+
+
+def _timed_out_output(ctx: PluginUnderTest) -> tuple[Any, PjrtError, int, str] | None:
+    """The output of the slow loop run with ExecuteOptions.timeout 0 (past before it starts),
+    with its error; None where the plugin compiles no loop or cannot stop an execution."""
+    try:
+        # Few trips: a plugin that cannot stop an execution runs it to the end, quickly.
+        executable = ctx.compile(slow_program(_LENT))
+        args = [ctx.put(np.zeros(_LENT, np.float32)), ctx.put(np.array(16, np.int32))]
+        result = ctx.call(executable.execute, [args], ExecuteOptions(timeout=0.0),
+                          what="PJRT_LoadedExecutable_Execute (a loop, with ExecuteOptions.timeout 0)",
+                          timeout=COMPILE_TIMEOUT)
+    except PjrtError:
+        return None
+    original = _error_of(ctx, result.device_complete_events[0], "the timed-out execution's completion event")
+    if original is None:
+        return None
+    return result.outputs[0][0], original, _LENT, "an execution stopped at its time limit"
+
+
+def _fails_with_its_input(ctx: PluginUnderTest, plus: Any, failed: Any, original: PjrtError, what: str) -> None:
     try:
         dependent = ctx.call(plus.execute, [[failed]], ExecuteOptions(), what=what, timeout=COMPILE_TIMEOUT)
     except PjrtError as exc:
         _same_code(exc, original, f"{what}, refused at the call")
-    else:
-        error = _error_of(ctx, dependent.device_complete_events[0], f"the completion event of the {what}")
-        if error is None:
-            fail(f"{what} completed without an error; the error of the execution that made its input "
-                 f"({describe(original)}) goes on to every execution that reads it")
-        _same_code(error, original, f"the completion event of the {what}")
-        output = dependent.outputs[0][0]
-        error = _error_of(ctx, ctx.call(output.ready_event, what="PJRT_Buffer_ReadyEvent"),
-                          f"the output's ready event of the {what}")
-        check(error is not None, f"the output of the {what} says ready without an error")
-        expect_error(lambda: ctx.fetch(output), what=f"PJRT_Buffer_ToHostBuffer of the output of the {what}")
-    if len(ctx.devices) < 2:
         return
+    error = _error_of(ctx, dependent.device_complete_events[0], f"the completion event of the {what}")
+    if error is None:
+        fail(f"{what} completed without an error; the error of the execution that made its input "
+             f"({describe(original)}) goes on to every execution that reads it")
+    _same_code(error, original, f"the completion event of the {what}")
+    output = dependent.outputs[0][0]
+    error = _error_of(ctx, ctx.call(output.ready_event, what="PJRT_Buffer_ReadyEvent"),
+                      f"the output's ready event of the {what}")
+    check(error is not None, f"the output of the {what} says ready without an error")
+    expect_error(lambda: ctx.fetch(output), what=f"PJRT_Buffer_ToHostBuffer of the output of the {what}")
+
+
+def _copy_fails_with_its_source(ctx: PluginUnderTest, failed: Any, original: PjrtError) -> None:
     try:
         copy = ctx.call(failed.copy_to_device, ctx.devices[1], what="PJRT_Buffer_CopyToDevice of a failed output")
     except PjrtError as exc:
@@ -645,44 +899,98 @@ def execute_device_with_two_argument_lists(ctx: PluginUnderTest) -> None:
 _MISFITS: tuple[tuple[str, np.ndarray, bool], ...] = (
     ("f32[5]", np.ones(5, np.float32), False),
     ("f64[4]", np.ones(4, np.float64), False),
+    ("f16[4]", np.ones(4, np.float16), False),
     ("s32[4]", np.ones(4, np.int32), True),
     ("f32[2,2]", np.ones((2, 2), np.float32), True),
 )
 
 
+def _executables_of_three(ctx: PluginUnderTest) -> list[tuple[str, Any]]:
+    """x + y + z, and the same donating z: runtimes often launch a donating program by another
+    path than a plain one, and both must check what they are given."""
+    return [("x + y + z (f32[4] each)", ctx.compile(_adds_three())),
+            ("x + y + z (f32[4] each, z donated)", ctx.compile(_donating(_adds_three(), 2, 0)))]
+
+
 @case("errors")
 def every_argument_is_checked(ctx: PluginUnderTest) -> None:
     """PJRT_LoadedExecutable_Execute checks each argument against its own parameter, wherever it
-    is in the list: an argument of another byte size (f32[5] or f64[4] for f32[4]) is refused
-    with INVALID_ARGUMENT at every position; one of the same byte size but another element type
-    or shape (s32[4], f32[2,2]), which XLA lets through (it compares byte sizes), is refused at
-    every position or at none."""
-    executable = ctx.compile(_adds_three())
-    fitting = [ctx.put(HOST) for _ in range(3)]
-    for what, host, same_size in _MISFITS:
-        misfit = ctx.put(host)
-        refused: list[int] = []
-        for position in range(3):
-            args = list(fitting)
-            args[position] = misfit
-            call = f"PJRT_LoadedExecutable_Execute of x + y + z (f32[4] each) with {what} as argument {position}"
-            try:
-                ctx.execute(executable, [args])
-            except PjrtError as exc:
-                check(exc.code is ErrorCode.INVALID_ARGUMENT,
-                      f"{call}: {describe(exc)}; an argument that does not fit its parameter is refused with "
-                      "INVALID_ARGUMENT (XLA: \"expected parameter N of size S but got buffer with incompatible size\")")
-                refused.append(position)
-        ran = [p for p in range(3) if p not in refused]
-        if not same_size:
-            check(not ran, f"PJRT_LoadedExecutable_Execute ran x + y + z (f32[4] each) with {what} as argument "
-                           f"{ran} (refused it at {refused or 'no position'}): an argument of another byte size than "
-                           "its parameter is refused with INVALID_ARGUMENT, at every position")
-        else:
-            check(not refused or not ran,
-                  f"PJRT_LoadedExecutable_Execute refused {what} for an f32[4] parameter as argument {refused} but ran "
-                  f"it as argument {ran}: the arguments are checked at some positions only; each is checked against "
-                  "its own parameter alike")
+    is in the list and whether or not the program donates an input: an argument of another byte
+    size (f32[5], f64[4] or f16[4] for f32[4]) is refused with INVALID_ARGUMENT at every
+    position; one of the same byte size but another element type or shape (s32[4], f32[2,2]),
+    which XLA lets through (it compares byte sizes), is refused at every position or at none."""
+    for program, executable in _executables_of_three(ctx):
+        for what, host, same_size in _MISFITS:
+            refused: list[int] = []
+            for position in range(3):
+                args = [ctx.put(HOST) for _ in range(3)]  # fresh: a donated one is gone after a run
+                args[position] = ctx.put(host)
+                call = f"PJRT_LoadedExecutable_Execute of {program} with {what} as argument {position}"
+                try:
+                    ctx.execute(executable, [args])
+                except PjrtError as exc:
+                    check(exc.code is ErrorCode.INVALID_ARGUMENT,
+                          f"{call}: {describe(exc)}; an argument that does not fit its parameter is refused with "
+                          "INVALID_ARGUMENT (XLA: \"expected parameter N of size S but got buffer with incompatible "
+                          "size\")")
+                    refused.append(position)
+            ran = [p for p in range(3) if p not in refused]
+            if not same_size:
+                check(not ran, f"PJRT_LoadedExecutable_Execute ran {program} with {what} as argument {ran} (refused "
+                               f"it at {refused or 'no position'}): an argument of another byte size than its "
+                               "parameter is refused with INVALID_ARGUMENT, at every position")
+            else:
+                check(not refused or not ran,
+                      f"PJRT_LoadedExecutable_Execute of {program} refused {what} for an f32[4] parameter as argument "
+                      f"{refused} but ran it as argument {ran}: the arguments are checked at some positions only; "
+                      "each is checked against its own parameter alike")
+
+
+def _with_at(ctx: PluginUnderTest, thing: Any, position: int) -> list[list[Any]]:
+    """One argument list of three, ``thing`` at ``position`` and fitting buffers elsewhere."""
+    return [[thing if i == position else ctx.put(HOST) for i in range(3)]]
+
+
+@case("errors", timeout=COMPILE_TIMEOUT)
+def argument_lists_are_checked(ctx: PluginUnderTest) -> None:
+    """PJRT_LoadedExecutable_Execute takes one argument list per device, each with one buffer of
+    the executable's client per parameter, and refuses anything else with INVALID_ARGUMENT, with
+    or without ExecuteOptions and whether or not the program donates: a list with too few
+    buffers (none, two of three), an entry that is no buffer (None, the host array itself, any
+    other object), and, for an executable of two replicas, one argument list or a short one."""
+    misuses: list[tuple[str, Any, Callable[[], list[list[Any]]]]] = []
+    for program, executable in _executables_of_three(ctx):
+        misuses += [
+            (f"{program} with no argument", executable, lambda: [[]]),
+            (f"{program} with two arguments of three", executable, lambda: [[ctx.put(HOST), ctx.put(HOST)]]),
+        ]
+        for what, thing in (("None", None), ("the host array", HOST), ("an object()", object())):
+            for position in (0, 2):
+                misuses.append((f"{program} with {what} as argument {position}", executable,
+                                partial(_with_at, ctx, thing, position)))
+    if len(ctx.devices) >= 2:
+        first, second = ctx.devices[:2]
+        replicated = ctx.compile(add_one(replicas=2), CompileOptions(
+            num_replicas=2, device_assignment=((device_id(first),), (device_id(second),))))
+        misuses += [
+            ("x + 1 on two replicas with one argument list", replicated, lambda: [[ctx.put(HOST, device=first)]]),
+            ("x + 1 on two replicas with the second argument list empty", replicated,
+             lambda: [[ctx.put(HOST, device=first)], []]),
+        ]
+    for what, executable, arguments in misuses:
+        for options in (None, ExecuteOptions()):
+            lists = arguments()
+
+            def run(executable: Any = executable, lists: list[list[Any]] = lists, options: Any = options) -> Any:
+                result = executable.execute(lists) if options is None else executable.execute(lists, options)
+                for event in result.device_complete_events or ():
+                    event.await_(ctx.seconds(CALL_TIMEOUT))
+                return result
+
+            expect_error(lambda: ctx.call(run, what="PJRT_LoadedExecutable_Execute", timeout=COMPILE_TIMEOUT),
+                         code=ErrorCode.INVALID_ARGUMENT,
+                         what=f"PJRT_LoadedExecutable_Execute of {what}, "
+                              f"{'without options' if options is None else 'with ExecuteOptions()'}")
 
 
 @case("errors", timeout=COMPILE_TIMEOUT)
@@ -737,6 +1045,164 @@ def non_donatable_lets_one_buffer_fill_two_arguments(ctx: PluginUnderTest) -> No
     check(not buffer.is_deleted(), "a buffer passed for a parameter listed in non_donatable_input_indices was donated")
     kept = ctx.fetch(buffer)
     check(np.array_equal(kept, HOST), f"the buffer listed as non-donatable changed to {kept.tolist()}")
+
+
+def _sum_and_product(donated: tuple[int, ...]) -> str:
+    """``(x + y, x * y, x - y)`` with input ``i`` donated to output ``i`` for each ``i`` in ``donated``."""
+    text = elementwise("jit_sum_and_product", [F32x4, F32x4], [("add", (0, 1)), ("multiply", (0, 1)),
+                                                              ("subtract", (0, 1))])
+    for index in donated:
+        text = _donating(text, index, index)
+    return text
+
+
+def _expect_donated(buffer: Any, what: str) -> None:
+    check(buffer.is_deleted(), f"{what} was not donated: PJRT_Buffer_IsDeleted is false after the execution; an "
+                               "input the program aliases to an output is donated unless non_donatable_input_indices "
+                               "lists it")
+
+
+def _expect_kept(ctx: PluginUnderTest, buffer: Any, host: np.ndarray, what: str) -> None:
+    check(not buffer.is_deleted(), f"{what} was donated (PJRT_Buffer_IsDeleted is true)")
+    got = ctx.fetch(buffer)
+    check(np.array_equal(got, host), f"{what} changed to {got.tolist()}, was {host.tolist()}")
+
+
+@case("buffers")
+def donation_into_one_of_several_outputs(ctx: PluginUnderTest) -> None:
+    """A program with several outputs of which one takes a donated input's storage computes every
+    output, the aliased one and the others: ``(x + y, x * y, x - y)`` with y donated to x * y
+    gives all three, y donated and x as it was."""
+    x, y = HOST, HOST * 10
+    executable = ctx.compile(_sum_and_product((1,)))
+    first, second = ctx.put(x), ctx.put(y)
+    outputs = ctx.execute(executable, [[first, second]])[0]
+    got = [ctx.fetch(o) for o in outputs]
+    expected = [x + y, x * y, x - y]
+    check(all(np.array_equal(g, e) for g, e in zip(got, expected)),
+          f"(x + y, x * y, x - y) with y donated to x * y gave {[g.tolist() for g in got]}, expected "
+          f"{[e.tolist() for e in expected]}")
+    _expect_donated(second, "y, aliased to output 1,")
+    _expect_kept(ctx, first, x, "x, not aliased,")
+
+
+@case("buffers")
+def donation_into_an_output_of_another_type(ctx: PluginUnderTest) -> None:
+    """An input aliased to an output of another element type (f32[4] to s32[4], the bytes the
+    same size) cannot hold the result as it is: the program is refused with INVALID_ARGUMENT, or
+    it runs and gives the right result, the input donated or left as it was, never written
+    with the output's bytes."""
+    s32 = tensor((4,), "i32")
+    text = _module("jit_converted", f"%arg0: {F32x4} {{tf.aliasing_output = 0 : i32}}", s32,
+                   f"    %0 = stablehlo.convert %arg0 : ({F32x4}) -> {s32}\n    return %0 : {s32}\n")
+    try:
+        executable = ctx.call(ctx.client.compile, Program(text), CompileOptions(), what="PJRT_Client_Compile",
+                              timeout=COMPILE_TIMEOUT)
+    except PjrtError as exc:
+        check(exc.code is ErrorCode.INVALID_ARGUMENT,
+              f"PJRT_Client_Compile of convert(x) with x (f32[4]) aliased to the s32[4] result: {describe(exc)}; "
+              "expected success or INVALID_ARGUMENT")
+        return
+    host = HOST * 3
+    argument = ctx.put(host)
+    try:
+        output = ctx.execute(executable, [[argument]])[0][0]
+    except PjrtError as exc:
+        fail(f"convert(x) with x (f32[4]) aliased to its s32[4] result compiled but failed to run ({describe(exc)}); "
+             "a program the plugin accepted computes its result")
+    got = ctx.fetch(output)
+    check(got.dtype == np.int32 and np.array_equal(got, host.astype(np.int32)),
+          f"convert(x) to s32 with x donated gave {got.dtype}{got.tolist()}, expected int32{host.astype(np.int32).tolist()}")
+    if not argument.is_deleted():
+        _expect_kept(ctx, argument, host, "x, aliased to an output of another type and not donated,")
+
+
+@case("buffers", min_api_minor=39)
+def non_donatable_leaves_the_other_donations(ctx: PluginUnderTest) -> None:
+    """non_donatable_input_indices exempts the inputs it lists, and only those: with x and y both
+    donated to ``(x + y, x * y)`` and x listed, x stays alive and unchanged, y is donated, and
+    the results are right; listing y instead keeps y and donates x. One buffer given for both is
+    still donated as the unlisted one and read as the other, so the call is refused with
+    INVALID_ARGUMENT."""
+    executable = ctx.compile(elementwise("jit_both_donated", [F32x4, F32x4], [("add", (0, 1)), ("multiply", (0, 1))])
+                             .replace(f"%arg0: {F32x4}", f"%arg0: {F32x4} {{tf.aliasing_output = 0 : i32}}")
+                             .replace(f"%arg1: {F32x4}", f"%arg1: {F32x4} {{tf.aliasing_output = 1 : i32}}"))
+    x, y = HOST, HOST * 10
+    for kept in (0, 1):
+        buffers = [ctx.put(x), ctx.put(y)]
+        outputs = ctx.execute(executable, [buffers], ExecuteOptions(non_donatable_input_indices=(kept,)))[0]
+        got = [ctx.fetch(o) for o in outputs]
+        check(np.array_equal(got[0], x + y) and np.array_equal(got[1], x * y),
+              f"(x + y, x * y) with non_donatable_input_indices=({kept},) gave {[g.tolist() for g in got]}")
+        names = ("x", "y")
+        _expect_kept(ctx, buffers[kept], (x, y)[kept], f"{names[kept]}, listed in non_donatable_input_indices,")
+        _expect_donated(buffers[1 - kept], f"{names[1 - kept]}, aliased and not listed in "
+                                                f"non_donatable_input_indices ({kept},),")
+        # One buffer for both: donated as the unlisted input, read as the listed one.
+        shared = ctx.put(x)
+        expect_error(partial(ctx.execute, executable, [[shared, shared]],
+                             ExecuteOptions(non_donatable_input_indices=(kept,))),
+                     code=ErrorCode.INVALID_ARGUMENT,
+                     what=f"PJRT_LoadedExecutable_Execute of (x + y, x * y), both donated, with one buffer for x and y "
+                          f"and non_donatable_input_indices=({kept},): the buffer is donated as {names[1 - kept]} and "
+                          f"used again as {names[kept]} (XLA: \"Attempt to donate a buffer which is also used by the "
+                          "same call to Execute()\")")
+
+
+#: Elements of the host arrays the release case lends the plugin.
+_LENT = 1024
+
+
+def _fails_reading(n: int) -> str:
+    """``(x + 1, broadcast(s))`` on ``x: f32[n]``, the broadcast too large to allocate: it reads
+    its arguments and fails (see ``failing_program``)."""
+    return failing_program().replace("tensor<4xf32>", tensor((n,), "f32"))
+
+
+@case("buffers", min_api_minor=48, timeout=COMPILE_TIMEOUT)
+def deleting_an_argument_releases_it_once_executions_are_done(ctx: PluginUnderTest) -> None:
+    """An execution holds its arguments only until it completes: a kImmutableZeroCopy buffer that
+    an execution read gives its host array back (done_with_host_buffer fires) once it is deleted
+    and the execution is done, whether it is deleted after the execution completed, right after
+    the Execute call, or after an execution that failed. (A plugin that copied the array at once
+    has nothing to give back.) The program donates another input, which many runtimes launch by
+    another path than a plain one."""
+    t = tensor((_LENT,), "f32")
+    donating = ctx.compile(elementwise("jit_add_donating_second", [t, t], [("add", (0, 1))]).replace(
+        f"%arg1: {t}", f"%arg1: {t} {{tf.aliasing_output = 0 : i32}}"))
+    try:
+        failing: Any = ctx.compile(_fails_reading(_LENT))
+    except PjrtError:
+        failing = None
+    scenarios = [("deleted after the execution completed", donating, True),
+                 ("deleted right after the Execute call", donating, False)]
+    if failing is not None:
+        scenarios.append(("deleted after an execution that failed", failing, True))
+    for what, executable, wait_first in scenarios:
+        host = _aligned(np.linspace(-1.0, 1.0, _LENT, dtype=np.float32))
+        transfer = ctx.call(ctx.client.buffer_from_host_buffer, host, device=ctx.device,
+                            semantics=HostBufferSemantics.IMMUTABLE_ZERO_COPY,
+                            what="PJRT_Client_BufferFromHostBuffer (kImmutableZeroCopy)")
+        argument, lent = transfer.buffer, transfer.done_with_host_buffer
+        second = ctx.put(host.copy()) if executable is donating else ctx.put(np.array(2.0, np.float32))
+        try:
+            result = ctx.call(executable.execute, [[argument, second]], ExecuteOptions(),
+                              what="PJRT_LoadedExecutable_Execute", timeout=COMPILE_TIMEOUT)
+        except PjrtError:
+            result = None  # refused at the call: nothing read the argument
+        if not wait_first:
+            argument.delete()
+        for event in (result.device_complete_events or ()) if result is not None else ():
+            _error_of(ctx, event, "device_complete_events[0]")  # the failing program's error is expected
+        if wait_first:
+            argument.delete()
+        for buffer in [second, *(result.outputs[0] if result is not None else ())]:
+            if not buffer.is_deleted():
+                buffer.delete()
+        check(_wait_for(lent.is_ready, ctx.seconds(CALL_TIMEOUT)),
+              f"a kImmutableZeroCopy argument {what} never gave its host array back: done_with_host_buffer did not "
+              f"fire within {ctx.seconds(CALL_TIMEOUT):g} s of the deletion and the execution's end, so the "
+              "execution still holds an argument it has finished with")
 
 
 @case("buffers")

@@ -182,6 +182,50 @@ def integer_division(ctx: PluginUnderTest) -> None:
                     "(C semantics), not Python's floor division", lanes=mask)
 
 
+def _shifted(op: str, value: int, count: int, bits: int) -> int:
+    """``op`` of the ``bits``-wide pattern ``value`` by ``count``, both read as unsigned: a count
+    of the width or more shifts every bit out (a logical shift gives 0, an arithmetic one the
+    sign bit everywhere)."""
+    mask = (1 << bits) - 1
+    value, count = value & mask, count & mask
+    if op == "shift_left":
+        return (value << count) & mask if count < bits else 0
+    if op == "shift_right_logical":
+        return value >> count if count < bits else 0
+    signed = value - (1 << bits) if value >> (bits - 1) else value
+    return (signed >> min(count, bits - 1)) & mask
+
+
+@case("numerics", timeout=NUMERICS_TIMEOUT)
+def shift_counts(ctx: PluginUnderTest) -> None:
+    """shift_left, shift_right_logical and shift_right_arithmetic by every count from 0 to past
+    the bit width, for every integer width: a count of the width or more (a negative one read
+    as unsigned) shifts every bit out, giving 0 (or, shifting right arithmetically, the sign bit
+    everywhere), never the count modulo the width as a machine's shift instruction reads it."""
+    arrays: list[np.ndarray] = []
+    mlirs, steps, lanes = [], [], []
+    for pjrt, mlir, dtype in INTEGERS:
+        bits = np.dtype(dtype).itemsize * 8
+        top = (1 << (bits - 1)) | 5  # the sign bit set, so arithmetic and logical shifts differ
+        counts = [0, 1, bits - 1, bits - 1, bits, bits, bits + 1, bits + 1, 2 * bits + 1, bits + 3, -1, -1]
+        values = [top, 3, 1, top, 1, top, 3, top, 1, top, 1, top]
+        base = len(arrays)
+        arrays += [_wrapped(values, dtype), _wrapped(counts, dtype)]
+        mlirs += [mlir, mlir]
+        for op in ("shift_left", "shift_right_logical", "shift_right_arithmetic"):
+            steps.append((op, (base, base + 1)))
+            lanes.append((pjrt, dtype, op, base))
+    got = run_program(ctx, "jit_shift_counts", arrays, steps, mlirs, "integer shifts")
+    for g, (pjrt, dtype, op, base) in zip(got, lanes):
+        lhs, rhs = arrays[base], arrays[base + 1]
+        bits = np.dtype(dtype).itemsize * 8
+        expected = _wrapped([_shifted(op, int(v), int(c), bits) for v, c in zip(lhs, rhs)], dtype)
+        compare(f"{pjrt} {op}", g, expected, [lhs, rhs], op,
+                "a shift by a count of the bit width or more (read as unsigned) moves every bit out: "
+                "shift_left and shift_right_logical give 0, shift_right_arithmetic the sign bit in every "
+                "position (StableHLO's interpreter and XLA agree), not the count modulo the width")
+
+
 def _float_cases(pjrt: str, dtype: type) -> tuple[np.ndarray, np.ndarray]:
     inf, nan = np.inf, np.nan
     a = [-7.5, 7.5, 1.0, -1.0, 0.0, 1.0, -0.0, 0.0, 5.0, -5.0, inf, 3.0, nan, 6.0]

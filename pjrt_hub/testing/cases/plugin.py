@@ -20,15 +20,17 @@ def _is_named_value(value: Any) -> bool:
 
 def _version_triple(attrs: dict[str, Any], key: str) -> tuple[int, ...]:
     value = attrs[key]
-    check(isinstance(value, (list, tuple)) and len(value) == 3 and all(isinstance(v, int) for v in value),
-          f"plugin attribute {key} must be three integers (major, minor, patch), got {value!r}")
+    check(isinstance(value, (list, tuple)) and len(value) == 3
+          and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value),
+          f"plugin attribute {key} must be three non-negative integers (major, minor, patch), got {value!r}")
     return tuple(value)
 
 
 @case("plugin")
 def attributes(ctx: PluginUnderTest) -> None:
     """PJRT_Plugin_Attributes returns uniquely named values of PJRT's value types; a C plugin reports
-    xla_version, stablehlo_current_version and stablehlo_minimum_version, minimum <= current."""
+    xla_version, stablehlo_current_version and stablehlo_minimum_version, each version three
+    non-negative ints (major, minor, patch), minimum <= current."""
     attrs = ctx.api.plugin_attributes()
     check(isinstance(attrs, dict), f"PJRT_Plugin_Attributes returned {type(attrs).__name__}, expected named values")
     for key, value in attrs.items():

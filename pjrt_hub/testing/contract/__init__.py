@@ -5,7 +5,8 @@ plugin must do: who owns what a call returns, what may alias what, when an event
 error code a misuse gets, what must stay the same across calls. Each such statement is a
 :class:`Behaviour` here, in our own words, with the conformance cases that check it, or the reason
 it cannot be checked from outside the plugin. The areas (``client``, ``buffers``, ``execute``,
-``extensions``) each hold a tuple ``BEHAVIOURS``; :data:`BEHAVIOURS` joins them in that order.
+``extensions``, and ``binding`` for what pjrt-hub's Python binding adds to the C API) each hold a
+tuple ``BEHAVIOURS``; :data:`BEHAVIOURS` joins them in that order.
 
 ``pjrt-hub conformance --coverage`` renders the table (docs/conformance-coverage.md is that output),
 and a failed case names the behaviours it checks, so its report says which sentence was broken.
@@ -43,9 +44,10 @@ class Behaviour:
 
 
 def _areas() -> tuple[Behaviour, ...]:
-    from . import buffers, client, execute, extensions
+    from . import binding, buffers, client, execute, extensions
 
-    return (*client.BEHAVIOURS, *buffers.BEHAVIOURS, *execute.BEHAVIOURS, *extensions.BEHAVIOURS)
+    return (*client.BEHAVIOURS, *buffers.BEHAVIOURS, *execute.BEHAVIOURS, *extensions.BEHAVIOURS,
+            *binding.BEHAVIOURS)
 
 
 #: Every behaviour, by area.

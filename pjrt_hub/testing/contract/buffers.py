@@ -45,6 +45,10 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     Behaviour("PJRT_Client_BufferFromHostBuffer", "Without a memory the buffer goes to the device (its default "
               "memory); with one, to that memory.",
               cases=("buffers/device_and_memory", "transfers/placed_in_the_memory_asked_for"), since_minor=32),
+    Behaviour("PJRT_Client_BufferFromHostBuffer", "Given a device and a memory that device addresses, the buffer is "
+              "in that memory on that device; a memory the plugin does not put host data in may be refused, the "
+              "device's default memory never.", cases=("transfers/put_with_a_device_and_its_own_memory",),
+              since_minor=32),
     Behaviour("PJRT_Client_BufferFromHostBuffer", "Given a device and a memory that device does not address, the "
               "memory decides: the buffer is in that memory, on a device that addresses it (or the call fails).",
               cases=("transfers/put_with_another_devices_memory",), since_minor=32),
@@ -56,6 +60,12 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     Behaviour("PJRT_Client_BufferFromHostBuffer", "done_with_host_buffer fires once the plugin no longer reads the "
               "host data; from then on the caller may change or free it without changing the buffer.",
               cases=("transfers/immutable_until_transfer_completes", "transfers/zero_copy_holds_the_host_array")),
+    Behaviour("PJRT_Client_BufferFromHostBuffer", "A host_buffer_semantics that is none of "
+              "PJRT_HostBufferSemantics' values is refused with INVALID_ARGUMENT: no transfer is made on a guess of "
+              "what the caller promised.", cases=("transfers/unknown_host_buffer_semantics_refused",)),
+    Behaviour("PJRT_Client_BufferFromHostBuffer", "Arrays of any size are copied whole: a large one (16 MiB) comes "
+              "back to the host, and from its copies, with every element.",
+              cases=("transfers/large_arrays_move_whole",)),
     Behaviour("PJRT_Client_BufferFromHostBuffer", "kImmutableOnlyDuringCall: the plugin keeps no reference to the "
               "host data once the call returns, so the caller may change it at once.",
               cases=("transfers/immutable_only_during_call",)),
@@ -65,6 +75,11 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     Behaviour("PJRT_Client_BufferFromHostBuffer", "kImmutableZeroCopy: the buffer may alias the host data for its "
               "whole life, and done_with_host_buffer fires when the buffer is freed.",
               cases=("transfers/zero_copy_holds_the_host_array",), since_minor=47),
+    Behaviour("PJRT_Client_BufferFromHostBuffer", "The zero-copy semantics: done_with_host_buffer fires only once no "
+              "work reads the host data any more; a delete while a queued execution reads it, or a donation whose "
+              "output took it over, does not hand the memory back early.",
+              cases=("lifetime/lent_memory_stays_lent_while_queued_work_reads_it",
+                     "lifetime/donated_lent_memory_goes_back_with_its_output"), since_minor=47),
     Behaviour("PJRT_Client_BufferFromHostBuffer", "kImmutableZeroCopy: the plugin never writes the aliased host "
               "data, not even as the storage of an output the buffer was donated to.",
               cases=("transfers/immutable_zero_copy_is_never_written",), since_minor=48),
@@ -83,6 +98,14 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
               "memory, with the memory's pointer and the caller's argument.",
               cases=("transfers/view_aliases_and_calls_its_deleter_once", "buffers/destroy_releases_like_delete"),
               since_minor=33),
+    Behaviour("PJRT_Client_CreateViewOfDeviceBuffer", "on_delete_callback runs only once no work uses the memory: not "
+              "at a delete while a queued execution reads the view, not at a donation whose output took the memory "
+              "over; and then once.", cases=("lifetime/lent_memory_stays_lent_while_queued_work_reads_it",
+                                              "lifetime/donated_lent_memory_goes_back_with_its_output"),
+              since_minor=33),
+    Behaviour("PJRT_Client_CreateViewOfDeviceBuffer", "Memory whose elements are not dense (a strided producer) is "
+              "refused, or viewed in a layout that describes it: no view presents memory with gaps as dense.",
+              cases=("transfers/view_of_a_strided_producer",), since_minor=33),
     Behaviour("PJRT_Client_CreateViewOfDeviceBuffer", "on_delete_callback is optional: a view may be made without "
               "one.", cases=("buffers/destroy_releases_like_delete",), since_minor=33),
     Behaviour("PJRT_Client_CreateViewOfDeviceBuffer", "The plugin may write the viewed memory, for instance when "
@@ -162,7 +185,15 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     Behaviour("PJRT_Buffer_ToHostBuffer", "The host array is the caller's own memory, not the buffer's: changing "
               "it changes neither the buffer nor later copies.", cases=("buffers/to_host_array_is_the_callers",)),
     Behaviour("PJRT_Buffer_ToHostBuffer", "Its event fires when the copy is complete: the host array then holds "
-              "the buffer's final values.", cases=("events/pending_execution",)),
+              "the buffer's final values.", cases=("events/pending_execution",
+                                                    "events/await_without_a_limit_waits_for_pending_work")),
+    Behaviour("PJRT_Buffer_ToHostBuffer", "Of a buffer whose computation fails after the call, the copy's event "
+              "carries that failure (or the call fails); it never fires without an error over an unwritten array.",
+              cases=("events/to_host_of_a_pending_buffer_that_fails",)),
+    Behaviour("PJRT_Buffer_ToHostBuffer", "A destination array (the binding's dst) must have the buffer's shape and "
+              "element type and be writable; another shape of as many elements, another type of the same width, or "
+              "a read-only array is refused with INVALID_ARGUMENT and left unwritten.",
+              cases=("buffers/to_host_destination_must_fit",)),
     Behaviour("PJRT_Buffer_ToHostBuffer", "Without a host_layout the copy has the buffer's layout; with one (kept "
               "alive by the caller for the call), that layout.",
               untestable="the binding's to_host_buffer takes no host_layout"),
@@ -185,7 +216,11 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
                      "errors/copy_deleted_buffer", "errors/reference_deleted_buffer",
                      "errors/execute_with_deleted_argument")),
     Behaviour("PJRT_Buffer_Delete", "The memory is freed only once the asynchronous work using the buffer has "
-              "finished.", cases=("lifetime/delete_waits_for_work_in_flight",)),
+              "finished.", cases=("lifetime/delete_waits_for_work_in_flight",
+                                  "lifetime/lent_memory_stays_lent_while_queued_work_reads_it")),
+    Behaviour("PJRT_Buffer_Delete", "Deleting a buffer already deleted, or donated to an execution, succeeds and "
+              "changes nothing (the buffer stays deleted; Destroy still works).",
+              cases=("buffers/delete_after_donation_or_delete_does_nothing",)),
     Behaviour("PJRT_Buffer_IsDeleted", "True once PJRT_Buffer_Delete was called (or the buffer was donated), false "
               "before.", cases=("buffers/is_deleted", "buffers/donation", "buffers/non_donatable_input")),
     Behaviour("PJRT_Buffer_CopyToDevice", "Copies the buffer to another device of the same client: a new buffer "
@@ -197,6 +232,8 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     Behaviour("PJRT_Buffer_CopyToDevice", "A copy to the device the buffer is already on is an error (XLA's newer "
               "clients make a new buffer instead; both are accepted).",
               cases=("transfers/copy_to_its_own_place_fails_or_is_a_new_buffer",)),
+    Behaviour("PJRT_Buffer_CopyToDevice", "A copy of a buffer still being computed is ready no sooner than its "
+              "source and holds the source's final values.", cases=("transfers/copy_of_a_pending_buffer",)),
     Behaviour("PJRT_Buffer_CopyToDevice", "A copy of a buffer that holds an error holds that error: it fails at "
               "the call, or on the copy's ready event and reads.",
               cases=("events/failed_buffer_error_reaches_its_copies",)),
@@ -215,6 +252,9 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     Behaviour("PJRT_Buffer_CopyToMemory", "A copy to the memory the buffer is already in is an error (XLA's newer "
               "clients make a new buffer instead; both are accepted).",
               cases=("transfers/copy_to_its_own_place_fails_or_is_a_new_buffer",), since_minor=32),
+    Behaviour("PJRT_Buffer_CopyToMemory", "A copy of a buffer still being computed is ready no sooner than its "
+              "source and holds the source's final values.", cases=("transfers/copy_of_a_pending_buffer",),
+              since_minor=32),
     Behaviour("PJRT_Buffer_CopyToMemory", "A copy of a buffer that holds an error holds that error: it fails at "
               "the call, or on the copy's ready event and reads.",
               cases=("events/failed_buffer_error_reaches_its_copies",), since_minor=32),
@@ -267,8 +307,28 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     Behaviour("PJRT_Buffer_OpaqueDeviceMemoryDataPointer", "Without an external reference the pointer may become "
               "invalid at any time.",
               untestable="a permission: a pointer that stays valid conforms as well, so no outcome can fail"),
+    Behaviour("PJRT_Buffer_IncreaseExternalReferenceCount", "A DLPack export (Buffer.__dlpack__, pjrt-hub's "
+              "producer of buffers in host memory) never lets the consumer change the buffer: shared memory is "
+              "read-only to a DLPack 1.0 consumer, a writable export is a copy.",
+              cases=("transfers/dlpack_consumer_cannot_change_the_buffer",)),
+    Behaviour("PJRT_Buffer_IncreaseExternalReferenceCount", "Buffer.__dlpack__ answers as an array API producer in "
+              "host memory: no arguments (a pre-1.0 consumer) export; dl_device (kDLCPU, 0) is accepted, another "
+              "device and any stream but None (or -1) are refused with BufferError.",
+              cases=("transfers/dlpack_export_arguments",)),
     _absent("PJRT_Buffer_DonateWithControlDependency", "Hands out a buffer that takes over the source's storage once "
             "a dependency the caller signals through a callback is met.", 88),
+
+    # -- what buffers do to their neighbours: donation, memory statistics, the binding's time limit ------
+    Behaviour("PJRT_LoadedExecutable_Execute", "Donating a buffer that a queued execution still reads (refused, or "
+              "accepted) never lets the donating execution write over it before that reader ran.",
+              cases=("lifetime/donation_waits_for_queued_readers",)),
+    Behaviour("PJRT_Device_MemoryStats", "num_allocs, where reported, grows by at least one for each buffer made on "
+              "the device; largest_alloc_size, the largest single allocation seen, is at least the largest buffer's "
+              "size.", cases=("devices/memory_stats_count_allocations",)),
+    Behaviour("PJRT_LoadedExecutable_Execute", "The Python binding's ExecuteOptions.timeout of a negative number of "
+              "seconds is refused (INVALID_ARGUMENT) or already past (DEADLINE_EXCEEDED) by a plugin that stops "
+              "executions; only None means no limit.",
+              cases=("execute/negative_execute_timeout_is_no_missing_limit",)),
 
     # -- PJRT_CopyToDeviceStream_* (a recv callback's stream) ----------------------------------------------
     _absent("PJRT_CopyToDeviceStream_Destroy", "Frees a stream (null allowed)."),

@@ -16,8 +16,6 @@ from . import Behaviour
 _PYTHON_OWNS = ("the Python binding hands the caller Python values (exceptions, str, bytes, lists) that the "
                 "garbage collector frees; the C pointer's lifetime is the C bridge's business, not visible to a case")
 _NOT_BOUND = "the Python binding (abi/binding.py) has no call for this function"
-_ONE_PROCESS = ("the conformance suite drives one client in one process; the exchange between the processes of a "
-                "job is exercised by pjrt-hub's distributed tests, not by a case")
 
 BEHAVIOURS: tuple[Behaviour, ...] = (
     # -- errors ---------------------------------------------------------------------------------
@@ -63,9 +61,20 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     Behaviour("PJRT_Event_Await", "Await blocks until the event is ready, then returns its status: nothing for "
               "success, the error for a failure.",
               cases=("events/await_", "events/execution_error_reaches_every_event_and_output",
-                     "events/error_is_the_same_on_every_call")),
+                     "events/error_is_the_same_on_every_call", "events/await_without_a_limit_waits_for_pending_work")),
+    Behaviour("PJRT_Event_Await", "The Python binding's time limit ends only a wait on a pending event, with "
+              "DEADLINE_EXCEEDED: a ready event returns at once even with a limit of 0 s, and the work goes on to "
+              "complete.", cases=("events/await_with_a_time_limit_bounds_only_the_wait",)),
     Behaviour("PJRT_Event_OnReady", "The callback runs once the event is ready, with the event's status.",
               cases=("events/on_ready_fires_once", "events/error_is_the_same_on_every_call")),
+    Behaviour("PJRT_Event_OnReady", "Every callback registered runs, even when one registered before it raised (a "
+              "Python callback can).", cases=("events/every_on_ready_callback_runs",)),
+    Behaviour("PJRT_Event_OnReady", "A callback runs with no lock of its event held: it may call the event "
+              "(IsReady, Error, OnReady again) without a deadlock.",
+              cases=("events/on_ready_callback_may_use_its_event",)),
+    Behaviour("PJRT_Event_OnReady", "Something that is not a callback is refused at the call with "
+              "INVALID_ARGUMENT, not left to fail on the thread that completes the event.",
+              cases=("events/on_ready_refuses_what_it_cannot_call",)),
     Behaviour("PJRT_Event_OnReady", "By the time a callback runs the event is ready: inside it, PJRT_Event_IsReady "
               "is true and PJRT_Event_Error gives the status the callback got.",
               cases=("events/ready_when_on_ready_runs",)),
@@ -81,12 +90,15 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
               cases=("client/create_makes_a_new_client",)),
     Behaviour("PJRT_Client_Create", "Create options are platform-specific extras; without any the plugin makes a "
               "client with its defaults.", cases=("client/create_makes_a_new_client",)),
+    Behaviour("PJRT_Client_Create", "An option the plugin takes is honoured, whatever value of it is asked for: a "
+              "cpu plugin that takes XLA's cpu_device_count makes a client of that many devices.",
+              cases=("client/device_count_option",)),
     Behaviour("PJRT_Client_Create", "The key-value callbacks are optional: a client that does not need them (one "
               "process) is created with them as without them.", cases=("client/create_takes_key_value_callbacks",)),
     Behaviour("PJRT_Client_Create", "A client of several processes shares what it must with the others (its "
-              "devices) through the key-value callbacks.", untestable=_ONE_PROCESS),
+              "devices) through the key-value callbacks.", cases=("client/joins_a_job_through_the_store",)),
     Behaviour("PJRT_Client_Create", "The plugin keeps apart the keys of its own nodes (the caller separates only "
-              "different plugins).", untestable=_ONE_PROCESS),
+              "different plugins).", cases=("client/joins_a_job_through_the_store",)),
     Behaviour("PJRT_Client_Create", "The callbacks are thread-safe, a get blocks until its key is put (or its "
               "timeout passes), and a try-get answers NotFound at once.",
               untestable="an obligation of the framework, which provides the callbacks; a plugin only calls them"),
@@ -120,13 +132,14 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     Behaviour("PJRT_Client_TopologyDescription", "The caller must not destroy the client's topology.",
               untestable="an obligation of the caller", since_minor=36),
     Behaviour("PJRT_Client_Devices", "Devices lists every device the runtime sees, addressable or not, each once.",
-              cases=("client/devices", "client/addressable_devices")),
+              cases=("client/devices", "client/addressable_devices", "client/joins_a_job_through_the_store")),
     Behaviour("PJRT_Client_Devices", "The device list belongs to the client: the same devices in the same order on "
               "every call, and a caller's changes to the list it got change nothing.",
               cases=("client/answers_stay_the_same",)),
     Behaviour("PJRT_Client_AddressableDevices", "The addressable devices are those the client can issue commands "
               "to, among the client's devices.",
-              cases=("client/addressable_devices", "devices/is_addressable", "execute/replicas")),
+              cases=("client/addressable_devices", "devices/is_addressable", "execute/replicas",
+                     "client/joins_a_job_through_the_store")),
     Behaviour("PJRT_Client_AddressableDevices", "In a single process every device is addressable.",
               cases=("client/single_process_addresses_everything",)),
     Behaviour("PJRT_Client_LookupDevice", "LookupDevice finds the device whose PJRT_DeviceDescription_Id is the "
@@ -157,12 +170,14 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
                          "short one to refuse"),
     # -- device descriptions ------------------------------------------------------------------
     Behaviour("PJRT_DeviceDescription_Id", "Device ids are unique among the devices of the platform, across hosts "
-              "too.", cases=("devices/id", "client/devices", "topology/answers_stay_the_same")),
+              "too.", cases=("devices/id", "client/devices", "topology/answers_stay_the_same",
+                             "client/joins_a_job_through_the_store")),
     Behaviour("PJRT_DeviceDescription_Id", "A description may describe a device no client has, as a topology made "
               "without a client does, each with its own id.", cases=("topology/create_makes_a_new_topology",)),
     Behaviour("PJRT_DeviceDescription_ProcessIndex", "A device's process index is the process it is addressable "
               "from: the client's own for every addressable device.",
-              cases=("devices/process_index", "client/single_process_addresses_everything")),
+              cases=("devices/process_index", "client/single_process_addresses_everything",
+                     "client/joins_a_job_through_the_store")),
     Behaviour("PJRT_DeviceDescription_Attributes", "Device attributes are named values, with name, value and type.",
               cases=("devices/description",)),
     Behaviour("PJRT_DeviceDescription_Attributes", "The attributes belong to the description (the caller gets a "

@@ -30,6 +30,26 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
               "the plugin does not know is refused with INVALID_ARGUMENT.", cases=("compile/invalid_program_format",)),
     Behaviour("PJRT_Client_Compile", "The loaded executable returned is the caller's own: each call returns a new "
               "one, which only the caller's Delete or Destroy affects.", cases=("compile/delete_is_per_executable",)),
+    Behaviour("PJRT_Client_Compile", "The binding takes the options as CompileOptions, as a serialized "
+              "CompileOptionsProto or as None (the defaults); options of another type are refused with "
+              "INVALID_ARGUMENT.", cases=("compile/compile_options_may_be_left_out",)),
+    Behaviour("PJRT_Client_Compile", "Without a device assignment the executable runs on the client's default one "
+              "(PJRT_Client_DefaultDeviceAssignment: num_replicas rows of num_partitions distinct devices), every "
+              "device of the client included.", cases=("compile/device_assignment_and_counts_agree",)),
+    Behaviour("PJRT_Client_Compile", "A device assignment whose shape is not num_replicas x num_partitions is "
+              "refused with INVALID_ARGUMENT, or the executable takes the assignment's shape (XLA's CPU client "
+              "does); either way NumReplicas, NumPartitions and the devices it runs on agree.",
+              cases=("compile/device_assignment_and_counts_agree",)),
+    Behaviour("PJRT_Client_Compile", "Whether the module's own mhlo.num_replicas / mhlo.num_partitions count, and "
+              "what happens when they differ from the options, is not stated.",
+              untestable="a freedom, not a duty: XLA's CPU client (API 0.81, 0.106, 0.115) takes the options' "
+                         "counts and ignores the module's (a module of 2 replicas compiled with default options runs "
+                         "on 1 device, with num_replicas=4 on 4), pjrt-hub's runtime takes the module's when the "
+                         "options keep the default and refuses a contradiction; no case may demand either"),
+    Behaviour("PJRT_Client_DefaultDeviceAssignment", "For more replicas x partitions than the client has devices, "
+              "the answer is not stated.",
+              untestable="a freedom, not a duty: XLA's CPU client answers DefaultDeviceAssignment(5, 1) on 4 devices "
+                         "with ids 0..4 (API 0.81, 0.106, 0.115), pjrt-hub's runtime refuses with INVALID_ARGUMENT"),
     Behaviour("PJRT_Client_Compile", "Which device assignments the options may give is not stated: one device for "
               "two replicas may be refused or run.",
               untestable="a freedom, not a duty: XLA's CPU client accepts device_assignment ((0,), (0,)) and runs "
@@ -78,6 +98,10 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
               "output is placed in.", cases=("execute/outputs_are_what_the_executable_declares",)),
     Behaviour("PJRT_Executable_OptimizedProgram", "Returns the optimized program's code, in a format the plugin "
               "names.", cases=("compile/executable_queries_are_stable",)),
+    Behaviour("PJRT_Executable_OptimizedProgram", "The format says what the code is, as PJRT_Program defines the "
+              "formats: \"mlir\" MLIR bytecode or text, \"hlo\" a serialized HloModuleProto, "
+              "\"hlo_with_config\" a serialized HloModuleProtoWithConfig.",
+              cases=("compile/executable_queries_are_stable",)),
     Behaviour("PJRT_Executable_OptimizedProgram", "Called with no code buffer, it reports the size needed; called "
               "again with a buffer at least that large, it fills it.",
               untestable="the two-call size protocol is the C bridge's; the binding returns the whole Program at "
@@ -102,6 +126,9 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     Behaviour("PJRT_Executable_Fingerprint", "Executables compiled from identical inputs (program, options, "
               "compiler version) have the same fingerprint, and different programs different ones.",
               cases=("compile/fingerprint", "compile/same_module_name"), since_minor=35),
+    Behaviour("PJRT_Executable_Fingerprint", "The options are an input whatever form they come in: one program "
+              "compiled with CompileOptions and with the same options serialized has one fingerprint.",
+              cases=("compile/fingerprint_ignores_how_options_are_passed",), since_minor=35),
     Behaviour("PJRT_Executable_Fingerprint", "The fingerprint is unique to the executable: one program compiled "
               "with options that make another executable (another replica count) has another fingerprint; the "
               "device assignment alone need not change it (XLA's does not).",
@@ -125,7 +152,8 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
               "counts, output types and dimensions, fingerprint, and the devices it was compiled for.",
               cases=("compile/serialize_round_trip_keeps_properties",)),
     Behaviour("PJRT_Executable_DeserializeAndLoad", "Only bytes from the same platform and library version are "
-              "accepted; anything else is refused with an error.", cases=("errors/deserialize_garbage",)),
+              "accepted; anything else is refused with an error.",
+              cases=("errors/deserialize_garbage", "errors/deserialize_truncated_executable")),
     Behaviour("PJRT_Executable_DeserializeAndLoad", "Serialized compile options given with the call override those "
               "stored in the executable.", untestable=_NOT_BOUND.format(what="argument"), since_minor=71),
     Behaviour("PJRT_Executable_DeserializeAndLoad", "Load options may be given with the call.",
@@ -149,8 +177,8 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     Behaviour("PJRT_LoadedExecutable_Delete", "Drops the executable; afterwards the handle serves only IsDeleted "
               "and Destroy, and Execute fails.", cases=("compile/executable_delete", "compile/execute_deleted")),
     Behaviour("PJRT_LoadedExecutable_Delete", "The runtime executable is freed only after its last execution "
-              "completes: executions started before Delete finish with their results.",
-              cases=("compile/delete_lets_running_executions_finish",)),
+              "completes: executions started before Delete finish with their results, a loop's too, running or "
+              "queued.", cases=("compile/delete_lets_running_executions_finish", "compile/delete_lets_running_loops_finish")),
     Behaviour("PJRT_LoadedExecutable_IsDeleted", "True exactly when Delete was called on this executable.",
               cases=("compile/mlir_program", "compile/executable_delete", "compile/delete_is_per_executable")),
     Behaviour("PJRT_LoadedExecutable_Fingerprint", "Deprecated twin of PJRT_Executable_Fingerprint: the same "
@@ -167,7 +195,11 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
               "results from the arguments.", cases=("execute/add_one_program", "execute/several_outputs")),
     Behaviour("PJRT_LoadedExecutable_Execute", "Takes one argument list per device, each with one buffer per "
               "parameter; other counts are refused with INVALID_ARGUMENT.",
-              cases=("errors/wrong_argument_count", "errors/execute_with_extra_argument_list", "execute/replicas")),
+              cases=("errors/wrong_argument_count", "errors/execute_with_extra_argument_list", "execute/replicas",
+                     "errors/argument_lists_are_checked")),
+    Behaviour("PJRT_LoadedExecutable_Execute", "Each entry of an argument list is a buffer of the executable's "
+              "client; anything else (None, a host array, another object) is refused with INVALID_ARGUMENT, with or "
+              "without options.", cases=("errors/argument_lists_are_checked",)),
     Behaviour("PJRT_LoadedExecutable_Execute", "Arguments of another element type or of a shape of another byte "
               "size, on another device, deleted or donated are refused, whatever their position in the list.",
               cases=("errors/wrong_argument_shape", "errors/execute_with_wrong_element_type",
@@ -235,6 +267,9 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     Behaviour("PJRT_ExecuteOptions", "non_donatable_input_indices is how a caller passes one buffer more than once: "
               "with the donated parameter listed, the call runs and keeps the buffer.",
               cases=("buffers/non_donatable_lets_one_buffer_fill_two_arguments",), since_minor=39),
+    Behaviour("PJRT_ExecuteOptions", "non_donatable_input_indices exempts the inputs it lists and no other: the "
+              "program's other donated inputs are donated.",
+              cases=("buffers/non_donatable_leaves_the_other_donations",), since_minor=39),
     Behaviour("PJRT_ExecuteOptions", "The caller keeps the list of non-donatable indices alive during the call.",
               untestable="the binding passes the indices as an immutable tuple", since_minor=39),
     Behaviour("PJRT_ExecuteOptions", "Send and receive callbacks, one list per device matched to the program's "
@@ -269,6 +304,14 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     Behaviour("PJRT_LoadedExecutable_Execute", "An input the program aliases to an output (tf.aliasing_output) is "
               "donated: the execution consumes it, and it reports deleted afterwards.",
               cases=("buffers/donation", "jax/donation")),
+    Behaviour("PJRT_LoadedExecutable_Execute", "A program that donates an input to one of several outputs computes "
+              "every output, the aliased one and the others.", cases=("buffers/donation_into_one_of_several_outputs",)),
+    Behaviour("PJRT_LoadedExecutable_Execute", "An input aliased to an output of another element type is refused at "
+              "compile with INVALID_ARGUMENT, or the program computes its result and never writes the output's bytes "
+              "into an input it keeps.", cases=("buffers/donation_into_an_output_of_another_type",)),
+    Behaviour("PJRT_LoadedExecutable_Execute", "An execution holds its arguments only until it completes: one "
+              "deleted after, during, or after a failed execution is released then.",
+              cases=("buffers/deleting_an_argument_releases_it_once_executions_are_done",)),
     Behaviour("PJRT_LoadedExecutable_Execute", "A donated buffer cannot be used again: later calls with it fail.",
               cases=("errors/execute_with_donated_argument",)),
     Behaviour("PJRT_LoadedExecutable_Execute", "One buffer cannot be donated and also passed again in the same "
