@@ -70,6 +70,12 @@ def _module(name: str, body: str, replicas: int = 1) -> str:
             f"{body}}}\n")
 
 
+def main_module(name: str, params: str, results: str, body: str, replicas: int = 1) -> str:
+    """A module whose one function is ``@main(params) -> (results)``; ``body`` is its lines, each
+    indented and ending in a newline."""
+    return _module(name, f"  func.func public @main({params}) -> ({results}) {{\n{body}  }}\n", replicas)
+
+
 def add_one(n: int = 4, *, replicas: int = 1) -> str:
     """``f(x) = x + 1`` on ``f32[n]``: upstream's ``CreateAddOneComputation``."""
     t = f"tensor<{n}xf32>"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import time
+from typing import Callable
 
 import numpy as np
 
@@ -449,7 +450,8 @@ def copy_to_memory_is_independent(ctx: PluginUnderTest) -> None:
                                          f"was deleted, expected {host.tolist()}")
 
 
-def _wait_for(predicate, seconds: float) -> bool:
+def _wait_for(predicate: Callable[[], bool], seconds: float) -> bool:
+    """Poll ``predicate`` until it holds (True) or ``seconds`` have passed (False)."""
     deadline = time.monotonic() + seconds
     while not predicate():
         if time.monotonic() >= deadline:

@@ -37,10 +37,11 @@ from pjrt_hub.extensions import MemoryLayout
 
 from .._case import case, check, expect_error, fail, skip
 from .._context import CALL_TIMEOUT, PluginUnderTest, describe
-from .._programs import add_one, donating_add_one, failing_program, slow_program, slow_program_result
-from .buffers import _aligned, sample
+from .._programs import add_one, donating_add_one, slow_program, slow_program_result
+from .buffers import _aligned, _wait_for, sample
 from .client import device_id
-from .events import COMPILING, SLOW_ELEMENTS, slow_work
+from .devices import settled_bytes_in_use
+from .events import COMPILING, SLOW_ELEMENTS, failing_executable, slow_work
 from .extensions import _check_layout_against_memory
 from .lifetime import REFUSALS
 
@@ -66,13 +67,16 @@ def _read(ctx: PluginUnderTest, buffer: Any, dst: np.ndarray | None = None) -> C
     return read
 
 
-def _wait_for(predicate: Callable[[], bool], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.002)
-    return True
+def _copy_places(ctx: PluginUnderTest, source: Any, *, own_memory: bool = False) -> list[tuple[str, Callable[[], Any]]]:
+    """Each copy of ``source`` the first device's memories and a second device allow, as (the
+    call, a thunk making it): PJRT_Buffer_CopyToMemory into every memory of the first device
+    (``source``'s own one only if ``own_memory``), PJRT_Buffer_CopyToDevice to the second device."""
+    places: list[tuple[str, Callable[[], Any]]] = [
+        (f"PJRT_Buffer_CopyToMemory({_where(m)})", functools.partial(source.copy_to_memory, m))
+        for m in ctx.device.addressable_memories() if own_memory or not _same_memory(m, source.memory())]
+    places += [(f"PJRT_Buffer_CopyToDevice(device {device_id(d)})", functools.partial(source.copy_to_device, d))
+               for d in ctx.devices[1:2]]
+    return places
 
 
 def _addressing(memory: Any) -> set[int]:
@@ -402,11 +406,7 @@ def copies_keep_type_and_dimensions(ctx: PluginUnderTest) -> None:
     for label, host in sources:
         source = ctx.put(host)
         kind, dims = source.element_type(), tuple(source.dimensions())
-        places: list[tuple[str, Callable[[], Any]]] = [
-            (f"PJRT_Buffer_CopyToMemory({_where(m)})", functools.partial(source.copy_to_memory, m))
-            for m in ctx.device.addressable_memories() if not _same_memory(m, source.memory())]
-        places += [(f"PJRT_Buffer_CopyToDevice(device {device_id(d)})", functools.partial(source.copy_to_device, d))
-                   for d in ctx.devices[1:2]]
+        places = _copy_places(ctx, source)
         if not places:
             skip(f"plugin {ctx.name} has one device with one memory: there is nowhere to copy to")
         for what, make in places:
@@ -679,21 +679,18 @@ def bytes_in_use_after_concurrent_puts_and_deletes(ctx: PluginUnderTest) -> None
     several threads at once included: after rounds in which threads each put and delete buffers
     on one device, it comes back to what it was (once the plugin has let the memory go)."""
     device, client = ctx.device, ctx.client
-    gc.collect()  # buffers of earlier cases left to the collector go now, not in the middle of a round
-    try:
-        before = device.memory_stats().bytes_in_use
-    except PjrtError as exc:
-        if exc.code is ErrorCode.UNIMPLEMENTED:
-            skip(f"plugin {ctx.name} does not report memory statistics ({describe(exc)})")
-        raise
+    before = settled_bytes_in_use(ctx, device)  # the collector's leftovers go now, not in the middle of a round
     host = np.ones(64, np.float32)
     limit = ctx.seconds(CALL_TIMEOUT)
     problems: list[str] = []
+    stop = threading.Event()  # set when the case ends, so that no thread outlives a failed round
 
     def churn(start: threading.Barrier) -> None:
         try:
             start.wait(limit)
             for _ in range(CHURN_BUFFERS):
+                if stop.is_set():
+                    return
                 transfer = client.buffer_from_host_buffer(host, device=device)
                 transfer.done_with_host_buffer.await_(limit)
                 transfer.buffer.delete()
@@ -703,7 +700,8 @@ def bytes_in_use_after_concurrent_puts_and_deletes(ctx: PluginUnderTest) -> None
 
     rounds = 0
     deadline = time.monotonic() + CHURN_SECONDS
-    with _switching_often():
+    with _switching_often(), contextlib.ExitStack() as ending:
+        ending.callback(stop.set)
         while rounds < 3 or time.monotonic() < deadline:
             start = threading.Barrier(CHURN_THREADS)
             threads = [threading.Thread(target=churn, args=(start,), name=f"pjrt-conformance churn {i}", daemon=True)
@@ -735,12 +733,7 @@ def failed_buffer_error_reaches_its_copies(ctx: PluginUnderTest) -> None:
     PJRT_Buffer_CopyToMemory or PJRT_Buffer_CopyToDevice of it fails, at the call or on the copy's
     ready event and every read of the copy, both while the execution may still run and after it
     ended; no copy comes out holding values."""
-    try:
-        executable = ctx.compile(failing_program())
-    except PjrtError as exc:
-        if exc.code is ErrorCode.UNIMPLEMENTED:
-            skip(f"plugin {ctx.name} does not compile the failing program: {describe(exc)}")
-        raise
+    executable = failing_executable(ctx)
     args = [ctx.put(_values()), ctx.put(np.array(2.0, np.float32))]
     try:
         result = ctx.call(executable.execute, [args], what="PJRT_LoadedExecutable_Execute (a program that cannot "
@@ -748,11 +741,7 @@ def failed_buffer_error_reaches_its_copies(ctx: PluginUnderTest) -> None:
     except PjrtError as exc:
         skip(f"plugin {ctx.name} refused the execution at the call ({describe(exc)}): no output carries its error")
     failed = result.outputs[0][0]
-    places: list[tuple[str, Callable[[], Any]]] = [
-        (f"PJRT_Buffer_CopyToMemory({_where(m)})", functools.partial(failed.copy_to_memory, m))
-        for m in ctx.device.addressable_memories()]
-    places += [(f"PJRT_Buffer_CopyToDevice(device {device_id(d)})", functools.partial(failed.copy_to_device, d))
-               for d in ctx.devices[1:2]]
+    places = _copy_places(ctx, failed, own_memory=True)
     for when in ("right after the execute call", "after the execution's completion event"):
         if when.startswith("after"):
             for event in result.device_complete_events:
@@ -1003,12 +992,7 @@ def to_host_of_a_pending_buffer_that_fails(ctx: PluginUnderTest) -> None:
     reports that failure: the copy's event becomes ready with an error (or the call fails), never
     ready without one over a destination nothing was written to."""
     work = slow_work(ctx)
-    try:
-        failing = ctx.compile(failing_program())
-    except PjrtError as exc:
-        if exc.code is ErrorCode.UNIMPLEMENTED:
-            skip(f"plugin {ctx.name} does not compile the failing program: {describe(exc)}")
-        raise
+    failing = failing_executable(ctx)
     args = [ctx.put(_values()), ctx.put(np.array(2.0, np.float32))]
     ahead = work.start(ctx)
     try:
@@ -1049,11 +1033,7 @@ def copy_of_a_pending_buffer(ctx: PluginUnderTest) -> None:
     final values."""
     work, result = _pending_slow_work(ctx)
     source = result.outputs[0][0]
-    places: list[tuple[str, Callable[[], Any]]] = [
-        (f"PJRT_Buffer_CopyToMemory({_where(m)})", functools.partial(source.copy_to_memory, m))
-        for m in ctx.device.addressable_memories() if not _same_memory(m, source.memory())]
-    places += [(f"PJRT_Buffer_CopyToDevice(device {device_id(d)})", functools.partial(source.copy_to_device, d))
-               for d in ctx.devices[1:2]]
+    places = _copy_places(ctx, source)
     if not places:
         skip(f"plugin {ctx.name} has one device with one memory: there is nowhere to copy to")
     copies = []

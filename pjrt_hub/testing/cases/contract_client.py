@@ -290,9 +290,12 @@ def _job_clients(ctx: PluginUnderTest, store: _Store, nodes: int) -> list[Any]:
     threads = [threading.Thread(target=create, args=(node,), daemon=True) for node in range(nodes)]
     for thread in threads:
         thread.start()
+    wait = ctx.seconds(COMPILE_TIMEOUT) + 5.0
     for thread in threads:
-        thread.join(ctx.seconds(COMPILE_TIMEOUT) + 5.0)
-    check(all(m is not None for m in made), "PJRT_Client_Create of a process of a job did not return")
+        thread.join(wait)
+    missing = [node for node, m in enumerate(made) if m is None]
+    check(not missing, f"PJRT_Client_Create as process {missing} of a job of {nodes} processes had not returned "
+                       f"after {wait:g} s; expected every process's call to return, with a client or an error")
     return made
 
 

@@ -38,6 +38,7 @@ from .._programs import (
     donating_add_one,
     elementwise,
     failing_program,
+    main_module,
     slow_program,
     tensor,
     two_outputs,
@@ -63,8 +64,7 @@ def _returns_a_constant() -> str:
     body = (f"    %cst = stablehlo.constant dense<3.000000e+00> : {t}\n"
             f"    %0 = stablehlo.add %arg0, %cst : {t}\n"
             f"    return %cst, %0 : {t}, {t}\n")
-    return ("module @jit_returns_a_constant attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n"
-            f"  func.func public @main(%arg0: {t}) -> ({t}, {t}) {{\n" + body + "  }\n}\n")
+    return main_module("jit_returns_a_constant", f"%arg0: {t}", f"{t}, {t}", body)
 
 
 def _adds_three() -> str:
@@ -82,8 +82,7 @@ def _chain() -> str:
              "%0 = stablehlo.multiply %arg0, %c2", "%1 = stablehlo.add %0, %c3", "%2 = stablehlo.multiply %1, %c2",
              "%3 = stablehlo.subtract %2, %arg0", "%4 = stablehlo.add %3, %c3", "%5 = stablehlo.multiply %4, %c2"]
     body = "".join(f"    {step} : {t}\n" for step in steps)
-    return ("module @jit_chain attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n"
-            f"  func.func public @main(%arg0: {t}) -> ({t}) {{\n" + body + f"    return %5 : {t}\n  }}\n}}\n")
+    return main_module("jit_chain", f"%arg0: {t}", t, body + f"    return %5 : {t}\n")
 
 
 def _add_donating_second() -> str:
@@ -99,18 +98,13 @@ def _donating(text: str, param: int, output: int) -> str:
     return re.sub(rf"(%arg{param}: tensor<[^>]*>)", rf"\1 {{tf.aliasing_output = {output} : i32}}", text, count=1)
 
 
-def _module(name: str, params: str, results: str, body: str) -> str:
-    return (f"module @{name} attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32}} {{\n"
-            f"  func.func public @main({params}) -> ({results}) {{\n{body}  }}\n}}\n")
-
-
 def _flag_and_scalar() -> str:
     """``(x != 0, 2.5)``: a boolean output (PRED, stored a byte per element) and a scalar one
     (dimensions ``()``), the two outputs whose description is easiest to get wrong."""
-    return _module("jit_flag_and_scalar", f"%arg0: {F32x4}", f"{tensor((4,), 'i1')}, tensor<f32>",
-                   f"    %0 = stablehlo.convert %arg0 : ({F32x4}) -> {tensor((4,), 'i1')}\n"
-                   "    %1 = stablehlo.constant dense<2.500000e+00> : tensor<f32>\n"
-                   f"    return %0, %1 : {tensor((4,), 'i1')}, tensor<f32>\n")
+    return main_module("jit_flag_and_scalar", f"%arg0: {F32x4}", f"{tensor((4,), 'i1')}, tensor<f32>",
+                       f"    %0 = stablehlo.convert %arg0 : ({F32x4}) -> {tensor((4,), 'i1')}\n"
+                       "    %1 = stablehlo.constant dense<2.500000e+00> : tensor<f32>\n"
+                       f"    return %0, %1 : {tensor((4,), 'i1')}, tensor<f32>\n")
 
 
 def _unimplemented(call: Any) -> Any:
@@ -1093,8 +1087,8 @@ def donation_into_an_output_of_another_type(ctx: PluginUnderTest) -> None:
     it runs and gives the right result, the input donated or left as it was, never written
     with the output's bytes."""
     s32 = tensor((4,), "i32")
-    text = _module("jit_converted", f"%arg0: {F32x4} {{tf.aliasing_output = 0 : i32}}", s32,
-                   f"    %0 = stablehlo.convert %arg0 : ({F32x4}) -> {s32}\n    return %0 : {s32}\n")
+    text = main_module("jit_converted", f"%arg0: {F32x4} {{tf.aliasing_output = 0 : i32}}", s32,
+                       f"    %0 = stablehlo.convert %arg0 : ({F32x4}) -> {s32}\n    return %0 : {s32}\n")
     try:
         executable = ctx.call(ctx.client.compile, Program(text), CompileOptions(), what="PJRT_Client_Compile",
                               timeout=COMPILE_TIMEOUT)

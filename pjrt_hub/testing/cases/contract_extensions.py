@@ -23,12 +23,9 @@ from pjrt_hub.abi import BufferType, ErrorCode, PjrtError, Unimplemented, from_n
 
 from .._case import case, check, expect_error, fail, skip
 from .._context import PluginUnderTest, describe
-from .._programs import tensor
+from .._programs import main_module, tensor
 from .client import device_id
-
-
-def _unwrap(obj: Any) -> Any:
-    return getattr(obj, "unwrapped", obj)
+from .extensions import _unwrap
 
 
 def _extension(ctx: PluginUnderTest, name: str) -> tuple[Any, int]:
@@ -56,10 +53,7 @@ def _program(name: str, params: list[str], results: list[str], body: list[str], 
     extra = f", {attributes}" if attributes else ""
     args = ", ".join(f"%arg{i}: {t}" + (f" {{{attributes}}}" if attributes else "") for i, t in enumerate(params))
     outs = ", ".join(f"{t} {{jax.result_info = \"[{i}]\"{extra}}}" for i, t in enumerate(results))
-    return (f"module @{name} attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32}} {{\n"
-            f"  func.func public @main({args}) -> ({outs}) {{\n"
-            + "".join(f"    {line}\n" for line in body)
-            + "  }\n}\n")
+    return main_module(name, args, outs, "".join(f"    {line}\n" for line in body))
 
 
 # -- Layouts -------------------------------------------------------------------------------------

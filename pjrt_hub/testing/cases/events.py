@@ -248,17 +248,23 @@ def pending_input(ctx: PluginUnderTest) -> None:
           f"final value: {_first_difference(got, expected)}")
 
 
+def failing_executable(ctx: PluginUnderTest) -> Any:
+    """The program that cannot allocate its output (:func:`failing_program`), compiled; skips,
+    saying why, where the plugin does not compile it."""
+    try:
+        return ctx.compile(failing_program())
+    except PjrtError as exc:
+        if exc.code is ErrorCode.UNIMPLEMENTED:
+            skip(f"plugin {ctx.name} does not compile the failing program: {describe(exc)}")
+        raise
+
+
 @case("events", timeout=COMPILING)
 def execution_error_reaches_every_event_and_output(ctx: PluginUnderTest) -> None:
     """An error inside a running execution (here: an output too large to allocate) reaches its
     completion event and every output, the small one included; nothing hangs and no output
     pretends to hold values."""
-    try:
-        executable = ctx.compile(failing_program())
-    except PjrtError as exc:
-        if exc.code is ErrorCode.UNIMPLEMENTED:
-            skip(f"plugin {ctx.name} does not compile the failing program: {describe(exc)}")
-        raise
+    executable = failing_executable(ctx)
     args = [ctx.put(np.array([1.0, 2.0, 3.0, 4.0], np.float32)), ctx.put(np.array(2.0, np.float32))]
     try:
         result = ctx.call(executable.execute, [args], ExecuteOptions(), what="PJRT_LoadedExecutable_Execute "

@@ -40,6 +40,7 @@ from .._context import CALL_TIMEOUT, COMPILE_TIMEOUT, PluginUnderTest, describe
 from .._programs import Tolerance, _module, framework_options, tensor
 from .buffers import _SUB_BYTE_BITS, REQUIRED_TYPES, TYPE_MINORS, _types_with_numpy, sample
 from .client import device_id
+from .extensions import _unwrap
 
 #: The plugin whose answers the others are compared with.
 ORACLE = "reference"
@@ -279,10 +280,6 @@ def _program(text: str) -> Any:
 
 def _as_none(value: Any) -> Refused | None:
     return value if isinstance(value, Refused) else None
-
-
-def _unwrap(obj: Any) -> Any:
-    return getattr(obj, "unwrapped", obj)
 
 
 def _call_minor(ctx: PluginUnderTest) -> int:
