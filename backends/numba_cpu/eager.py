@@ -15,8 +15,9 @@ computes exactly what the compiled kernels compute:
   ``scatter``, ``reduce_window`` and ``select_and_scatter``.
 * Reductions follow the order :mod:`.lanes` defines (fixed lanes, or sequential), never
   numpy's pairwise sums. ``dot_general`` calls the very BLAS function the compiled code calls
-  (scipy's ``sgemm``/``dgemm``) with the same arguments; the loops of integer and 16-bit dots,
-  convolutions and windows accumulate in the same order.
+  (scipy's ``sgemm``/``dgemm``) with the same arguments, row block by row block, on as many of
+  OpenBLAS's threads; the loops of integer and 16-bit dots, convolutions and windows accumulate
+  in the same order.
 * Values are held in the compiled code's computation types: 16-bit floats as float32 values
   rounded after every op, as the kernels hold them.
 
@@ -763,8 +764,8 @@ class EagerProgram:
     def __init__(self, fn: Function, threads: int = 1) -> None:
         self.fn = fn
         #: The threads the compiled tier was cut for: large products are cut into the row
-        #: blocks the compiled tier runs on a busy machine (:func:`.kernels.dot_row_blocks`),
-        #: whose rows come from the same BLAS kernel as the whole product's.
+        #: blocks the compiled tier runs (:func:`.kernels.dot_row_blocks`), and a product that
+        #: is not cut runs on as many of OpenBLAS's threads as the compiled one.
         self.threads = threads
         self._in_kinds = [_kind(a) for a in fn.args]
         self._out_kinds = [_kind(v) for v in fn.body.terminator.operands]
@@ -1272,6 +1273,22 @@ def _blas_function(name: str, restype: type | None = None) -> Any:
     return None
 
 
+@functools.lru_cache(maxsize=1)
+def _blas_threads() -> Any:
+    """OpenBLAS's ``openblas_set_num_threads_local`` (the process's count in scipy's build;
+    returns the previous one), the function the compiled code's ``blas_threads`` calls, or None
+    for another BLAS."""
+    lib = _blas()
+    fn = getattr(lib, "openblas_set_num_threads_local", None) if lib is not None else None
+    if fn is not None:
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_int]
+    return fn
+
+
+_DOT_HELPER = HelperThread("pjrt-hub-eager-dot")
+
+
 class _Blas:
     """The three BLAS calls numba's ``np.dot(x, y, out)`` makes for 2-D arrays (numba's
     ``dot_3_mm``): ``dot`` for a (1, k) by (k, 1) product, ``gemv`` when either side is a
@@ -1382,11 +1399,31 @@ def _dot_general(program: EagerProgram, op: Op) -> Step:
                 # In blocks only where the left side is not transposed (dot_row_blocks): BLAS
                 # would get a row range of a transposed view with the range's leading dimension.
                 blocks = _kernels_module.dot_row_blocks(M, N, K, B, program.threads, lt)
-                for b in range(B):
-                    x, y = l3[b].T if lt else l3[b], r3[b].T if rt else r3[b]
-                    for c in range(blocks):
-                        lo, hi = (c * M) // blocks, ((c + 1) * M) // blocks
-                        blas_call(x[lo:hi], lt, y, rt, o3[b][lo:hi])
+                starts = [_kernels_module.dot_block_start(c, M, blocks) for c in range(blocks + 1)]
+
+                def rows(first: int, last: int) -> None:
+                    for b in range(B):
+                        x, y = l3[b].T if lt else l3[b], r3[b].T if rt else r3[b]
+                        for c in range(first, last):
+                            lo, hi = starts[c], starts[c + 1]
+                            blas_call(x[lo:hi], lt, y, rt, o3[b][lo:hi])
+
+                # OpenBLAS's threads as in the compiled code: one for a block or a small
+                # product, else the program's; they change the bits (.kernels.dot_row_blocks).
+                # The blocks run on two threads here, as the compiled code's on its threads.
+                set_threads = _blas_threads()
+                if set_threads is None:
+                    rows(0, blocks)
+                else:
+                    small = B * M * N * K < _kernels_module.SMALL_DOT_MACS
+                    before = set_threads(1 if blocks > 1 or small else program.threads)
+                    try:
+                        if blocks > 1:
+                            _DOT_HELPER.split(rows, blocks, blocks // 2)
+                        else:
+                            rows(0, 1)
+                    finally:
+                        set_threads(before)
             elif M * N:
                 out.fill(0)
             env[res] = out

@@ -22,7 +22,8 @@ from .codegen import ArrayBinding, Binding, Lowering, ScalarBinding, index_expr,
 from .rules import convert_text, kernel, reducer, simple_reducer, unsupported_variant
 from .source import ElementKind, Expr, Scope
 
-__all__ = ["DOT_BLOCK_MACS", "DOT_BLOCK_ROWS", "LARGE_DOT_MACS", "SMALL_DOT_MACS", "dot_row_blocks"]
+__all__ = ["DOT_BLOCK_ALIGN", "DOT_BLOCK_MACS", "DOT_BLOCK_ROWS", "LARGE_DOT_MACS", "SMALL_DOT_MACS",
+           "dot_block_start", "dot_row_blocks"]
 
 #: Products with fewer multiply-adds (batch * M * N * K) run single-threaded.
 SMALL_DOT_MACS = 1 << 23
@@ -36,38 +37,76 @@ DOT_BLOCK_ROWS = 128
 #: Multiply-adds a row block's BLAS call has at least, far above OpenBLAS's small-matrix
 #: cut-offs (100**3 on SkylakeX; see :func:`dot_row_blocks`).
 DOT_BLOCK_MACS = 1 << 22
+#: Row blocks start at multiples of this many rows (:func:`dot_block_start`): of the widths (12,
+#: 8, 4) in which OpenBLAS's AVX2 single-precision kernel takes a call's rows (BLAS's columns:
+#: numba passes the row-major product transposed), and of those of its other x86 kernels, so
+#: that a row falls in the same kind of tile in its block as in the whole product.
+DOT_BLOCK_ALIGN = 48
 
 
 def dot_row_blocks(m: int, n: int, k: int, batch: int, threads: int, lhs_transposed: bool) -> int:
     """Row blocks a BLAS product (``batch`` products of ``m`` x ``k`` by ``k`` x ``n``) is cut
-    into when other processes keep some of the cores busy: up to one per thread, each one
-    single-threaded BLAS call per batch, run as the chunks of a parallel loop (that threads claim
-    as they come, .pool); 1: never cut. The generated code chooses at each run
-    (``dot_in_blocks``): :func:`.threads.apply` asks for the blocks where some of the cores the
-    run may use are busy, the threads claim chunks (numba_cpu's pool, or TBB) and OpenBLAS's
-    thread count can be set per call; else the product is one call on OpenBLAS's threads.
+    into, up to one per thread, each one single-threaded BLAS call per batch; 1: never cut. The
+    blocks are the chunks of a parallel loop, which threads claim as they come (.pool), so that a
+    busy machine costs a product only the cores it takes; they run in sequence where the BLAS's
+    threads cannot be set per call (``dot_in_blocks``, :func:`.threads.apply`).
 
-    OpenBLAS gives each of its threads a fixed share and waits for all of them, so on a busy
-    machine a product waits for the share of a thread the scheduler is not running, where a
-    block nobody has claimed is run by whichever thread is free, and a product whose other
-    threads never come takes its one-thread time. On an idle machine OpenBLAS's threads are
-    faster: they share the packing of the right-hand side, which each block does again. Measured
-    on this 2-core machine, a 1024 x 1024 x 1024 f32 product with two busy neighbour processes:
-    16-24 ms on OpenBLAS's two threads, 15-16 ms in two blocks; quiet, the MLP (three such
-    products) took 5-8% longer in blocks, its threads keeping 1.6-2.0 cores busy against 2.0.
-
-    A block has :data:`DOT_BLOCK_ROWS` rows and :data:`DOT_BLOCK_MACS` multiply-adds per call at
-    least: fewer rows and the repeated packing costs more than the threads gain (a many-core
-    machine keeps OpenBLAS's threads), and a smaller call may go to OpenBLAS's small-matrix
-    kernel, which rounds differently from the one the whole product uses. Products below
-    :data:`SMALL_DOT_MACS` run on one thread anyway, and the blocks need the left side's rows
-    contiguous (not a transposed view) and more than one column (numba calls ``gemm`` for each
-    block as for the whole). Cut or not, each row then comes from the same BLAS kernel, and the
-    eager tier cuts its products alike (the tests check the bits)."""
+    A product has the same bits on a busy machine and an idle one, and on both tiers (the eager
+    tier cuts its products alike; the tests check the bits), because its BLAS calls are the same
+    and each runs on a fixed count of OpenBLAS's threads: one for a block, the program's for a
+    product that is not cut. OpenBLAS gives a product other bits on several threads than on one:
+    its threaded driver splits the contracted dimension otherwise (a remainder of k between Q and
+    2Q in two halves, where the single-threaded one rounds the first half up to its kernel's
+    unroll: k = 1000 with the AVX-512 kernels, whose Q is 384, sums in another order), and its
+    AVX2 single-precision kernel keeps two partial sums in some tiles and one in others, so that
+    an element's bits depend on where its thread's share of the rows starts. So a cut product
+    never runs on OpenBLAS's threads, idle machine or not. Its blocks start at multiples of
+    :data:`DOT_BLOCK_ALIGN` rows (:func:`dot_block_start`), where that kernel's tiles start in
+    the whole product too, so that the blocks give the bits of one single-threaded call for any
+    number of them. A block has :data:`DOT_BLOCK_ROWS` rows and :data:`DOT_BLOCK_MACS`
+    multiply-adds per call at least, less that rounding: a smaller call may go to OpenBLAS's small-matrix kernel,
+    which rounds differently, and fewer rows cost more in repeated packing of the right-hand side
+    than the threads gain. Products below :data:`SMALL_DOT_MACS` run on one thread anyway, and the
+    blocks need the left side's rows contiguous (not a transposed view) and more than one column
+    (numba calls ``gemm`` for each block as for the whole)."""
     if batch * m * n * k < SMALL_DOT_MACS or threads < 2 or lhs_transposed or n < 2:
         return 1
     blocks = min(threads, m // DOT_BLOCK_ROWS, m * n * k // DOT_BLOCK_MACS)
     return blocks if blocks >= 2 else 1
+
+
+def dot_block_start(c: int, m: int, blocks: int) -> int:
+    """The first row of row block ``c`` of ``m`` rows cut into ``blocks`` (``m`` for
+    ``c == blocks``): ``c / blocks`` of the rows, to the nearest multiple of
+    :data:`DOT_BLOCK_ALIGN`. The generated code computes it with :func:`_block_start_text`."""
+    if c >= blocks:
+        return m
+    return (c * m // blocks + DOT_BLOCK_ALIGN // 2) // DOT_BLOCK_ALIGN * DOT_BLOCK_ALIGN
+
+
+def _block_start_text(c: str, m: int, blocks: int) -> str:
+    """:func:`dot_block_start` as the text of an expression of ``c`` (an index below ``blocks``)."""
+    return f"({c} * {m} // {blocks} + {DOT_BLOCK_ALIGN // 2}) // {DOT_BLOCK_ALIGN} * {DOT_BLOCK_ALIGN}"
+
+
+def _row_blocks(ctx: Lowering, header: str, blocks: int, M: int, B: int, b: str, l3: str, o3: str,
+                rt_of: Callable[[str], str]) -> None:
+    """The product in ``blocks`` row blocks, the loop over them opened with ``header``, each
+    block one single-threaded BLAS call per batch (scipy's OpenBLAS keeps one thread count for
+    the process; a BLAS that keeps one per thread needs it set in each block too)."""
+    outer = ctx.fresh("nb")
+    ctx.scope.emit(f"{outer} = blas_threads(1)")
+    block, lo, hi, prev = ctx.fresh("c"), ctx.fresh("lo"), ctx.fresh("hi"), ctx.fresh("nb")
+    with ctx.block_scope(header.format(block=block)) as loop:
+        loop.extract = "prange(" in header
+        ctx.scope.emit(f"{lo} = {_block_start_text(block, M, blocks)}")
+        after = _block_start_text(f"({block} + 1)", M, blocks)
+        ctx.scope.emit(f"{hi} = {M} if {block} + 1 == {blocks} else {after}")
+        ctx.scope.emit(f"{prev} = blas_threads(1)")
+        with ctx.block_scope(f"for {b} in range({B}):"):
+            ctx.scope.emit(f"np.dot({l3}[{b}][{lo}:{hi}], {rt_of(b)}, {o3}[{b}][{lo}:{hi}])")
+        ctx.scope.emit(f"blas_threads({prev})")
+    ctx.scope.emit(f"blas_threads({outer})")
 
 
 def _one_call(ctx: Lowering, macs: int, B: int, b: str, l3: str, lt: bool, o3: str,
@@ -150,28 +189,16 @@ def _dot_general(ctx: Lowering, op: Op) -> Sequence[Binding]:
         blocks = dot_row_blocks(M, N, K, B, ctx.options.num_threads, bool(lt))
         b = ctx.fresh("b")
         if blocks > 1:
-            # On a busy machine (the run sets dot_in_blocks, .threads.apply), row blocks as the
-            # chunks of a parallel loop, each one single-threaded BLAS call on the thread that
-            # claims it; else one call, as below (faster on an idle machine: OpenBLAS's threads
-            # share the packing the blocks each do again).
+            # Row blocks as the chunks of a parallel loop, busy machine or idle: OpenBLAS's own
+            # threads would give other bits (dot_row_blocks). An idle machine pays for it with
+            # the packing of the right-hand side, which each block does again where OpenBLAS's
+            # threads share it. In sequence where .threads.apply finds the BLAS's threads cannot
+            # be set (they would nest in numba's).
             ctx.parallel = True
             with ctx.block_scope("if dot_in_blocks():"):
-                # One BLAS thread for every block: scipy's OpenBLAS keeps one count for the
-                # process, a BLAS that keeps one per thread needs it set in each block too.
-                outer = ctx.fresh("nb")
-                ctx.scope.emit(f"{outer} = blas_threads(1)")
-                block, lo, hi, prev = ctx.fresh("c"), ctx.fresh("lo"), ctx.fresh("hi"), ctx.fresh("nb")
-                with ctx.block_scope(f"for {block} in prange({blocks}):") as loop:
-                    loop.extract = True
-                    ctx.scope.emit(f"{lo} = ({block} * {M}) // {blocks}")
-                    ctx.scope.emit(f"{hi} = (({block} + 1) * {M}) // {blocks}")
-                    ctx.scope.emit(f"{prev} = blas_threads(1)")
-                    with ctx.block_scope(f"for {b} in range({B}):"):
-                        ctx.scope.emit(f"np.dot({l3}[{b}][{lo}:{hi}], {rt_of(b)}, {o3}[{b}][{lo}:{hi}])")
-                    ctx.scope.emit(f"blas_threads({prev})")
-                ctx.scope.emit(f"blas_threads({outer})")
+                _row_blocks(ctx, f"for {{block}} in prange({blocks}):", blocks, M, B, b, l3, o3, rt_of)
             with ctx.block_scope("else:"):
-                _one_call(ctx, macs, B, b, l3, lt, o3, rt_of)
+                _row_blocks(ctx, f"for {{block}} in range({blocks}):", blocks, M, B, b, l3, o3, rt_of)
             return [ArrayBinding(out, out_kind)]
         _one_call(ctx, macs, B, b, l3, lt, o3, rt_of)
         return [ArrayBinding(out, out_kind)]

@@ -41,26 +41,27 @@ does that), and giving up a thread gives up that thread's share of the cores. So
   program that keeps two cores busy takes 3x or more, XLA's as well (``bench --under-load``'s
   module docstring). On OpenMP or numba's workqueue with the pool off, the shares are fixed and
   a busy machine gets fewer threads, as below for OpenBLAS;
-* OpenBLAS's shares are fixed, so when a run finds some cores busy (:func:`usable_threads`;
-  :func:`apply` then sets :func:`set_dot_blocks`, which the generated code reads with
-  :func:`dot_in_blocks`) a float product large enough to share runs in row blocks, up to one
-  per thread, each one BLAS call on one thread, as the chunks of a parallel loop on the pool
-  (:func:`.kernels.dot_row_blocks`): a block is run by whichever thread is free, and a product
-  whose other thread never comes takes its one-thread time. On an idle machine it is one call
-  on OpenBLAS's threads, faster there; so it is where chunks go to fixed shares too (numba's
-  OpenMP or workqueue layer with the pool off). The MLP (three such products) under ``bench
-  --under-load 2``, three runs each way in turns: 48-68 ms loaded on OpenBLAS's threads
-  (2.8-2.9x its quiet time), 38-44 ms in blocks (1.2-2.1x).
+* OpenBLAS gives a float product other bits on several of its threads than on one (its
+  threaded driver cuts the contracted dimension otherwise, and its AVX2 single-precision kernel
+  sums some tiles in two parts: :func:`.kernels.dot_row_blocks`), and the eager tier must give
+  the compiled code's bits whatever the load, so no product runs on a count of OpenBLAS's
+  threads that the load chose. One large enough to share runs in row blocks, up to one per
+  thread, each one BLAS call on one thread, as the chunks of a parallel loop on the pool, busy
+  machine or idle: a block is run by whichever thread is free, and a product whose other thread
+  never comes takes its one-thread time, where OpenBLAS's fixed shares wait for it (the MLP,
+  three such products, under ``bench --under-load 2``, three runs each way in turns: 48-68 ms
+  loaded on OpenBLAS's threads, 2.8-2.9x its quiet time, 38-44 ms in blocks, 1.2-2.1x). Where
+  OpenBLAS's threads cannot be set per call (another BLAS), :func:`apply` has the blocks run
+  in sequence (:func:`set_dot_blocks`, which the generated code reads with
+  :func:`dot_in_blocks`), each on the BLAS's own threads, which would otherwise nest in numba's.
   A small product (under :data:`SMALL_DOT_MACS`, ~0.1 ms on one core) runs on the calling thread
   alone: the generated code brackets it with ``blas_threads(1)`` and a restore, so waking a pool
   costs it nothing and a busy machine cannot stall it. Products that are not cut (too few rows
-  per thread, a transposed left side, one column) stay on OpenBLAS's threads: a large one
-  (:data:`LARGE_DOT_MACS` and more, ~10 ms on one core) on every thread the program was compiled
-  for, where a thread's share of the cores is worth more than a time slice of waiting; one in
-  between on the cores other processes leave free (:func:`usable_threads`, from ``/proc/stat``
-  sampled at most every :data:`SAMPLE_S`), which :func:`apply` sets before each run of a program
-  and :func:`restore` puts back after it (numba's settings are per thread, OpenBLAS's count
-  is the process's: see below): on an idle machine every core;
+  per thread, a transposed left side, one column) run on as many of OpenBLAS's threads as the
+  program was compiled for, busy machine or not: a large one (:data:`LARGE_DOT_MACS` and more)
+  through the generated code's own ``blas_threads``, one in between through :func:`apply`, which
+  sets them before each run of a program, while :func:`restore` puts back the caller's after it
+  (numba's settings are per thread, OpenBLAS's count is the process's: see below);
 * OpenBLAS's idle workers would otherwise spin for ~0.1 s after each call, competing with the
   program's next kernel; ``OPENBLAS_THREAD_TIMEOUT`` (set in the package ``__init__``, before the
   library loads) puts them to sleep at once.
@@ -120,8 +121,8 @@ def _openblas_local() -> "_ctypes.CFuncPtr | None":
 _LOCAL = _openblas_local()
 
 
-#: Symbol of one 64-bit word: nonzero while runs cut large products into row blocks
-#: (:func:`dot_in_blocks`); allocated once and never freed (compiled code reads it).
+#: Symbol of one 64-bit word: nonzero while runs share large products' row blocks among their
+#: threads (:func:`dot_in_blocks`); allocated once and never freed (compiled code reads it).
 _BLOCKS_SYMBOL = "pjrt_hub_numba_cpu_dot_blocks"
 _blocks_word: "ctypes.c_int64 | None" = None
 
@@ -141,15 +142,16 @@ _register()
 
 
 def set_dot_blocks(on: bool) -> None:
-    """Whether the next runs cut their large products into row blocks (:func:`apply` sets it
-    from the load; process-wide, as the machine's load is)."""
+    """Whether the next runs share their large products' row blocks among their threads, or
+    run them in sequence (:func:`apply` sets it before each run; process-wide)."""
     assert _blocks_word is not None
     _blocks_word.value = 1 if on else 0
 
 
 @intrinsic
 def dot_in_blocks(typingctx):
-    """Whether this run cuts its large products into row blocks (:func:`set_dot_blocks`)."""
+    """Whether this run shares its large products' row blocks among its threads
+    (:func:`set_dot_blocks`)."""
 
     def codegen(context, builder, sig, args):
         module = builder.module
@@ -309,7 +311,7 @@ _stealing: bool | None = None
 
 def apply(limit: int) -> tuple[int, int, int, int]:
     """Set numba's threads of the calling thread for the next program run, OpenBLAS's (the
-    process's count in scipy's build), whether large products run in row blocks
+    process's count in scipy's build), whether large products' row blocks run in parallel
     (:func:`set_dot_blocks`), and the thread's parallel chunk size to one iteration per task
     where threads steal work.
 
@@ -327,10 +329,11 @@ def apply(limit: int) -> tuple[int, int, int, int]:
     # cores it takes: they keep every thread (one fewer would give up that thread's share of
     # the cores). A fixed share is waited for, so on the other layers a busy machine gets fewer.
     numba.set_num_threads(min(limit if _stealing else n, numba.config.NUMBA_NUM_THREADS))
-    blas_before = _LOCAL(n) if _LOCAL is not None else -1
-    # Row blocks where threads claim them and some cores are busy (.kernels.dot_row_blocks);
-    # with a BLAS whose threads cannot be set per call they would nest its threads in numba's.
-    set_dot_blocks(bool(_stealing) and _LOCAL is not None and n < limit)
+    # The program's count whatever the load: a product's bits depend on it (.kernels.dot_row_blocks).
+    blas_before = _LOCAL(limit) if _LOCAL is not None else -1
+    # The row blocks in parallel, busy machine or idle; in sequence with a BLAS whose threads
+    # cannot be set per call, which would nest its threads in numba's.
+    set_dot_blocks(_LOCAL is not None)
     # Each chunk a task of its own, for idle threads to take.
     chunks_before = numba.set_parallel_chunksize(1) if _stealing else -1
     slot = pool.enter()
