@@ -2,24 +2,20 @@
 
 Reads one JSON request per line on stdin (``cache_dir``, ``text``, ``options`` (the lowering
 options), ``text_key``), compiles the program with numba into that cache directory, and answers
-one JSON line on stdout: ``{"fingerprint": ...}`` or ``{"error": "..."}``. It runs at a lower
-priority than its parent, whose eager tier serves the program meanwhile, and ends when stdin
-closes (or when it is killed: it holds nothing that a kill can damage, as every cache write is
+one JSON line on stdout: ``{"fingerprint": ...}`` or ``{"error": "..."}``. It runs at its
+parent's priority: the parent's eager tier serves the program meanwhile, but a user's loop of
+runs is waiting for the compiled code, and at a lower priority a busy machine starved it for
+minutes. It ends when stdin closes (or when it is killed: it holds nothing that a kill can damage, as every cache write is
 a rename into place).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 
 def main() -> int:
-    try:
-        os.nice(15)
-    except (AttributeError, OSError):
-        pass
     from pjrt_hub.abi import PjrtHubError
 
     from .codegen import LoweringOptions

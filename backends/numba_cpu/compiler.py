@@ -78,6 +78,8 @@ class CacheStats:
     eager_programs: int = 0
     #: Broken cache files dropped (and their programs compiled again).
     corrupt_entries: int = 0
+    #: Background compiles that failed, leaving their programs on the eager tier (.tiers).
+    background_failures: int = 0
 
 
 @functools.lru_cache(maxsize=None)
@@ -533,16 +535,27 @@ class NumbaCompiler:
 
     def _corrupt(self, path: Path, why: str, also: Sequence[Path] = (), keep: bool = False) -> None:
         """Drop a broken cache entry (the program is compiled again), warning once per file."""
+        self._broken(path, why, stacklevel=5)
+        self._drop([*also] if keep else [path, *also])
+        self._drop(self._numba_files(path))
+
+    def _broken(self, path: Path, why: str, stacklevel: int = 4) -> None:
+        """Count a broken cache file, warning once per file."""
         import warnings
 
         if str(path) not in self._warned:
             self._warned.add(str(path))
             warnings.warn(f"numba_cpu: cache file {path} is broken ({why}); the program is compiled again",
-                          RuntimeWarning, stacklevel=4)
+                          RuntimeWarning, stacklevel=stacklevel)
         self.stats.corrupt_entries += 1
-        targets = [*also] if keep else [path, *also]
-        if path.suffix == ".py":
-            targets += list((path.parent / "__pycache__").glob(f"{path.stem}.*"))
+
+    @staticmethod
+    def _numba_files(path: Path) -> list[Path]:
+        """numba's cache files of the generated module ``path``."""
+        return list((path.parent / "__pycache__").glob(f"{path.stem}.*")) if path.suffix == ".py" else []
+
+    @staticmethod
+    def _drop(targets: Sequence[Path]) -> None:
         for target in targets:
             try:
                 target.unlink()
@@ -567,10 +580,12 @@ class NumbaCompiler:
             if not same:
                 raise
             # A module identical to the generated one that does not load: numba's cache of it
-            # is broken. Once more, from scratch.
-            cause = exc.__cause__ or exc
-            self._corrupt(path, f"numba could not load it: {type(cause).__name__}: {str(cause)[:200]}", keep=True)
+            # is broken, or the module never compiled (an earlier failure left it). Once more
+            # without numba's cache; only if that loads was the cache at fault.
+            self._drop(self._numba_files(path))
             prog = self._import(source, fingerprint, path)
+            cause = exc.__cause__ or exc
+            self._broken(path, f"numba could not load it: {type(cause).__name__}: {str(cause)[:200]}")
         if text_key is not None:
             _atomic_write(self.cache_dir / "index" / text_key, fingerprint)
         return prog

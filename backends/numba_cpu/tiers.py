@@ -13,7 +13,7 @@ comes in milliseconds. The compiled code is still what makes repeated executions
   numba; one run again is compiled while it keeps running eagerly. ``wait_compiled()`` (what
   ``bench`` uses before timing steady state), ``serialize()`` and ``source`` start it at once.
 * **Where.** numba compiles in a child process (``python -m ...numba_cpu._compile_worker``, at
-  a lower priority), one per Python process, reused for every program, which writes the
+  this process's priority: the user's loop is waiting for it), one per Python process, reused for every program, which writes the
   compiled module to the disk cache; this process then only loads it from there. Compiling in
   a thread of this process would hold the GIL through numba's type inference and slow the
   eager runs down by half on two cores; the child also keeps a numba crash out of the user's
@@ -36,6 +36,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -59,11 +60,16 @@ EAGER_BUDGET = 3e7
 LOAD_RATHER_THAN_EAGER = 4e8
 
 
+#: Seconds the worker waits for a moment without eager runs before the first load imports numba
+#: anyway: a user's loop of eager runs has no such moment, and it waits for the compiled code.
+LOAD_WAIT_S = 0.5
+
+
 class _EagerRuns:
     """How many eager runs are in progress in this process. The first load of compiled code
     imports numba, half a second of work that holds the GIL in long stretches: an eager run
     sharing it with that waits up to a switch interval for every numpy call, so the worker
-    waits for a moment without eager runs before that import."""
+    waits for a moment without eager runs before that import, for :data:`LOAD_WAIT_S` at most."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -79,10 +85,14 @@ class _EagerRuns:
             if self.count == 0:
                 self.idle.notify_all()
 
-    def wait_idle(self, stop: Callable[[], bool]) -> None:
+    def wait_idle(self, stop: Callable[[], bool], limit: float) -> None:
+        deadline = time.monotonic() + limit
         with self.idle:
             while self.count and not stop():
-                self.idle.wait(0.1)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self.idle.wait(min(left, 0.1))
 
 
 _EAGER_RUNS = _EagerRuns()
@@ -97,12 +107,15 @@ def _dtype_from_name(name: str) -> np.dtype:
 class _Job:
     """The background compile of one program; ``done`` is set when it has an outcome."""
 
-    def __init__(self, compiler: "NumbaCompiler", text: str, lopts: Any, text_key: str, name: str) -> None:
+    def __init__(self, compiler: "NumbaCompiler", text: str, lopts: Any, text_key: str, name: str,
+                 inputs: Sequence[TensorSpec] = ()) -> None:
         self.compiler = compiler
         self.text = text
         self.lopts = lopts
         self.text_key = text_key
         self.name = name
+        #: The program's parameters, for the inputs of the command that reproduces a failure.
+        self.inputs = tuple(inputs)
         self.done = threading.Event()
         self.program: NumbaProgram | None = None
         self.error: Exception | None = None
@@ -136,7 +149,7 @@ class TieredProgram:
         self._cost = dict(meta["cost"])
         self._eager = eager
         self._compile_after = compiler.compile_after
-        self._job = _Job(compiler, text, lopts, text_key, self.name)
+        self._job = _Job(compiler, text, lopts, text_key, self.name, self.inputs)
         self._compiled: NumbaProgram | None = None
         self._lock = threading.Lock()
         self._narrow_out = tuple(i for i, s in enumerate(self.outputs) if s.dtype.itemsize == 2 and s.dtype.kind in "fV")
@@ -329,7 +342,7 @@ class _Background:
         from .compiler import numba_loaded
 
         if not numba_loaded() and not job.eager_slower:
-            _EAGER_RUNS.wait_idle(lambda: self._stopping)
+            _EAGER_RUNS.wait_idle(lambda: self._stopping, LOAD_WAIT_S)
         if self._stopping:
             raise CompileError("numba_cpu: the process is exiting")
         return job.compiler.load_cached(job.text_key)
@@ -412,10 +425,24 @@ class _Background:
                 pass
 
     def _warn(self, job: _Job) -> None:
+        """Report a failed compile once, as one line: what failed, and the command that
+        reproduces it on the saved program (a bug to report, not a state to live with)."""
         if self._stopping:
             return
-        warnings.warn(f"{job.error}; {job.name} keeps running on the eager tier (same results, slower)",
-                      RuntimeWarning, stacklevel=1)
+        job.compiler.stats.background_failures += 1
+        reason = " ".join(str(job.error).split())
+        if len(reason) > 300:
+            reason = reason[:300] + " ..."
+        try:
+            saved = save_failed(job)
+        except OSError as exc:
+            how = f"the program could not be saved to reproduce it ({exc})"
+        else:
+            how = (f"it reproduces with: PJRT_HUB_NUMBA_TIERS=0 pjrt-hub run --plugin numba_cpu {saved[0]} "
+                   f"--inputs {saved[1]} (the full error: {saved[2]})")
+        warnings.warn(f"numba_cpu: the compiled tier could not compile {job.name}, which keeps running on "
+                      f"the eager tier, slower; please report it. {reason}; {how}", RuntimeWarning, stacklevel=1)
+
 
     # -- exit --
 
@@ -441,6 +468,28 @@ class _Background:
         with self._lock:
             self._end_child()
             self._thread = None
+
+
+def _npz_type(dtype: np.dtype) -> np.dtype:
+    """The type an .npz holds an input of ``dtype`` as: its bits for the ml_dtypes types, which
+    an .npz cannot name (what ``pjrt-hub run`` takes for them)."""
+    return np.dtype(f"u{dtype.itemsize}") if dtype.kind == "V" else dtype
+
+
+def save_failed(job: _Job) -> tuple[str, str, str]:
+    """Write a program whose background compile failed into the cache's ``failed`` folder: its
+    text, zero inputs of its parameters' types (a compile failure does not depend on values)
+    and the full error. Returns the three paths."""
+    folder = job.compiler.cache_dir / "failed"
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = folder / f"{''.join(c if c.isalnum() or c in '-_' else '_' for c in job.name)}-{job.text_key[:12]}"
+    program, inputs, error = stem.with_suffix(".mlir"), stem.with_suffix(".npz"), stem.with_suffix(".txt")
+    program.write_text(job.text)
+    with open(inputs, "wb") as f:
+        np.savez_compressed(f, **{f"in{i}": np.zeros(spec.shape, _npz_type(spec.dtype))
+                                  for i, spec in enumerate(job.inputs)})
+    error.write_text(f"{job.error}\n")
+    return str(program), str(inputs), str(error)
 
 
 _BACKGROUND: _Background | None = None

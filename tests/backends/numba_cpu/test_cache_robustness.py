@@ -136,3 +136,24 @@ def test_a_missing_module_is_a_plain_miss(run, good):
         path.unlink()
     again = run()
     assert again["stats"]["misses"] + again["stats"]["module_hits"] == 1 and not again["warnings"]
+
+
+def test_a_program_that_numba_cannot_compile_is_not_called_a_broken_cache_the_next_time(tmp_path, monkeypatch):
+    """A module numba could not compile stays on disk; compiling the program again fails the
+    same way, and that is the program's failure, not a broken cache file."""
+    import warnings
+
+    from pjrt_hub.abi import CompileError
+    from pjrt_hub.backends.numba_cpu import NumbaCompiler
+
+    def fail(self, source, fingerprint, path):
+        raise CompileError(f"numba could not compile the generated code (TypingError: made up); generated module: {path}")
+
+    monkeypatch.setattr(NumbaCompiler, "_import", fail)
+    for attempt in range(2):
+        compiler = NumbaCompiler(cache_dir=tmp_path, tiered=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(CompileError, match="made up"):
+                compiler.compile(PROGRAM)
+        assert compiler.stats.corrupt_entries == 0, attempt

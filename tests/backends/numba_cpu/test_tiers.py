@@ -546,6 +546,61 @@ def test_a_failed_background_compile_warns_and_keeps_the_eager_tier(tiered, monk
     assert len(outputs) == len(entry["outputs"])
 
 
+def test_a_failed_background_compile_is_one_line_with_a_command_that_reproduces_it(tiered, monkeypatch, tmp_path):
+    def fail(self, job):
+        raise CompileError("numba could not compile the generated code (TypingError: Failed in nopython\n"
+                           "NameError: name 'd2353' is not defined\n)")
+
+    monkeypatch.setattr(tiers._Background, "_compile", fail)
+    entry = PROGRAMS["layernorm"]
+    program = tiered.compile(_text(entry))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(CompileError):
+            program.wait_compiled(timeout=60)
+        program.run(_corpus_args(entry))
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(messages) == 1 and "\n" not in messages[0], messages
+    message = messages[0]
+    assert program.name in message and "NameError: name 'd2353' is not defined" in message
+    assert tiered.stats.background_failures == 1
+    command = re.search(r"PJRT_HUB_NUMBA_TIERS=0 (pjrt-hub run .*?) \(the full error: (.*)\)$", message)
+    assert command is not None, message
+    assert "d2353" in open(command.group(2)).read()
+    # The command is one a user can paste: it runs the saved program on the saved inputs (here
+    # it compiles, the failure having been made up in this process).
+    argv = command.group(1).split()
+    out = tmp_path / "out.npz"
+    run = subprocess.run([sys.executable, "-m", "pjrt_hub.cli", *argv[1:], "--out", str(out)],
+                         env=dict(os.environ, PJRT_HUB_NUMBA_TIERS="0"),
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    with np.load(out) as z:
+        assert [z[f"out{i}"].shape for i in range(len(entry["outputs"]))] == [tuple(o["shape"]) for o in entry["outputs"]]
+
+
+def test_a_loop_of_runs_without_a_pause_gets_the_compiled_code(tiered, monkeypatch):
+    """A user's runs back to back (as JAX dispatches them, asynchronously) leave no moment
+    without an eager run; the first load of compiled code waits for one only briefly."""
+    from pjrt_hub.backends.numba_cpu import compiler as compiler_mod
+
+    monkeypatch.setattr(compiler_mod, "numba_loaded", lambda: False)
+    compiler = NumbaCompiler(cache_dir=tiered.cache_dir, tiered=True, compile_after=0)
+    program = compiler.compile(_text(PROGRAMS["cumsum"]))
+    with tiers._EAGER_RUNS:  # an eager run that is always in progress
+        program.wait_compiled(timeout=120)
+    assert program.tier == "compiled"
+
+
+def test_the_compile_process_runs_at_this_processs_priority(tiered):
+    program = tiered.compile(_text(PROGRAMS["pytree_io"]))
+    program.wait_compiled(timeout=600)
+    child = tiers._background()._child
+    if child is None or child.poll() is not None:
+        pytest.skip("the compile ran in this process (no child process could be started)")
+    assert os.getpriority(os.PRIO_PROCESS, child.pid) == os.getpriority(os.PRIO_PROCESS, 0)
+
+
 def test_a_large_program_compiles_after_its_first_run_and_a_cached_one_loads_after_its_second(tiered, monkeypatch):
     """A large program's background compile starts once its first eager run is over (the
     eager run has both cores to itself); one whose compiled code is in the disk cache is loaded
