@@ -60,6 +60,11 @@ ROUNDS = 5
 RUN_BUDGET_S = 0.25
 #: ...and at most this many runs.
 MAX_RUNS = 2000
+#: Right after a program's first result, before waiting for its fastest tier: this many timed
+#: executes after FIRST_WARM untimed ones, within FIRST_CALLS_BUDGET_S (a user's first loop).
+FIRST_CALLS = 30
+FIRST_WARM = 3
+FIRST_CALLS_BUDGET_S = 5.0
 
 
 def _perf_dir() -> Path:
@@ -191,6 +196,20 @@ class _Loaded:
         self.first_outputs = self.outputs()
         self.first_result_ms = (time.perf_counter() - t0) * 1e3
 
+    def first_calls(self) -> float | None:
+        """The median ms of the :data:`FIRST_CALLS` executes right after the first result (after
+        :data:`FIRST_WARM` untimed ones), with no waiting for a faster tier: what a user's loop
+        gets before :meth:`settle`. Within :data:`FIRST_CALLS_BUDGET_S`; None if not one fit."""
+        deadline = time.perf_counter() + FIRST_CALLS_BUDGET_S
+        times: list[float] = []
+        for i in range(FIRST_WARM + FIRST_CALLS):
+            elapsed = self._run_timed()
+            if i >= FIRST_WARM:
+                times.append(elapsed)
+            if time.perf_counter() > deadline:
+                break
+        return statistics.median(times) * 1e3 if times else None
+
     def settle(self) -> None:
         """Wait until the plugin runs the program at full speed (see ``wait_compiled``)."""
         from pjrt_hub.testing._context import wait_compiled
@@ -198,6 +217,10 @@ class _Loaded:
         wait_compiled(self.executable)
 
     def execute_once(self) -> float:
+        """One timed run of the steady state (seconds)."""
+        return self._run_timed()
+
+    def _run_timed(self) -> float:
         t0 = time.perf_counter()
         result = self.executable.execute([self.buffers])
         for event in result.device_complete_events:
@@ -316,6 +339,7 @@ class _Session:
                 loaded = _Loaded(client, program.text(), program.inputs())
                 row["compile_ms_cold"] = loaded.compile_ms
                 row["first_result_ms_cold"] = loaded.first_result_ms
+                row["first_calls_ms_median"] = loaded.first_calls()
                 loaded.settle()
                 row["outputs_match"] = program.outputs_match(loaded.first_outputs) and program.outputs_match(
                     loaded.outputs())
@@ -678,19 +702,24 @@ def summarise(rows: Sequence[dict[str, Any]], plugins: Sequence[str],
               fastest_of: Sequence[str] = ()) -> dict[str, Any]:
     """The first plugin's execute time over each other plugin's, as the geometric mean over the
     programs both ran with matching outputs, and the worst program; ``vs_fastest`` compares with
-    whichever of ``fastest_of`` was faster on each program, and ``first_result_vs_fastest`` the
+    whichever of ``fastest_of`` was faster on each program, ``first_result_vs_fastest`` the
     first plugin's cold first result (compile, one execute, the copy out) with the faster one's
-    own, measured alike in the same run."""
+    own, measured alike in the same run, and ``first_calls_vs_fastest`` the executes right after
+    it (:meth:`_Loaded.first_calls`) likewise."""
     if not plugins:
-        return {"subject": None, "vs": {}, "vs_fastest": None, "first_result_vs_fastest": None}
+        return {"subject": None, "vs": {}, "vs_fastest": None, "first_result_vs_fastest": None,
+                "first_calls_vs_fastest": None}
     subject = plugins[0]
     times: dict[str, dict[str, float]] = {}
     firsts: dict[str, dict[str, float]] = {}
+    early: dict[str, dict[str, float]] = {}
     for row in rows:
         if row.get("execute_ms_median") and row.get("outputs_match"):
             times.setdefault(row["plugin"], {})[row["name"]] = row["execute_ms_median"]
             if row.get("first_result_ms_cold"):
                 firsts.setdefault(row["plugin"], {})[row["name"]] = row["first_result_ms_cold"]
+            if row.get("first_calls_ms_median"):
+                early.setdefault(row["plugin"], {})[row["name"]] = row["first_calls_ms_median"]
     mine = times.get(subject, {})
     vs: dict[str, Any] = {}
     for other in plugins[1:]:
@@ -700,7 +729,8 @@ def summarise(rows: Sequence[dict[str, Any]], plugins: Sequence[str],
             vs[other] = compared
     pool = [p for p in fastest_of if p in times and p != subject]
     return {"subject": subject, "vs": vs, "vs_fastest": _compare_fastest(times, subject, pool),
-            "first_result_vs_fastest": _compare_fastest(firsts, subject, pool)}
+            "first_result_vs_fastest": _compare_fastest(firsts, subject, pool),
+            "first_calls_vs_fastest": _compare_fastest(early, subject, pool)}
 
 
 def _compare_fastest(values: dict[str, dict[str, float]], subject: str, pool: Sequence[str]) -> dict[str, Any] | None:
@@ -742,6 +772,11 @@ def format_summary(summary: dict[str, Any] | None) -> list[str]:
         lines.append(f"{subject} first result (cold) / the faster of {', '.join(first['of'])}'s own: geometric mean "
                      f"{first['geomean']:.3f}x over {first['programs']} programs; worst {first['worst']['name']} "
                      f"{first['worst']['ratio']:.2f}x")
+    early = summary.get("first_calls_vs_fastest")
+    if early:
+        lines.append(f"{subject} first {FIRST_CALLS} executes (no waiting for a faster tier) / the faster of "
+                     f"{', '.join(early['of'])}'s: geometric mean {early['geomean']:.3f}x over {early['programs']} "
+                     f"programs; worst {early['worst']['name']} {early['worst']['ratio']:.2f}x")
     return lines
 
 
@@ -752,7 +787,7 @@ def _format_row(row: dict[str, Any]) -> str:
     return (f"{row['name']} on {row['plugin']}: execute {row['execute_ms_median']:.2f} ms (median of "
             f"{row['runs']}), compile cold {row['compile_ms_cold']:.0f} ms, warm "
             f"{'-' if warm is None else f'{warm:.1f}'} ms, first result cold "
-            f"{_ms(row.get('first_result_ms_cold'))} ms, outputs {'match' if row['outputs_match'] else 'DIFFER'}")
+            f"{_ms(row.get('first_result_ms_cold'))} ms, first calls {_ms(row.get('first_calls_ms_median'), 2)} ms, outputs {'match' if row['outputs_match'] else 'DIFFER'}")
 
 
 def _ms(value: float | None, digits: int = 0) -> str:
@@ -765,7 +800,7 @@ def format_report(report: dict[str, Any]) -> str:
     ratio_cols = [(a, b) for a in plugins[:1] for b in plugins[1:]]
     head += [f"{a} speedup vs {b}" for a, b in ratio_cols] + ["compile cold/warm ms (" + plugins[0] + ")",
                                                               "XLA:CPU (manifest)"]
-    head += [f"first result cold/warm ms ({plugins[0]})", "XLA:CPU compile ms"]
+    head += [f"first result cold/warm ms ({plugins[0]})", f"first calls ({plugins[0]})", "XLA:CPU compile ms"]
     table = [head]
     for name in dict.fromkeys(r["name"] for r in report["programs"]):
         rows = {r["plugin"]: r for r in report["programs"] if r["name"] == name}
@@ -782,6 +817,8 @@ def format_report(report: dict[str, Any]) -> str:
         base = first.get("xla_cpu_baseline_ms")
         cells.append("-" if base is None else _time_text(base))
         cells.append(f"{_ms(first.get('first_result_ms_cold'))} / {_ms(first.get('first_result_ms_warm'))}")
+        early = first.get("first_calls_ms_median")
+        cells.append("-" if early is None else _time_text(early))
         cells.append(_ms(first.get("xla_cpu_compile_ms"), 1))
         table.append(cells)
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]

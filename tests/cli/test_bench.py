@@ -46,7 +46,9 @@ def test_bench_corpus_json_on_the_reference_plugin(capsys):
     assert report["suite"] == "corpus"
     assert [r["name"] for r in report["programs"]] == ["broadcast_ops", "cond"]
     assert all(r["outputs_match"] is True and r["runs"] == 2 for r in report["programs"])
-    assert report["summary"] == {"subject": "reference", "vs": {}, "vs_fastest": None, "first_result_vs_fastest": None}
+    assert report["summary"] == {"subject": "reference", "vs": {}, "vs_fastest": None, "first_result_vs_fastest": None,
+                                 "first_calls_vs_fastest": None}
+    assert all(r["first_calls_ms_median"] > 0 for r in report["programs"])
 
 
 def test_unknown_corpus_program_is_a_usage_error(capsys):
@@ -85,6 +87,34 @@ def test_summary_geometric_means_and_the_fastest_real_plugin():
     assert first["of"] == ["x1", "x2"] and first["programs"] == 2 and first["worst"] == {"name": "q", "ratio": 3.0}
     assert abs(first["geomean"] - (0.5 * 3.0) ** 0.5) < 1e-12
     assert "mine first result (cold) / the faster of x1, x2's own: geometric mean 1.225x over 2 programs; worst q 3.00x" in text
+
+
+def test_the_first_calls_are_timed_before_waiting_for_a_faster_tier_and_compared(monkeypatch):
+    from pjrt_hub._bench import FIRST_CALLS, _Loaded, format_summary, summarise
+
+    order = []
+
+    class Loaded(_Loaded):
+        def __init__(self):
+            pass
+
+        def _run_timed(self):
+            order.append("run")
+            return 0.002 if len(order) <= 3 else 0.001  # the untimed ones are slower
+
+        def settle(self):
+            order.append("settle")
+
+    loaded = Loaded()
+    assert loaded.first_calls() == 1.0 and order == ["run"] * (3 + FIRST_CALLS)
+    rows = [{"name": "p", "plugin": "mine", "execute_ms_median": 1.0, "outputs_match": True,
+             "first_calls_ms_median": 8.0},
+            {"name": "p", "plugin": "x1", "execute_ms_median": 1.0, "outputs_match": True,
+             "first_calls_ms_median": 2.0}]
+    early = summarise(rows, ["mine", "x1"], fastest_of=["x1"])["first_calls_vs_fastest"]
+    assert early["geomean"] == 4.0 and early["worst"] == {"name": "p", "ratio": 4.0}
+    assert f"mine first {FIRST_CALLS} executes (no waiting for a faster tier) / the faster of x1's: geometric mean " \
+           "4.000x" in "\n".join(format_summary(summarise(rows, ["mine", "x1"], fastest_of=["x1"])))
 
 
 def test_bench_loads_scalar_and_strided_arguments_as_they_are():
