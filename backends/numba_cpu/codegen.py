@@ -536,6 +536,10 @@ class Lowering:
             # Never above the current group base (whose loops follow) or control-flow block:
             # statements cannot be hoisted out of a branch or a loop with mutable variables.
             target = self._base
+        elif not target.encloses(self.scope):
+            # An operand of a block the current code does not run in: the temporary would be
+            # assigned where its reader cannot see it (numba then reports an undefined name).
+            raise CompileError(f"internal: {text} would be assigned out of sight of its reader")
         name = self.fresh(prefix)
         target.emit(f"{name} = {text}")
         return Expr(name, target)
@@ -1463,9 +1467,16 @@ class Lowering:
                    new: Iterable[Value] = ()) -> bool:
         """Generate ``member`` into a scratch scope as if it joined ``group`` and check that it
         reads values produced earlier in the group only within the current row (and values of
-        its own loop nest only at the very index it computes)."""
-        saved = (self.scope, self._base, dict(self.memo), dict(self.env), self._watch, self._watch_log)
-        scratch = Scope()
+        its own loop nest only at the very index it computes).
+
+        The scratch scope hangs below the current scope without being one of its statements:
+        :meth:`temp` puts a temporary in the deepest scope of its operands, and an operand of
+        the real code (a loop-carried scalar, a dynamic_slice start in a while body) must not
+        draw a trial temporary out of the scratch into the function, where nothing defines the
+        trial's other operands."""
+        saved = (self.scope, self._base, dict(self.memo), dict(self.env), self._watch, self._watch_log,
+                 dict(self._views), dict(self._view_scopes))
+        scratch = Scope(self.scope)
         self.scope = scratch
         self._base = scratch
         self._watch = set(produced) | set(same_member)
@@ -1496,4 +1507,5 @@ class Lowering:
                     return False
             return True
         finally:
-            self.scope, self._base, self.memo, self.env, self._watch, self._watch_log = saved
+            (self.scope, self._base, self.memo, self.env, self._watch, self._watch_log,
+             self._views, self._view_scopes) = saved

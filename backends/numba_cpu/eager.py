@@ -1381,8 +1381,6 @@ def _dot_general(program: EagerProgram, op: Op) -> Step:
     K = math.prod(ls[d] for d in lc)
     N = math.prod(rs[d] for d in rf)
     out_shape = tuple(res.tensor_type.shape)
-    if res.tensor_type.rank == 0 and lrank == 0:
-        raise EagerUnsupported("dot_general of scalars")
     blas = rk.cls == "f" and not rk.narrow and lk == rk and rkk == rk and lrank and rrank
     if blas:
         dtype = np.dtype(np.float32 if rk.bits == 32 else np.float64)

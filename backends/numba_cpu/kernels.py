@@ -174,8 +174,6 @@ def _dot_general(ctx: Lowering, op: Op) -> Sequence[Binding]:
     M = math.prod(ls[d] for d in lf)
     K = math.prod(ls[d] for d in lc)
     N = math.prod(rs[d] for d in rf)
-    if res.tensor_type.rank == 0 and lrank == 0:
-        raise unsupported_variant(op, "scalar operands")
     blas = out_kind.cls in "fc" and not out_kind.narrow and lhs_kind == out_kind and rhs_kind == out_kind and lrank and rrank
     if blas and M * N and K:
         l3, lt = _arrange(ctx, lhs, lb, lf, lc, (B, M, K))

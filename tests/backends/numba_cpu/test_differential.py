@@ -428,6 +428,19 @@ def test_dot_general_layouts_and_types(compiler):
     check(compiler, p, rtol=1e-5, atol=1e-5)
 
 
+def test_dot_general_of_scalars(compiler):
+    """Rank-0 operands and no contracting dims (``lax.dot_general`` of two scalars, as JAX's own
+    tests have it): a product in the result's type, on both tiers."""
+    p = Program(np.float32(1.5), np.float32(-4.25), np.int32(-7), np.int32(123456), bf16(1.0078125), bf16(3.0))
+    f32, i32, b16 = "tensor<f32>", "tensor<i32>", "tensor<bf16>"
+    p(f"stablehlo.dot_general %a0, %a1, contracting_dims = [] x [] : ({f32}, {f32}) -> {f32}", f32)
+    p(f"stablehlo.dot_general %a2, %a3, contracting_dims = [] x [] : ({i32}, {i32}) -> {i32}", i32)
+    p(f"stablehlo.dot_general %a4, %a5, contracting_dims = [] x [] : ({b16}, {b16}) -> {f32}", f32)
+    p(f"stablehlo.dot_general %a4, %a5, contracting_dims = [] x [] : ({b16}, {b16}) -> {b16}", b16)
+    check(compiler, p, rtol=0.0)
+    assert_same_bits(eager_program(p.text()).run(p.args), compiler.compile(p.text()).run(p.args), "scalar dot")
+
+
 def test_while_and_case(compiler):
     x = np.arange(6, dtype=np.float32)
     n = np.array(5, np.int32)
