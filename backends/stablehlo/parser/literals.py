@@ -155,6 +155,9 @@ def dense_from_literal(literal: Any, ty: TensorType, *, splat: bool) -> np.ndarr
     if splat:
         return np.full(ty.shape, array[0], dtype=dtype)
     if tuple(shape) != ty.shape:
+        if not tokens and 0 in ty.shape:
+            # MLIR prints every tensor with no elements as dense<>, whatever its rank.
+            return np.empty(ty.shape, dtype=dtype)
         if len(tokens) == 1:
             return np.full(ty.shape, array[0], dtype=dtype)
         raise ValueError(f"literal has shape {tuple(shape)}")

@@ -67,6 +67,11 @@ def test_lists_nested_lists_and_booleans():
     assert floats[0] == 1.5 and math.copysign(1, floats[1]) == -1 and floats[2] == np.inf
     assert constant("dense<[(1.0, 2.0), (0.0, -1.0)]>", "tensor<2xcomplex<f32>>").tolist() == [1 + 2j, -1j]
     assert constant("dense<>", "tensor<0xf32>").shape == (0,)
+    # MLIR prints any tensor without elements as dense<>, whatever its rank.
+    assert constant("dense<>", "tensor<0x3xf32>").shape == (0, 3)
+    assert constant("dense<>", "tensor<2x0x1xi32>").shape == (2, 0, 1)
+    with pytest.raises(ParseError, match="literal has shape"):
+        constant("dense<>", "tensor<2x3xf32>")
 
 
 def test_hex_blobs_are_little_endian_raw_bytes():
