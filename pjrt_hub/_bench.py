@@ -206,7 +206,7 @@ class _Loaded:
             elapsed = self._run_timed()
             if i >= FIRST_WARM:
                 times.append(elapsed)
-            if time.perf_counter() > deadline:
+            if time.perf_counter() > deadline and times:
                 break
         return statistics.median(times) * 1e3 if times else None
 

@@ -50,7 +50,7 @@ from .eager import EagerProgram, NeedsCompiled, Overtaken
 if TYPE_CHECKING:
     from .compiler import NumbaCompiler, NumbaProgram
 
-__all__ = ["EAGER_BUDGET", "TieredProgram", "shutdown"]
+__all__ = ["EAGER_BUDGET", "TieredProgram", "settle", "shutdown"]
 
 #: Element operations (see :func:`.eager.estimate_cost`) above which a program is compiled at
 #: once rather than on its second run: some 50-100 ms of numpy on a laptop-class core.
@@ -298,6 +298,9 @@ class _Background:
         self._child: subprocess.Popen | None = None
         self._stopping = False
         self._warned = False
+        #: Jobs submitted and not done yet (settle waits for none).
+        self._pending = 0
+        self._settled = threading.Condition(self._lock)
 
     def submit(self, job: _Job) -> None:
         with self._lock:
@@ -306,6 +309,7 @@ class _Background:
                 job.done.set()
                 return
             self._queue.put(job)
+            self._pending += 1
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._work, name="pjrt-hub-numba-compile", daemon=True)
                 self._thread.start()
@@ -328,6 +332,7 @@ class _Background:
             if self._stopping:
                 job.error = CompileError("numba_cpu: the process is exiting")
                 job.done.set()
+                self._finished()
                 continue
             try:
                 job.program = self._compile(job)
@@ -337,6 +342,17 @@ class _Background:
                 self._warn(job)
             finally:
                 job.done.set()
+                self._finished()
+
+    def _finished(self) -> None:
+        with self._lock:
+            self._pending -= 1
+            self._settled.notify_all()
+
+    def settle(self, timeout: float | None) -> bool:
+        """Wait until every submitted job has its outcome; False after ``timeout`` seconds."""
+        with self._lock:
+            return self._settled.wait_for(lambda: self._pending <= 0, timeout)
 
     def _load(self, job: _Job) -> "NumbaProgram | None":
         from .compiler import numba_loaded
@@ -462,6 +478,7 @@ class _Background:
             if job is not None:
                 job.error = CompileError("numba_cpu: the process is exiting")
                 job.done.set()
+                self._finished()
         self._queue.put(None)
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
@@ -502,6 +519,15 @@ def _background() -> _Background:
         if _BACKGROUND is None or _BACKGROUND._stopping:
             _BACKGROUND = _Background()
         return _BACKGROUND
+
+
+def settle(timeout: float | None = None) -> bool:
+    """Wait until this process's background compiles have their outcomes (the compiled code
+    loaded, or the failure reported): what a benchmark of steady state waits for, where the
+    programs are out of its reach (JAX holds them). False after ``timeout`` seconds."""
+    with _BACKGROUND_LOCK:
+        background = _BACKGROUND
+    return True if background is None else background.settle(timeout)
 
 
 def shutdown(timeout: float = 10.0) -> None:

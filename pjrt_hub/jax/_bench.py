@@ -36,6 +36,8 @@ __all__ = ["bench_via_jax", "format_jax_report"]
 DISPATCH_CALLS = 500
 DISPATCH_REPEATS = 7
 XLA = "cpu"
+#: Seconds to wait for numba_cpu's background compiles before timing steady state.
+SETTLE_S = 600.0
 
 
 def _perf_function(entry: dict[str, Any]) -> tuple[Callable[..., Any], list[Any]]:
@@ -78,6 +80,31 @@ def _median_us(call: Callable[[], Any], calls: int, repeats: int) -> float:
     return statistics.median(samples)
 
 
+def _first_calls_ms(call: Callable[[], Any]) -> float | None:
+    """The median ms of the calls right after the first, before waiting for a faster tier (as
+    ``pjrt-hub bench`` times them: what a user's loop gets at first)."""
+    from pjrt_hub._bench import FIRST_CALLS, FIRST_CALLS_BUDGET_S, FIRST_WARM
+
+    deadline = time.perf_counter() + FIRST_CALLS_BUDGET_S
+    samples = []
+    for i in range(FIRST_WARM + FIRST_CALLS):
+        t0 = time.perf_counter()
+        call()
+        if i >= FIRST_WARM:
+            samples.append(time.perf_counter() - t0)
+        if time.perf_counter() > deadline and samples:
+            break
+    return statistics.median(samples) * 1e3 if samples else None
+
+
+def _settle() -> None:
+    """Wait for numba_cpu's background compiles, as ``pjrt-hub bench`` does before timing steady
+    state (JAX holds the executables, so this waits for all of them)."""
+    tiers = sys.modules.get("pjrt_hub.backends.numba_cpu.tiers")
+    if tiers is not None:
+        tiers.settle(SETTLE_S)
+
+
 def _measure(platform: str, entries: Sequence[dict[str, Any]], runs: int | None) -> dict[str, Any]:
     """In the child: every figure for one JAX platform."""
     import jax
@@ -93,6 +120,7 @@ def _measure(platform: str, entries: Sequence[dict[str, Any]], runs: int | None)
     first_call_ms = (time.perf_counter() - t0) * 1e3
     for _ in range(200):
         add(x, x)
+    _settle()
     dispatch_us = _median_us(lambda: add(x, x), runs or DISPATCH_CALLS, DISPATCH_REPEATS)
     round_trip_us = _median_us(lambda: add(x, x).block_until_ready(), max(1, (runs or DISPATCH_CALLS) // 5),
                                DISPATCH_REPEATS)
@@ -108,6 +136,8 @@ def _measure(platform: str, entries: Sequence[dict[str, Any]], runs: int | None)
             jax.block_until_ready(out)
             row["first_call_ms"] = (time.perf_counter() - t0) * 1e3
             row["outputs_match"] = _matches([np.asarray(o) for o in jax.tree.leaves(out)], entry)
+            row["first_calls_ms_median"] = _first_calls_ms(lambda f=f, placed=placed: jax.block_until_ready(f(*placed)))
+            _settle()
             count = runs or RUNS.get(entry["name"], DEFAULT_RUNS)
             samples = []
             for _ in range(count + 2):
@@ -192,11 +222,12 @@ def format_jax_report(report: dict[str, Any]) -> str:
         rows.append([label, _cell(r.get("dispatch_us"), ".1f"), _cell(r.get("round_trip_us"), ".1f"),
                      _cell(r.get("tiny_first_call_ms"), ".0f"), _cell(direct, ".1f")])
     lines += _table(rows)
-    lines += ["", "perf programs (median execute ms; first call ms includes trace, lower and a cold compile):"]
+    lines += ["", "perf programs (median execute ms; first call ms includes trace, lower and a cold compile; "
+                  "first calls: the calls right after it, no waiting for a faster tier):"]
     head = ["program"]
     for platform in by_platform:
         label = "XLA:CPU" if platform == XLA else platform
-        head += [f"{label} via JAX", f"{label} first call"]
+        head += [f"{label} via JAX", f"{label} first call", f"{label} first calls"]
     for plugin in report["direct"]:
         head.append(f"{plugin} direct")
     rows = [head]
@@ -205,10 +236,11 @@ def format_jax_report(report: dict[str, Any]) -> str:
         for r in by_platform.values():
             row: dict[str, Any] = next((p for p in r.get("programs", []) if p["name"] == name), {})
             if "error" in row:
-                cells += ["error", row["error"][:40]]
+                cells += ["error", row["error"][:40], ""]
                 continue
             mark = "" if row.get("outputs_match", True) else " (DIFFER)"
-            cells += [_cell(row.get("execute_ms_median"), ".2f") + mark, _cell(row.get("first_call_ms"), ".0f")]
+            cells += [_cell(row.get("execute_ms_median"), ".2f") + mark, _cell(row.get("first_call_ms"), ".0f"),
+                      _cell(row.get("first_calls_ms_median"), ".2f")]
         for plugin in report["direct"]:
             row = report["direct"][plugin]["programs"].get(name, {})
             cells.append("error" if "error" in row else _cell(row.get("execute_ms_median"), ".2f"))

@@ -592,6 +592,18 @@ def test_a_loop_of_runs_without_a_pause_gets_the_compiled_code(tiered, monkeypat
     assert program.tier == "compiled"
 
 
+def test_settle_waits_for_every_background_compile_of_the_process(tiered):
+    entries = [PROGRAMS["cumsum"], PROGRAMS["softmax"]]
+    programs = [tiered.compile(_text(entry)) for entry in entries]
+    for program, entry in zip(programs, entries):
+        for _ in range(2):  # run again: compiled in the background
+            program.run(_corpus_args(entry))
+    assert all(p._job.started for p in programs)
+    assert tiers.settle(timeout=600)
+    assert [p.tier for p in programs] == ["compiled", "compiled"]
+    assert tiers.settle(timeout=0)  # nothing pending: at once
+
+
 def test_the_compile_process_runs_at_this_processs_priority(tiered):
     program = tiered.compile(_text(PROGRAMS["pytree_io"]))
     program.wait_compiled(timeout=600)
