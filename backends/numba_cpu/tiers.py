@@ -19,6 +19,10 @@ comes in milliseconds. The compiled code is still what makes repeated executions
   eager runs down by half on two cores; the child also keeps a numba crash out of the user's
   process and can simply be killed. If no child can be started, the compile runs in the worker
   thread instead.
+* **A loop.** Once a program has run :data:`LOOP_RUNS` more times on the eager tier while its
+  compile is under way, it is run in a loop: the next run waits for the compile, and this
+  process imports numba meanwhile, so that the compiled code takes over as soon as a plain
+  compile would have given it.
 * **Switch.** When the compiled program is loaded, the next ``run`` uses it. Both tiers give
   the same bits (:mod:`.eager` says how), so the switch is invisible but for speed. If the
   compile fails, the program stays on the eager tier, with one warning.
@@ -60,6 +64,10 @@ EAGER_BUDGET = 3e7
 LOAD_RATHER_THAN_EAGER = 4e8
 
 
+#: Eager runs after the one that started the background compile; the next waits for the compile
+#: in the foreground: the program is run in a loop, whose eager runs would share the cores with
+#: the compile (on a busy machine, they slowed it two to three times).
+LOOP_RUNS = 3
 #: Seconds the worker waits for a moment without eager runs before the first load imports numba
 #: anyway: a user's loop of eager runs has no such moment, and it waits for the compiled code.
 LOAD_WAIT_S = 0.5
@@ -122,6 +130,8 @@ class _Job:
         self.started = False
         #: Load as soon as compiled, even during eager runs (the eager run is the slower).
         self.eager_slower = False
+        #: A caller is waiting for the compiled code (see TieredProgram._start).
+        self.waited_for = False
 
 
 class TieredProgram:
@@ -189,8 +199,12 @@ class TieredProgram:
             compiled = self._compiled = self._job.program
         return compiled
 
-    def _start(self) -> None:
+    def _start(self, waited_for: bool = False) -> None:
+        """Submit the background compile; ``waited_for``: a caller waits for its result (a
+        program run again, or wait_compiled), so numba is imported here while the child
+        compiles, and the compiled code is loaded the moment it is ready."""
         with self._lock:
+            self._job.waited_for = self._job.waited_for or waited_for
             if self._job.started:
                 return
             self._job.started = True
@@ -199,7 +213,7 @@ class TieredProgram:
     def wait_compiled(self, timeout: float | None = None) -> "NumbaProgram":
         """The compiled program, starting its compile if needed and waiting for it; raises
         CompileError if numba could not compile it, TimeoutError after ``timeout`` seconds."""
-        self._start()
+        self._start(waited_for=True)
         if not self._job.done.wait(timeout):
             raise TimeoutError(f"numba_cpu: {self.name} is still compiling after {timeout} s")
         if self._job.error is not None:
@@ -241,7 +255,16 @@ class TieredProgram:
             raise InvalidArgument(f"{self.name}: expected {len(self.inputs)} arguments, got {len(args)}")
         if self.runs["eager"] >= self._compile_after and not self._job.started:
             # Run again: worth compiling (in the background; this run stays eager).
-            self._start()
+            self._start(waited_for=True)
+        elif self.runs["eager"] >= self._compile_after + LOOP_RUNS and self._job.started and not self._job.done.is_set():
+            # A loop: its eager runs would take the cores from the compile it waits for.
+            try:
+                compiled = self.wait_compiled()
+            except CompileError:
+                pass  # reported once by the worker; the eager tier goes on
+            else:
+                self.runs["compiled"] += 1
+                return compiled.run(args, out, cancel=cancel)
         try:
             with _EAGER_RUNS:
                 results = self._eager.run(args, cancel, self._overtaken if self.large else None)
@@ -389,6 +412,8 @@ class _Background:
             assert child.stdin is not None and child.stdout is not None
             child.stdin.write(json.dumps(request) + "\n")
             child.stdin.flush()
+            if job.waited_for and not self._stopping:
+                _import_numba()
             line = child.stdout.readline()
         except (OSError, ValueError):
             line = ""
@@ -485,6 +510,12 @@ class _Background:
         with self._lock:
             self._end_child()
             self._thread = None
+
+
+def _import_numba() -> None:
+    """Import numba and the helpers compiled code loads with (a second or more), so that the
+    load after the child's compile takes milliseconds."""
+    from . import support  # noqa: F401
 
 
 def _npz_type(dtype: np.dtype) -> np.dtype:

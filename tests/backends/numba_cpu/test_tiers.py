@@ -592,6 +592,42 @@ def test_a_loop_of_runs_without_a_pause_gets_the_compiled_code(tiered, monkeypat
     assert program.tier == "compiled"
 
 
+def test_a_program_run_in_a_loop_waits_for_its_compile_after_a_few_eager_runs(tiered, monkeypatch):
+    """The eager runs of a loop would share the cores with the compile it waits for: after
+    LOOP_RUNS of them, the next run waits for the compiled code."""
+    release = threading.Event()
+    real = tiers._Background._compile
+
+    def held(self, job):
+        assert release.wait(60)
+        return real(self, job)
+
+    monkeypatch.setattr(tiers._Background, "_compile", held)
+    entry = PROGRAMS["cumsum"]
+    args = _corpus_args(entry)
+    program = tiered.compile(_text(entry))
+    for _ in range(1 + tiers.LOOP_RUNS):  # the first run, then the ones while it compiles
+        first = program.run(args)
+    assert program.runs == {"eager": 1 + tiers.LOOP_RUNS, "compiled": 0} and program._job.started
+    threading.Timer(0.3, release.set).start()
+    assert_same_bits(first, program.run(args), "cumsum")
+    assert program.runs == {"eager": 1 + tiers.LOOP_RUNS, "compiled": 1} and program.tier == "compiled"
+
+
+def test_a_loop_whose_compile_fails_goes_on_eagerly(tiered, monkeypatch):
+    def fail(self, job):
+        raise CompileError("numba_cpu: the compile failed on purpose")
+
+    monkeypatch.setattr(tiers._Background, "_compile", fail)
+    entry = PROGRAMS["cumsum"]
+    program = tiered.compile(_text(entry))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(3 + tiers.LOOP_RUNS):
+            program.run(_corpus_args(entry))
+    assert program.runs == {"eager": 3 + tiers.LOOP_RUNS, "compiled": 0}
+
+
 def test_settle_waits_for_every_background_compile_of_the_process(tiered):
     entries = [PROGRAMS["cumsum"], PROGRAMS["softmax"]]
     programs = [tiered.compile(_text(entry)) for entry in entries]
