@@ -3,20 +3,25 @@
 The contract (pjrt_hub/cli.py): each bad input ends in its documented exit code (2 usage, 3 bad
 input, 4 plugin failed while working, 5 no plugin of that name, 1 a plugin asked for is not fine)
 with one line that names the thing and what is wrong, never a traceback; and no input file is
-touched. The cases run concurrently (each is a short process that never gets as far as compiling
-a real program, so numba is not imported), then each is judged on its own.
+touched. Each case is a short process that never gets as far as compiling a real program (so
+numba is not imported), then each is judged on its own. Most cases are forked from one server
+process that has imported what every ``pjrt-hub`` start imports (numpy, ml_dtypes, the CLI): the
+child runs ``pjrt_hub.cli`` as ``python -m`` does, with its own argv, environment, working
+directory and standard streams, and its exit status is the process's. The cases that set
+variables of their own, and one that checks the forked runs against a fresh interpreter, start
+``python -m pjrt_hub.cli`` itself.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import struct
 import subprocess
 import sys
 import zipfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -254,24 +259,80 @@ def _snapshot(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
 
 
+#: The fork server: reads one JSON request a line (argv, env, cwd, the files for the standard
+#: streams), forks, and answers with the child's exit status. The child does what
+#: ``python -m pjrt_hub.cli ARGV`` does after the interpreter has started: it runs the module as
+#: ``__main__`` and leaves SystemExit and any exception to the interpreter, which prints and
+#: exits as it would there (atexit handlers included).
+_FORK_SERVER = r"""
+import json, os, runpy, signal, sys
+# What most cases would import again (and, without bytecode files, compile again); nothing is called.
+import ml_dtypes, numpy, pjrt_hub.cli, pjrt_hub._registry, pjrt_hub._run, pjrt_hub.backends.stablehlo
+
+for line in sys.stdin:
+    request = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        for fd, (path, flags) in enumerate([(os.devnull, os.O_RDONLY),
+                                            (request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                                            (request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)]):
+            opened = os.open(path, flags, 0o600)
+            os.dup2(opened, fd)
+            os.close(opened)
+        sys.stdin = open(0, closefd=False)
+        signal.alarm(600)  # a case that hangs ends as a signalled process, as a time-out would
+        sys.argv = ["-m", *request["argv"]]
+        runpy.run_module("pjrt_hub.cli", run_name="__main__", alter_sys=True)
+        sys.exit(0)
+    _, status = os.waitpid(pid, 0)
+    print(os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("bad-inputs")
+    streams = tmp_path_factory.mktemp("bad-input-streams")
     _make_files(root)
     before = _snapshot(root)
     base = {k: v for k, v in os.environ.items() if not k.startswith(("PJRT_", "ENABLE_PJRT"))}
     # Only the built-in Python plugins are considered: the cases are about the inputs.
     base.update(PJRT_HUB_CACHE=str(tmp_path_factory.mktemp("hub-cache")), PYTHONWARNINGS="ignore")
 
-    def run(key: tuple[tuple[str, ...], tuple[tuple[str, str], ...]]) -> subprocess.CompletedProcess:
-        argv, env = key
-        return subprocess.run([*_command(), *argv], cwd=root, env={**base, **dict(env)},
+    def fresh(argv: tuple[str, ...], env: dict[str, str]) -> subprocess.CompletedProcess:
+        return subprocess.run([*_command(), *argv], cwd=root, env={**base, **env},
                               capture_output=True, text=True, timeout=600)
+
+    server = subprocess.Popen([sys.executable, "-c", _FORK_SERVER], cwd=root, env=base, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def forked(argv: tuple[str, ...], number: int) -> subprocess.CompletedProcess:
+        out, err = streams / f"{number}.out", streams / f"{number}.err"
+        assert server.stdin is not None and server.stdout is not None
+        server.stdin.write(json.dumps({"argv": argv, "env": base, "cwd": str(root),
+                                       "stdout": str(out), "stderr": str(err)}) + "\n")
+        server.stdin.flush()
+        code = int(server.stdout.readline())
+        return subprocess.CompletedProcess(argv, code, out.read_text(), err.read_text())
 
     # Cases that read the same command's output (the lines of one `list`) share one process.
     keys = list(dict.fromkeys(_key(c) for c in CASES))
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        done = dict(zip(keys, pool.map(run, keys)))
+    try:
+        done = {key: fresh(key[0], dict(key[1])) if key[1] else forked(key[0], number)
+                for number, key in enumerate(keys)}
+    finally:
+        assert server.stdin is not None
+        server.stdin.close()
+        server.wait(timeout=60)
+    assert server.returncode == 0
+    # A forked case is what a fresh interpreter gives, to the byte.
+    check = _key(CASES[0])
+    witness = fresh(check[0], {})
+    assert (witness.returncode, witness.stdout, witness.stderr) == (
+        done[check].returncode, done[check].stdout, done[check].stderr)
     return root, before, {c.id: done[_key(c)] for c in CASES}
 
 
