@@ -119,11 +119,12 @@ class ExtensionType(enum.IntEnum):
 
 
 @lru_cache(maxsize=None)
-def _table() -> dict[BufferType, np.dtype]:
-    import ml_dtypes
+def _numpy_table() -> dict[BufferType, np.dtype]:
+    """The types numpy has itself: looking them up does not import ml_dtypes, which costs a
+    process most of a second (its types register numpy loops one by one)."""
     import numpy as np
 
-    table = {
+    return {
         BufferType.PRED: np.dtype(np.bool_),
         BufferType.S8: np.dtype(np.int8),
         BufferType.S16: np.dtype(np.int16),
@@ -138,8 +139,16 @@ def _table() -> dict[BufferType, np.dtype]:
         BufferType.F64: np.dtype(np.float64),
         BufferType.C64: np.dtype(np.complex64),
         BufferType.C128: np.dtype(np.complex128),
-        BufferType.BF16: np.dtype(ml_dtypes.bfloat16),
     }
+
+
+@lru_cache(maxsize=None)
+def _table() -> dict[BufferType, np.dtype]:
+    """Every PJRT type numpy can hold, with ml_dtypes's."""
+    import ml_dtypes
+    import numpy as np
+
+    table = {**_numpy_table(), BufferType.BF16: np.dtype(ml_dtypes.bfloat16)}
     optional = {
         BufferType.F8E5M2: "float8_e5m2",
         BufferType.F8E4M3FN: "float8_e4m3fn",
@@ -166,12 +175,20 @@ def _reverse() -> dict[np.dtype, BufferType]:
     return {dtype: kind for kind, dtype in _table().items()}
 
 
+@lru_cache(maxsize=None)
+def _numpy_reverse() -> dict[np.dtype, BufferType]:
+    return {dtype: kind for kind, dtype in _numpy_table().items()}
+
+
 def to_numpy_dtype(kind: BufferType | int) -> np.dtype:
     """The numpy dtype of a PJRT element type; InvalidArgument when numpy cannot hold it."""
     try:
         kind = BufferType(kind)
     except ValueError:
         raise InvalidArgument(f"unknown PJRT_Buffer_Type value {kind}") from None
+    dtype = _numpy_table().get(kind)
+    if dtype is not None:
+        return dtype
     try:
         return _table()[kind]
     except KeyError:
@@ -183,6 +200,9 @@ def from_numpy_dtype(dtype: np.dtype | type | str) -> BufferType:
     import numpy as np
 
     dt = np.dtype(dtype)
+    kind = _numpy_reverse().get(dt)
+    if kind is not None:
+        return kind
     try:
         return _reverse()[dt]
     except KeyError:
