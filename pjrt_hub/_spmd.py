@@ -14,8 +14,12 @@ each array is split over the mesh and what runs on each partition, in one of two
 :func:`plan` reads either into a :class:`SpmdPlan`: the body as a program of its own (StableHLO
 text with ``mhlo.num_partitions`` = the mesh size, whose collectives are already per
 partition), and for every input and output the slice of the global array each partition holds.
-Programs that need sharding propagation (``jax.jit`` over sharded arrays without ``shard_map``,
-or a ``shard_map`` manual over only some mesh axes) get Unimplemented naming what is missing.
+
+A ``jax.jit`` over sharded arrays without ``shard_map`` is a global program whose arguments
+carry shardings (Shardy's or GSPMD's) and which leaves the partitioning to the compiler. pjrt-hub does not
+partition; such a program is run in the global view (as the JAX bridge runs it): once, on one
+device, on the global arrays, its ``sdy.sharding_constraint`` ops the identities they are in
+value. A ``shard_map`` manual over only some mesh axes gets Unimplemented naming what is missing.
 """
 
 from __future__ import annotations
@@ -43,12 +47,20 @@ class SpmdPlan:
     output_slices: tuple[Slices, ...]
     input_shapes: tuple[tuple[int, ...], ...]
     output_shapes: tuple[tuple[int, ...], ...]
-    #: Where the partitioning came from: ``sdy`` or ``gspmd``.
+    #: Where the partitioning came from: ``sdy`` or ``gspmd``; ``global``: none, one run of the
+    #: global program.
     form: str
 
 
 def is_spmd(text: str) -> bool:
-    return "sdy.manual_computation" in text or "SPMDFullToShardShape" in text
+    """A program partitioned in its text: a ``shard_map``, or a global program with shardings
+    (Shardy's or GSPMD's) over several partitions."""
+    return ("sdy.manual_computation" in text or "SPMDFullToShardShape" in text
+            or (("sdy.sharding" in text or "mhlo.sharding" in text) and _PARTITIONS.search(text) is not None))
+
+
+#: ``mhlo.num_partitions`` above 1.
+_PARTITIONS = re.compile(r"mhlo\.num_partitions\s*=\s*(?:[2-9]|[1-9]\d+)\s*:")
 
 
 def split(global_array: np.ndarray, slices: Slices) -> list[np.ndarray]:
@@ -189,9 +201,34 @@ def plan(text: str) -> SpmdPlan:
     if any(op.name == "stablehlo.custom_call" and str(op.attr("call_target_name")) == "SPMDFullToShardShape"
            for op in main.walk()):
         return _plan_gspmd(module)
-    raise Unimplemented("the program is not a shard_map program (no sdy.manual_computation, no "
-                        "@SPMDFullToShardShape): running it partitioned needs sharding propagation, "
-                        "which pjrt-hub does not do")
+    return _plan_global(module)
+
+
+#: Ops that need the partitions of a program to meet: a global program that has them was
+#: partitioned by hand, and one run of it on one device would not do what they say.
+_COLLECTIVES = frozenset(f"stablehlo.{name}" for name in (
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute", "collective_broadcast",
+    "partition_id", "replica_id"))
+
+
+def _plan_global(module) -> SpmdPlan:
+    """A global program over several partitions: run once, on one device, on the global arrays."""
+    main = module.main
+    for op in main.walk():
+        if op.name in _COLLECTIVES:
+            raise Unimplemented(f"{op.describe()} in a program without shard_map: its partitions would have to "
+                                "be made by sharding propagation, which pjrt-hub does not do")
+    returned = main.body.ops[-1].operands
+    body = _body_text(module, main.args, main.body.ops[:-1], returned, 1)
+    return SpmdPlan(body, 1, tuple(_whole(a.type.shape) for a in main.args),
+                    tuple(_whole(v.type.shape) for v in returned),
+                    tuple(tuple(a.type.shape) for a in main.args),
+                    tuple(tuple(v.type.shape) for v in returned), "global")
+
+
+def _whole(shape: Sequence[int]) -> Slices:
+    """One partition that holds all of an array of ``shape``."""
+    return (tuple((0, n) for n in shape),)
 
 
 def _body_text(module, args, ops, results, partitions: int) -> str:

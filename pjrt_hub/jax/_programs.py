@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import Any, Sequence, TypeGuard
 
 from pjrt_hub.abi import InvalidArgument, Unimplemented
 from pjrt_hub.abi.compile_options import _int_field, _len_field, _varint
@@ -271,7 +271,8 @@ def read_program(code: bytes | str) -> ProgramInfo:
         res_attrs = _dict_list(main.attributes["res_attrs"]) if "res_attrs" in main.attributes else []
         info = ProgramInfo(text="", meshes=meshes, module=module, context=ctx)
         info.arg_shardings = [_sharding(_attr_text(a, "sdy.sharding"), meshes) for a in arg_attrs]
-        info.result_shardings = [_sharding(_attr_text(a, "sdy.sharding"), meshes) for a in res_attrs]
+        info.result_shardings = _fill([_sharding(_attr_text(a, "sdy.sharding"), meshes) for a in res_attrs],
+                                      _propagated(main, info.arg_shardings, meshes))
         attrs = module.operation.attributes
         info.num_partitions = int(str(attrs["mhlo.num_partitions"]).split(":")[0]) \
             if "mhlo.num_partitions" in attrs else 1
@@ -378,6 +379,107 @@ def localize_manual_computation(info: ProgramInfo) -> str:
         module.operation.attributes["mhlo.num_replicas"] = ir.IntegerAttr.get(i32, 1)
         text = module.operation.get_asm(assume_verified=True)
     return text
+
+
+#: Ops whose result element i depends on their operands' elements i only: a result keeps the
+#: sharding of its operands of its own shape, as XLA's propagation gives it.
+_ELEMENTWISE = frozenset(f"stablehlo.{name}" for name in (
+    "abs", "add", "and", "atan2", "bitcast_convert", "cbrt", "ceil", "clamp", "compare", "complex", "convert",
+    "cosine", "count_leading_zeros", "divide", "exponential", "exponential_minus_one", "floor", "imag",
+    "is_finite", "log", "log_plus_one", "logistic", "maximum", "minimum", "multiply", "negate", "not", "or",
+    "popcnt", "power", "real", "reduce_precision", "remainder", "round_nearest_afz", "round_nearest_even",
+    "rsqrt", "select", "shift_left", "shift_right_arithmetic", "shift_right_logical", "sign", "sine", "sqrt",
+    "subtract", "tan", "tanh", "xor"))
+
+
+def _propagated(main: Any, arg_shardings: list[Sharding | None], meshes: dict[str, Mesh]) -> list[Sharding | None]:
+    """The shardings of ``@main``'s results where the program leaves them to the compiler, as
+    XLA's propagation gives them for the common ops, in program order: an elementwise op keeps
+    its operands' sharding (the first operand's where they disagree; operands without one, a
+    broadcast scalar or a replicated array, take any), a ``sdy.sharding_constraint`` sets its
+    own, transpose, broadcast_in_dim, reduce and dot_general carry each dimension's axes to the
+    dimension it becomes. Past any other op, a value is replicated: always right in value."""
+    block = main.regions[0].blocks[0]
+    known: dict[Any, Sharding] = {}
+    for value, sharding in zip(block.arguments, arg_shardings):
+        if sharding is not None and not sharding.replicated:
+            known[value] = sharding
+    for op in block.operations:
+        name = op.operation.name
+        if name == "func.return":
+            return [known.get(v) for v in op.operands]
+        if len(op.results) != 1:
+            continue
+        result = op.results[0]
+        try:
+            found = _propagate(op, name, [known.get(v) for v in op.operands], meshes)
+        except (KeyError, ValueError, IndexError, InvalidArgument, Unimplemented):
+            found = None  # an attribute read otherwise than expected: no sharding, replicated
+        axes = [a for dim in found.dims for a in dim] if found is not None else []
+        if found is not None and len(set(axes)) == len(axes) and len(found.dims) == len(_shape(result.type)) \
+                and not found.replicated:
+            known[result] = found
+    return []
+
+
+def _propagate(op: Any, name: str, operands: list[Sharding | None], meshes: dict[str, Mesh]) -> Sharding | None:
+    """The sharding of ``op``'s one result, from its operands' (None: replicated)."""
+    if name == "sdy.sharding_constraint":
+        return _sharding(str(op.attributes["sharding"]), meshes)
+    if name in _ELEMENTWISE:
+        shape = _shape(op.results[0].type)
+        return next((s for s, v in zip(operands, op.operands) if s is not None and _shape(v.type) == shape), None)
+    if name == "stablehlo.dot_general":
+        return _dot_general(op, operands)
+    source = operands[0] if operands else None
+    if source is None:
+        return None
+    if name == "stablehlo.transpose":
+        return _dims(source, [source.dims[d] for d in _ints(op, "permutation")])
+    if name == "stablehlo.broadcast_in_dim":
+        operand_shape, shape = _shape(op.operands[0].type), _shape(op.results[0].type)
+        dims: list[tuple[str, ...]] = [()] * len(shape)
+        for k, d in enumerate(_ints(op, "broadcast_dimensions")):
+            if operand_shape[k] == shape[d]:
+                dims[d] = source.dims[k]
+        return _dims(source, dims)
+    if name == "stablehlo.reduce" and len(op.operands) == 2:
+        reduced = set(_ints(op, "dimensions"))
+        return _dims(source, [axes for k, axes in enumerate(source.dims) if k not in reduced])
+    return None
+
+
+def _dot_general(op: Any, operands: list[Sharding | None]) -> Sharding | None:
+    """A product's result dimensions: the batch dimensions, then the left side's free ones,
+    then the right side's, each with the axes of the dimension it comes from (an axis the left
+    side already uses is dropped from the right: it would split the result twice)."""
+    numbers = str(op.attributes["dot_dimension_numbers"])
+    field = {key: [int(v) for v in re.findall(r"\d+", values)]
+             for key, values in re.findall(r"(\w+_dimensions)\s*=\s*\[([^\]]*)\]", numbers)}
+    lhs, rhs = operands
+    base = lhs if lhs is not None else rhs
+    if base is None:
+        return None
+    lb, rb = field.get("lhs_batching_dimensions", []), field.get("rhs_batching_dimensions", [])
+    lc, rc = field.get("lhs_contracting_dimensions", []), field.get("rhs_contracting_dimensions", [])
+    lrank, rrank = len(_shape(op.operands[0].type)), len(_shape(op.operands[1].type))
+    lhs_dims = lhs.dims if lhs is not None else ((),) * lrank
+    rhs_dims = rhs.dims if rhs is not None else ((),) * rrank
+    dims = [lhs_dims[i] or rhs_dims[j] for i, j in zip(lb, rb)]
+    dims += [lhs_dims[i] for i in range(lrank) if i not in lb and i not in lc]
+    used = {a for axes in dims for a in axes}
+    dims += [() if used & set(rhs_dims[j]) else rhs_dims[j] for j in range(rrank) if j not in rb and j not in rc]
+    return _dims(base, dims)
+
+
+def _dims(like: Sharding, dims: Sequence[tuple[str, ...]]) -> Sharding:
+    return Sharding(like.mesh, tuple(dims))
+
+
+def _ints(op: Any, name: str) -> list[int]:
+    """An integer-array attribute (``array<i64: 1, 0>`` or ``dense<[1, 0]>``) as a list."""
+    inner = str(op.attributes[name]).split("<", 1)[1].split(">", 1)[0]
+    return [int(v) for v in re.findall(r"-?\d+", inner.split(":", 1)[-1])]
 
 
 def _fill(given: list[Sharding | None], implied: list[Sharding | None]) -> list[Sharding | None]:

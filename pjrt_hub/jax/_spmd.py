@@ -11,8 +11,10 @@ plugin runs such programs in one of two ways, both correct for programs without 
   ``N`` partitions of that body and each device runs it on its own shard, in parallel, with no copy.
 * **global view** (``jit`` of sharded or replicated arrays): the global program is compiled for
   one device; an execution gathers the shards into global arrays, runs once on the first device
-  of the assignment, and hands each device the part of each result its sharding gives it. Results
-  without a sharding are replicated. This costs copies; it exists for correctness, not speed.
+  of the assignment, and hands each device the part of each result its sharding gives it, as
+  views of one host copy. A result the program leaves to the compiler gets the sharding XLA's
+  propagation gives it through elementwise ops (:func:`._programs.read_program`), else it is
+  replicated; ``sdy.sharding_constraint`` ops are the identities they are in value.
 
 Either way the executable reports the shardings of its parameters and results (served through the
 Shardings extension), which JAX asks for when it left them to the compiler.
@@ -41,11 +43,14 @@ from pjrt_hub.abi import (
     decode_compile_options,
 )
 
+from pjrt_hub.abi.types import HostBufferSemantics, to_numpy_dtype
 from pjrt_hub.backends.cpu_runtime import READY
 
 from ._programs import ProgramInfo, Sharding, is_bytecode, localize_manual_computation, read_program, set_counts
 
 __all__ = ["compile_for_jax"]
+
+_ALIAS = HostBufferSemantics.IMMUTABLE_ZERO_COPY
 
 
 def compile_for_jax(client: Any, program: Program, options: bytes) -> LoadedExecutable:
@@ -77,10 +82,12 @@ def _compile(client: Any, info: ProgramInfo, options: bytes) -> LoadedExecutable
                                     device_assignment=(tuple(int(d) for d in assignment[0]),))
         inner = client.compile(Program(text, "mlir"), per_device)
         return PerDeviceExecutable(inner, tuple(tuple(int(d) for d in row) for row in assignment), options, info)
-    if info.other_shardy_ops:
-        raise Unimplemented(f"the program uses {sorted(set(info.other_shardy_ops))} inside a partitioned "
-                            "program; pjrt-hub does not partition programs itself (only a program that is "
-                            "one fully manual sdy.manual_computation runs per device)")
+    # The global view runs the program whole: a sharding constraint is the identity it is in value.
+    partitioning = sorted(set(info.other_shardy_ops) - {"sdy.sharding_constraint"})
+    if partitioning:
+        raise Unimplemented(f"the program uses {partitioning} inside a partitioned program; pjrt-hub does not "
+                            "partition programs itself (only a program that is one fully manual "
+                            "sdy.manual_computation runs per device)")
     text = set_counts(info, partitions=1, replicas=1)
     first = CompileOptions(num_replicas=1, num_partitions=1, device_assignment=((int(assignment[0][0]),),))
     inner = client.compile(Program(text, "mlir"), first)
@@ -230,9 +237,9 @@ class GlobalViewExecutable(_Partitioned):
         first = self._devices[0]
         buffers = []
         for array in global_inputs:
-            transfer = self._client.buffer_from_host_buffer(array, device=first)
-            transfer.done_with_host_buffer.await_()
-            buffers.append(transfer.buffer)
+            # The gathered arrays are this call's own and never change: the buffers alias them
+            # (so done_with_host_buffer fires only when the buffer goes).
+            buffers.append(self._client.buffer_from_host_buffer(array, device=first, semantics=_ALIAS).buffer)
         result = self._inner.execute([buffers], options)
         for event in result.device_complete_events:
             event.await_()
@@ -251,7 +258,9 @@ class GlobalViewExecutable(_Partitioned):
                 sharding = self._info.result_shardings[j] if j < len(self._info.result_shardings) else None
                 local = array if sharding is None or sharding.replicated else \
                     array[sharding.slices(array.shape, p)]
-                transfer = self._client.buffer_from_host_buffer(np.ascontiguousarray(local), device=device)
+                # Each device's part aliases the results' host copy, which nothing writes.
+                transfer = self._client.buffer_from_host_buffer(np.ascontiguousarray(local), device=device,
+                                                                semantics=_ALIAS)
                 row.append(transfer.buffer)
             outputs.append(row)
         return ExecuteResult(outputs, [READY for _ in self._devices])
@@ -265,18 +274,22 @@ def _op_shardings(shardings: list[Sharding | None], shapes: list[tuple[int, ...]
 
 
 def _gather(shards: Sequence[Any], sharding: Sharding | None, shape: tuple[int, ...]) -> np.ndarray:
-    """The global array whose parts ``shards[p]`` are, partition by partition."""
-    first = shards[0].to_host_buffer()
-    first.event.await_()
+    """The global array whose parts ``shards[p]`` are, partition by partition: each part copied
+    into its place once where that place is contiguous (a split of the leading dimensions)."""
     if sharding is None or sharding.replicated:
-        return np.ascontiguousarray(first.array)
-    out = np.empty(shape, first.array.dtype)
+        host = shards[0].to_host_buffer()
+        host.event.await_()
+        return np.ascontiguousarray(host.array)
+    out = None
     for p, shard in enumerate(shards):
-        if p == 0:
-            local = first.array
+        if out is None:
+            out = np.empty(shape, to_numpy_dtype(shard.element_type()))
+        place = out[sharding.slices(shape, p)]
+        if place.flags.c_contiguous:
+            shard.to_host_buffer(place).event.await_()
         else:
             host = shard.to_host_buffer()
             host.event.await_()
-            local = host.array
-        out[sharding.slices(shape, p)] = local
+            place[...] = host.array
+    assert out is not None
     return out

@@ -91,9 +91,55 @@ def test_bad_inputs_and_programs_that_need_propagation(tmp_path, capsys):
     assert code == 3 and "unexpected array 'in0'" in err
     code, _, err = _run(tmp_path, text, {**data, "r1_in0": data["r1_in0"][:4]}, "reference", capsys)
     assert code == 3 and "r1 input 0" in err and "float32[8]" in err
-    jit_sharded = ('module @jit_f attributes {mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 1 : i32} {\n'
-                   '  func.func public @main(%arg0: tensor<4xf32> {mhlo.sharding = "{devices=[2]<=[2]}"}) -> tensor<4xf32> {\n'
-                   '    %0 = stablehlo.add %arg0, %arg0 : tensor<4xf32>\n    return %0 : tensor<4xf32>\n  }\n}\n')
-    code, _, err = _run(tmp_path, jit_sharded, {"p0_in0": np.ones(4, np.float32), "p1_in0": np.ones(4, np.float32)},
+    # A global program takes its global inputs, not one list per partition.
+    code, _, err = _run(tmp_path, JIT_SHARDED, {"p0_in0": np.ones(4, np.float32), "p1_in0": np.ones(4, np.float32)},
                         "reference", capsys)
-    assert code == 1 and "sharding propagation" in err and "mhlo.sharding" in err
+    assert code == 3 and "@main takes 2 arguments but 0 inputs were given" in err
+    with_collective = JIT_SHARDED.replace("%6 = stablehlo.tanh %arg0 : tensor<8x4xf32>", '%6 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>}> : (tensor<8x4xf32>) -> tensor<8x4xf32>')
+    code, _, err = _run(tmp_path, with_collective, _jit_sharded_inputs(), "reference", capsys)
+    assert code == 1 and "stablehlo.all_gather" in err and "sharding propagation" in err
+
+
+# What JAX 0.10.2 emitted for jax.jit(f) over an 8x4 array sharded P("x", None) and a replicated
+# one on a 4-device mesh (f: a sharding constraint, elementwise ops, a product and a reduction).
+JIT_SHARDED = """module @jit_f attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["x"=4]> {stablehlo.mesh = {axes = [{name = "x", size = 4 : i64}]}}
+  func.func public @main(%arg0: tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}, %arg1: tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {}]>}) -> (tensor<8x4xf32> {jax.result_info = "result[0]"}, tensor<8xf32> {jax.result_info = "result[1]"}) {
+    %cst = stablehlo.constant dense<2.000000e+00> : tensor<f32>
+    %0 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<8x4xf32>
+    %1 = stablehlo.multiply %arg0, %0 : tensor<8x4xf32>
+    %cst_0 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %2 = stablehlo.broadcast_in_dim %cst_0, dims = [] : (tensor<f32>) -> tensor<8x4xf32>
+    %3 = stablehlo.add %1, %2 : tensor<8x4xf32>
+    %4 = sdy.sharding_constraint %3 <@mesh, [{}, {"x"}]> : tensor<8x4xf32>
+    %5 = stablehlo.maximum %4, %arg1 : tensor<8x4xf32>
+    %6 = stablehlo.tanh %arg0 : tensor<8x4xf32>
+    %7 = stablehlo.subtract %5, %6 : tensor<8x4xf32>
+    %8 = stablehlo.transpose %arg0, dims = [1, 0] : (tensor<8x4xf32>) -> tensor<4x8xf32>
+    %9 = stablehlo.dot_general %arg0, %8, contracting_dims = [1] x [0], precision = [DEFAULT, DEFAULT] : (tensor<8x4xf32>, tensor<4x8xf32>) -> tensor<8x8xf32>
+    %cst_1 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %10 = stablehlo.reduce(%9 init: %cst_1) applies stablehlo.add across dimensions = [1] : (tensor<8x8xf32>, tensor<f32>) -> tensor<8xf32>
+    return %7, %10 : tensor<8x4xf32>, tensor<8xf32>
+  }
+}
+"""
+
+
+def _jit_sharded_inputs():
+    return {"in0": np.arange(32, dtype=np.float32).reshape(8, 4) - 10, "in1": np.full((8, 4), 0.5, np.float32)}
+
+
+@pytest.mark.parametrize("backend", ["numba_cpu", "reference"])
+def test_a_jit_over_sharded_arrays_runs_once_on_the_global_arrays(tmp_path, backend, capsys):
+    inputs = _jit_sharded_inputs()
+    code, out, err = _run(tmp_path, JIT_SHARDED, inputs, backend, capsys)
+    assert code == 0, err
+    a = inputs["in0"]
+    np.testing.assert_allclose(out["out0"], np.maximum(a * 2 + 1, 0.5) - np.tanh(a), rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(out["out1"], (a @ a.T).sum(axis=1), rtol=1e-6)
+    # GSPMD's spelling of the same kind of program (older JAX): the same global view.
+    gspmd = ('module @jit_f attributes {mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 1 : i32} {\n'
+             '  func.func public @main(%arg0: tensor<4xf32> {mhlo.sharding = "{devices=[2]<=[2]}"}) -> tensor<4xf32> {\n'
+             '    %0 = stablehlo.add %arg0, %arg0 : tensor<4xf32>\n    return %0 : tensor<4xf32>\n  }\n}\n')
+    code, out, err = _run(tmp_path, gspmd, {"in0": np.arange(4, dtype=np.float32)}, backend, capsys)
+    assert code == 0 and out["out0"].tolist() == [0, 2, 4, 6], err

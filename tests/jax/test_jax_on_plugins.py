@@ -276,6 +276,39 @@ def test_jit_of_sharded_arrays_over_four_devices():
     np.testing.assert_allclose(np.asarray(total), np.asarray(x).sum(axis=0), rtol=1e-6)
 
 
+def _spec(sharding):
+    """A PartitionSpec without its trailing Nones (JAX prints P('x', None) and P('x',) alike)."""
+    parts = list(sharding.spec)
+    while parts and parts[-1] is None:
+        parts.pop()
+    return P(*parts)
+
+
+# What XLA's propagation gives on JAX's CPU with four devices (JAX 0.10.2), per input sharding:
+# an elementwise chain, a product then a reduction, a sharding constraint, a transpose.
+_PROPAGATED = {"x_rows": (P("x"), P("x"), P(None, "x"), P(None, "x")),
+               "x_cols": (P(None, "x"), P(), P(None, "x"), P("x"))}
+
+
+@pytest.mark.parametrize("spec, case", [(P("x", None), "x_rows"), (P(None, "x"), "x_cols")], ids=str)
+def test_a_jit_that_leaves_output_shardings_to_the_compiler_gets_the_ones_xla_propagates(spec, case):
+    mesh = Mesh(np.array(jax.devices(NUMBA)), ("x",))
+    host = np.arange(64, dtype=np.float32).reshape(8, 8) - 20
+    x = jax.device_put(host, NamedSharding(mesh, spec))
+    replicated = jax.device_put(np.full((8, 8), 0.5, np.float32), NamedSharding(mesh, P()))
+    y = jax.jit(lambda a, r: jnp.maximum(a * 2 + 1, r) - jnp.tanh(a))(x, replicated)
+    z = jax.jit(lambda a: (a @ a.T).sum(axis=1) + 1)(x)
+    c = jax.jit(lambda a: jax.lax.with_sharding_constraint(jnp.exp(a / 8), NamedSharding(mesh, P(None, "x"))) * 2)(x)
+    t = jax.jit(lambda a: a.T * 3)(x)
+    assert [_spec(v.sharding) for v in (y, z, c, t)] == list(_PROPAGATED[case])
+    for value in (y, z, c, t):  # each device holds its part
+        assert [s.data.shape for s in value.addressable_shards] == [value.sharding.shard_shape(value.shape)] * 4
+    np.testing.assert_allclose(np.asarray(y), np.maximum(host * 2 + 1, 0.5) - np.tanh(host), rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(z), (host @ host.T).sum(axis=1) + 1, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(c), np.exp(host / 8) * 2, rtol=2e-6)
+    np.testing.assert_array_equal(np.asarray(t), host.T * 3)
+
+
 def test_pmap_and_shard_map_run_per_device():
     devices = jax.devices(NUMBA)
     out = jax.pmap(lambda a: a * a + 1, devices=devices)(np.arange(4, dtype=np.float32))
