@@ -533,9 +533,9 @@ def save_failed(job: _Job) -> tuple[str, str, str]:
     stem = folder / f"{''.join(c if c.isalnum() or c in '-_' else '_' for c in job.name)}-{job.text_key[:12]}"
     program, inputs, error = stem.with_suffix(".mlir"), stem.with_suffix(".npz"), stem.with_suffix(".txt")
     program.write_text(job.text)
+    zeros: dict[str, Any] = {f"in{i}": np.zeros(spec.shape, _npz_type(spec.dtype)) for i, spec in enumerate(job.inputs)}
     with open(inputs, "wb") as f:
-        np.savez_compressed(f, **{f"in{i}": np.zeros(spec.shape, _npz_type(spec.dtype))
-                                  for i, spec in enumerate(job.inputs)})
+        np.savez_compressed(f, **zeros)
     error.write_text(f"{job.error}\n")
     return str(program), str(inputs), str(error)
 

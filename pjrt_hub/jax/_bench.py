@@ -18,6 +18,7 @@ does not warm another's caches and JAX's backends are made with the plugin regis
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -97,6 +98,12 @@ def _first_calls_ms(call: Callable[[], Any]) -> float | None:
     return statistics.median(samples) * 1e3 if samples else None
 
 
+def _call(f: Callable[..., Any], args: Sequence[Any]) -> Any:
+    import jax
+
+    return jax.block_until_ready(f(*args))
+
+
 def _settle() -> None:
     """Wait for numba_cpu's background compiles, as ``pjrt-hub bench`` does before timing steady
     state (JAX holds the executables, so this waits for all of them)."""
@@ -136,7 +143,7 @@ def _measure(platform: str, entries: Sequence[dict[str, Any]], runs: int | None)
             jax.block_until_ready(out)
             row["first_call_ms"] = (time.perf_counter() - t0) * 1e3
             row["outputs_match"] = _matches([np.asarray(o) for o in jax.tree.leaves(out)], entry)
-            row["first_calls_ms_median"] = _first_calls_ms(lambda f=f, placed=placed: jax.block_until_ready(f(*placed)))
+            row["first_calls_ms_median"] = _first_calls_ms(functools.partial(_call, f, placed))
             _settle()
             count = runs or RUNS.get(entry["name"], DEFAULT_RUNS)
             samples = []
