@@ -259,9 +259,9 @@ class BenchRow(_Model):
     first_result_ms_warm: float | None = Field(
         None, description="the same in a fresh process whose cache holds the program")
     xla_cpu_compile_ms: float | None = Field(None, description="XLA:CPU's compile time, from the manifest")
-    first_calls_ms_median: float | None = Field(
-        None, description="median of the executes right after the first result (a few untimed before), with no "
-                          "waiting for a faster tier: what a user's loop gets at first")
+    first_calls_ms_mean: float | None = Field(
+        None, description="mean of the executes right after the first result (a few untimed before), with no "
+                          "waiting for a faster tier: what a user's first loop costs per call")
     cores_used: float | None = Field(
         None, description="CPU time over wall time of the timed runs (every thread of the process)")
     minor_faults_per_run: float | None = Field(None, description="minor page faults per timed execute")

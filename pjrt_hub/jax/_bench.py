@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 import statistics
 import subprocess
@@ -81,23 +80,6 @@ def _median_us(call: Callable[[], Any], calls: int, repeats: int) -> float:
     return statistics.median(samples)
 
 
-def _first_calls_ms(call: Callable[[], Any]) -> float | None:
-    """The median ms of the calls right after the first, before waiting for a faster tier (as
-    ``pjrt-hub bench`` times them: what a user's loop gets at first)."""
-    from pjrt_hub._bench import FIRST_CALLS, FIRST_CALLS_BUDGET_S, FIRST_WARM
-
-    deadline = time.perf_counter() + FIRST_CALLS_BUDGET_S
-    samples = []
-    for i in range(FIRST_WARM + FIRST_CALLS):
-        t0 = time.perf_counter()
-        call()
-        if i >= FIRST_WARM:
-            samples.append(time.perf_counter() - t0)
-        if time.perf_counter() > deadline and samples:
-            break
-    return statistics.median(samples) * 1e3 if samples else None
-
-
 def _call(f: Callable[..., Any], args: Sequence[Any]) -> Any:
     import jax
 
@@ -117,7 +99,7 @@ def _measure(platform: str, entries: Sequence[dict[str, Any]], runs: int | None)
     import jax
     import jax.numpy as jnp
 
-    from pjrt_hub._bench import DEFAULT_RUNS, RUNS, _matches
+    from pjrt_hub._bench import DEFAULT_RUNS, RUNS, _matches, time_first_calls
 
     device = jax.devices(platform)[0]
     x = jax.device_put(np.arange(4, dtype=np.float32), device)
@@ -143,7 +125,7 @@ def _measure(platform: str, entries: Sequence[dict[str, Any]], runs: int | None)
             jax.block_until_ready(out)
             row["first_call_ms"] = (time.perf_counter() - t0) * 1e3
             row["outputs_match"] = _matches([np.asarray(o) for o in jax.tree.leaves(out)], entry)
-            row["first_calls_ms_median"] = _first_calls_ms(functools.partial(_call, f, placed))
+            row["first_calls_ms_mean"] = time_first_calls(functools.partial(_call, f, placed))
             _settle()
             count = runs or RUNS.get(entry["name"], DEFAULT_RUNS)
             samples = []
@@ -175,7 +157,10 @@ def _child_main(argv: Sequence[str]) -> int:
 
 
 def _in_child(platform: str, programs: Sequence[str], runs: int | None, cache: str) -> dict[str, Any]:
-    env = dict(os.environ, PJRT_HUB_CACHE=cache)
+    from pjrt_hub._bench import _child_env
+
+    # As pjrt-hub bench's own children: an empty compile cache, the machine's numba_cpu kernels.
+    env = _child_env(cache)
     env.pop("PJRT_HUB_JAX_PLUGINS", None)
     cmd = [sys.executable, "-m", "pjrt_hub.jax._bench", platform, ",".join(programs), str(runs or 0)]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -230,7 +215,7 @@ def format_jax_report(report: dict[str, Any]) -> str:
                      _cell(r.get("tiny_first_call_ms"), ".0f"), _cell(direct, ".1f")])
     lines += _table(rows)
     lines += ["", "perf programs (median execute ms; first call ms includes trace, lower and a cold compile; "
-                  "first calls: the calls right after it, no waiting for a faster tier):"]
+                  "first calls: the mean of the calls right after it, no waiting for a faster tier):"]
     head = ["program"]
     for platform in by_platform:
         label = "XLA:CPU" if platform == XLA else platform
@@ -247,7 +232,7 @@ def format_jax_report(report: dict[str, Any]) -> str:
                 continue
             mark = "" if row.get("outputs_match", True) else " (DIFFER)"
             cells += [_cell(row.get("execute_ms_median"), ".2f") + mark, _cell(row.get("first_call_ms"), ".0f"),
-                      _cell(row.get("first_calls_ms_median"), ".2f")]
+                      _cell(row.get("first_calls_ms_mean"), ".2f")]
         for plugin in report["direct"]:
             row = report["direct"][plugin]["programs"].get(name, {})
             cells.append("error" if "error" in row else _cell(row.get("execute_ms_median"), ".2f"))
