@@ -13,16 +13,17 @@ comes in milliseconds. The compiled code is still what makes repeated executions
   numba; one run again is compiled while it keeps running eagerly. ``wait_compiled()`` (what
   ``bench`` uses before timing steady state), ``serialize()`` and ``source`` start it at once.
 * **Where.** numba compiles in a child process (``python -m ...numba_cpu._compile_worker``, at
-  this process's priority: the user's loop is waiting for it), one per Python process, reused for every program, which writes the
-  compiled module to the disk cache; this process then only loads it from there. Compiling in
+  this process's priority: the user's loop is waiting for it), one per Python process, reused
+  for every program, which writes the compiled module to the disk cache; this process then
+  only loads it from there. Compiling in
   a thread of this process would hold the GIL through numba's type inference and slow the
   eager runs down by half on two cores; the child also keeps a numba crash out of the user's
   process and can simply be killed. If no child can be started, the compile runs in the worker
   thread instead.
 * **A loop.** Once a program has run :data:`LOOP_RUNS` more times on the eager tier while its
-  compile is under way, it is run in a loop: the next run waits for the compile, and this
-  process imports numba meanwhile, so that the compiled code takes over as soon as a plain
-  compile would have given it.
+  compile is under way, it is run in a loop: the next run waits for the compile (up to
+  :data:`LOOP_WAIT_S`, once; not a run that can be cancelled), so that the eager runs stop
+  taking the cores from it, and this process imports numba meanwhile.
 * **Switch.** When the compiled program is loaded, the next ``run`` uses it. Both tiers give
   the same bits (:mod:`.eager` says how), so the switch is invisible but for speed. If the
   compile fails, the program stays on the eager tier, with one warning.
@@ -68,6 +69,9 @@ LOAD_RATHER_THAN_EAGER = 4e8
 #: in the foreground: the program is run in a loop, whose eager runs would share the cores with
 #: the compile (on a busy machine, they slowed it two to three times).
 LOOP_RUNS = 3
+#: How long such a run waits for the compile: past it (a compile that hangs), the loop goes on
+#: eagerly and does not wait again.
+LOOP_WAIT_S = 300.0
 #: Seconds the worker waits for a moment without eager runs before the first load imports numba
 #: anyway: a user's loop of eager runs has no such moment, and it waits for the compiled code.
 LOAD_WAIT_S = 0.5
@@ -161,6 +165,8 @@ class TieredProgram:
         self._compile_after = compiler.compile_after
         self._job = _Job(compiler, text, lopts, text_key, self.name, self.inputs)
         self._compiled: NumbaProgram | None = None
+        #: A run has waited for the compile as a loop's (see run); no run waits again.
+        self._loop_waited = False
         self._lock = threading.Lock()
         self._narrow_out = tuple(i for i, s in enumerate(self.outputs) if s.dtype.itemsize == 2 and s.dtype.kind in "fV")
         #: Calls of :meth:`run` answered by each tier (for tests).
@@ -256,15 +262,17 @@ class TieredProgram:
         if self.runs["eager"] >= self._compile_after and not self._job.started:
             # Run again: worth compiling (in the background; this run stays eager).
             self._start(waited_for=True)
-        elif self.runs["eager"] >= self._compile_after + LOOP_RUNS and self._job.started and not self._job.done.is_set():
+        elif (cancel is None and not self._loop_waited and self.runs["eager"] >= self._compile_after + LOOP_RUNS
+              and self._job.started and not self._job.done.is_set()):
             # A loop: its eager runs would take the cores from the compile it waits for.
+            self._loop_waited = True
             try:
-                compiled = self.wait_compiled()
-            except CompileError:
-                pass  # reported once by the worker; the eager tier goes on
+                compiled = self.wait_compiled(LOOP_WAIT_S)
+            except (CompileError, TimeoutError):
+                pass  # a failure is reported once by the worker; the eager tier goes on
             else:
                 self.runs["compiled"] += 1
-                return compiled.run(args, out, cancel=cancel)
+                return compiled.run(args, out)
         try:
             with _EAGER_RUNS:
                 results = self._eager.run(args, cancel, self._overtaken if self.large else None)
@@ -483,7 +491,6 @@ class _Background:
                    f"--inputs {saved[1]} (the full error: {saved[2]})")
         warnings.warn(f"numba_cpu: the compiled tier could not compile {job.name}, which keeps running on "
                       f"the eager tier, slower; please report it. {reason}; {how}", RuntimeWarning, stacklevel=1)
-
 
     # -- exit --
 

@@ -614,6 +614,24 @@ def test_a_program_run_in_a_loop_waits_for_its_compile_after_a_few_eager_runs(ti
     assert program.runs == {"eager": 1 + tiers.LOOP_RUNS, "compiled": 1} and program.tier == "compiled"
 
 
+def test_a_loop_whose_compile_hangs_waits_once_and_goes_on_eagerly(tiered, monkeypatch):
+    release = threading.Event()
+    real = tiers._Background._compile
+
+    def hung(self, job):
+        release.wait(60)
+        return real(self, job)
+
+    monkeypatch.setattr(tiers._Background, "_compile", hung)
+    monkeypatch.setattr(tiers, "LOOP_WAIT_S", 0.2)
+    entry = PROGRAMS["cumsum"]
+    program = tiered.compile(_text(entry))
+    for _ in range(3 + tiers.LOOP_RUNS):
+        program.run(_corpus_args(entry))
+    assert program.runs == {"eager": 3 + tiers.LOOP_RUNS, "compiled": 0} and program._loop_waited
+    release.set()
+
+
 def test_a_loop_whose_compile_fails_goes_on_eagerly(tiered, monkeypatch):
     def fail(self, job):
         raise CompileError("numba_cpu: the compile failed on purpose")
