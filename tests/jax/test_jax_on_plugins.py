@@ -309,6 +309,21 @@ def test_a_jit_that_leaves_output_shardings_to_the_compiler_gets_the_ones_xla_pr
     np.testing.assert_array_equal(np.asarray(t), host.T * 3)
 
 
+def test_scalars_and_random_draws_on_an_explicit_mesh():
+    """Under jax.set_mesh a scalar goes through a 4-partition program, replicated: it stays a
+    scalar (np.ascontiguousarray made it 1-d); a draw with out_sharding gives JAX's CPU's values."""
+    from jax import random
+
+    mesh = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Explicit,), devices=jax.devices(NUMBA)[:4])
+    with jax.set_mesh(mesh):
+        assert jnp.asarray(np.int32(3)).shape == ()
+        u = random.uniform(random.key(0), (4,), out_sharding=NamedSharding(mesh, P("x")))
+        assert _spec(u.sharding) == P("x")
+        # JAX 0.10.2's CPU with four devices gives these (threefry, the default PRNG).
+        np.testing.assert_allclose(np.asarray(u), [0.9476670026779175, 0.9785798788070679, 0.33229148387908936,
+                                                   0.46866846084594727], rtol=1e-7)
+
+
 def test_pmap_and_shard_map_run_per_device():
     devices = jax.devices(NUMBA)
     out = jax.pmap(lambda a: a * a + 1, devices=devices)(np.arange(4, dtype=np.float32))
