@@ -21,7 +21,8 @@ comes in milliseconds. The compiled code is still what makes repeated executions
   process and can simply be killed. If no child can be started, the compile runs in the worker
   thread instead.
 * **A loop.** Once a program has run :data:`LOOP_RUNS` more times on the eager tier while its
-  compile is under way, it is run in a loop: the next run waits for the compile (up to
+  compile is under way, taking :data:`LOOP_EAGER_S` in all, it is run in a loop whose eager runs
+  cost: the next run waits for the compile (up to
   :data:`LOOP_WAIT_S`, once; not a run that can be cancelled), so that the eager runs stop
   taking the cores from it, and this process imports numba meanwhile.
 * **Switch.** When the compiled program is loaded, the next ``run`` uses it. Both tiers give
@@ -69,6 +70,9 @@ LOAD_RATHER_THAN_EAGER = 4e8
 #: in the foreground: the program is run in a loop, whose eager runs would share the cores with
 #: the compile (on a busy machine, they slowed it two to three times).
 LOOP_RUNS = 3
+#: ...and once those runs have taken this many seconds: a program whose eager runs cost
+#: milliseconds (a fold_in of a key) goes on eagerly rather than stall a short loop for a compile.
+LOOP_EAGER_S = 0.25
 #: How long such a run waits for the compile: past it (a compile that hangs), the loop goes on
 #: eagerly and does not wait again.
 LOOP_WAIT_S = 300.0
@@ -167,6 +171,8 @@ class TieredProgram:
         self._compiled: NumbaProgram | None = None
         #: A run has waited for the compile as a loop's (see run); no run waits again.
         self._loop_waited = False
+        #: Seconds of eager runs since the background compile started.
+        self._eager_seconds = 0.0
         self._lock = threading.Lock()
         self._narrow_out = tuple(i for i, s in enumerate(self.outputs) if s.dtype.itemsize == 2 and s.dtype.kind in "fV")
         #: Calls of :meth:`run` answered by each tier (for tests).
@@ -263,7 +269,7 @@ class TieredProgram:
             # Run again: worth compiling (in the background; this run stays eager).
             self._start(waited_for=True)
         elif (cancel is None and not self._loop_waited and self.runs["eager"] >= self._compile_after + LOOP_RUNS
-              and self._job.started and not self._job.done.is_set()):
+              and self._eager_seconds >= LOOP_EAGER_S and self._job.started and not self._job.done.is_set()):
             # A loop: its eager runs would take the cores from the compile it waits for.
             self._loop_waited = True
             try:
@@ -273,6 +279,7 @@ class TieredProgram:
             else:
                 self.runs["compiled"] += 1
                 return compiled.run(args, out)
+        started = time.perf_counter()
         try:
             with _EAGER_RUNS:
                 results = self._eager.run(args, cancel, self._overtaken if self.large else None)
@@ -281,6 +288,8 @@ class TieredProgram:
             self.runs["compiled"] += 1
             return self.wait_compiled().run(args, out, cancel=cancel)
         self.runs["eager"] += 1
+        if self._job.started:
+            self._eager_seconds += time.perf_counter() - started
         if self.large and not self._job.started and not self._job.compiler.cached(self._job.text_key):
             # Compiling is the child's work, and killed at exit; loading a cached program would
             # import numba here, which a process that ran it once (pjrt-hub run) would then

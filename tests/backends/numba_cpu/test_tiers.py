@@ -603,6 +603,7 @@ def test_a_program_run_in_a_loop_waits_for_its_compile_after_a_few_eager_runs(ti
         return real(self, job)
 
     monkeypatch.setattr(tiers._Background, "_compile", held)
+    monkeypatch.setattr(tiers, "LOOP_EAGER_S", 0.0)
     entry = PROGRAMS["cumsum"]
     args = _corpus_args(entry)
     program = tiered.compile(_text(entry))
@@ -624,11 +625,32 @@ def test_a_loop_whose_compile_hangs_waits_once_and_goes_on_eagerly(tiered, monke
 
     monkeypatch.setattr(tiers._Background, "_compile", hung)
     monkeypatch.setattr(tiers, "LOOP_WAIT_S", 0.2)
+    monkeypatch.setattr(tiers, "LOOP_EAGER_S", 0.0)
     entry = PROGRAMS["cumsum"]
     program = tiered.compile(_text(entry))
     for _ in range(3 + tiers.LOOP_RUNS):
         program.run(_corpus_args(entry))
     assert program.runs == {"eager": 3 + tiers.LOOP_RUNS, "compiled": 0} and program._loop_waited
+    release.set()
+
+
+def test_a_loop_of_cheap_eager_runs_does_not_wait_for_its_compile(tiered, monkeypatch):
+    """Ten fold_ins of a key cost milliseconds eagerly: stalling them for a compile of seconds
+    would make the loop slower, not faster."""
+    release = threading.Event()
+    real = tiers._Background._compile
+
+    def held(self, job):
+        release.wait(60)
+        return real(self, job)
+
+    monkeypatch.setattr(tiers._Background, "_compile", held)
+    monkeypatch.setattr(tiers, "LOOP_EAGER_S", 3600.0)
+    entry = PROGRAMS["cumsum"]
+    program = tiered.compile(_text(entry))
+    for _ in range(3 + tiers.LOOP_RUNS):
+        program.run(_corpus_args(entry))
+    assert program.runs == {"eager": 3 + tiers.LOOP_RUNS, "compiled": 0} and not program._loop_waited
     release.set()
 
 
