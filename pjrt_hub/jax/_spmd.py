@@ -43,6 +43,7 @@ from pjrt_hub.abi import (
     decode_compile_options,
 )
 
+from pjrt_hub._run import host_array
 from pjrt_hub.abi.types import HostBufferSemantics, to_numpy_dtype
 from pjrt_hub.backends.cpu_runtime import READY
 
@@ -259,7 +260,7 @@ class GlobalViewExecutable(_Partitioned):
                 local = array if sharding is None or sharding.replicated else \
                     array[sharding.slices(array.shape, p)]
                 # Each device's part aliases the results' host copy, which nothing writes.
-                transfer = self._client.buffer_from_host_buffer(_contiguous(local), device=device,
+                transfer = self._client.buffer_from_host_buffer(host_array(local), device=device,
                                                                 semantics=_ALIAS)
                 row.append(transfer.buffer)
             outputs.append(row)
@@ -273,18 +274,13 @@ def _op_shardings(shardings: list[Sharding | None], shapes: list[tuple[int, ...]
     return [b"" if s is None else s.op_sharding(len(shape)) for s, shape in zip(padded, shapes)]
 
 
-def _contiguous(array: np.ndarray) -> np.ndarray:
-    """``array`` in C order, a 0-d array staying 0-d (``np.ascontiguousarray`` makes it 1-d)."""
-    return array if array.flags.c_contiguous else array.copy(order="C")
-
-
 def _gather(shards: Sequence[Any], sharding: Sharding | None, shape: tuple[int, ...]) -> np.ndarray:
     """The global array whose parts ``shards[p]`` are, partition by partition: each part copied
     into its place once where that place is contiguous (a split of the leading dimensions)."""
     if sharding is None or sharding.replicated:
         host = shards[0].to_host_buffer()
         host.event.await_()
-        return _contiguous(host.array)
+        return host_array(host.array)
     out = None
     for p, shard in enumerate(shards):
         if out is None:
