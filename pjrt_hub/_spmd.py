@@ -204,18 +204,15 @@ def plan(text: str) -> SpmdPlan:
     return _plan_global(module)
 
 
-#: Ops that need the partitions of a program to meet: a global program that has them was
-#: partitioned by hand, and one run of it on one device would not do what they say.
-_COLLECTIVES = frozenset(f"stablehlo.{name}" for name in (
-    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute", "collective_broadcast",
-    "partition_id", "replica_id"))
-
-
 def _plan_global(module) -> SpmdPlan:
     """A global program over several partitions: run once, on one device, on the global arrays."""
+    from pjrt_hub.backends.stablehlo.collectives import COLLECTIVE_OPS, PROCESS_ID_OPS
+
     main = module.main
     for op in main.walk():
-        if op.name in _COLLECTIVES:
+        # The partitions of a program with these would have to meet: one run of it on one
+        # device would not do what they say.
+        if op.name in COLLECTIVE_OPS or op.name in PROCESS_ID_OPS:
             raise Unimplemented(f"{op.describe()} in a program without shard_map: its partitions would have to "
                                 "be made by sharding propagation, which pjrt-hub does not do")
     returned = main.body.ops[-1].operands
