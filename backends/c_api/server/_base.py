@@ -8,6 +8,7 @@ import collections
 import ctypes
 import functools
 import logging
+import mmap
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -31,6 +32,7 @@ from pjrt_hub.abi.errors import without_terminal_codes
 from pjrt_hub.abi.types import ExtensionType
 from pjrt_hub.extensions import extension_spec
 
+from .._native import SLOT_BYTES, SLOT_WORDS, Arena
 from ..library import API_HEADER_SIZE, encode_named_values
 from ..structs import layout
 
@@ -60,12 +62,18 @@ _ON_DELETE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 
 #: The functions that return ``void`` rather than ``PJRT_Error*``.
 _VOID_FUNCTIONS = frozenset({"PJRT_Error_Destroy", "PJRT_Error_Message"})
+#: The functions with a native fast path (see :mod:`.._native`), besides the destroy functions.
+_FAST_FUNCTIONS = ("PJRT_Executable_NumReplicas", "PJRT_Executable_NumPartitions", "PJRT_Executable_NumOutputs",
+                   "PJRT_Memory_Kind", "PJRT_Buffer_Device", "PJRT_Buffer_Memory", "PJRT_Buffer_ReadyEvent",
+                   "PJRT_Event_IsReady", "PJRT_Event_Error", "PJRT_Event_OnReady")
 #: ``PJRT_Extension_Base``: struct_size, type (int, padded), next.
 _EXTENSION_HEADER = 24
 #: The extension chain's node layout with a leading ``struct_size`` arrived at 0.45.
 _EXTENSION_LAYOUT_SINCE = 45
 #: Fingerprints are 64-bit.
 _U64 = (1 << 64) - 1
+#: Handles one server hands out from its arena (48 bytes each, committed by the system as used).
+ARENA_SLOTS = 1 << 18
 
 
 class _ErrorTable(ctypes.Structure):
@@ -93,9 +101,10 @@ class _Entry:
 
     __slots__ = ("kind", "obj", "block", "owned")
 
-    def __init__(self, kind: str, obj: Any, block: ctypes.Array) -> None:
+    def __init__(self, kind: str, obj: Any, block: ctypes.Array | int) -> None:
         self.kind = kind
         self.obj = obj
+        #: The handle's slot in the arena, or its own block when the arena is full.
         self.block = block
         #: Memory handed to the caller that lives as long as the handle (strings, arrays).
         self.owned: dict[Any, Any] | None = None
@@ -111,24 +120,63 @@ class _Entry:
 
 
 class _Handles:
-    """Opaque C handles for Python objects: the address of a 16-byte block we own.
+    """Opaque C handles for Python objects: the address of a slot of memory we own.
 
     Devices, memories, descriptions, clients and topologies are *interned*: one handle per
     object for its life, because callers compare and cache them. Buffers, events, executables and
     errors get a fresh handle each time they are handed out, and the caller destroys each.
+
+    Slots come from one arena (:class:`~.._native.Arena`), whose pages the system commits only
+    when touched, so that native code can tell our handles from anything else by address alone.
+    A slot's word 0 is the vtable a caller may read; words 1-5 hold answers the native fast paths
+    give without Python (:meth:`memo`). Past the arena's last slot, handles are blocks of their
+    own, answered by Python only.
     """
 
-    def __init__(self, plugin: str) -> None:
+    def __init__(self, plugin: str, slots: int = ARENA_SLOTS) -> None:
         self.plugin = plugin
         self.entries: dict[int, _Entry] = {}
         self.interned: dict[tuple[str, int], int] = {}
         self.lock = threading.Lock()
+        self._memory = mmap.mmap(-1, slots * SLOT_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self.words = memoryview(self._memory).cast("Q")
+        self.arena = Arena(ctypes.addressof(ctypes.c_char.from_buffer(self._memory)), slots)
+        self._free: list[int] = []
+        self._unused = iter(range(slots))  # next() on it is atomic: no lock to hand out a slot
 
     def new(self, kind: str, obj: Any, vtable: int = 0) -> int:
-        block = (ctypes.c_void_p * 2)(vtable or None, None)
-        handle = ctypes.addressof(block)
-        self.entries[handle] = _Entry(kind, obj, block)
+        try:
+            slot = self._free.pop()
+        except IndexError:
+            slot = next(self._unused, -1)
+        if slot < 0:
+            block = (ctypes.c_void_p * SLOT_WORDS)(vtable or None)
+            handle = ctypes.addressof(block)
+            self.entries[handle] = _Entry(kind, obj, block)
+            return handle
+        word = slot * SLOT_WORDS
+        self.words[word] = vtable
+        self.words[word + 1] = 0
+        handle = self.arena.base + slot * SLOT_BYTES
+        self.entries[handle] = _Entry(kind, obj, slot)
         return handle
+
+    def memo(self, handle: int, tag: int, *answers: int) -> None:
+        """Let the native fast paths answer for ``handle`` from now on with ``answers``."""
+        entry = self.entries.get(handle)
+        if entry is None or not isinstance(entry.block, int):
+            return
+        word = entry.block * SLOT_WORDS
+        words = self.words
+        for i, value in enumerate(answers):
+            words[word + 2 + i] = value & _U64
+        words[word + 1] = tag  # last: a reader on another thread sees the tag only with the answers
+
+    def forget(self, handle: int) -> None:
+        """Stop the fast paths answering for ``handle`` (its state changed)."""
+        entry = self.entries.get(handle)
+        if entry is not None and isinstance(entry.block, int):
+            self.words[entry.block * SLOT_WORDS + 1] = 0
 
     def intern(self, kind: str, obj: Any, vtable: int = 0) -> int:
         key = (kind, id(obj))
@@ -159,10 +207,17 @@ class _Handles:
             return None
         entry = self.entry(handle, kind, what)
         with self.lock:
-            self.entries.pop(handle, None)
+            self.release(handle)
             if self.interned.get((kind, id(entry.obj))) == handle:
                 del self.interned[(kind, id(entry.obj))]
         return entry.obj
+
+    def release(self, handle: int) -> None:
+        """Forget ``handle`` and give its slot back (untagged: a stale handle reaches Python)."""
+        entry = self.entries.pop(handle, None)
+        if entry is not None and isinstance(entry.block, int):
+            self.words[entry.block * SLOT_WORDS + 1] = 0
+            self._free.append(entry.block)
 
 
 _C_TYPE = {
@@ -272,6 +327,9 @@ class _Base:
         #: Where each function's pointer is written (slot or extension node), by C name.
         self._locations: dict[str, int] = {}
         self._gates: DestroyGates | None = None
+        #: The handle of an event that is ready without error, handed out for every such event
+        #: when the native fast paths are in place (0: they are not).
+        self._ready_event = 0
         self._gate_names: list[str] = []
         for slot, c_name in enumerate(self.slot_names[:self.num_slots]):
             location = base + API_HEADER_SIZE + 8 * slot
@@ -443,7 +501,9 @@ class _Base:
 
     def _install_gates(self) -> None:
         """Put native gates (:mod:`._native`) in front of the destroy functions and deleters."""
-        from .._native import build_gates
+        from pjrt_hub.backends.cpu_runtime import CpuEvent
+
+        from .._native import FastPaths, build_gates
 
         targets: dict[str, tuple[int, int, bool]] = {}
         for c_name, location in self._locations.items():
@@ -451,8 +511,14 @@ class _Base:
                 pointer = ctypes.c_void_p.from_address(location).value or 0
                 targets[c_name] = (pointer, 16, c_name in _VOID_FUNCTIONS)
         targets["deleter"] = (self._serial_deleter, -1, True)
-        gates = build_gates(targets)
+        fallbacks = {c_name: ctypes.c_void_p.from_address(self._locations[c_name]).value or 0
+                     for c_name in _FAST_FUNCTIONS if self.implemented.get(c_name) and c_name not in targets}
+        ready = CpuEvent()
+        ready.set()
+        self._ready_event = self._handles.new("event", ready)
+        gates = build_gates(targets, FastPaths(self._handles.arena, self._ready_event, fallbacks))
         if gates is None:
+            self._ready_event = 0  # no fast path to answer for it: hand out events as they are
             return
         for c_name, gate in gates.addresses.items():
             if c_name == "deleter":
@@ -552,7 +618,7 @@ class _Base:
 
     def _error_vtable_destroy(self, error: int) -> None:
         if error and error != self._static_error:
-            self._handles.entries.pop(error, None)
+            self._handles.release(error)
 
     def _error_vtable_message(self, error: int, message: int, size: int) -> None:
         entry = self._handles.entries.get(error)

@@ -9,6 +9,7 @@ import numpy as np
 
 from pjrt_hub.abi import BufferType, InvalidArgument, Unimplemented, to_numpy_dtype
 
+from .._native import TAG_BUFFER
 from ..structs import layout
 from ._base import _Base, _Entry, _host_array
 
@@ -69,15 +70,24 @@ class _BufferSlots(_Base):
 
     def _Buffer_Device(self, address: int) -> None:
         args = self._args(address, "PJRT_Buffer_Device_Args")
-        args.device = self._device_handle(self._buffer(args.buffer, "PJRT_Buffer_Device").device())
+        args.device = self._buffer_place(args.buffer, "PJRT_Buffer_Device")[0]
 
     def _Buffer_Memory(self, address: int) -> None:
         args = self._args(address, "PJRT_Buffer_Memory_Args")
-        args.memory = self._memory_handle(self._buffer(args.buffer, "PJRT_Buffer_Memory").memory())
+        args.memory = self._buffer_place(args.buffer, "PJRT_Buffer_Memory")[1]
+
+    def _buffer_place(self, handle: int, what: str) -> tuple[int, int]:
+        """The handles of a buffer's device and memory, which the native fast paths then give."""
+        buffer = self._buffer(handle, what)
+        place = self._device_handle(buffer.device()), self._memory_handle(buffer.memory())
+        if self._ready_event:
+            self._handles.memo(handle, TAG_BUFFER, *place, 0)  # 0: whether it is ready is not known here
+        return place
 
     def _Buffer_Delete(self, address: int) -> None:
         args = self._args(address, "PJRT_Buffer_Delete_Args")
         self._buffer(args.buffer, "PJRT_Buffer_Delete").delete()
+        self._handles.forget(args.buffer)
 
     def _Buffer_IsDeleted(self, address: int) -> None:
         args = self._args(address, "PJRT_Buffer_IsDeleted_Args")

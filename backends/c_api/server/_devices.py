@@ -6,6 +6,7 @@ from typing import Any, Mapping
 
 from pjrt_hub.abi import Unimplemented
 
+from .._native import TAG_MEMORY
 from ._base import _Base
 
 
@@ -125,7 +126,9 @@ class _DeviceSlots(_Base):
     def _Memory_Kind(self, address: int) -> None:
         args = self._args(address, "PJRT_Memory_Kind_Args")
         kind = self._memory(args.memory, "PJRT_Memory_Kind").kind()
-        args.kind, args.kind_size = self._string(("memory kind", args.memory), kind)
+        args.kind, args.kind_size = answer = self._string(("memory kind", args.memory), kind)
+        if self._ready_event:
+            self._handles.memo(args.memory, TAG_MEMORY, *answer)
 
     def _Memory_Kind_Id(self, address: int) -> None:
         args = self._args(address, "PJRT_Memory_Kind_Id_Args")

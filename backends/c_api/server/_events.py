@@ -41,6 +41,8 @@ class _PluginEventSlots(_Base):
 
     def _Event_Destroy(self, address: int) -> None:
         args = self._args(address, "PJRT_Event_Destroy_Args")
+        if args.event and args.event == self._ready_event:
+            return  # handed out to every caller that asks; it lives as long as the server
         self._created_events.discard(args.event)
         event = self._handles.drop(args.event, "event", "PJRT_Event_Destroy")
         if event is not None:

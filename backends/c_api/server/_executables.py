@@ -8,7 +8,12 @@ from typing import Any
 from pjrt_hub.abi import ExecuteOptions, InvalidArgument, Unimplemented
 from pjrt_hub.abi.compile_options import encode_device_assignment
 
+from .._native import TAG_BUFFER, TAG_EXECUTABLE
 from ._base import _Base, _Entry, _Executable, _Loaded, _pointers
+
+
+#: The executable methods behind the counts the fast paths give, in their slot order.
+_COUNTS = ("num_replicas", "num_partitions", "num_outputs")
 
 
 class _ExecutableSlots(_Base):
@@ -93,6 +98,7 @@ class _ExecutableSlots(_Base):
         argument_lists = []
         outer = _pointers(num_devices).from_address(args.argument_lists) if num_devices else ()
         row_type = _pointers(num_args)
+        argument_handles: list[Any] = []
         for d in range(num_devices):
             row: ctypes.Array[ctypes.c_void_p] | tuple[()] = ()
             if num_args:
@@ -107,6 +113,7 @@ class _ExecutableSlots(_Base):
                     entry = self._handles.entry(handle, "buffer", f"{what}: argument {i} of device {d}")
                 buffers.append(entry.obj)
             argument_lists.append(buffers)
+            argument_handles.append(row)
         options = None
         if args.options:
             opts = self._args(args.options, "PJRT_ExecuteOptions")
@@ -120,8 +127,17 @@ class _ExecutableSlots(_Base):
         if self._covers(args, "PJRT_LoadedExecutable_Execute_Args", "execute_device") and args.execute_device:
             execute_device = self._device(args.execute_device, what)
         result = info.obj.execute(argument_lists, options, execute_device)
+        handles = self._handles
+        if self._ready_event:
+            # Donated arguments are deleted now: their ready events are no longer "ready".
+            for inputs, input_handles in zip(argument_lists, argument_handles):
+                for buffer, input_handle in zip(inputs, input_handles):
+                    if buffer.is_deleted():
+                        handles.forget(input_handle or 0)
         outputs = result.outputs
-        new = self._handles.new
+        new, memo = handles.new, handles.memo
+        ready = self._ready_event
+        device_handles: dict[int, int] = {}
         out_outer = _pointers(num_devices).from_address(args.output_lists) if num_devices else ()
         for d, buffers in enumerate(outputs):
             if not buffers:
@@ -131,11 +147,23 @@ class _ExecutableSlots(_Base):
                 raise InvalidArgument(f"{what}: the output list of device {d} is NULL")
             out_row = _pointers(len(buffers)).from_address(out_address)
             for i, buffer in enumerate(buffers):
-                out_row[i] = new("buffer", buffer)
+                handle = out_row[i] = new("buffer", buffer)
+                if ready:
+                    device = buffer.device()
+                    device_handle = device_handles.get(id(device))
+                    if device_handle is None:
+                        device_handle = device_handles[id(device)] = self._device_handle(device)
+                    event = buffer.ready_event()
+                    memo(handle, TAG_BUFFER, device_handle, self._memory_handle(buffer.memory()),
+                         int(event.is_ready() and event.error() is None))
         if args.device_complete_events:
             events = _pointers(num_devices).from_address(args.device_complete_events)
             for d, event in enumerate(result.device_complete_events):
-                events[d] = new("event", event)
+                if ready and event.is_ready() and event.error() is None:
+                    event.destroy()  # the caller gets the server's ready event instead
+                    events[d] = ready
+                else:
+                    events[d] = new("event", event)
 
     def _Executable_Destroy(self, address: int) -> None:
         args = self._args(address, "PJRT_Executable_Destroy_Args")
@@ -148,15 +176,28 @@ class _ExecutableSlots(_Base):
 
     def _Executable_NumReplicas(self, address: int) -> None:
         args = self._args(address, "PJRT_Executable_NumReplicas_Args")
-        args.num_replicas = int(self._executable(args.executable, "PJRT_Executable_NumReplicas").num_replicas())
+        args.num_replicas = self._count(args.executable, "PJRT_Executable_NumReplicas", 0)
 
     def _Executable_NumPartitions(self, address: int) -> None:
         args = self._args(address, "PJRT_Executable_NumPartitions_Args")
-        args.num_partitions = int(self._executable(args.executable, "PJRT_Executable_NumPartitions").num_partitions())
+        args.num_partitions = self._count(args.executable, "PJRT_Executable_NumPartitions", 1)
 
     def _Executable_NumOutputs(self, address: int) -> None:
         args = self._args(address, "PJRT_Executable_NumOutputs_Args")
-        args.num_outputs = int(self._executable(args.executable, "PJRT_Executable_NumOutputs").num_outputs())
+        args.num_outputs = self._count(args.executable, "PJRT_Executable_NumOutputs", 2)
+
+    def _count(self, handle: int, what: str, index: int) -> int:
+        """One of an executable's replica, partition and output counts. All three are then given
+        for this handle by the native fast paths (a framework asks for them on every execute)."""
+        executable = self._executable(handle, what)
+        value = int(getattr(executable, _COUNTS[index])())
+        if self._ready_event:
+            try:
+                counts = [int(getattr(executable, name)()) for name in _COUNTS]
+            except Exception:  # noqa: BLE001 - then Python keeps answering, each count with its own error
+                return value
+            self._handles.memo(handle, TAG_EXECUTABLE, *counts)
+        return value
 
     def _Executable_SizeOfGeneratedCodeInBytes(self, address: int) -> None:
         args = self._args(address, "PJRT_Executable_SizeOfGeneratedCodeInBytes_Args")
