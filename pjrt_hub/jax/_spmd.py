@@ -26,6 +26,7 @@ ops inside a global program, are refused here, naming what is missing.
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any, Sequence
 
 import numpy as np
@@ -38,6 +39,7 @@ from pjrt_hub.abi import (
     ExecuteOptions,
     ExecuteResult,
     LoadedExecutable,
+    PjrtError,
     Program,
     Unimplemented,
     decode_compile_options,
@@ -244,12 +246,7 @@ class GlobalViewExecutable(_Partitioned):
         result = self._inner.execute([buffers], options)
         for event in result.device_complete_events:
             event.await_()
-        results = []
-        for buffer in result.outputs[0]:
-            host = buffer.to_host_buffer()
-            host.event.await_()
-            results.append(host.array)
-            buffer.destroy()
+        results = [_result_array(buffer) for buffer in result.outputs[0]]
         for buffer in buffers:
             buffer.destroy()
         outputs = []
@@ -274,17 +271,36 @@ def _op_shardings(shardings: list[Sharding | None], shapes: list[tuple[int, ...]
     return [b"" if s is None else s.op_sharding(len(shape)) for s, shape in zip(padded, shapes)]
 
 
+def _result_array(buffer: Any) -> np.ndarray:
+    """A result of the global program as a host array: its storage itself where the buffer
+    exports it (DLPack), else a copy. The buffer is destroyed; the array keeps the storage."""
+    try:
+        array = np.from_dlpack(buffer)
+    except (BufferError, TypeError, AttributeError, RuntimeError, PjrtError):
+        host = buffer.to_host_buffer()
+        host.event.await_()
+        array = host.array
+    buffer.destroy()
+    return array
+
+
 def _gather(shards: Sequence[Any], sharding: Sharding | None, shape: tuple[int, ...]) -> np.ndarray:
-    """The global array whose parts ``shards[p]`` are, partition by partition: each part copied
-    into its place once where that place is contiguous (a split of the leading dimensions)."""
+    """The global array whose parts ``shards[p]`` are, partition by partition.
+
+    Where the shards already lie next to each other in memory, in the places of a global array
+    (the parts a previous global-view execution handed out, as views of its one result), that
+    memory is the global array: no copy. Otherwise each part is copied into its place, once where
+    that place is contiguous (a split of the leading dimensions)."""
     if sharding is None or sharding.replicated:
         host = shards[0].to_host_buffer()
         host.event.await_()
         return host_array(host.array)
-    out = None
+    dtype = to_numpy_dtype(shards[0].element_type())
+    out = np.empty(shape, dtype)  # not touched unless copied into: the system commits it lazily
+    adjacent = _adjacent(shards, sharding, out)
+    if adjacent is not None:
+        return adjacent
     for p, shard in enumerate(shards):
-        if out is None:
-            out = np.empty(shape, to_numpy_dtype(shard.element_type()))
         place = out[sharding.slices(shape, p)]
         if place.flags.c_contiguous:
             shard.to_host_buffer(place).event.await_()
@@ -292,5 +308,32 @@ def _gather(shards: Sequence[Any], sharding: Sharding | None, shape: tuple[int, 
             host = shard.to_host_buffer()
             host.event.await_()
             place[...] = host.array
-    assert out is not None
     return out
+
+
+def _adjacent(shards: Sequence[Any], sharding: Sharding, layout: np.ndarray) -> np.ndarray | None:
+    """The memory the shards occupy as one global array shaped like ``layout``, when each shard's
+    data starts where its place in ``layout`` would, relative to the first, and each place is
+    contiguous; else None. The shards' buffers hold that memory (the caller keeps them alive while
+    the array is used: the execution's arguments). The array is left writeable only because the
+    compiled programs take writeable arrays without a copy: the one buffer made of it is an
+    immutable alias, which no execution writes (donating it copies)."""
+    start = layout.__array_interface__["data"][0]
+    first = None
+    for p, shard in enumerate(shards):
+        place = layout[sharding.slices(layout.shape, p)]
+        if not place.flags.c_contiguous or place.size == 0:
+            return None
+        try:
+            pointer = int(shard.unsafe_pointer())
+        except (PjrtError, AttributeError, TypeError):
+            return None
+        if first is None:
+            if place.__array_interface__["data"][0] != start:
+                return None
+            first = pointer
+        if not pointer or pointer - first != place.__array_interface__["data"][0] - start:
+            return None
+    assert first is not None
+    memory = (ctypes.c_char * layout.nbytes).from_address(first)
+    return np.frombuffer(memoryview(memory), dtype=layout.dtype).reshape(layout.shape)

@@ -276,6 +276,36 @@ def test_jit_of_sharded_arrays_over_four_devices():
     np.testing.assert_allclose(np.asarray(total), np.asarray(x).sum(axis=0), rtol=1e-6)
 
 
+def test_a_chain_of_sharded_jits_hands_results_on_without_copying(monkeypatch):
+    """A global-view result's parts are views of one array, side by side: the next program reads
+    them in place as its global input (no gather copy), and a donated part does not disturb the
+    other parts or the arrays they came from."""
+    from pjrt_hub.jax import _spmd
+
+    gathered = []
+    adjacent = _spmd._adjacent
+    monkeypatch.setattr(_spmd, "_adjacent", lambda *a: gathered.append(adjacent(*a)) or gathered[-1])
+    mesh = Mesh(np.array(jax.devices(NUMBA)), ("x",))
+    host = np.arange(64, dtype=np.float32).reshape(16, 4)
+    x = jax.device_put(host, NamedSharding(mesh, P("x")))
+    y = jax.jit(lambda a: a * 2 + 1)(x)
+    pointers = [s.data.unsafe_buffer_pointer() for s in y.addressable_shards]
+    assert [p - pointers[0] for p in pointers] == [i * 4 * 4 * 4 for i in range(4)]
+    gathered.clear()
+    z = jax.jit(lambda a: jnp.sqrt(a) - 1)(y)
+    assert len(gathered) == 1 and gathered[0] is not None, "the parts of y were copied into a new global array"
+    np.testing.assert_allclose(np.asarray(z), np.sqrt(host * 2 + 1) - 1, rtol=1e-6)
+    w = jax.jit(lambda a: a * 0 - 5, donate_argnums=0)(y)  # may reuse y's storage only by copying
+    np.testing.assert_array_equal(np.asarray(w), np.full((16, 4), -5, np.float32))
+    np.testing.assert_allclose(np.asarray(z), np.sqrt(host * 2 + 1) - 1, rtol=1e-6)
+    # Parts that are not side by side (device_put one by one) are gathered by copying, correctly.
+    parts = [jax.device_put(np.array(host[4 * i:4 * i + 4]), d) for i, d in enumerate(jax.devices(NUMBA)[:4])]
+    spread = jax.make_array_from_single_device_arrays((16, 4), NamedSharding(mesh, P("x")), parts)
+    gathered.clear()
+    np.testing.assert_array_equal(np.asarray(jax.jit(lambda a: a + 1)(spread)), host + 1)
+    assert len(gathered) == 1 and gathered[0] is None
+
+
 def _spec(sharding):
     """A PartitionSpec without its trailing Nones (JAX prints P('x', None) and P('x',) alike)."""
     parts = list(sharding.spec)
