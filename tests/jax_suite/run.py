@@ -266,6 +266,16 @@ def run_tests(tests_dir: Path, file: str, ids: Sequence[str] | None, platform: s
                                             message=f"the process ended with exit status {code} inside the test")
         left = [i for i in remaining if i not in results]
         interrupted = open_test is not None or any(r.outcome is Outcome.TIMEOUT for r in child.results.values())
+        if code not in (None, 0, 1, 5) and left and not interrupted:
+            # pytest itself gave up (an INTERNALERROR: CPython 3.11.7 can fail formatting a
+            # failure's traceback) with tests left: go on with them. A child that ran nothing
+            # gave up on the first of them, which is charged with it.
+            interrupted = True
+            if not child.results:
+                results[left[0]] = TestResult(nodeid=left[0], outcome=Outcome.CRASHED,
+                                              message=f"pytest ended with exit status {code} at this test; see "
+                                                      f"{out_path.name}")
+                left = left[1:]
         if code is None or not interrupted:
             # Out of time, or the child ended on its own: whatever it did not run, it will not.
             if code is not None and left:
