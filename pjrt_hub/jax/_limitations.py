@@ -41,6 +41,18 @@ JAX_LIMITATIONS: tuple[JaxLimitation, ...] = (
         "partial_manual", "shard_map over only some axes of a mesh (auto axes left to the partitioner)",
         "pjrt-hub runs a partitioned program per device only when its manual computation covers every "
         "mesh axis; otherwise it runs the global program once, which a manual computation prevents"),
+    JaxLimitation(
+        "manual_inside_a_loop", "pmap or shard_map inside a traced loop (lax.fori_loop, scan or while_loop "
+        "around a pmap)",
+        "the per-device program is then a manual computation inside the global program's loop, and "
+        "pjrt-hub runs a program per device only when a manual computation is @main's whole body: "
+        "'unsupported op sdy.manual_computation'. Put the loop inside the pmap or shard_map instead"),
+    JaxLimitation(
+        "platform_identity", "lax.platform_dependent(cpu=..., default=...) and other code that branches on "
+        "the platform name",
+        "a served plugin is its own platform ('numba_cpu', 'reference'), not 'cpu': JAX takes the default "
+        "branch. Name the plugin's platform (platform_dependent(numba_cpu=...)), or register it with "
+        "platform_name='cpu' to be lowered as JAX's CPU (which brings CPU-only custom calls)"),
 )
 
 _BY_KEY = {entry.key: entry for entry in JAX_LIMITATIONS}

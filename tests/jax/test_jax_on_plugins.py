@@ -438,6 +438,30 @@ def test_shard_map_over_some_axes_of_a_mesh():
     assert (np.asarray(f(np.arange(4, dtype=np.float32))) == np.arange(4) * 2).all()
 
 
+@xfail_limitation("manual_inside_a_loop")
+def test_pmap_inside_a_traced_loop():
+    devices = jax.devices(NUMBA)[:4]
+
+    def body(i, x):
+        return jax.pmap(lambda z: lax.psum(jnp.sin(z), "i"), devices=devices, axis_name="i")(x) + x
+
+    out = jax.jit(lambda x: lax.fori_loop(0, 3, body, x), device=devices[0])(jnp.ones(4))
+    assert np.isfinite(np.asarray(out)).all()
+
+
+@xfail_limitation("platform_identity")
+def test_platform_dependent_takes_the_cpu_branch():
+    x = jax.device_put(np.arange(3, dtype=np.float32), jax.devices(NUMBA)[0])
+    out = jax.jit(lambda a: lax.platform_dependent(a, cpu=jnp.sin, default=jnp.cos))(x)
+    np.testing.assert_allclose(np.asarray(out), np.sin(np.arange(3, dtype=np.float32)), rtol=1e-6)
+
+
+def test_platform_dependent_takes_the_branch_named_for_the_plugin():
+    x = jax.device_put(np.arange(3, dtype=np.float32), jax.devices(NUMBA)[0])
+    out = jax.jit(lambda a: lax.platform_dependent(a, numba_cpu=jnp.sin, default=jnp.cos))(x)
+    np.testing.assert_allclose(np.asarray(out), np.sin(np.arange(3, dtype=np.float32)), rtol=1e-6)
+
+
 # -- opt-in registration through the jax_plugins entry point -------------------------------------
 
 

@@ -75,13 +75,22 @@ def _element_from_token(token: Any, dtype: np.dtype, is_bool: bool) -> Any:
             return token == "true"
         return bool(int(token, 0))
     if isinstance(token, tuple):
-        return complex(float(token[0]), float(token[1]))
+        part = np.dtype(f"f{dtype.itemsize // 2}")
+        return complex(_float_part(token[0], part), _float_part(token[1], part))
     if dtype.kind in "iu":
         if token in ("true", "false"):
             return int(token == "true")
         return int(token, 16) if "x" in token else int(token)
     if token in ("true", "false"):
         return float(token == "true")
+    return float(token)
+
+
+def _float_part(token: str, dtype: np.dtype) -> float:
+    """A part of a complex element: decimal text, or a hex bit pattern of the part's float type
+    (MLIR prints infinities and NaNs so: ``(0xFF800000,0.000000e+00)``)."""
+    if "x" in token:
+        return float(np.array([int(token.lstrip("+"), 16)], f"u{dtype.itemsize}").view(dtype)[0])
     return float(token)
 
 

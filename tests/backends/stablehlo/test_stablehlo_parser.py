@@ -66,6 +66,11 @@ def test_lists_nested_lists_and_booleans():
     floats = constant("dense<[1.5, -0.0, 0x7F800000]>", "tensor<3xf32>")
     assert floats[0] == 1.5 and math.copysign(1, floats[1]) == -1 and floats[2] == np.inf
     assert constant("dense<[(1.0, 2.0), (0.0, -1.0)]>", "tensor<2xcomplex<f32>>").tolist() == [1 + 2j, -1j]
+    # Infinities and NaNs in a complex element are bit patterns of the part's type, as JAX's
+    # reductions' initial values print (jnp.max of complex64: (-inf, 0)).
+    assert constant("dense<(0xFF800000,0.000000e+00)>", "tensor<complex<f32>>") == complex(-np.inf, 0)
+    nan = constant("dense<(0x7FF8000000000000,0x7FF0000000000000)>", "tensor<complex<f64>>")
+    assert np.isnan(nan.real) and nan.imag == np.inf
     assert constant("dense<>", "tensor<0xf32>").shape == (0,)
     # MLIR prints any tensor without elements as dense<>, whatever its rank.
     assert constant("dense<>", "tensor<0x3xf32>").shape == (0, 3)
