@@ -9,6 +9,7 @@ it reads, and ``META`` (input/output specs, aliases, cost analysis) from which a
 from __future__ import annotations
 
 import math
+import re
 
 from pjrt_hub.backends.stablehlo import Function, Module, TensorType, element_dtype, output_aliases
 from pjrt_hub.backends.stablehlo.ir import as_tensor
@@ -125,6 +126,8 @@ def render_module(module: Module, fn: Function, gen: GeneratedFunction) -> str:
         f"# backend {backend_digest()}",
         "from numba import njit, prange",
         "from pjrt_hub.backends.numba_cpu.support import *  # noqa: F401,F403",
+        *([f"from pjrt_hub.backends.numba_cpu.support import {', '.join(tables)}  # noqa: F401"]
+          if (tables := _small_float_tables_used(gen)) else []),
         *(["from pjrt_hub.backends.numba_cpu.cancel import Cancelled, cancel_requested  # noqa: F401"]
           if gen.cancellable else []),
         *(["from pjrt_hub.backends.numba_cpu.collective_support import *  # noqa: F401,F403"]
@@ -173,3 +176,12 @@ def _vectorised(function: str) -> str:
         if line.endswith(":") and (stripped.startswith("def ") or (stripped.startswith("for ") and " in prange(" in line)):
             out.append(" " * (len(line) - len(stripped) + 4) + "wide_vectors()")
     return "\n".join(out)
+
+
+def _small_float_tables_used(gen: GeneratedFunction) -> list[str]:
+    """The small-float tables (``SF_*`` of :mod:`.support`, built on first import) the generated
+    code names."""
+    names: set[str] = set()
+    for text in (gen.source, *gen.helpers, *gen.blocks):
+        names.update(re.findall(r"\bSF_\w+", text))
+    return sorted(names)

@@ -194,9 +194,20 @@ def _small_float_tables() -> dict[str, np.ndarray]:
     return tables
 
 
-_SMALL_FLOAT_TABLES = _small_float_tables()
-globals().update(_SMALL_FLOAT_TABLES)
-__all__ += sorted(_SMALL_FLOAT_TABLES)
+_SMALL_FLOAT_TABLES: dict[str, np.ndarray] | None = None
+
+
+def __getattr__(name: str) -> np.ndarray:
+    """The small-float tables, built on first use: building them imports ml_dtypes, about half
+    a second that a process compiling or loading programs without such types does not pay.
+    Generated code imports the ones it uses by name (see :func:`.module.render_module`)."""
+    global _SMALL_FLOAT_TABLES
+    if name.startswith("SF_"):
+        if _SMALL_FLOAT_TABLES is None:
+            _SMALL_FLOAT_TABLES = _small_float_tables()
+        if name in _SMALL_FLOAT_TABLES:
+            return _SMALL_FLOAT_TABLES[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 #: Called, not inlined: a binary search inlined at every convert made compiles several times slower.
