@@ -246,6 +246,11 @@ class GlobalViewExecutable(_Partitioned):
         result = self._inner.execute([buffers], options)
         for event in result.device_complete_events:
             event.await_()
+        for i, buffer in enumerate(buffers):
+            if buffer.is_deleted():
+                # Donated: so are the parts it was gathered from, as on a partitioning backend.
+                for row in argument_lists:
+                    row[i].delete()
         results = [_result_array(buffer) for buffer in result.outputs[0]]
         for buffer in buffers:
             buffer.destroy()

@@ -306,6 +306,16 @@ def test_a_chain_of_sharded_jits_hands_results_on_without_copying(monkeypatch):
     assert len(gathered) == 1 and gathered[0] is None
 
 
+def test_a_donated_sharded_array_is_donated_on_every_device():
+    mesh = Mesh(np.array(jax.devices(NUMBA)), ("x",))
+    x = jax.device_put(np.arange(8, dtype=np.float32), NamedSharding(mesh, P("x")))
+    y = jax.jit(lambda a: a * 2, donate_argnums=0)(x)
+    np.testing.assert_array_equal(np.asarray(y), np.arange(8) * 2)
+    assert x.is_deleted()
+    with pytest.raises(RuntimeError, match="deleted or donated"):
+        jax.device_put(x, NamedSharding(mesh, P("x"))).block_until_ready()
+
+
 def _spec(sharding):
     """A PartitionSpec without its trailing Nones (JAX prints P('x', None) and P('x',) alike)."""
     parts = list(sharding.spec)
