@@ -667,12 +667,13 @@ def _front_end(text: str) -> tuple[Module, Function]:
     from .resize import expand_resizing_bitcasts
 
     from pjrt_hub.backends.stablehlo.custom_calls import lower_custom_calls
+    from pjrt_hub.backends.stablehlo.tokens import legalize_tokens
 
     module = parse_module(text)
     verify = _verifier()
     if verify is not None:
         verify(module)
-    module = lower_custom_calls(module)
+    module = legalize_tokens(lower_custom_calls(module))
     call_depth(module)
     return module, eliminate_common_subexpressions(expand_resizing_bitcasts(inline_calls(module)))
 

@@ -20,6 +20,7 @@ from pjrt_hub.abi.compile_options import decode_compile_options, encode_compile_
 from pjrt_hub.backends.cpu_runtime.compiler import TensorSpec
 from pjrt_hub.backends.stablehlo import Function, Module, Op, TensorType, output_aliases, parse_module, verify
 from pjrt_hub.backends.stablehlo.custom_calls import lower_custom_calls
+from pjrt_hub.backends.stablehlo.tokens import legalize_tokens
 from pjrt_hub.backends.stablehlo.collectives import uses_collectives
 from pjrt_hub.backends.stablehlo.loops import unbounded_loops
 from pjrt_hub.backends.stablehlo.nesting import call_depth, run_deep
@@ -45,7 +46,7 @@ def _text(code: str | bytes) -> str:
 
 
 def _front_end(text: str) -> Module:
-    module = lower_custom_calls(verify(parse_module(text)))
+    module = legalize_tokens(lower_custom_calls(verify(parse_module(text))))
     call_depth(module)  # refuses recursion before the interpreter would loop on it
     return module
 

@@ -48,6 +48,11 @@ JAX_LIMITATIONS: tuple[JaxLimitation, ...] = (
         "pjrt-hub runs a program per device only when a manual computation is @main's whole body: "
         "'unsupported op sdy.manual_computation'. Put the loop inside the pmap or shard_map instead"),
     JaxLimitation(
+        "token_buffers", "reading a token's buffer (token._buf) as an array",
+        "tokens are held as empty boolean arrays (pred[0], the buffer JAX passes for a token), so a "
+        "token's buffer reads as an empty array where XLA refuses 'a token-shape buffer'; tokens passed "
+        "through jitted functions, create_token and after_all work"),
+    JaxLimitation(
         "platform_identity", "lax.platform_dependent(cpu=..., default=...) and other code that branches on "
         "the platform name",
         "a served plugin is its own platform ('numba_cpu', 'reference'), not 'cpu': JAX takes the default "

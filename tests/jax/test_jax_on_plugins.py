@@ -448,6 +448,25 @@ def test_shard_map_over_some_axes_of_a_mesh():
     assert (np.asarray(f(np.arange(4, dtype=np.float32))) == np.arange(4) * 2).all()
 
 
+def test_tokens_pass_through_jitted_functions():
+    from jax._src import core
+
+    with jax.default_device(jax.devices(NUMBA)[0]):
+        token = jax.lax.create_token()
+        _, same = jax.jit(lambda a, t: (a, t))(jnp.ones(3), token)
+        value, joined = jax.jit(lambda a, t: (a + 1, lax.after_all(t, t)))(jnp.ones(3), same)
+    assert isinstance(same, core.Token) and isinstance(joined, core.Token) and same is not token
+    np.testing.assert_array_equal(np.asarray(value), [2, 2, 2])
+
+
+@xfail_limitation("token_buffers")
+def test_a_token_buffer_is_not_an_array():
+    with jax.default_device(jax.devices(NUMBA)[0]):
+        token = jax.lax.create_token()
+    with pytest.raises(RuntimeError, match="token"):
+        token._buf._value  # noqa: B018
+
+
 @xfail_limitation("manual_inside_a_loop")
 def test_pmap_inside_a_traced_loop():
     devices = jax.devices(NUMBA)[:4]
