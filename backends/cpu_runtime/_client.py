@@ -333,6 +333,20 @@ def _compile_options(options: Any) -> CompileOptions:
     return decode_compile_options(options)
 
 
+def _check_option_names(compiler: ProgramCompiler, options: CompileOptions) -> None:
+    """Refuse an option override nobody takes, as XLA does (a typo must not pass silently).
+
+    Taken are the compiler's own (``option_names``) and XLA's ``xla_*`` debug options, which
+    frameworks send to every plugin (JAX: ``xla_cpu_enable_fast_min_max``) and which a pjrt-hub
+    backend, not being XLA, ignores without reading their values."""
+    own = tuple(getattr(compiler, "option_names", ()))
+    for name in options.env_option_overrides:
+        if not (name.startswith("xla_") or name in own):
+            taken = f"{compiler.name} takes {', '.join(own)}" if own else f"{compiler.name} takes none of its own"
+            raise InvalidArgument(f"No such compile option: '{name}' ({taken}; XLA's xla_* options are accepted "
+                                  "and ignored)")
+
+
 def compile_program(compiler: ProgramCompiler, program: Program, options: CompileOptions,
                     num_devices: int) -> CpuExecutable:
     """Compile ``program`` with ``compiler`` into an executable for ``num_devices`` devices."""
@@ -342,6 +356,7 @@ def compile_program(compiler: ProgramCompiler, program: Program, options: Compil
         )
     if program.format != "mlir":
         raise InvalidArgument(f"Unknown program format '{program.format}'.")
+    _check_option_names(compiler, options)
     try:
         compiled = compiler.compile(program.code, options)
     except PjrtError:

@@ -118,6 +118,8 @@ class ProgramCompiler(Protocol):
 
     #: Short name used in messages and cache keys (``numba_cpu``, ``reference``).
     name: str
+    # Optional: ``option_names``, the compile option overrides it reads (others than XLA's
+    # ``xla_*`` are refused at compile time).
 
     def compile(self, code: str | bytes, options: CompileOptions) -> CompiledProgram:
         """Compile StableHLO text (pretty or generic MLIR). Raises ParseError,

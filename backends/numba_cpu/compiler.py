@@ -343,6 +343,9 @@ class NumbaCompiler:
     """
 
     name = "numba_cpu"
+    #: The compile options (``env_option_overrides``) it reads; see _lowering_options, _tiered_for.
+    option_names = ("numba_cpu_num_threads", "numba_cpu_parallel_threshold", "numba_cpu_stream_min_bytes",
+                    "numba_cpu_tiered")
 
     def __init__(self, cache_dir: str | os.PathLike | None = None, *, num_threads: int | None = None,
                  parallel_threshold: int | None = None, stream_min_bytes: int | None = None, tiered: bool = False,

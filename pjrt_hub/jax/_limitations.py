@@ -48,6 +48,11 @@ JAX_LIMITATIONS: tuple[JaxLimitation, ...] = (
         "pjrt-hub runs a program per device only when a manual computation is @main's whole body: "
         "'unsupported op sdy.manual_computation'. Put the loop inside the pmap or shard_map instead"),
     JaxLimitation(
+        "xla_option_values", "compiler_options={'xla_...': value} with a value XLA would refuse",
+        "pjrt-hub's backends are not XLA: they take XLA's xla_* debug options, which frameworks send to "
+        "every plugin, and ignore them without reading their values (an option that is neither XLA's nor "
+        "the backend's own is refused: 'No such compile option')"),
+    JaxLimitation(
         "token_buffers", "reading a token's buffer (token._buf) as an array",
         "tokens are held as empty boolean arrays (pred[0], the buffer JAX passes for a token), so a "
         "token's buffer reads as an empty array where XLA refuses 'a token-shape buffer'; tokens passed "

@@ -467,6 +467,20 @@ def test_a_token_buffer_is_not_an_array():
         token._buf._value  # noqa: B018
 
 
+def test_a_compile_option_nobody_takes_is_refused_by_name():
+    lowered = jax.jit(lambda x: x + 1.0).lower(jax.device_put(np.float32(1), jax.devices(NUMBA)[0]))
+    with pytest.raises(jax.errors.JaxRuntimeError, match="No such compile option: 'invalid_key'"):
+        lowered.compile(compiler_options={"invalid_key": "invalid_value"})
+    assert float(lowered.compile(compiler_options={"xla_embed_ir_in_executable": True})(np.float32(2))) == 3.0
+
+
+@xfail_limitation("xla_option_values")
+def test_an_xla_option_value_xla_would_refuse():
+    lowered = jax.jit(lambda x: x + 1.0).lower(jax.device_put(np.float32(1), jax.devices(NUMBA)[0]))
+    with pytest.raises(jax.errors.JaxRuntimeError, match="is not a valid bool value"):
+        lowered.compile(compiler_options={"xla_embed_ir_in_executable": "invalid_value"})
+
+
 @xfail_limitation("manual_inside_a_loop")
 def test_pmap_inside_a_traced_loop():
     devices = jax.devices(NUMBA)[:4]

@@ -45,6 +45,19 @@ def test_options_may_be_dataclass_bytes_or_none(client):
     assert client.compile(Program(add_module()), replicated).get_executable().num_replicas() == 2
 
 
+def test_an_option_nobody_takes_is_refused_by_name(client, compiler, monkeypatch):
+    with pytest.raises(InvalidArgument, match="No such compile option: 'invalid_key'"):
+        client.compile(Program(add_module()), CompileOptions(env_option_overrides={"invalid_key": "x"}))
+    # XLA's debug options, which frameworks send to every plugin, are taken (and ignored).
+    xla = CompileOptions(env_option_overrides={"xla_cpu_enable_fast_min_max": False, "xla_foo": True})
+    assert client.compile(Program(add_module()), xla).get_executable().num_outputs() == 1
+    monkeypatch.setattr(compiler, "option_names", ("mini_depth",), raising=False)
+    own = CompileOptions(env_option_overrides={"mini_depth": 3})
+    assert client.compile(Program(add_module()), own).get_executable().num_outputs() == 1
+    with pytest.raises(InvalidArgument, match="No such compile option: 'mini_width'.*takes mini_depth"):
+        client.compile(Program(add_module()), CompileOptions(env_option_overrides={"mini_width": 3}))
+
+
 def test_malformed_options_get_upstreams_message(client):
     with pytest.raises(InvalidArgument, match="PJRT_Client_Compile: failed to deserialize CompileOptionsProto"):
         client.compile(Program(add_module()), b"\xff\xff\xff")
