@@ -1079,6 +1079,41 @@ def _fft(ctx: Lowering, op: Op) -> Sequence[Binding]:
     return [ArrayBinding(out, kind)]
 
 
+@kernel("stablehlo.custom_call")
+def _custom_call(ctx: Lowering, op: Op) -> Sequence[Binding]:
+    """The linear-algebra custom calls (backends/stablehlo/linalg_calls.py), on the host through
+    objmode, as the reference runs them: LAPACK, one matrix at a time."""
+    from pjrt_hub.backends.stablehlo.linalg_calls import HOST_CUSTOM_CALLS
+
+    from .codegen import unsupported_op
+
+    if op.call_target not in HOST_CUSTOM_CALLS:
+        raise unsupported_op(op)
+    kinds = [ctx.kind(r) for r in op.results]
+    for v in (*op.operands, *op.results):
+        kind = ctx.kind(v)
+        if kind.narrow or kind.cls not in "fc":
+            raise unsupported_variant(op, kind.element)
+    names = [ctx.array(v) for v in op.operands]
+    outs = [ctx.fresh("a") for _ in op.results]
+    specs = [ctx.global_value(f"types.Array(types.{np.dtype(k.storage).name}, {len(r.tensor_type.shape)}, 'C')")
+             for k, r in zip(kinds, op.results)]
+    config = op.attributes.get("backend_config")
+    config = config if isinstance(config, str) else ""
+    # The objmode block lives in a helper of its own, as the collectives' do: numba mis-compiles
+    # objmode blocks inside loops and branches ("Instruction does not dominate all uses").
+    helper = ctx.fresh("host_call")
+    params = [f"x{i}" for i in range(len(names))]
+    ys = [f"y{i}" for i in range(len(outs))]
+    ctx.helpers.append(
+        f"def {helper}({', '.join(params)}):\n"
+        f"    with objmode({', '.join(f'{y}={t}' for y, t in zip(ys, specs))}):\n"
+        f"        {', '.join(ys)}, = custom_call_host({str(op.call_target)!r}, ({', '.join(params)},), {config!r})\n"
+        f"    return ({', '.join(ys)},)")
+    ctx.scope.emit(f"{', '.join(outs)}, = {helper}({', '.join(f'np.ascontiguousarray({n})' for n in names)})")
+    return [ArrayBinding(o, k) for o, k in zip(outs, kinds)]
+
+
 @kernel("stablehlo.rng_bit_generator")
 def _rng_bit_generator(ctx: Lowering, op: Op) -> Sequence[Binding]:
     from pjrt_hub.backends.stablehlo import RngAlgorithm

@@ -14,7 +14,8 @@ compiled function per element type, where numba would compile one per literal.
   gives inf or NaN, as XLA's does, rather than an error;
 * cholesky reads the ``lower`` (or upper) triangle of a Hermitian matrix and returns L with
   ``a = L L^H`` (or U with ``a = U^H U``), zeros in the other triangle; a matrix that is not
-  positive definite gives NaNs from the first pivot that is not positive on.
+  positive definite (a pivot that is not positive, NaN included) gives a matrix of NaNs, as
+  JAX's CPU gives (LAPACK's potrf fails, and the whole factor is replaced).
 """
 
 from __future__ import annotations
@@ -77,11 +78,15 @@ def cholesky(a, lower_side):
     batch, m = a.shape[0], a.shape[1]
     out = np.zeros_like(a)
     for k in range(batch):
+        failed = False
         for j in range(m):
             # The Hermitian matrix's lower triangle: a's, or the adjoint of a's upper one.
             d = a[k, j, j]
             for p in range(j):
                 d -= out[k, j, p] * np.conj(out[k, j, p])
+            if not d.real > 0:
+                failed = True
+                break
             pivot = np.sqrt(d.real)
             out[k, j, j] = pivot
             for i in range(j + 1, m):
@@ -89,6 +94,8 @@ def cholesky(a, lower_side):
                 for p in range(j):
                     s -= out[k, i, p] * np.conj(out[k, j, p])
                 out[k, i, j] = s / pivot
-        if not lower:
+        if failed:
+            out[k] = np.nan
+        elif not lower:
             out[k] = np.conj(out[k].T).copy()
     return out

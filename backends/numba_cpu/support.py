@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit, objmode, types
 
 from pjrt_hub.backends.stablehlo.fft import fft_host
+from pjrt_hub.backends.stablehlo.linalg_calls import custom_call_host
 
 from . import boxing, linalg, special, vecmath
 from .threads import blas_threads, dot_in_blocks
@@ -50,7 +51,7 @@ __all__ = [
     "fsign", "isign", "iabs", "imax", "imin", "ipow", "fpow64", "frem", "isfinite_f",
     "exp_f64", "log_f64", "tanh_f64", "logistic_f64", "expm1_f64", "log1p_f64", "sin_f", "cos_f", "tan_f",
     "atan2_f", "sinh_f", "cosh_f", "asin_f", "acos_f", "atan_f", "asinh_f", "acosh_f", "atanh_f",
-    "lgamma_f", "fft_host", "objmode", "triangular_solve_nd", "cholesky_nd", "digamma_f", "polygamma_f", "zeta_f", "i1e_f", "next_after_bits", "clamp_index", "sf_value", "sf_bits", "wrap_signed", "wrap_unsigned",
+    "lgamma_f", "fft_host", "custom_call_host", "objmode", "triangular_solve_nd", "cholesky_nd", "digamma_f", "polygamma_f", "zeta_f", "i1e_f", "next_after_bits", "clamp_index", "sf_value", "sf_bits", "wrap_signed", "wrap_unsigned",
     "cdiv", "csign", "cexp", "clog", "csqrt", "crsqrt", "ctanh", "csin", "ccos", "ctan", "cexpm1", "clog1p",
     "clogistic", "cpow", "cmath", "rng_threefry", "rng_philox", "reduce_precision32", "reduce_precision64", "np", "math", "types", "vecmath",
 ]

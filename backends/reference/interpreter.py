@@ -76,8 +76,11 @@ class Results(list):
 
 def check_supported(module: Module, backend: str = "reference") -> None:
     """Raise UnsupportedOpError for the first op the interpreter cannot run."""
+    from pjrt_hub.backends.stablehlo.linalg_calls import HOST_CUSTOM_CALLS
+
     for op in module.walk():
-        if op.name not in OPS and op.name not in _TERMINATORS:
+        if (op.name not in OPS and op.name not in _TERMINATORS) or (
+                op.name == "stablehlo.custom_call" and op.call_target not in HOST_CUSTOM_CALLS):
             raise UnsupportedOpError(op.name, target=op.call_target, location=op.where, supported=supported_ops(),
                                      backend=backend)
 

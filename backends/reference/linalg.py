@@ -46,7 +46,9 @@ def _triangular_solve(ctx, op, a, b):
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for i in range(m) if forward else range(m - 1, -1, -1):
             done = slice(0, i) if forward else slice(i + 1, m)
-            rest = x[..., i, :] - np.einsum("...j,...jc->...c", t[..., i, done], x[..., done, :])
+            rest = x[..., i, :]
+            if done.stop > done.start:  # numpy's einsum over an empty axis can return garbage, not 0
+                rest = rest - np.einsum("...j,...jc->...c", t[..., i, done], x[..., done, :])
             x[..., i, :] = rest / t[..., i, i][..., None]
     if not attrs.get("left_side"):
         x = np.swapaxes(x, -1, -2)
@@ -60,13 +62,20 @@ def _cholesky(ctx, op, a):
     h = w if lower else np.conj(np.swapaxes(w, -1, -2))  # the lower triangle holds the matrix
     m = a.shape[-1]
     out = np.zeros_like(h)
+    # Not positive definite (a pivot that is not positive, NaN included): the whole factor is NaN,
+    # as JAX's CPU gives it (LAPACK's potrf fails and JAX replaces the result).
+    failed = np.zeros(h.shape[:-2], bool)
     with np.errstate(divide="ignore", invalid="ignore"):
         for j in range(m):
             d = h[..., j, j] - np.sum(out[..., j, :j] * np.conj(out[..., j, :j]), axis=-1)
+            failed |= ~(np.real(d) > 0)
             pivot = np.sqrt(np.real(d))
             out[..., j, j] = pivot
-            below = h[..., j + 1:, j] - np.einsum("...ip,...p->...i", out[..., j + 1:, :j], np.conj(out[..., j, :j]))
+            below = h[..., j + 1:, j]
+            if j:  # numpy's einsum over an empty axis can return garbage, not 0
+                below = below - np.einsum("...ip,...p->...i", out[..., j + 1:, :j], np.conj(out[..., j, :j]))
             out[..., j + 1:, j] = below / pivot[..., None]
+    out[failed] = np.nan
     if not lower:
         out = np.conj(np.swapaxes(out, -1, -2))
     return out.astype(a.dtype)

@@ -421,6 +421,19 @@ def _batch_norm_grad(ctx, op, x, scale, mean, variance, grad_output):
             compute_float(lambda v: v, grad_offset, dtype=dt)]
 
 
+@register("stablehlo.custom_call")
+def _custom_call(ctx, op, *operands):
+    """The custom calls JAX emits off XLA's platforms that no StableHLO rewrite covers (QR's and
+    eigh's): on the host (see backends/stablehlo/linalg_calls.py). check_supported refuses any
+    other."""
+    from pjrt_hub.backends.stablehlo.linalg_calls import custom_call_host
+
+    from .interpreter import Results
+
+    config = op.attributes.get("backend_config")
+    return Results(custom_call_host(str(op.call_target), operands, config if isinstance(config, str) else ""))
+
+
 @register("stablehlo.fft")
 def _fft(ctx, op, x):
     from pjrt_hub.backends.stablehlo import FftType

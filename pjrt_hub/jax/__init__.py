@@ -102,6 +102,7 @@ def register(plugin: str = "numba_cpu", *, name: str | None = None, platform_nam
             _allow_donation(platform_name or name)
         xla_bridge.register_plugin(name, priority=priority, c_api=served.capsule(),
                                    options=dict(options) if options else None)
+        _lower_eigh_without_lapack(platform_name or name)
         _REGISTERED[name] = served
         _PLUGIN_OF[name] = plugin
     return served
@@ -160,6 +161,41 @@ def _allow_donation(platform: str) -> None:
     elif platforms is None:
         log.warning("this JAX has no list of platforms with donation; donate_argnums will be ignored on %s",
                     platform)
+
+
+def _lower_eigh_without_lapack(platform: str) -> None:
+    """Give ``platform`` JAX's lowering of ``eigh`` that needs no LAPACK.
+
+    JAX lowers ``eigh`` (and so ``jnp.linalg.eigh``, ``svd``, ``pinv``...) only for its own
+    platforms: LAPACK custom calls on ``cpu``, its TPU rule on ``tpu``, nothing elsewhere. The
+    TPU rule emits custom calls pjrt-hub's backends run on the host with LAPACK
+    (backends/stablehlo/linalg_calls.py): ``@Eigh`` for a whole spectrum, QDWH's StableHLO and
+    ``@Qr`` for a subset. It is registered for ``platform``, asking for the former. It is JAX's
+    private code (``jax._src.tpu.linalg``): a JAX without it leaves ``eigh`` unlowered, as before
+    (the ``linalg_decompositions`` limitation)."""
+    if platform in ("cpu", "cuda", "rocm", "tpu"):
+        return
+    try:
+        from jax._src.interpreters import mlir
+        from jax._src.lax import linalg as lax_linalg
+        from jax._src.tpu.linalg import eigh as tpu_eigh
+        from jax._src.tpu.linalg import svd as _svd  # noqa: F401 - registers svd's platform-free rule
+
+        tpu_rule = tpu_eigh._eigh_tpu_lowering
+        jacobi = lax_linalg.EighImplementation.JACOBI
+
+        def rule(ctx: Any, operand: Any, *, lower: bool, sort_eigenvalues: bool, subset_by_index: Any,
+                 algorithm: Any) -> Any:
+            n = ctx.avals_in[0].shape[-1]
+            if subset_by_index is None or tuple(subset_by_index) == (0, n):
+                # One custom call @Eigh, which pjrt-hub's backends give LAPACK's answer for.
+                algorithm = jacobi
+            return tpu_rule(ctx, operand, lower=lower, sort_eigenvalues=sort_eigenvalues,
+                            subset_by_index=subset_by_index, algorithm=algorithm)
+
+        mlir.register_lowering(lax_linalg.eigh_p, rule, platform=platform)
+    except (ImportError, AttributeError, NotImplementedError) as exc:
+        log.debug("no eigh lowering for %s: %s", platform, exc)
 
 
 def registered() -> dict[str, "ServedApi"]:

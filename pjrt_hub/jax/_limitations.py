@@ -28,10 +28,10 @@ class JaxLimitation:
 
 JAX_LIMITATIONS: tuple[JaxLimitation, ...] = (
     JaxLimitation(
-        "linalg_decompositions", "jnp.linalg.qr, eigh, svd, eig",
-        "on a platform that is not 'cpu', JAX lowers QR to a custom call @Qr (Householder) that only XLA "
-        "implements, and has no lowering at all for eigh ('MLIR translation rule for primitive eigh not "
-        "found'); inv, solve, cholesky, det and slogdet work (stablehlo.triangular_solve and cholesky)"),
+        "linalg_decompositions", "jnp.linalg.eig of a general matrix, jax.scipy.linalg.schur and hessenberg",
+        "JAX lowers them only for its own platforms (LAPACK custom calls on 'cpu'): 'MLIR translation rule "
+        "for primitive eig not found'. qr, eigh, svd, pinv, lstsq, inv, solve, cholesky, det and slogdet "
+        "work: QR's custom calls and eigh's (lowered as for TPUs) run on the host's LAPACK"),
     JaxLimitation(
         "host_callbacks", "jax.debug.print, jax.pure_callback, io_callback",
         "JAX lowers host callbacks only for its own platforms (cpu, cuda, rocm, tpu): 'EmitPythonCallback "

@@ -9,7 +9,7 @@ import pytest
 
 from pjrt_hub.backends.numba_cpu.compiler import NumbaCompiler
 from pjrt_hub.backends.reference import ReferenceCompiler
-from pjrt_hub.abi import CompileOptions
+from pjrt_hub.abi import CompileOptions, UnsupportedOpError
 
 # jax.jit(lambda x: jax.lax.approx_min_k(x, 2, reduction_dimension=0)).lower(f32[6, 3]).as_text()
 APPROX_MIN_K_DIM0 = """module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
@@ -86,3 +86,49 @@ def test_a_sort_whose_comparator_orders_no_nan_still_permutes(compile_run):
     values, indices = compile_run(text, x, np.arange(9, dtype=np.int32))
     assert sorted(indices.tolist()) == list(range(9))
     np.testing.assert_array_equal(values, x[indices])
+
+
+# The custom calls of jnp.linalg.qr off XLA's platforms (and of eigh, as pjrt_hub.jax lowers it),
+# as JAX 0.10 emits them, batched: LAPACK's answers on both backends.
+LINALG = """func.func @main(%a: tensor<2x5x3xf32>, %w: tensor<3x5xf64>, %s: tensor<2x4x4xcomplex<f32>>)
+    -> (tensor<2x5x3xf32>, tensor<2x3xf32>, tensor<2x5x3xf32>, tensor<3x5xf64>, tensor<3xf64>,
+        tensor<2x4x4xcomplex<f32>>, tensor<2x4xf32>, tensor<2x4x4xcomplex<f32>>, tensor<2x4xf32>) {
+  %0:2 = stablehlo.custom_call @Qr(%a) {api_version = 1 : i32} : (tensor<2x5x3xf32>) -> (tensor<2x5x3xf32>, tensor<2x3xf32>)
+  %1 = stablehlo.custom_call @ProductOfElementaryHouseholderReflectors(%0#0, %0#1) {api_version = 1 : i32} : (tensor<2x5x3xf32>, tensor<2x3xf32>) -> tensor<2x5x3xf32>
+  %2:2 = stablehlo.custom_call @Qr(%w) {api_version = 1 : i32} : (tensor<3x5xf64>) -> (tensor<3x5xf64>, tensor<3xf64>)
+  %3:2 = stablehlo.custom_call @Eigh(%s) {backend_config = "1,1,100,1e-6"} : (tensor<2x4x4xcomplex<f32>>) -> (tensor<2x4x4xcomplex<f32>>, tensor<2x4xf32>)
+  %4:2 = stablehlo.custom_call @Eigh(%s) {backend_config = "0,1,100,1e-6"} : (tensor<2x4x4xcomplex<f32>>) -> (tensor<2x4x4xcomplex<f32>>, tensor<2x4xf32>)
+  return %0#0, %0#1, %1, %2#0, %2#1, %3#0, %3#1, %4#0, %4#1 : tensor<2x5x3xf32>, tensor<2x3xf32>, tensor<2x5x3xf32>, tensor<3x5xf64>, tensor<3xf64>, tensor<2x4x4xcomplex<f32>>, tensor<2x4xf32>, tensor<2x4x4xcomplex<f32>>, tensor<2x4xf32>
+}
+"""
+
+
+def test_qr_and_eigh_custom_calls_give_lapacks_answers(compile_run):
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((2, 5, 3)).astype(np.float32)
+    w = rng.standard_normal((3, 5))
+    s = (rng.standard_normal((2, 4, 4)) + 1j * rng.standard_normal((2, 4, 4))).astype(np.complex64)
+    packed, taus, q, wide, wide_taus, v_low, e_low, v_up, e_up = compile_run(LINALG, a, w, s)
+    r = np.triu(packed)[:, :3, :]
+    np.testing.assert_allclose(q @ r, a, atol=1e-5)
+    np.testing.assert_allclose(np.swapaxes(q, -1, -2) @ q, np.broadcast_to(np.eye(3), (2, 3, 3)), atol=1e-5)
+    assert taus.shape == (2, 3) and np.all(np.abs(np.diagonal(r, axis1=-2, axis2=-1)) > 0)
+    lapack_r = np.linalg.qr(w, mode="r")
+    np.testing.assert_allclose(np.abs(np.triu(wide)), np.abs(lapack_r), atol=1e-12)
+    assert wide_taus.shape == (3,)
+    for v, e, uplo in ((v_low, e_low, "L"), (v_up, e_up, "U")):
+        expected = np.linalg.eigvalsh(s.astype(np.complex128), UPLO=uplo)
+        np.testing.assert_allclose(e, expected, rtol=1e-5, atol=1e-5)
+        half = np.tril(s, -1) if uplo == "L" else np.swapaxes(np.triu(s, 1), -1, -2).conj()
+        diagonal = np.real(np.diagonal(s, axis1=-2, axis2=-1))[..., None] * np.eye(4)  # its imaginary part is not read
+        hermitian = half + np.swapaxes(half, -1, -2).conj() + diagonal
+        np.testing.assert_allclose(hermitian @ v, v * e[:, None, :], atol=1e-4)
+
+
+def test_an_unknown_custom_call_is_refused_by_name(compile_run):
+    text = """func.func @main(%a: tensor<3x3xf32>) -> tensor<3x3xf32> {
+  %0 = stablehlo.custom_call @Schur(%a) : (tensor<3x3xf32>) -> tensor<3x3xf32>
+  return %0 : tensor<3x3xf32>
+}"""
+    with pytest.raises(UnsupportedOpError, match="Schur"):
+        compile_run(text, np.eye(3, dtype=np.float32))

@@ -816,6 +816,26 @@ def test_triangular_solve_and_cholesky_in_every_variant(compiler, dtype):
     np.testing.assert_allclose(got[-3], ref[-3], rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64])
+def test_a_cholesky_of_a_matrix_not_positive_definite_is_all_nan(compiler, dtype):
+    """As JAX's CPU gives it (LAPACK's potrf fails and the factor is replaced by NaNs), on both
+    tiers (the compiled one for complex) and the reference, matrix by matrix: a singular matrix, one with a negative pivot, one
+    with a NaN, and a positive definite one beside them that keeps its factor."""
+    a = np.array([[[1, 1], [1, 1]], [[1, 2], [2, 1]], [[np.nan, 0], [0, 1]], [[4, 2], [2, 5]]], dtype)
+    prog = Program(a)
+    for lower in ("true", "false"):
+        prog(f'"stablehlo.cholesky"(%a0) <{{lower = {lower}}}> : ({tt(a.shape, dtype)}) -> {tt(a.shape, dtype)}')
+    text = prog.text()
+    got = compiler.compile(text).run(prog.args)
+    if np.dtype(dtype).kind != "c":  # the eager tier holds no complex values
+        assert_same_bits(eager_program(text).run(prog.args), got, "eager tier against compiled")
+    ref = Interpreter(verify(parse_module(text))).run(prog.args)
+    lower = np.linalg.cholesky(a[3].astype(np.complex128))
+    for factor, expected in zip((*got, *ref), (lower, lower.conj().T) * 2):
+        assert np.isnan(factor[:3]).all()
+        np.testing.assert_allclose(factor[3], expected, rtol=1e-6)
+
+
 def test_fft_of_every_type_against_numpy(compiler):
     """stablehlo.fft (jnp.fft) through numpy's FFT, called from the compiled code (objmode)."""
     rng = np.random.default_rng(3)
