@@ -739,13 +739,25 @@ def _run_many(args: argparse.Namespace, registry: Any, name: str, text: str) -> 
 
     def render(r: RunReport) -> str:
         lines = [f"{r.program} on {r.plugin}: compiled in {r.compile_ms:.1f} ms, ran in {r.execute_ms:.2f} ms"]
-        lines += [f"  {o.name}: {o.dtype}[{','.join(map(str, o.shape))}]" for o in r.outputs]
+        for o, array in zip(r.outputs, done.outputs.values()):
+            lines += [f"  {o.name}: {o.dtype}[{','.join(map(str, o.shape))}]", *_preview(array)]
         if r.out:
             lines.append(f"wrote {r.out}")
         return "\n".join(lines)
 
     _emit(args, report, render)
     return ExitCode.OK
+
+
+def _preview(array: Any) -> list[str]:
+    """The values of a result, as numpy prints them, large arrays cut to their corners."""
+    import numpy as np
+
+    try:
+        text = np.array2string(np.asarray(array), threshold=64, edgeitems=3, max_line_width=96)
+    except (TypeError, ValueError):  # a type numpy cannot print
+        return []
+    return [f"    {line}" for line in text.splitlines()]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -827,7 +839,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     def render(r: RunReport) -> str:
         lines = [f"{r.program} on {r.plugin}: compiled in {r.compile_ms:.1f} ms, ran in {r.execute_ms:.2f} ms"]
-        lines += [f"  {o.name}: {o.dtype}[{','.join(map(str, o.shape))}]" for o in r.outputs]
+        for o, array in zip(r.outputs, result.outputs):
+            lines += [f"  {o.name}: {o.dtype}[{','.join(map(str, o.shape))}]", *_preview(array)]
         if r.out:
             as_bits = [f"{o.name} as uint{a.dtype.itemsize * 8}" for o, a in zip(r.outputs, result.outputs)
                        if npz_array(a).dtype != a.dtype]

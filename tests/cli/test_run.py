@@ -58,6 +58,19 @@ def test_run_writes_every_result(tmp_path, program, capsys):
         assert data["out1"].dtype == np.int32
 
 
+def test_run_shows_the_values_it_computed_and_the_corners_of_large_ones(tmp_path, program, capsys):
+    src = inputs(tmp_path, in0=np.arange(4, dtype=np.float32), in1=np.array([1, -2, 3, 4], np.int32))
+    code, stdout, _ = run(capsys, program, "--plugin", "reference", "--inputs", src)
+    assert code == ExitCode.OK
+    assert "  out0: float32[4]\n    [0. 2. 4. 6.]\n  out1: int32[4]\n    [ 1  4  9 16]" in stdout
+    big = tmp_path / "big.mlir"
+    big.write_text(ADD.replace("tensor<4x", "tensor<1000x"))
+    src = inputs(tmp_path, in0=np.arange(1000, dtype=np.float32), in1=np.arange(1000, dtype=np.int32))
+    code, stdout, _ = run(capsys, big, "--plugin", "reference", "--inputs", src)
+    assert code == ExitCode.OK
+    assert "    [   0.    2.    4. ... 1994. 1996. 1998.]" in stdout and len(stdout.splitlines()) < 10
+
+
 def test_run_json_report(tmp_path, program, capsys):
     src = inputs(tmp_path, in0=np.ones(4, np.float32), in1=np.ones(4, np.int32))
     code, stdout, _ = run(capsys, program, "--plugin", "reference", "--inputs", src, "--json")
