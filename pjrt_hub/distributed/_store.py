@@ -38,11 +38,17 @@ _MAX_LINE = 1 << 16
 _MAX_VALUE = 1 << 30
 
 
+#: Refusals logged one by one before the store only logs their count.
+_LOGGED_REFUSALS = 10
+
+
 def new_token() -> str:
     return secrets.token_hex(16)
 
 
-def _read_line(sock: socket.socket, buffer: bytearray) -> bytes:
+def _read_line(sock: socket.socket, buffer: bytearray, deadline: float | None = None) -> bytes:
+    """The next line; with ``deadline`` (time.monotonic()), socket.timeout once it passes, however
+    the bytes trickle in (a socket's own timeout bounds each read, not the line)."""
     while True:
         end = buffer.find(b"\n")
         if end >= 0:
@@ -51,6 +57,11 @@ def _read_line(sock: socket.socket, buffer: bytearray) -> bytes:
             return line
         if len(buffer) > _MAX_LINE:
             raise ValueError("line too long")
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout("the line did not arrive in time")
+            sock.settimeout(left)
         chunk = sock.recv(65536)
         if not chunk:
             raise ConnectionError("connection closed")
@@ -123,7 +134,13 @@ class StoreServer:
     def _refuse(self, conn: socket.socket, peer: Any, why: str) -> None:
         message = f"refused a connection from {peer[0]}:{peer[1]}: {why}"
         self.refused.append(why)
-        _log.warning("pjrt-hub store: %s", message)
+        # A stranger knocking in a loop must not flood the job's log: every refusal is counted,
+        # the first few are logged, then one line at each power of ten.
+        count = len(self.refused)
+        if count <= _LOGGED_REFUSALS:
+            _log.warning("pjrt-hub store: %s", message)
+        elif str(count).rstrip("0") == "1":
+            _log.warning("pjrt-hub store: %d connections refused so far; the last: %s", count, message)
         try:
             conn.close()
         except OSError:
@@ -131,14 +148,14 @@ class StoreServer:
 
     def _serve(self, conn: socket.socket, peer: Any) -> None:
         buffer = bytearray()
-        conn.settimeout(self.hello_timeout)
         try:
-            hello = json.loads(_read_line(conn, buffer))
+            hello = json.loads(_read_line(conn, buffer, time.monotonic() + self.hello_timeout))
             if not isinstance(hello, dict):
                 raise ValueError("not an object")
         except socket.timeout:
             return self._refuse(conn, peer, f"no hello within {self.hello_timeout:g} s")
-        except (ValueError, UnicodeDecodeError, ConnectionError, OSError):
+        except (ValueError, RecursionError, UnicodeDecodeError, ConnectionError, OSError):
+            # RecursionError: json nests as deep as the text does ('[' x 60000).
             return self._refuse(conn, peer, "not a pjrt-hub store client (garbage or closed before its hello)")
         token = hello.get("token")
         if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self.token.encode()):
@@ -177,7 +194,7 @@ class StoreServer:
                         conn.sendall(json.dumps({"ok": True, "size": len(value)}).encode() + b"\n" + value)
                 else:
                     raise ValueError(f"unknown op {op!r}")
-        except (ConnectionError, OSError, ValueError) as exc:
+        except (ConnectionError, OSError, ValueError, RecursionError) as exc:
             if not said_bye and rank is not None and not self._closed:
                 why = f"rank {rank} left the job without saying goodbye (its process died?)"
                 _log.warning("pjrt-hub store: %s (%s)", why, exc)

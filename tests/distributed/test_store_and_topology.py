@@ -56,6 +56,47 @@ def test_strangers_are_refused_with_a_log_line_while_the_job_goes_on(server, cap
     member.close()
 
 
+def _wait_refused(server, count):
+    deadline = time.monotonic() + 20
+    while len(server.refused) < count and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def test_a_hello_that_trickles_in_or_nests_deep_is_refused_and_the_job_goes_on(server):
+    member = StoreClient(server.address, server.token, 0)
+    trickle = socket.create_connection(("127.0.0.1", server.port))
+    start = time.monotonic()
+    for byte in b'{"token": "':  # one byte every 0.1 s: each read is quick, the hello never ends
+        try:
+            trickle.sendall(bytes([byte]))
+        except OSError:
+            break
+        time.sleep(0.1)
+        if server.refused:
+            break
+    _wait_refused(server, 1)
+    assert server.refused == ["no hello within 0.5 s"] and time.monotonic() - start < 2
+    deep = socket.create_connection(("127.0.0.1", server.port))
+    deep.sendall(b"[" * 60000 + b"\n")
+    _wait_refused(server, 2)
+    assert server.refused[1] == "not a pjrt-hub store client (garbage or closed before its hello)"
+    member.put("still", b"here")
+    assert member.get("still", 1) == b"here"
+    for s in (trickle, deep, member):
+        s.close()
+
+
+def test_many_strangers_make_a_few_log_lines_and_are_all_counted(server, caplog):
+    caplog.set_level(logging.WARNING, logger="pjrt_hub.distributed")
+    for _ in range(30):
+        stranger = socket.create_connection(("127.0.0.1", server.port))
+        stranger.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        stranger.close()
+    _wait_refused(server, 30)
+    assert len(server.refused) == 30
+    assert sum("refused a connection" in r.getMessage() for r in caplog.records) == 10
+
+
 def test_a_rank_that_disappears_is_named(server):
     doomed = StoreClient(server.address, server.token, 3)
     doomed._sock.close()  # the process died: no goodbye
