@@ -414,9 +414,10 @@ def test_fft_special_functions_top_k_and_views(platform):
 @pytest.mark.parametrize("platform", [NUMBA, REFERENCE])
 def test_linalg_qr_eigh_svd_and_what_is_built_on_them(platform):
     """QR's custom calls and eigh (lowered as JAX lowers it for TPUs, to @Eigh) run on the host's
-    LAPACK: values as XLA gives them; singular values and pseudo-inverses from the polar SVD."""
+    LAPACK: values as XLA gives them; singular values and pseudo-inverses from the polar SVD.
+    (A full-rank Gram matrix: the zero eigenvalue of a rank-deficient one is rounding noise.)"""
     m = normal(4, 3)
-    assert_like_xla(lambda m: (jnp.linalg.qr(m)[1], jnp.linalg.eigh(m @ m.T)[0], jnp.linalg.svd(m)[1],
+    assert_like_xla(lambda m: (jnp.linalg.qr(m)[1], jnp.linalg.eigh(m.T @ m)[0], jnp.linalg.svd(m)[1],
                                jnp.linalg.pinv(m), jnp.linalg.eigvalsh(m[:3] + 1j * m[:3].T)),
                     m, platform=platform)
     q, r = jax.jit(jnp.linalg.qr)(jax.device_put(m, jax.devices(platform)[0]))
