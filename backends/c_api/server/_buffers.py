@@ -78,10 +78,14 @@ class _BufferSlots(_Base):
 
     def _buffer_place(self, handle: int, what: str) -> tuple[int, int]:
         """The handles of a buffer's device and memory, which the native fast paths then give."""
-        buffer = self._buffer(handle, what)
+        return self._memo_buffer(handle, self._buffer(handle, what), ready=False)
+
+    def _memo_buffer(self, handle: int, buffer: Any, *, ready: bool) -> tuple[int, int]:
+        """The handles of ``buffer``'s device and memory, written into ``handle``'s slot for the
+        native fast paths with whether the buffer is known ready without error."""
         place = self._device_handle(buffer.device()), self._memory_handle(buffer.memory())
         if self._ready_event:
-            self._handles.memo(handle, TAG_BUFFER, *place, 0)  # 0: whether it is ready is not known here
+            self._handles.memo(handle, TAG_BUFFER, *place, int(ready))
         return place
 
     def _Buffer_Delete(self, address: int) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 from pjrt_hub.abi import ExecuteOptions, InvalidArgument, Unimplemented
 from pjrt_hub.abi.compile_options import encode_device_assignment
 
-from .._native import TAG_BUFFER, TAG_EXECUTABLE
+from .._native import TAG_EXECUTABLE
 from ._base import _Base, _Entry, _Executable, _Loaded, _pointers
 
 
@@ -135,9 +135,8 @@ class _ExecutableSlots(_Base):
                     if buffer.is_deleted():
                         handles.forget(input_handle or 0)
         outputs = result.outputs
-        new, memo = handles.new, handles.memo
+        new = handles.new
         ready = self._ready_event
-        device_handles: dict[int, int] = {}
         out_outer = _pointers(num_devices).from_address(args.output_lists) if num_devices else ()
         for d, buffers in enumerate(outputs):
             if not buffers:
@@ -149,13 +148,8 @@ class _ExecutableSlots(_Base):
             for i, buffer in enumerate(buffers):
                 handle = out_row[i] = new("buffer", buffer)
                 if ready:
-                    device = buffer.device()
-                    device_handle = device_handles.get(id(device))
-                    if device_handle is None:
-                        device_handle = device_handles[id(device)] = self._device_handle(device)
                     event = buffer.ready_event()
-                    memo(handle, TAG_BUFFER, device_handle, self._memory_handle(buffer.memory()),
-                         int(event.is_ready() and event.error() is None))
+                    self._memo_buffer(handle, buffer, ready=event.is_ready() and event.error() is None)
         if args.device_complete_events:
             events = _pointers(num_devices).from_address(args.device_complete_events)
             for d, event in enumerate(result.device_complete_events):
@@ -190,14 +184,15 @@ class _ExecutableSlots(_Base):
         """One of an executable's replica, partition and output counts. All three are then given
         for this handle by the native fast paths (a framework asks for them on every execute)."""
         executable = self._executable(handle, what)
-        value = int(getattr(executable, _COUNTS[index])())
         if self._ready_event:
             try:
                 counts = [int(getattr(executable, name)()) for name in _COUNTS]
             except Exception:  # noqa: BLE001 - then Python keeps answering, each count with its own error
-                return value
-            self._handles.memo(handle, TAG_EXECUTABLE, *counts)
-        return value
+                pass
+            else:
+                self._handles.memo(handle, TAG_EXECUTABLE, *counts)
+                return counts[index]
+        return int(getattr(executable, _COUNTS[index])())
 
     def _Executable_SizeOfGeneratedCodeInBytes(self, address: int) -> None:
         args = self._args(address, "PJRT_Executable_SizeOfGeneratedCodeInBytes_Args")
