@@ -739,8 +739,7 @@ def _run_many(args: argparse.Namespace, registry: Any, name: str, text: str) -> 
 
     def render(r: RunReport) -> str:
         lines = [f"{r.program} on {r.plugin}: compiled in {r.compile_ms:.1f} ms, ran in {r.execute_ms:.2f} ms"]
-        for o, array in zip(r.outputs, done.outputs.values()):
-            lines += [f"  {o.name}: {o.dtype}[{','.join(map(str, o.shape))}]", *_preview(array)]
+        lines += _output_lines(r.outputs, done.outputs.values())
         if r.out:
             lines.append(f"wrote {r.out}")
         return "\n".join(lines)
@@ -749,15 +748,20 @@ def _run_many(args: argparse.Namespace, registry: Any, name: str, text: str) -> 
     return ExitCode.OK
 
 
-def _preview(array: Any) -> list[str]:
-    """The values of a result, as numpy prints them, large arrays cut to their corners."""
+def _output_lines(outputs: Any, arrays: Any) -> list[str]:
+    """``pjrt-hub run``'s lines for its results: each one's type, then its values as numpy
+    prints them, large arrays cut to their corners."""
     import numpy as np
 
-    try:
-        text = np.array2string(np.asarray(array), threshold=64, edgeitems=3, max_line_width=96)
-    except (TypeError, ValueError):  # a type numpy cannot print
-        return []
-    return [f"    {line}" for line in text.splitlines()]
+    lines = []
+    for o, array in zip(outputs, arrays):
+        lines.append(f"  {o.name}: {o.dtype}[{','.join(map(str, o.shape))}]")
+        try:
+            text = np.array2string(np.asarray(array), threshold=64, edgeitems=3, max_line_width=96)
+        except (TypeError, ValueError):  # a type numpy cannot print
+            continue
+        lines += [f"    {line}" for line in text.splitlines()]
+    return lines
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -839,8 +843,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     def render(r: RunReport) -> str:
         lines = [f"{r.program} on {r.plugin}: compiled in {r.compile_ms:.1f} ms, ran in {r.execute_ms:.2f} ms"]
-        for o, array in zip(r.outputs, result.outputs):
-            lines += [f"  {o.name}: {o.dtype}[{','.join(map(str, o.shape))}]", *_preview(array)]
+        lines += _output_lines(r.outputs, result.outputs)
         if r.out:
             as_bits = [f"{o.name} as uint{a.dtype.itemsize * 8}" for o, a in zip(r.outputs, result.outputs)
                        if npz_array(a).dtype != a.dtype]
