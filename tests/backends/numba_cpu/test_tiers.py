@@ -592,9 +592,9 @@ def test_a_loop_of_runs_without_a_pause_gets_the_compiled_code(tiered, monkeypat
     assert program.tier == "compiled"
 
 
-def test_a_program_run_in_a_loop_waits_for_its_compile_after_a_few_eager_runs(tiered, monkeypatch):
-    """The eager runs of a loop would share the cores with the compile it waits for: after
-    LOOP_RUNS of them, the next run waits for the compiled code."""
+def _hold_compiles(monkeypatch) -> threading.Event:
+    """Background compiles wait until the returned event is set (at most 60 s, which fails the
+    compile)."""
     release = threading.Event()
     real = tiers._Background._compile
 
@@ -603,6 +603,13 @@ def test_a_program_run_in_a_loop_waits_for_its_compile_after_a_few_eager_runs(ti
         return real(self, job)
 
     monkeypatch.setattr(tiers._Background, "_compile", held)
+    return release
+
+
+def test_a_program_run_in_a_loop_waits_for_its_compile_after_a_few_eager_runs(tiered, monkeypatch):
+    """The eager runs of a loop would share the cores with the compile it waits for: after
+    LOOP_RUNS of them, the next run waits for the compiled code."""
+    release = _hold_compiles(monkeypatch)
     monkeypatch.setattr(tiers, "LOOP_EAGER_S", 0.0)
     entry = PROGRAMS["cumsum"]
     args = _corpus_args(entry)
@@ -616,14 +623,7 @@ def test_a_program_run_in_a_loop_waits_for_its_compile_after_a_few_eager_runs(ti
 
 
 def test_a_loop_whose_compile_hangs_waits_once_and_goes_on_eagerly(tiered, monkeypatch):
-    release = threading.Event()
-    real = tiers._Background._compile
-
-    def hung(self, job):
-        release.wait(60)
-        return real(self, job)
-
-    monkeypatch.setattr(tiers._Background, "_compile", hung)
+    release = _hold_compiles(monkeypatch)
     monkeypatch.setattr(tiers, "LOOP_WAIT_S", 0.2)
     monkeypatch.setattr(tiers, "LOOP_EAGER_S", 0.0)
     entry = PROGRAMS["cumsum"]
@@ -637,14 +637,7 @@ def test_a_loop_whose_compile_hangs_waits_once_and_goes_on_eagerly(tiered, monke
 def test_a_loop_of_cheap_eager_runs_does_not_wait_for_its_compile(tiered, monkeypatch):
     """Ten fold_ins of a key cost milliseconds eagerly: stalling them for a compile of seconds
     would make the loop slower, not faster."""
-    release = threading.Event()
-    real = tiers._Background._compile
-
-    def held(self, job):
-        release.wait(60)
-        return real(self, job)
-
-    monkeypatch.setattr(tiers._Background, "_compile", held)
+    release = _hold_compiles(monkeypatch)
     monkeypatch.setattr(tiers, "LOOP_EAGER_S", 3600.0)
     entry = PROGRAMS["cumsum"]
     program = tiered.compile(_text(entry))
