@@ -481,14 +481,14 @@ class NumbaCompiler:
         gen = Lowering(fn, lopts).lower()
         return render_module(module, fn, gen)
 
-    def compile_to_cache(self, text: str, lopts: LoweringOptions, text_key: str) -> str:
-        """Compile a program into the disk cache (what the background compile process does);
-        returns the module's fingerprint."""
+    def compile_to_cache(self, text: str, lopts: LoweringOptions, text_key: str) -> NumbaProgram:
+        """Compile a program into the disk cache (what the background compile process does),
+        and return it loaded."""
         with self._lock:
             prog = self._from_index(text_key)
             if prog is None:
                 prog = self._load(self._generate(text, lopts), text_key)
-            return prog.fingerprint
+            return prog
 
     def cached(self, text_key: str) -> bool:
         """Whether the disk cache has an entry for this text (not checked for soundness)."""

@@ -22,9 +22,12 @@ comes in milliseconds. The compiled code is still what makes repeated executions
   thread instead.
 * **A loop.** Once a program has run :data:`LOOP_RUNS` more times on the eager tier while its
   compile is under way, taking :data:`LOOP_EAGER_S` in all, it is run in a loop whose eager runs
-  cost: the next run waits for the compile (up to
-  :data:`LOOP_WAIT_S`, once; not a run that can be cancelled), so that the eager runs stop
-  taking the cores from it, and this process imports numba meanwhile.
+  cost, and the user is waiting for the compiled code. The next run (not one that can be
+  cancelled) compiles the program itself, in the user's thread, if the child has not begun it,
+  with the child paused meanwhile: the child's start-up and a second import of numba would make
+  the wait half as long again as a plain compile, more on a busy machine. If the child has begun
+  it, the run waits for it (up to :data:`LOOP_WAIT_S`, once), and this process imports numba
+  meanwhile.
 * **Switch.** When the compiled program is loaded, the next ``run`` uses it. Both tiers give
   the same bits (:mod:`.eager` says how), so the switch is invisible but for speed. If the
   compile fails, the program stays on the eager tier, with one warning.
@@ -39,6 +42,7 @@ import atexit
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -72,7 +76,7 @@ LOAD_RATHER_THAN_EAGER = 4e8
 LOOP_RUNS = 3
 #: ...and once those runs have taken this many seconds: a program whose eager runs cost
 #: milliseconds (a fold_in of a key) goes on eagerly rather than stall a short loop for a compile.
-LOOP_EAGER_S = 0.25
+LOOP_EAGER_S = 0.1
 #: How long such a run waits for the compile: past it (a compile that hangs), the loop goes on
 #: eagerly and does not wait again.
 LOOP_WAIT_S = 300.0
@@ -136,6 +140,11 @@ class _Job:
         self.program: NumbaProgram | None = None
         self.error: Exception | None = None
         self.started = False
+        #: Who compiles it, once decided: "worker" (the child, or the worker thread) or
+        #: "foreground" (a loop's run that waits for it, see _Background.compile_here).
+        self.owner: str | None = None
+        #: The background compiler it was submitted to.
+        self.background: _Background | None = None
         #: Load as soon as compiled, even during eager runs (the eager run is the slower).
         self.eager_slower = False
         #: A caller is waiting for the compiled code (see TieredProgram._start).
@@ -270,8 +279,11 @@ class TieredProgram:
             self._start(waited_for=True)
         elif (cancel is None and not self._loop_waited and self.runs["eager"] >= self._compile_after + LOOP_RUNS
               and self._eager_seconds >= LOOP_EAGER_S and self._job.started and not self._job.done.is_set()):
-            # A loop: its eager runs would take the cores from the compile it waits for.
+            # A loop: its eager runs would take the cores from the compile it waits for. It
+            # compiles the program itself if the worker has not begun to.
             self._loop_waited = True
+            if self._job.background is not None:
+                self._job.background.compile_here(self._job)
             try:
                 compiled = self.wait_compiled(LOOP_WAIT_S)
             except (CompileError, TimeoutError):
@@ -325,6 +337,10 @@ class TieredProgram:
 # -- the background compiler --------------------------------------------------------------------
 
 
+class _Taken(Exception):
+    """The job was taken by a run that compiles it in the foreground (see compile_here)."""
+
+
 class _Background:
     """One worker thread and one compile process for this Python process, started on demand."""
 
@@ -336,6 +352,8 @@ class _Background:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._child: subprocess.Popen | None = None
+        #: The child has imported numba and said so (see _compile_worker).
+        self._child_ready = False
         self._stopping = False
         self._warned = False
         #: Jobs submitted and not done yet (settle waits for none).
@@ -348,6 +366,7 @@ class _Background:
                 job.error = CompileError("numba_cpu: the process is exiting")
                 job.done.set()
                 return
+            job.background = self
             self._queue.put(job)
             self._pending += 1
             if self._thread is None or not self._thread.is_alive():
@@ -370,24 +389,73 @@ class _Background:
             if job is None:  # stop() wakes the thread up
                 return
             if self._stopping:
-                job.error = CompileError("numba_cpu: the process is exiting")
-                job.done.set()
-                self._finished()
+                self._fail_unowned(job)
                 continue
             try:
                 job.program = self._compile(job)
+            except _Taken:
+                continue  # the run that took it completes it
             except Exception as exc:  # noqa: BLE001 - the program stays on the eager tier
-                job.error = exc if isinstance(exc, CompileError) else CompileError(
-                    f"numba_cpu: compiling {job.name} in the background failed: {type(exc).__name__}: {exc}")
-                self._warn(job)
-            finally:
-                job.done.set()
-                self._finished()
+                if not self._claim(job, "worker"):
+                    continue  # taken while the child was starting, before this failure
+                try:
+                    self._failed(job, exc)
+                finally:
+                    self._complete(job)
+                continue
+            self._complete(job)
 
-    def _finished(self) -> None:
+    def _claim(self, job: _Job, owner: str) -> bool:
+        """Make ``owner`` the one that compiles ``job``, unless another already is."""
+        with self._lock:
+            if job.owner is None:
+                job.owner = owner
+            return job.owner == owner
+
+    def _take(self, job: _Job) -> None:
+        """The worker's claim on ``job``, before it begins the work; raises _Taken if a run has it."""
+        if not self._claim(job, "worker"):
+            raise _Taken
+
+    def _complete(self, job: _Job) -> None:
+        job.done.set()
         with self._lock:
             self._pending -= 1
             self._settled.notify_all()
+
+    def _failed(self, job: _Job, exc: Exception) -> None:
+        job.error = exc if isinstance(exc, CompileError) else CompileError(
+            f"numba_cpu: compiling {job.name} failed: {type(exc).__name__}: {exc}")
+        self._warn(job)
+
+    def _fail_unowned(self, job: _Job) -> None:
+        """Fail a job nobody has begun, as the process is exiting."""
+        if self._claim(job, "stop"):
+            job.error = CompileError("numba_cpu: the process is exiting")
+            self._complete(job)
+
+    def compile_here(self, job: _Job) -> bool:
+        """Compile ``job`` in the calling thread, unless the worker has begun it: a run of a
+        loop that waits for the compiled code. In the child, that code would come after the
+        child's start-up and a second import of numba, here, which on a busy machine cost about
+        as much again as the compile; and the user's thread has nothing else to do. The child
+        is paused meanwhile, so that its start-up or another program's compile does not take
+        the cores from this one. False (nothing done) when the worker has the job."""
+        with self._lock:
+            if self._stopping or job.owner is not None or job.done.is_set():
+                return False
+            job.owner = "foreground"
+            child = self._child if self._child is not None and self._child.poll() is None else None
+        paused = child if child is not None and _signal(child, "SIGSTOP") else None
+        try:
+            job.program = job.compiler.compile_to_cache(job.text, job.lopts, job.text_key)
+        except Exception as exc:  # noqa: BLE001 - the program stays on the eager tier
+            self._failed(job, exc)
+        finally:
+            if paused is not None:
+                _signal(paused, "SIGCONT")
+            self._complete(job)
+        return True
 
     def settle(self, timeout: float | None) -> bool:
         """Wait until every submitted job has its outcome; False after ``timeout`` seconds."""
@@ -406,11 +474,13 @@ class _Background:
     def _compile(self, job: _Job) -> "NumbaProgram":
         compiler = job.compiler
         if compiler.cached(job.text_key):
+            self._take(job)
             program = self._load(job)
             if program is not None:
                 return program
         if not self._compile_in_child(job):
-            compiler.compile_to_cache(job.text, job.lopts, job.text_key)
+            self._take(job)
+            return compiler.compile_to_cache(job.text, job.lopts, job.text_key)
         program = self._load(job)
         if program is None:
             raise CompileError(f"numba_cpu: the compiled code of {job.name} is not in the cache after compiling it")
@@ -427,6 +497,11 @@ class _Background:
                    "text_key": job.text_key}
         try:
             assert child.stdin is not None and child.stdout is not None
+            if not self._child_ready:
+                self._child_ready = bool(child.stdout.readline())
+                if not self._child_ready:
+                    raise OSError("the compile process ended while starting")
+            self._take(job)
             child.stdin.write(json.dumps(request) + "\n")
             child.stdin.flush()
             if job.waited_for and not self._stopping:
@@ -451,6 +526,7 @@ class _Background:
                 return None
             if self._child is not None and self._child.poll() is None:
                 return self._child
+            self._child_ready = False
             try:
                 self._child = subprocess.Popen(
                     [sys.executable, "-m", "pjrt_hub.backends.numba_cpu._compile_worker"],
@@ -517,15 +593,26 @@ class _Background:
             except queue.Empty:
                 break
             if job is not None:
-                job.error = CompileError("numba_cpu: the process is exiting")
-                job.done.set()
-                self._finished()
+                self._fail_unowned(job)
         self._queue.put(None)
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
         with self._lock:
             self._end_child()
             self._thread = None
+
+
+def _signal(child: subprocess.Popen, name: str) -> bool:
+    """Send the signal ``name`` (SIGSTOP, SIGCONT) to ``child``; False where there is no such
+    signal or no such process any more."""
+    number = getattr(signal, name, None)
+    if number is None:
+        return False
+    try:
+        child.send_signal(number)
+    except OSError:
+        return False
+    return True
 
 
 def _import_numba() -> None:

@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 import warnings
 
 import ml_dtypes
@@ -592,13 +593,16 @@ def test_a_loop_of_runs_without_a_pause_gets_the_compiled_code(tiered, monkeypat
     assert program.tier == "compiled"
 
 
-def _hold_compiles(monkeypatch) -> threading.Event:
+def _hold_compiles(monkeypatch, begun: bool = False) -> threading.Event:
     """Background compiles wait until the returned event is set (at most 60 s, which fails the
-    compile)."""
+    compile): before the worker has claimed the job, or with ``begun`` after it has (as when
+    the child is compiling it)."""
     release = threading.Event()
     real = tiers._Background._compile
 
     def held(self, job):
+        if begun:
+            self._take(job)
         assert release.wait(60)
         return real(self, job)
 
@@ -606,24 +610,81 @@ def _hold_compiles(monkeypatch) -> threading.Event:
     return release
 
 
-def test_a_program_run_in_a_loop_waits_for_its_compile_after_a_few_eager_runs(tiered, monkeypatch):
-    """The eager runs of a loop would share the cores with the compile it waits for: after
-    LOOP_RUNS of them, the next run waits for the compiled code."""
+def _loop_until_it_waits(program, args) -> list:
+    """The first run, then the eager runs while the program compiles: the next run is a loop's."""
+    for _ in range(1 + tiers.LOOP_RUNS):
+        first = program.run(args)
+    assert program.runs == {"eager": 1 + tiers.LOOP_RUNS, "compiled": 0} and program._job.started
+    return first
+
+
+def test_a_loop_compiles_its_program_in_the_foreground_if_the_worker_has_not_begun_it(tiered, monkeypatch):
+    """The eager runs of a loop would share the cores with the compile it waits for, and in the
+    child that compile comes after a start-up and a second import of numba: after LOOP_RUNS of
+    them, the next run compiles the program itself, with no waiting for the worker."""
     release = _hold_compiles(monkeypatch)
+    monkeypatch.setattr(tiers, "LOOP_EAGER_S", 0.0)
+    monkeypatch.setattr(tiers, "LOOP_WAIT_S", 2.0)
+    entry = PROGRAMS["cumsum"]
+    args = _corpus_args(entry)
+    program = tiered.compile(_text(entry))
+    first = _loop_until_it_waits(program, args)
+    assert_same_bits(first, program.run(args), "cumsum")
+    assert program.runs == {"eager": 1 + tiers.LOOP_RUNS, "compiled": 1} and program.tier == "compiled"
+    assert program._job.owner == "foreground"
+    release.set()  # the worker finds the job taken and leaves it
+    assert tiers.settle(timeout=60)
+    assert program._job.error is None and program.tier == "compiled"
+
+
+def test_a_loop_waits_for_the_compile_the_worker_has_begun(tiered, monkeypatch):
+    release = _hold_compiles(monkeypatch, begun=True)
     monkeypatch.setattr(tiers, "LOOP_EAGER_S", 0.0)
     entry = PROGRAMS["cumsum"]
     args = _corpus_args(entry)
     program = tiered.compile(_text(entry))
-    for _ in range(1 + tiers.LOOP_RUNS):  # the first run, then the ones while it compiles
-        first = program.run(args)
-    assert program.runs == {"eager": 1 + tiers.LOOP_RUNS, "compiled": 0} and program._job.started
+    first = _loop_until_it_waits(program, args)
     threading.Timer(0.3, release.set).start()
     assert_same_bits(first, program.run(args), "cumsum")
-    assert program.runs == {"eager": 1 + tiers.LOOP_RUNS, "compiled": 1} and program.tier == "compiled"
+    assert program.runs == {"eager": 1 + tiers.LOOP_RUNS, "compiled": 1} and program._job.owner == "worker"
+
+
+def test_the_compile_process_is_paused_while_a_loop_compiles_in_the_foreground(tiered, monkeypatch):
+    """The child's start-up (or another program's compile) must not take the cores from the
+    compile a loop waits for; it goes on afterwards."""
+    if not os.path.exists(f"/proc/{os.getpid()}/stat"):
+        pytest.skip("needs /proc to read a process's state")
+    background = tiers._background()
+    child = background._ensure_child()
+    if child is None:
+        pytest.skip("no child process could be started")
+    states = []
+    real = NumbaCompiler.compile_to_cache
+
+    def state() -> str:
+        with open(f"/proc/{child.pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+
+    def observed(self, *args):
+        deadline = time.monotonic() + 5  # a signal takes effect when the child is next scheduled
+        while state() != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        states.append(state())
+        return real(self, *args)
+
+    monkeypatch.setattr(NumbaCompiler, "compile_to_cache", observed)
+    job = tiers._Job(tiered, _text(PROGRAMS["cumsum"]), tiered._lowering_options(None),
+                     tiered.text_key(_text(PROGRAMS["cumsum"]), tiered._lowering_options(None)), "cumsum")
+    with background._lock:
+        background._pending += 1  # as submit counts it
+    assert background.compile_here(job) and job.program is not None
+    assert states == ["T"]  # stopped while the foreground compiled
+    assert state() != "T"
+    assert not background.compile_here(job)  # done: nothing more to do
 
 
 def test_a_loop_whose_compile_hangs_waits_once_and_goes_on_eagerly(tiered, monkeypatch):
-    release = _hold_compiles(monkeypatch)
+    release = _hold_compiles(monkeypatch, begun=True)
     monkeypatch.setattr(tiers, "LOOP_WAIT_S", 0.2)
     monkeypatch.setattr(tiers, "LOOP_EAGER_S", 0.0)
     entry = PROGRAMS["cumsum"]
