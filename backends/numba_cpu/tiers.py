@@ -27,7 +27,8 @@ comes in milliseconds. The compiled code is still what makes repeated executions
   with the child paused meanwhile: the child's start-up and a second import of numba would make
   the wait half as long again as a plain compile, more on a busy machine. If the child has begun
   it, the run waits for it (up to :data:`LOOP_WAIT_S`, once), and this process imports numba
-  meanwhile.
+  meanwhile. So that a loop finds its program not yet begun, the compile process is started
+  :data:`SPAWN_DELAY_S` after the first job asks for it.
 * **Switch.** When the compiled program is loaded, the next ``run`` uses it. Both tiers give
   the same bits (:mod:`.eager` says how), so the switch is invisible but for speed. If the
   compile fails, the program stays on the eager tier, with one warning.
@@ -76,7 +77,11 @@ LOAD_RATHER_THAN_EAGER = 4e8
 LOOP_RUNS = 3
 #: ...and once those runs have taken this many seconds: a program whose eager runs cost
 #: milliseconds (a fold_in of a key) goes on eagerly rather than stall a short loop for a compile.
-LOOP_EAGER_S = 0.1
+#: A loop's compiled code then comes at most this much later than a plain compile's.
+LOOP_EAGER_S = 0.05
+#: Seconds a job waits before it starts the compile process (when none is running): a loop
+#: takes it in that time, and the child's start-up would only take the cores from it.
+SPAWN_DELAY_S = 0.2
 #: How long such a run waits for the compile: past it (a compile that hangs), the loop goes on
 #: eagerly and does not wait again.
 LOOP_WAIT_S = 300.0
@@ -143,6 +148,8 @@ class _Job:
         #: Who compiles it, once decided: "worker" (the child, or the worker thread) or
         #: "foreground" (a loop's run that waits for it, see _Background.compile_here).
         self.owner: str | None = None
+        #: Set when it has an owner.
+        self.claimed = threading.Event()
         #: The background compiler it was submitted to.
         self.background: _Background | None = None
         #: Load as soon as compiled, even during eager runs (the eager run is the slower).
@@ -410,6 +417,7 @@ class _Background:
         with self._lock:
             if job.owner is None:
                 job.owner = owner
+                job.claimed.set()
             return job.owner == owner
 
     def _take(self, job: _Job) -> None:
@@ -445,6 +453,7 @@ class _Background:
             if self._stopping or job.owner is not None or job.done.is_set():
                 return False
             job.owner = "foreground"
+            job.claimed.set()
             child = self._child if self._child is not None and self._child.poll() is None else None
         paused = child if child is not None and _signal(child, "SIGSTOP") else None
         try:
@@ -488,6 +497,10 @@ class _Background:
 
     def _compile_in_child(self, job: _Job) -> bool:
         """Compile in the child process; False when there is none to be had."""
+        with self._lock:
+            running = self._child is not None and self._child.poll() is None
+        if not running and job.claimed.wait(SPAWN_DELAY_S) and job.owner != "worker":
+            raise _Taken
         child = self._ensure_child()
         if child is None:
             return False
