@@ -5,12 +5,13 @@ Rules, in the order they apply (DESIGN.md, "Version policy"):
 1. **Major**: must be equal, in both directions.
 2. **Strict mode** (``--strict``, ``PJRT_HUB_STRICT=1``, or upstream's
    ``ENABLE_PJRT_COMPATIBILITY=false``): the minor must be equal too.
-3. **Older plugin**: never below the floor minor (upstream's ``kMinPjRtMinor`` = 29). Where the
-   history dates both the framework's minor and the release that superseded the plugin's minor,
-   the plugin is accepted if its minor was still current less than N weeks (the
-   forward-compatibility window, default 6) before the framework's release: a plugin built in
-   the window carries a minor that was current in it. Where a date is missing, the floor minor
-   alone decides, and the verdict says so.
+3. **Older plugin**: never below the floor minor (upstream's ``kMinPjRtMinor`` = 29). The
+   plugin is accepted if its minor was still current less than N weeks (the forward-compatibility
+   window, default 6) before the framework's minor appeared: a plugin built in the window carries
+   a minor that was current in it. The dates are the changelog's, else the release atlas's
+   (:mod:`pjrt_hub.atlas`: the first upload of a release reporting the minor), else bounds
+   between dated neighbours; where the bounds leave the answer open the plugin is accepted under
+   the floor, and where no date is known at all the floor alone decides. The verdict says which.
 4. **Newer plugin**: a Python plugin declares its backward policy (the oldest framework it
    supports); without one it supports no older framework. A C plugin declares nothing: like
    upstream, pjrt-hub accepts it and keeps every call to what the framework's minor knows.
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import Literal, Mapping
 
 from pjrt_hub.abi import ApiVersion, api_methods, binding, history
+from pjrt_hub.atlas._dates import MinorDate, MinorDates
 
 __all__ = ["Policy", "Verdict", "gated_calls", "judge", "strict_from_environment"]
 
@@ -60,6 +62,16 @@ class Policy:
     strict: bool = False
     #: Where strict mode came from, for messages (``--strict``, ``PJRT_HUB_STRICT=1``).
     strict_source: str = "--strict"
+    #: The minors' dates; None: the changelog's and the shipped atlas's, with the user's own
+    #: ``pjrt-hub atlas refresh`` over them (:func:`pjrt_hub.atlas.default_minor_dates`).
+    dates: MinorDates | None = None
+
+    def minor_date(self, minor: int) -> MinorDate | None:
+        if self.dates is not None:
+            return self.dates.get(minor)
+        from pjrt_hub.atlas import default_minor_dates
+
+        return default_minor_dates().get(minor)
 
     def __post_init__(self) -> None:
         if self.window_weeks < 0:
@@ -96,32 +108,26 @@ def gated_calls(plugin_minor: int, framework_minor: int) -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
-def _date(minor: int) -> dt.date | None:
-    entry = history.release(minor)
-    return None if entry is None else entry.date
+def _window_start(framework: MinorDate, weeks: int) -> tuple[dt.date | None, dt.date | None]:
+    """The earliest and latest date the window may open on (None: unbounded)."""
+    delta = dt.timedelta(weeks=weeks)
+    return (None if framework.earliest is None else framework.earliest - delta,
+            None if framework.latest is None else framework.latest - delta)
 
 
-def _successor(minor: int) -> history.MinorRelease | None:
-    """The first release after ``minor`` in the history (None if it is the newest known)."""
-    for entry in history.HISTORY:
-        if entry.minor > minor:
-            return entry
-    return None
-
-
-def _oldest_in_window(framework: ApiVersion, weeks: int) -> int | None:
-    """The oldest minor still current within ``weeks`` before the framework's date."""
-    f_date = _date(framework.minor)
+def _oldest_in_window(policy: Policy, weeks: int) -> int:
+    """The oldest minor certainly still current within ``weeks`` before the framework's date."""
+    fw = policy.framework
+    f_date = policy.minor_date(fw.minor)
     if f_date is None:
-        return None
-    start = f_date - dt.timedelta(weeks=weeks)
-    for entry in history.HISTORY:
-        if entry.minor >= framework.minor:
-            return framework.minor
-        nxt = _successor(entry.minor)
-        if nxt is not None and nxt.date is not None and nxt.date > start:
-            return entry.minor
-    return framework.minor
+        return fw.minor
+    _, start_latest = _window_start(f_date, weeks)
+    for minor in range(history.OLDEST_KNOWN.minor, fw.minor):
+        successor = policy.minor_date(minor + 1)
+        if successor is not None and successor.earliest is not None and start_latest is not None \
+                and successor.earliest > start_latest:
+            return minor
+    return fw.minor
 
 
 def judge(plugin: ApiVersion, policy: Policy, *, kind: PluginKind = "python",
@@ -169,38 +175,52 @@ def _judge_older(plugin: ApiVersion, policy: Policy, who: str, dist: str, limit:
             f"built against PJRT API >= {floor}.",
         ))
 
-    f_date = _date(fw.minor)
-    nxt = _successor(plugin.minor)
-    s_date = None if nxt is None else nxt.date
-    if f_date is None or s_date is None:
-        missing = [str(v) for v, d in ((fw, f_date), (nxt.version if nxt else plugin, s_date)) if d is None]
+    f_date = policy.minor_date(fw.minor)
+    nxt = policy.minor_date(plugin.minor + 1) if plugin.minor + 1 <= fw.minor else None
+    weeks = policy.window_weeks
+    subject = f"{who[0].upper()}{who[1:]}"
+    start_earliest, start_latest = _window_start(f_date, weeks) if f_date is not None else (None, None)
+    known = f_date is not None and nxt is not None and (
+        (f_date.earliest is not None or f_date.latest is not None)
+        and (nxt.earliest is not None or nxt.latest is not None))
+    if not known:
+        missing = [f"0.{m}" for m, d in ((fw.minor, f_date), (plugin.minor + 1, nxt))
+                   if d is None or (d.earliest is None and d.latest is None)]
         return Verdict(True, "window-floor", (
-            f"{who[0].upper()}{who[1:]} at PJRT API {plugin} is older than the framework ({fw}). The history has "
-            f"no release date for {', '.join(missing)}, so the {policy.window_weeks}-week window "
-            f"cannot be computed; the floor minor {floor} applies instead, and {plugin} >= {floor}.",
+            f"{subject} at PJRT API {plugin} is older than the framework ({fw}). No date is known for "
+            f"{', '.join(missing)}, so the {weeks}-week window cannot be computed; the floor minor "
+            f"{floor} applies instead, and {plugin} >= {floor}.",
             *_gated_note(gated, plugin),
         ), gated, limit)
-    assert nxt is not None  # s_date is its date
-
-    start = f_date - dt.timedelta(weeks=policy.window_weeks)
-    if s_date > start:
+    assert f_date is not None and nxt is not None
+    superseded = f"{plugin} was superseded by 0.{nxt.minor} ({nxt.describe()})"
+    framework_at = f"{fw}: {f_date.describe()}"
+    if nxt.earliest is not None and start_latest is not None and nxt.earliest > start_latest:
         return Verdict(True, "window", (
-            f"{who[0].upper()}{who[1:]} at PJRT API {plugin} is older than the framework ({fw}) but inside the "
-            f"{policy.window_weeks}-week forward-compatibility window: {plugin} was current until "
-            f"{s_date} ({nxt.version}), after the window opened on {start} ({policy.window_weeks} "
-            f"weeks before {fw}, {f_date}).",
+            f"{subject} at PJRT API {plugin} is older than the framework ({fw}) but inside the {weeks}-week "
+            f"forward-compatibility window: {superseded}, after the window opened on {start_latest} "
+            f"({weeks} weeks before {fw}; {framework_at}).",
             *_gated_note(gated, plugin),
         ), gated, limit)
-
-    oldest = _oldest_in_window(fw, policy.window_weeks)
-    needed_weeks = -(-(f_date - s_date).days // 7)
-    return Verdict(False, "window", (
-        f"Plugin PJRT API version {plugin} is outside the {policy.window_weeks}-week "
-        f"forward-compatibility window of framework PJRT API version {fw}: {plugin} was superseded "
-        f"by {nxt.version} on {s_date}, more than {policy.window_weeks} weeks before {fw} "
-        f"({f_date}). Upgrade {dist} to a release built against PJRT API >= 0.{oldest}, or widen "
-        f"the window to {needed_weeks} weeks (--window-weeks {needed_weeks}).",
-    ))
+    if nxt.latest is not None and start_earliest is not None and nxt.latest <= start_earliest:
+        oldest = _oldest_in_window(policy, weeks)
+        # Certainly inside: the successor's earliest date after the window's latest opening.
+        gap = (f_date.latest or start_earliest + dt.timedelta(weeks=weeks)) - (nxt.earliest or nxt.latest)
+        needed_weeks = gap.days // 7 + 1
+        return Verdict(False, "window", (
+            f"Plugin PJRT API version {plugin} is outside the {weeks}-week forward-compatibility window "
+            f"of framework PJRT API version {fw}: {superseded}, {weeks} weeks or more before {fw} "
+            f"({framework_at}). Upgrade {dist} to a release built against PJRT API >= 0.{oldest}, "
+            f"widen the window to {needed_weeks} weeks (--window-weeks {needed_weeks}), or act as the "
+            f"framework it was built for (--framework-version {plugin}).",
+        ))
+    return Verdict(True, "window-bounded", (
+        f"{subject} at PJRT API {plugin} is older than the framework ({fw}), and the dates known leave open "
+        f"whether it is inside the {weeks}-week window: {superseded}; {framework_at}. It is accepted "
+        f"under the floor minor {floor} ({plugin} >= {floor}); `pjrt-hub atlas refresh` may date "
+        f"these minors exactly.",
+        *_gated_note(gated, plugin),
+    ), gated, limit)
 
 
 def _judge_newer(plugin: ApiVersion, policy: Policy, kind: PluginKind, min_framework: ApiVersion | None,

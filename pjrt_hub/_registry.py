@@ -411,9 +411,10 @@ import os, sys
 from pjrt_hub._policy import Policy
 from pjrt_hub._registry import PluginRegistry
 from pjrt_hub.abi import ApiVersion
+from pjrt_hub.atlas import MinorDates
 name, framework, window, floor, strict = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] == "1"
 policy = Policy(framework=ApiVersion.parse(framework), window_weeks=int(window), floor_minor=int(floor),
-                strict=strict)
+                strict=strict, dates=MinorDates.from_json(sys.argv[6]) if sys.argv[6] else None)
 try:
     PluginRegistry.from_environment(policy=policy, requested=frozenset([name.lower()])).create_client(name)
 except BaseException:
@@ -993,10 +994,11 @@ class PluginRegistry:
             return None
         policy = self.settings.policy
         # The child judges the plugin's version as this registry does (a plugin accepted only
-        # through --window-weeks or --floor-minor must be accepted there too, or its client
-        # would be created here unprotected).
+        # through --window-weeks, --floor-minor or the dates given must be accepted there too,
+        # or its client would be created here unprotected).
         cmd = [sys.executable, "-c", _CLIENT_PREFLIGHT, entry.record.name, str(policy.framework),
-               str(policy.window_weeks), str(policy.floor_minor), "1" if policy.strict else "0"]
+               str(policy.window_weeks), str(policy.floor_minor), "1" if policy.strict else "0",
+               "" if policy.dates is None else policy.dates.to_json()]
         try:
             done = _run_child(cmd, timeout)
         except subprocess.TimeoutExpired:

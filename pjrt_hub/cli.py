@@ -1242,6 +1242,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output(p)
     p.set_defaults(func=cmd_probe)
 
+    from pjrt_hub.atlas._cli import add_parser as add_atlas
+
+    add_atlas(sub, _add_output)
+
     p = sub.add_parser("bench", help="time the perf corpus (or --corpus: the public corpus) on several "
                                      "plugins in one run")
     p.add_argument("--plugin", action="append", default=[], metavar="NAME",

@@ -108,7 +108,7 @@ def fake_dist(site: Path) -> FakeDist:
     return make
 
 
-def plugin_source(version: str = "0.105", *, extra_decl: str = "", body: str = "",
+def plugin_source(version: str = "0.117", *, extra_decl: str = "", body: str = "",
                   api_version: str | None = None) -> str:
     """The source of a small but complete Python plugin module declaring ``version``."""
     api_version = api_version or version

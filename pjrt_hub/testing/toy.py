@@ -974,7 +974,7 @@ class ToyPlugin:
 
     api_class: type[ToyApi] = ToyApi
 
-    def __init__(self, *, api_version: str = "0.105", min_framework_version: str | None = None,
+    def __init__(self, *, api_version: str = "0.117", min_framework_version: str | None = None,
                  num_devices: int = 2, extensions: Mapping[str, int] | None = None,
                  limitations: Sequence[Limitation] = TOY_LIMITATIONS, description: str = "") -> None:
         self.api_version = api_version

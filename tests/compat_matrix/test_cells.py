@@ -11,8 +11,10 @@ from pjrt_hub.compat_matrix import CellCache, CellResult, CellStatus, FixturePlu
 
 TOY = FixturePlugin("toy_0_81", "0.81", None, "at 0.81")
 NEWER = FixturePlugin("toy_0_106", "0.106", None, "at 0.106, no backward policy")
+#: A toy at its default minor, the newest, as the crashing toys below declare: the control they run beside.
+CURRENT = FixturePlugin("toy_0_117", "0.117", None, "at 0.117")
 
-CRASHING = FixturePlugin("crashing", "0.105", source=textwrap.dedent("""
+CRASHING = FixturePlugin("crashing", "0.117", source=textwrap.dedent("""
     import ctypes
     from pjrt_hub.testing.toy import ToyApi, ToyClient, ToyPlugin
 
@@ -31,7 +33,7 @@ CRASHING = FixturePlugin("crashing", "0.105", source=textwrap.dedent("""
 
 #: Ends the cell's own process, and only that one, when it imports the plugin: what a harness
 #: fault or the machine (the OOM killer) would do. Conformance contains the plugin's own crashes.
-CRASHES_THE_CELL = FixturePlugin("crashes_the_cell", "0.105", source=textwrap.dedent("""
+CRASHES_THE_CELL = FixturePlugin("crashes_the_cell", "0.117", source=textwrap.dedent("""
     import ctypes, sys
     from pjrt_hub.testing.toy import ToyPlugin
 
@@ -42,7 +44,7 @@ CRASHES_THE_CELL = FixturePlugin("crashes_the_cell", "0.105", source=textwrap.de
 """))
 
 #: Crashes as soon as a client is made: the conformance run finds that out in a child process.
-CRASHING_AT_CREATION = FixturePlugin("crashing_early", "0.105", source=textwrap.dedent("""
+CRASHING_AT_CREATION = FixturePlugin("crashing_early", "0.117", source=textwrap.dedent("""
     import ctypes
     from pjrt_hub.testing.toy import ToyApi, ToyPlugin
 
@@ -105,51 +107,53 @@ def test_accepted_and_refused_cells_then_the_cache_reuses_them(tmp_path):
     assert marker.read_text().count("loaded") == loads  # no cell process loaded a plugin
     assert again.report.cell("toy_0_81", "0.81").counts == accepted.counts
 
-    # Another framework version is another key: only its cells run.
+    # Another framework version is another key: only its cells run. 0.81 was superseded by 0.82
+    # (2025-12-09), more than 6 weeks before 0.95 (2026-02-21 at the earliest).
     more = run_environment(tmp_path / "out", **{**options, "frameworks": ["0.81", "0.95"]})
     assert (more.cells_run, more.cells_cached) == (2, 2)
-    assert more.report.cell("toy_0_81", "0.95").rule == "window-floor"
+    window = more.report.cell("toy_0_81", "0.95")
+    assert (window.status, window.accepted, window.rule) == (CellStatus.REFUSED, False, "window")
 
 
 def test_a_plugin_that_crashes_in_a_case_fails_that_case_in_its_cell(tmp_path):
     # Its cases run in a conformance worker: the crash is a finding about the plugin.
-    run = run_environment(tmp_path / "out", frameworks=["0.105"], fixtures=[CRASHING, TOY],
+    run = run_environment(tmp_path / "out", frameworks=["0.117"], fixtures=[CRASHING, CURRENT],
                           include_installed=False, cases=("client/platform_name",), cell_timeout=120)
-    cell = run.report.cell("crashing", "0.105")
+    cell = run.report.cell("crashing", "0.117")
     assert cell.status is CellStatus.FAILED and cell.error is None
     (failure,) = cell.failures
     assert failure.id == "client/platform_name"
     assert failure.message.startswith("the plugin crashed the conformance worker (SIGSEGV) during client/platform_name")
-    assert run.report.cell("toy_0_81", "0.105").status is CellStatus.PASSED
+    assert run.report.cell("toy_0_117", "0.117").status is CellStatus.PASSED
 
 
 def test_a_cell_whose_process_crashes_becomes_a_red_cell_and_the_run_goes_on(tmp_path):
-    run = run_environment(tmp_path / "out", frameworks=["0.105"], fixtures=[CRASHES_THE_CELL, TOY],
+    run = run_environment(tmp_path / "out", frameworks=["0.117"], fixtures=[CRASHES_THE_CELL, CURRENT],
                           include_installed=False, cases=("client/platform_name",), cell_timeout=120)
-    crashed = run.report.cell("crashes_the_cell", "0.105")
+    crashed = run.report.cell("crashes_the_cell", "0.117")
     assert crashed.status is CellStatus.ERROR
     assert "crashed (SIGSEGV) before it reported" in crashed.error
-    assert run.report.cell("toy_0_81", "0.105").status is CellStatus.PASSED
+    assert run.report.cell("toy_0_117", "0.117").status is CellStatus.PASSED
     # A red cell says nothing certain about the plugin (the harness or the machine may be at
     # fault): it is not cached, the next run tries it again, while the passed cell comes from the cache.
-    again = run_environment(tmp_path / "out", frameworks=["0.105"], fixtures=[CRASHES_THE_CELL, TOY],
+    again = run_environment(tmp_path / "out", frameworks=["0.117"], fixtures=[CRASHES_THE_CELL, CURRENT],
                             include_installed=False, cases=("client/platform_name",), cell_timeout=120)
     assert (again.cells_run, again.cells_cached) == (1, 1)
-    assert again.report.cell("crashes_the_cell", "0.105").status is CellStatus.ERROR
+    assert again.report.cell("crashes_the_cell", "0.117").status is CellStatus.ERROR
 
 
 def test_a_plugin_whose_client_creation_crashes_fails_its_cell_with_the_signal(tmp_path):
     # Conformance creates a Python plugin's first client in a child process: the crash is a
     # finding about the plugin (version/loaded fails naming the signal), not a red error cell.
-    run = run_environment(tmp_path / "out", frameworks=["0.105"], fixtures=[CRASHING_AT_CREATION, TOY],
+    run = run_environment(tmp_path / "out", frameworks=["0.117"], fixtures=[CRASHING_AT_CREATION, CURRENT],
                           include_installed=False, cases=("version/loaded", "client/platform_name"),
                           cell_timeout=120)
-    cell = run.report.cell("crashing_early", "0.105")
+    cell = run.report.cell("crashing_early", "0.117")
     assert cell.status is CellStatus.FAILED and cell.error is None
     (failure,) = cell.failures
     assert failure.id == "version/loaded"
     assert "creating a client ended the process" in failure.message and "SIGSEGV" in failure.message
-    assert run.report.cell("toy_0_81", "0.105").status is CellStatus.PASSED
+    assert run.report.cell("toy_0_117", "0.117").status is CellStatus.PASSED
 
 
 def test_a_plugin_asked_for_but_absent_is_a_row_of_error_cells(tmp_path):

@@ -56,9 +56,11 @@ def test_plan_then_every_job_then_merge_equals_a_local_run(tmp_path, capsys):
     there = MatrixReport.model_validate_json((merged / "matrix.json").read_text())
     assert _essence(there) == _essence(here)
     statuses = {(c.plugin, c.framework_version): c.status for c in there.cells}
-    assert statuses == {("toy_0_81", "0.81"): CellStatus.PASSED, ("toy_0_81", "0.106"): CellStatus.PASSED,
+    assert statuses == {("toy_0_81", "0.81"): CellStatus.PASSED, ("toy_0_81", "0.106"): CellStatus.REFUSED,
                         ("toy_0_106", "0.81"): CellStatus.REFUSED, ("toy_0_106", "0.106"): CellStatus.PASSED,
                         ("reference", "0.81"): CellStatus.PASSED, ("reference", "0.106"): CellStatus.PASSED}
+    # 0.81's successor 0.82 came out more than 6 weeks before 0.106; 0.106 declares no backward policy.
+    assert (there.cell("toy_0_81", "0.106").rule, there.cell("toy_0_106", "0.81").rule) == ("window", "backward-policy")
     assert [j.id for j in there.jobs] == ["local.fixtures", "local.reference"]
     assert all(j.status == "ran" and j.duration_s > 0 for j in there.jobs)
     for name in ("matrix.md", "matrix.html"):

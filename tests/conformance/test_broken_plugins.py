@@ -34,11 +34,11 @@ def test_a_plugin_that_reports_another_version_cannot_be_used_at_all(fake_dist, 
     assert results["version/loaded"][0] == "passed"  # the declaration alone looks fine
     outcome, message = results["version/api_version"]  # the first case to ask for its Api
     assert outcome == "failed"
-    assert "PluginValidationError" in message and "declared PJRT API 0.105 but its Api reports 0.81" in message
+    assert "PluginValidationError" in message and "declared PJRT API 0.117 but its Api reports 0.81" in message
     # Every later case is skipped with the reason, rather than failing again on it.
     outcome, message = results["client/platform_name"]
     assert outcome == "skipped"
-    assert "cannot be used (failed: declared PJRT API 0.105 but its Api reports 0.81" in message
+    assert "cannot be used (failed: declared PJRT API 0.117 but its Api reports 0.81" in message
     assert "the first case that asked for its Api failed" in message
 
 
@@ -49,7 +49,7 @@ from pjrt_hub.abi import PluginDeclaration, hookimpl
 class Plugin:
     @hookimpl
     def pjrt_hub_declare(self):
-        return PluginDeclaration(api_version="0.105", platform_name="acme")
+        return PluginDeclaration(api_version="0.117", platform_name="acme")
 
     @hookimpl
     def pjrt_hub_get_api(self):

@@ -22,7 +22,7 @@ def test_a_conforming_plugin_exits_zero_and_lists_every_case(fake_dist, capsys):
     abi = sum(1 for case_id in CASES if case_id.startswith("abi/"))
     clients = sum(1 for case_id in CASES if case_id.startswith("client/"))
     # The toy skips the client cases it has nothing for (multi-process jobs, device counts).
-    (passed, skipped) = map(int, re.findall(r"toy \(python, pjrt-fixture-toy 1\.0, PJRT API 0\.105\): (\d+) passed, "
+    (passed, skipped) = map(int, re.findall(r"toy \(python, pjrt-fixture-toy 1\.0, PJRT API 0\.117\): (\d+) passed, "
                                             r"0 failed, 0 xfailed, (\d+) skipped", out)[0])
     assert passed + skipped == clients + abi and passed >= clients - 3
     assert "  passed   client/lookup_device_negative_id" in out
@@ -38,7 +38,7 @@ def test_a_pass_prints_a_summary_and_verbose_lists_every_case(fake_dist, capsys)
     args = ["conformance", "--plugin", "toy", "--case", "client/*", "--case", "abi/*"]
     assert main(args) == ExitCode.OK
     out = capsys.readouterr().out
-    (passed,) = re.findall(r"PJRT API 0\.105\): (\d+) passed, 0 failed", out)
+    (passed,) = re.findall(r"PJRT API 0\.117\): (\d+) passed, 0 failed", out)
     assert f"  passed   {passed} cases (-v lists them)" in out
     assert "client/lookup_device_negative_id" not in out and "abi/api_struct_size" not in out
     assert len(out.splitlines()) < 10, out
@@ -138,9 +138,10 @@ def test_the_worker_imports_the_plugin_itself_not_first_in_a_child_of_its_own(fa
 
 
 def test_the_window_and_the_floor_are_acted(fake_dist, capsys):
-    # A plugin at 0.28 is below the default floor (0.29): refused, unless --floor-minor (or a
-    # window that reaches it) lets it in, as for `check`. Its first client is made in a child
-    # (client preflight) and its cases run in a worker process, both under that policy.
+    # A plugin at 0.28 is below the default floor (0.29): refused. --floor-minor lets it past the
+    # floor, where the 6-week window refuses it in turn (0.29 superseded it years before 0.117
+    # appeared), and the window its refusal names lets it in, as for `check`. Its first client is made
+    # in a child (client preflight) and its cases run in a worker process, both under that policy.
     from ..conftest import plugin_source
 
     fake_dist("old-pjrt", entry_points={"pjrt_hub.plugins": {"old": "old_mod"}},
@@ -148,8 +149,13 @@ def test_the_window_and_the_floor_are_acted(fake_dist, capsys):
     assert main(["conformance", "--plugin", "old", "--case", "version/loaded", "--json"]) == ExitCode.FAILURE
     (case,) = json.loads(capsys.readouterr().out)["plugins"][0]["cases"]
     assert case["outcome"] == "failed" and "older than the minimum supported version 0.29" in case["message"]
+    assert main(["conformance", "--plugin", "old", "--case", "version/loaded", "--floor-minor", "20",
+                 "--json"]) == ExitCode.FAILURE
+    (case,) = json.loads(capsys.readouterr().out)["plugins"][0]["cases"]
+    assert case["outcome"] == "failed" and "outside the 6-week forward-compatibility window" in case["message"]
+    (weeks,) = re.findall(r"--window-weeks (\d+)", case["message"])
     assert main(["conformance", "--plugin", "old", "--case", "version/loaded", "--case", "client/platform_name",
-                 "--floor-minor", "20", "--json"]) == ExitCode.OK
+                 "--floor-minor", "20", "--window-weeks", weeks, "--json"]) == ExitCode.OK
     report = json.loads(capsys.readouterr().out)
     assert [c["outcome"] for c in report["plugins"][0]["cases"]] == ["passed", "passed"]
     with pytest.raises(SystemExit) as stopped:

@@ -18,7 +18,7 @@ def test_pjrt_plugin_collects_the_cases_and_writes_the_report(fake_dist, inner):
     assert run.ret == 0, run.out
     assert "pjrt-conformance[toy]::client/lookup_device PASSED" in run.out
     assert "test_own.py::test_the_projects_own_test PASSED" in run.out
-    assert "toy (python, PJRT API 0.105, framework 0.117, suite " in run.out
+    assert "toy (python, PJRT API 0.117, framework 0.117, suite " in run.out
     clients = sum(1 for case_id in CASES if case_id.startswith("client/"))
     report = ConformanceReport.model_validate_json((inner.path / "report.json").read_text())
     (plugin,) = report.plugins

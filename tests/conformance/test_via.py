@@ -25,7 +25,7 @@ def test_a_python_plugin_served_as_a_c_plugin_passes_as_one(fake_dist, capsys):
     report = ConformanceReport.model_validate_json(capsys.readouterr().out)
     assert code == ExitCode.OK, report.model_dump_json(indent=1)
     (plugin,) = report.plugins
-    assert (plugin.plugin, plugin.kind, plugin.api_version) == ("toy@c_api", "c", "0.105")
+    assert (plugin.plugin, plugin.kind, plugin.api_version) == ("toy@c_api", "c", "0.117")
     outcomes = {c.id: c.outcome.value for c in plugin.cases}
     assert outcomes["abi/api_struct_size"] == "passed" and outcomes["abi/no_null_functions"] == "passed"
     assert outcomes["execute/add_one_program"] == "passed"

@@ -22,7 +22,7 @@ def install(fake_dist, dist, name, version):
 
 @pytest.fixture
 def plugins(fake_dist):
-    install(fake_dist, "fresh-pjrt", "fresh", "0.105")
+    install(fake_dist, "fresh-pjrt", "fresh", "0.116")  # a minor behind, inside the window
     install(fake_dist, "stale-pjrt", "stale", "0.45")
     fake_dist("broken-pjrt", "1.0", entry_points={"pjrt_hub.plugins": {"broken": "broken_cli"}},
               files={"broken_cli.py": "raise ImportError('libfoo.so.1: cannot open shared object file')"})
@@ -53,7 +53,7 @@ def test_list_json_follows_the_published_schema(plugins, capsys):
     assert code == 0 and data["schema_version"] == 1
     by_name = {p["name"]: p for p in data["plugins"]}
     assert by_name["fresh"]["outcome"] == "loaded"
-    assert by_name["fresh"]["api_version"] == "0.105"
+    assert by_name["fresh"]["api_version"] == "0.116"
     assert by_name["broken"]["outcome"] == "failed"
     assert "ImportError" in by_name["broken"]["error"]
     code, out = run(capsys, "list", "--schema")
@@ -84,7 +84,7 @@ def test_check_json_gives_the_verdicts(plugins, capsys):
 
 
 def test_strict_from_flag_and_environment(plugins, capsys, monkeypatch):
-    assert run(capsys, "check", "--plugin", "fresh", "--strict", "--framework-version", "0.105")[0] == 0
+    assert run(capsys, "check", "--plugin", "fresh", "--strict", "--framework-version", "0.116")[0] == 0
     code, out = run(capsys, "check", "--plugin", "fresh", "--strict")  # framework defaults to newest
     assert code == ExitCode.FAILURE and "Strict mode (--strict)" in out
     monkeypatch.setenv("PJRT_HUB_STRICT", "1")

@@ -4,8 +4,8 @@ A variable of the README's environment table that shapes the registry is set, an
 that builds a registry is asked about the same plugin: ``pjrt-hub list`` and ``check``, the
 conformance suite through pytest (``pytest --pjrt-plugin``) and through ``pjrt-hub conformance``,
 ``pjrt-hub bench`` and ``pjrt-hub matrix plan``. Each must show the variable's effect. The
-plugin is the toy at PJRT API 0.105, which the newest framework accepts (a minor behind) until
-strict mode asks for an exact match.
+plugin is the toy at PJRT API 0.116, which the newest framework accepts (a minor behind, inside the
+forward-compatibility window) until strict mode asks for an exact match.
 """
 
 from __future__ import annotations
@@ -52,8 +52,9 @@ OTHER_VARIABLES = {
     "MALLOC_TRIM_THRESHOLD_": "glibc; numba_cpu keeps the user's tuning (tests/backends/numba_cpu/test_heap.py)",
     "NUMPY_MADVISE_HUGEPAGE": "numpy; numba_cpu keeps the user's choice (tests/backends/numba_cpu/test_heap.py)",
 }
-#: The newest PJRT API the framework acts as by default; the toy is at 0.105, a minor behind.
+#: The newest PJRT API the framework acts as by default, and the toy's, a minor behind it.
 NEWEST = str(history.NEWEST_KNOWN)
+TOY_VERSION = "0.116"
 
 
 def test_the_readme_documents_exactly_these_variables():
@@ -124,7 +125,7 @@ def rows(plan: dict[str, Any]) -> set[str]:
 
 @pytest.fixture
 def toy(fake_dist) -> str:
-    return install_toy(fake_dist)
+    return install_toy(fake_dist, api_version=TOY_VERSION)
 
 
 @pytest.fixture

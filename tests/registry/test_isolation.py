@@ -9,6 +9,7 @@ import path, so they see the fake distributions the tests install on it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -36,7 +37,7 @@ def _install(fake_dist, name: str, source: str) -> None:
 def test_a_plugin_whose_import_ends_the_process_fails_alone(fake_dist, kind):
     source, words = HOSTILE_IMPORTS[kind]
     _install(fake_dist, "hostile", source)
-    _install(fake_dist, "good", plugin_source("0.105"))
+    _install(fake_dist, "good", plugin_source("0.117"))
     registry = PluginRegistry(RegistrySettings(isolate_python=True), environ={})
     records = {r.name: r for r in registry.load()}
     assert records["hostile"].outcome.value == "failed"
@@ -67,7 +68,7 @@ def test_a_plugin_that_merely_raises_is_recorded_as_before(fake_dist):
 
 def test_check_reports_a_plugin_that_ends_the_process_and_goes_on(fake_dist, capsys):
     _install(fake_dist, "hostile", HOSTILE_IMPORTS["crashes"][0])
-    _install(fake_dist, "good", plugin_source("0.105"))
+    _install(fake_dist, "good", plugin_source("0.117"))
     code = main(["check", "--json", "--only", "hostile", "--only", "good"])
     report = json.loads(capsys.readouterr().out)
     assert code == ExitCode.FAILURE
@@ -85,7 +86,7 @@ def _exit_at_creation(self, options=None):
 
 FakeApi.client_create = _exit_at_creation
 """
-_CLIENT_EXITS = plugin_source("0.105", body=_EXIT_AT_CREATION)
+_CLIENT_EXITS = plugin_source("0.117", body=_EXIT_AT_CREATION)
 
 
 def test_conformance_of_a_plugin_whose_client_creation_ends_the_process_fails_version_loaded(
@@ -107,7 +108,7 @@ def test_conformance_of_a_plugin_whose_client_creation_ends_the_process_fails_ve
 
 def test_conformance_of_a_plugin_whose_client_creation_hangs_fails_version_loaded_once(
         fake_dist, capsys):
-    _install(fake_dist, "stuck", plugin_source("0.105", body="""
+    _install(fake_dist, "stuck", plugin_source("0.117", body="""
 
 def _hang_at_creation(self, options=None):
     import threading
@@ -130,7 +131,7 @@ def test_a_plugin_that_prints_at_import_is_not_mistaken_for_one_that_died(fake_d
     # The child's answer is a line of its own on file descriptor 1, whatever the plugin wrote
     # there (no newline) or did to sys.stdout.
     _install(fake_dist, "chatty", "import sys\nsys.stdout.write('acme runtime 2.1 ready')\nsys.stdout = None\n"
-             + plugin_source("0.105"))
+             + plugin_source("0.117"))
     record = PluginRegistry(RegistrySettings(isolate_python=True), environ={}).record("chatty")
     assert record.outcome.value == "loaded", record.reason
 
@@ -139,14 +140,38 @@ def test_the_client_child_judges_versions_with_the_registrys_window_and_floor(fa
     # 0.28 is below the default floor (0.29): only --floor-minor lets it in. The child that
     # creates the first client must judge it the same way, or it refuses the plugin, reports
     # nothing, and the client is then created in the caller's process, unprotected.
+    # A framework at 0.29 takes 0.28 within the default window, so there the floor alone
+    # decides; at the newest framework, 0.28 was superseded years before: the window must be
+    # widened too.
     from pjrt_hub import Policy
+    from pjrt_hub.abi import ApiVersion
 
     _install(fake_dist, "oldexit", plugin_source("0.28", body=_EXIT_AT_CREATION))
     assert PluginRegistry(RegistrySettings(isolate_python=True), environ={}).record("oldexit").outcome.value == "incompatible"
-    for policy in (Policy(floor_minor=20), Policy(floor_minor=0, window_weeks=1000)):
+    for policy in (Policy(framework=ApiVersion(0, 29), floor_minor=20), Policy(floor_minor=0, window_weeks=1000)):
         registry = PluginRegistry(RegistrySettings(isolate_python=True, policy=policy), environ={})
-        assert registry.record("oldexit").outcome.value == "loaded"
+        assert registry.record("oldexit").outcome.value == "loaded", registry.record("oldexit").reason
+        assert registry.record("oldexit").verdict.rule == "window"
+        for narrower in (dataclasses.replace(policy, floor_minor=Policy().floor_minor),
+                         Policy(floor_minor=policy.floor_minor)):
+            # Each is needed: the floor alone, or the other settings alone, refuse the plugin.
+            refused = PluginRegistry(RegistrySettings(policy=narrower), environ={})
+            assert refused.record("oldexit").outcome.value == "incompatible", narrower
         reason = registry.preflight_client("oldexit", 60)
         assert reason is not None and "creating a client ended the process" in reason, reason
         assert "exit status 17" in reason
         assert registry.record("oldexit").outcome.value == "failed"
+
+
+def test_the_client_child_judges_versions_with_the_registrys_dates(fake_dist):
+    # Dates given to the registry (no dates at all: the floor decides) must reach the child too.
+    from pjrt_hub import Policy
+    from pjrt_hub.atlas import MinorDates
+
+    _install(fake_dist, "oldexit", plugin_source("0.40", body=_EXIT_AT_CREATION))
+    policy = Policy(dates=MinorDates({}))
+    registry = PluginRegistry(RegistrySettings(isolate_python=True, policy=policy), environ={})
+    assert registry.record("oldexit").verdict.rule == "window-floor"
+    assert PluginRegistry(RegistrySettings(), environ={}).record("oldexit").outcome.value == "incompatible"
+    reason = registry.preflight_client("oldexit", 60)
+    assert reason is not None and "exit status 17" in reason, reason

@@ -17,6 +17,7 @@ from pjrt_hub.abi import (
     Unimplemented,
     VersionError,
 )
+from pjrt_hub.atlas import MinorDates
 from pjrt_hub.extensions import ExtensionRequest, ExtensionWarning
 
 from ..conftest import plugin_source
@@ -39,14 +40,14 @@ def outcome(reg: PluginRegistry, name: str):
 
 
 def test_a_good_plugin_loads_with_its_facts(fake_dist):
-    install(fake_dist, "acme-pjrt", "acme", plugin_source("0.105", extra_decl=', extensions={"Layouts": 2}'),
+    install(fake_dist, "acme-pjrt", "acme", plugin_source("0.117", extra_decl=', extensions={"Layouts": 2}'),
             version="2.3.1")
     reg = registry()
     reg.load()
     rec = reg.record("acme")
     assert rec.outcome is Outcome.LOADED, rec.reason
     assert (rec.kind, rec.distribution, rec.distribution_version) == ("python", "acme-pjrt", "2.3.1")
-    assert rec.api_version == "0.105" and rec.platform_name == "fake"
+    assert rec.api_version == "0.117" and rec.platform_name == "fake"
     assert rec.extensions == {"Layouts": 2}
     assert rec.entry_point == "pjrt_hub.plugins: acme = acme_pjrt_mod"
     assert reg.plugin_manager.has_plugin("acme")
@@ -67,22 +68,22 @@ BAD_PLUGINS = {
         "registers nothing", None),
     "non_numeric_version": (plugin_source("zero.five"), "declares garbage", "not a PJRT API version"),
     "negative_minor": (plugin_source("0.-3"), "declares garbage", "api_version"),
-    "unknown_extension": (plugin_source("0.105", extra_decl=', extensions={"Warp": 1}'),
+    "unknown_extension": (plugin_source("0.117", extra_decl=', extensions={"Warp": 1}'),
                           "declares garbage", "unknown extension 'Warp'"),
     "wrong_types": (
         "from pjrt_hub.abi import hookimpl\n@hookimpl\ndef pjrt_hub_declare():\n"
         "    return {'api_version': 105, 'platform_name': 5}",
         "declares garbage", "api_version"),
-    "extension_version_not_int": (plugin_source("0.105", extra_decl=', extensions={"FFI": "two"}'),
+    "extension_version_not_int": (plugin_source("0.117", extra_decl=', extensions={"FFI": "two"}'),
                                   "declares garbage", "extensions.FFI"),
     "declaration_is_a_list": (
         "from pjrt_hub.abi import hookimpl\n@hookimpl\ndef pjrt_hub_declare():\n    return [1, 2]",
         "declares garbage", "expected a PluginDeclaration"),
-    "unknown_hook": (plugin_source("0.105", body="@hookimpl\ndef pjrt_hub_frobnicate():\n    pass\n"),
+    "unknown_hook": (plugin_source("0.117", body="@hookimpl\ndef pjrt_hub_frobnicate():\n    pass\n"),
                      "unknown hooks pjrt_hub_frobnicate", None),
     "extra_key": (
         "from pjrt_hub.abi import hookimpl\n@hookimpl\ndef pjrt_hub_declare():\n"
-        "    return {'api_version': '0.105', 'colour': 'blue'}",
+        "    return {'api_version': '0.117', 'colour': 'blue'}",
         "declares garbage", "colour"),
 }
 
@@ -90,9 +91,9 @@ BAD_PLUGINS = {
 @pytest.mark.parametrize("case", sorted(BAD_PLUGINS))
 def test_a_bad_plugin_fails_with_its_reason_and_the_others_still_load(fake_dist, case):
     source, reason_part, error_part = BAD_PLUGINS[case]
-    install(fake_dist, "good-one", "good", plugin_source("0.105"))
+    install(fake_dist, "good-one", "good", plugin_source("0.117"))
     install(fake_dist, "bad-one", "bad", source)
-    install(fake_dist, "good-two", "good2", plugin_source("0.105"))
+    install(fake_dist, "good-two", "good2", plugin_source("0.117"))
     reg = registry()
     reg.load()
     bad = reg.record("bad")
@@ -125,7 +126,7 @@ def test_a_file_no_loader_reads_says_why_it_cannot_be_a_library(tmp_path):
 def test_a_declaration_that_never_returns_fails_after_the_deadline(fake_dist):
     """A pjrt_hub_declare that waits for ever (on a device, a network) held list and check for
     ever; now the plugin fails once probe_timeout has passed, and the others load."""
-    install(fake_dist, "good-one", "good", plugin_source("0.105"))
+    install(fake_dist, "good-one", "good", plugin_source("0.117"))
     install(fake_dist, "stuck-one", "stuck",
             "import threading\nfrom pjrt_hub.abi import hookimpl\n@hookimpl\ndef pjrt_hub_declare():\n"
             "    threading.Event().wait()\n")
@@ -170,7 +171,7 @@ def test_strict_mode_refuses_any_difference(fake_dist):
 
 def test_disable_and_allow_lists_block(fake_dist):
     for n in ("a", "b", "c"):
-        install(fake_dist, f"dist-{n}", n, plugin_source("0.105"))
+        install(fake_dist, f"dist-{n}", n, plugin_source("0.117"))
     reg = registry(disabled=frozenset({"b"}))
     reg.load()
     assert reg.record("b").outcome is Outcome.BLOCKED
@@ -182,8 +183,8 @@ def test_disable_and_allow_lists_block(fake_dist):
 
 
 def test_settings_from_the_environment(fake_dist):
-    install(fake_dist, "dist-x", "x", plugin_source("0.105"))
-    install(fake_dist, "dist-y", "y", plugin_source("0.105"))
+    install(fake_dist, "dist-x", "x", plugin_source("0.117"))
+    install(fake_dist, "dist-y", "y", plugin_source("0.117"))
     settings = RegistrySettings.from_environment({"PJRT_HUB_DISABLE_PLUGINS": "X, z"})
     assert settings.disabled == {"x", "z"}
     reg = PluginRegistry(settings, environ={})
@@ -196,8 +197,8 @@ def test_settings_from_the_environment(fake_dist):
 
 
 def test_duplicate_names_are_reported_not_dropped(fake_dist):
-    install(fake_dist, "first-dist", "twin", plugin_source("0.105"), version="1.0")
-    install(fake_dist, "second-dist", "twin", plugin_source("0.105"), version="2.0")
+    install(fake_dist, "first-dist", "twin", plugin_source("0.117"), version="1.0")
+    install(fake_dist, "second-dist", "twin", plugin_source("0.117"), version="2.0")
     reg = registry()
     records = [r for r in reg.load() if r.name == "twin"]
     assert sorted(r.outcome for r in records) == sorted([Outcome.LOADED, Outcome.DUPLICATE])
@@ -206,10 +207,10 @@ def test_duplicate_names_are_reported_not_dropped(fake_dist):
 
 
 def test_framework_pins_are_checked_with_specifiers(fake_dist):
-    install(fake_dist, "pinned-high", "pinned", plugin_source("0.105"), requires=["pjrt-hub>=99"])
-    install(fake_dist, "pinned-ok", "pinned_ok", plugin_source("0.105"), requires=["pjrt-hub>=0.1"])
+    install(fake_dist, "pinned-high", "pinned", plugin_source("0.117"), requires=["pjrt-hub>=99"])
+    install(fake_dist, "pinned-ok", "pinned_ok", plugin_source("0.117"), requires=["pjrt-hub>=0.1"])
     install(fake_dist, "pinned-decl", "pinned_decl",
-            plugin_source("0.105", extra_decl=', framework_requires=["pjrt-hub<0.0.1"]'))
+            plugin_source("0.117", extra_decl=', framework_requires=["pjrt-hub<0.0.1"]'))
     reg = registry()
     reg.load()
     rec = reg.record("pinned")
@@ -220,8 +221,8 @@ def test_framework_pins_are_checked_with_specifiers(fake_dist):
 
 
 def test_extension_negotiation(fake_dist):
-    install(fake_dist, "no-layouts", "plain", plugin_source("0.105"))
-    install(fake_dist, "layouts", "layouts", plugin_source("0.105", extra_decl=', extensions={"Layouts": 3}'))
+    install(fake_dist, "no-layouts", "plain", plugin_source("0.117"))
+    install(fake_dist, "layouts", "layouts", plugin_source("0.117", extra_decl=', extensions={"Layouts": 3}'))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         reg = registry(extension_requests=(ExtensionRequest("Layouts", 2, required=False),),
@@ -254,23 +255,23 @@ def test_calls_newer_than_an_older_plugin_are_unimplemented(fake_dist):
 
 
 def test_get_api_failures_are_named(fake_dist):
-    raising = plugin_source("0.105").replace("return FakeApi()", "raise OSError('driver gone')")
+    raising = plugin_source("0.117").replace("return FakeApi()", "raise OSError('driver gone')")
     install(fake_dist, "raises-late", "late", raising)
-    install(fake_dist, "liar", "liar", plugin_source("0.105", api_version="0.81"))
-    install(fake_dist, "wrong-type", "wrongtype", plugin_source("0.105").replace("return FakeApi()", "return 42"))
+    install(fake_dist, "liar", "liar", plugin_source("0.117", api_version="0.81"))
+    install(fake_dist, "wrong-type", "wrongtype", plugin_source("0.117").replace("return FakeApi()", "return 42"))
     reg = registry()
     reg.load()
     with pytest.raises(PluginLoadError, match="driver gone"):
         reg.api("late")
     assert reg.record("late").outcome is Outcome.FAILED
-    with pytest.raises(PluginValidationError, match="declared PJRT API 0.105 but its Api reports 0.81"):
+    with pytest.raises(PluginValidationError, match="declared PJRT API 0.117 but its Api reports 0.81"):
         reg.api("liar")
     with pytest.raises(PluginValidationError, match="returned int"):
         reg.api("wrongtype")
 
 
 def test_hardware_plugins_get_no_client_unless_allowed(fake_dist):
-    install(fake_dist, "tpu-like", "tpulike", plugin_source("0.105", extra_decl=", needs_hardware=True"))
+    install(fake_dist, "tpu-like", "tpulike", plugin_source("0.117", extra_decl=", needs_hardware=True"))
     reg = registry()
     reg.load()
     with pytest.raises(Unavailable, match="read its version only"):
@@ -279,14 +280,14 @@ def test_hardware_plugins_get_no_client_unless_allowed(fake_dist):
 
 
 def test_unknown_name_lists_what_exists(fake_dist):
-    install(fake_dist, "known", "known", plugin_source("0.105"))
+    install(fake_dist, "known", "known", plugin_source("0.117"))
     reg = registry()
     with pytest.raises(NotFound, match="no plugin named 'ghost'.*known"):
         reg.record("ghost")
 
 
 def test_pjrt_device_chooses_the_default_plugin(fake_dist):
-    install(fake_dist, "dev-a", "deva", plugin_source("0.105"))
+    install(fake_dist, "dev-a", "deva", plugin_source("0.117"))
     reg = PluginRegistry(RegistrySettings(), environ={"PJRT_DEVICE": "DEVA"})
     assert reg.create_client().platform_name() == "fake"
 
@@ -295,9 +296,16 @@ def test_register_by_hand_goes_through_the_same_checks(site):
     (site / "handmade.py").write_text(plugin_source("0.40"))
     import handmade
 
-    reg = registry(autoload=False, policy=Policy(framework=ApiVersion(0, 105)))
+    # With no date known, the floor alone decides, as it does for a discovered plugin.
+    undated = Policy(framework=ApiVersion(0, 105), dates=MinorDates({}))
+    reg = registry(autoload=False, policy=undated)
     rec = reg.register(handmade, "handmade")
     assert rec.outcome is Outcome.LOADED and rec.verdict.rule == "window-floor"
+    # With the shipped dates, 0.40 was superseded long before 0.105's window opened: refused.
+    reg = registry(autoload=False, policy=Policy(framework=ApiVersion(0, 105)))
+    rec = reg.register(handmade, "handmade")
+    assert rec.outcome is Outcome.INCOMPATIBLE and rec.verdict.rule == "window"
+    assert not reg.plugin_manager.has_plugin("handmade")
 
 
 # -- C plugins: found from entry points, the namespace package and the environment -------------
@@ -403,11 +411,12 @@ def test_c_plugins_are_probed_judged_and_loaded(tmp_path, site):
         "buggy": RuntimeError("loader bug"),
     })
     env = {"PJRT_NAMES_AND_LIBRARY_PATHS": ",".join(f"{n}:{tmp_path / n}.so" for n in names)}
-    reg = PluginRegistry(RegistrySettings(autoload=False, policy=Policy(framework=ApiVersion(0, 105))), environ=env)
+    # A framework at 0.85, whose window still takes 0.81: cpu81 is an older plugin, accepted.
+    reg = PluginRegistry(RegistrySettings(autoload=False, policy=Policy(framework=ApiVersion(0, 85))), environ=env)
     reg.add_loader(loader, "fake")
     reg.load()
     cpu = reg.record("cpu81")
-    assert cpu.outcome is Outcome.LOADED and cpu.api_version == "0.81"
+    assert cpu.outcome is Outcome.LOADED and cpu.api_version == "0.81" and cpu.verdict.rule == "window"
     assert cpu.extensions == {"Layouts": 2, "PhaseCompile": 1}
     assert cpu.details["outcome"] == "ok"
     assert reg.record("cpu115").verdict.rule == "c-newer"
@@ -450,7 +459,7 @@ def test_a_plugins_declaration_is_read_once_and_given_by_the_registry():
     reg = registry(autoload=False)
     reg.register(Counting(limitations=[Limitation("no process index", ("client/process_index",))]), "counted")
     declaration = reg.declaration("counted")
-    assert declaration.version == ApiVersion(0, 105) and declaration.limitations[0].description == "no process index"
+    assert declaration.version == ApiVersion(0, 117) and declaration.limitations[0].description == "no process index"
     ctx = PluginUnderTest(reg, "counted")
     assert ctx.declaration is declaration and ctx.limitations[0].cases == ("client/process_index",)
     assert Counting.calls == 1, "the declaration hook was called again after the registry read it"
@@ -474,7 +483,8 @@ def test_a_loaders_answer_becomes_a_probe_report_and_garbage_a_failure(tmp_path)
         "nonsense": ["not", "a", "report"],
     })
     env = {"PJRT_NAMES_AND_LIBRARY_PATHS": ",".join(f"{n}:{tmp_path / n}.so" for n in names)}
-    reg = PluginRegistry(RegistrySettings(autoload=False, policy=Policy(framework=ApiVersion(0, 105))), environ=env)
+    # The framework the 0.81 answers were built for: the test is of the answer's form, not the window.
+    reg = PluginRegistry(RegistrySettings(autoload=False, policy=Policy(framework=ApiVersion(0, 81))), environ=env)
     reg.add_loader(loader, "fake")
     reg.load()
     mapped = reg.probe_report("mapped")

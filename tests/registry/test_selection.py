@@ -23,7 +23,7 @@ GROUP = "pjrt_hub.plugins"
 
 def install(fake_dist, dist: str, name: str) -> None:
     module = f"{dist.replace('-', '_')}_sel"
-    fake_dist(dist, "1.0", entry_points={GROUP: {name: module}}, files={f"{module}.py": plugin_source("0.105")})
+    fake_dist(dist, "1.0", entry_points={GROUP: {name: module}}, files={f"{module}.py": plugin_source("0.117")})
 
 
 def followed(reason: str, environ: dict[str, str]) -> PluginRegistry:

@@ -4,8 +4,11 @@ import pytest
 
 from pjrt_hub import Policy, judge, strict_from_environment
 from pjrt_hub.abi import ApiVersion
+from pjrt_hub.atlas import MinorDates, date_minors
 
 V = ApiVersion.parse
+#: The changelog's dates alone (no release atlas): the table does not move when the atlas does.
+CHANGELOG = date_minors(())
 
 # framework, plugin, kind, min_framework, window_weeks, accepted, rule
 TABLE = [
@@ -26,9 +29,10 @@ TABLE = [
     ("0.50", "0.46", "python", None, 5, True, "window"),
     ("0.40", "0.29", "c", None, 6, False, "window"),
     ("0.40", "0.39", "c", None, 6, True, "window"),
-    # older plugin, undated minors: the floor minor decides
-    ("0.117", "0.81", "c", None, 6, True, "window-floor"),
-    ("0.105", "0.29", "python", None, 6, True, "window-floor"),
+    # older plugin, minors the changelog does not date: bounded after 0.56 (2024-11-11), so
+    # whether 0.82 came within 6 weeks of 0.117 is open; 0.30 (2023-09-14) certainly did not
+    ("0.117", "0.81", "c", None, 6, True, "window-bounded"),
+    ("0.105", "0.29", "python", None, 6, False, "window"),
     ("0.105", "0.28", "python", None, 6, False, "floor"),
     ("0.81", "0.5", "c", None, 6, False, "floor"),
     # newer plugin: Python plugins state a backward policy, C plugins are accepted
@@ -42,7 +46,7 @@ TABLE = [
 
 @pytest.mark.parametrize("framework, plugin, kind, min_fw, weeks, accepted, rule", TABLE)
 def test_policy_table(framework, plugin, kind, min_fw, weeks, accepted, rule):
-    verdict = judge(V(plugin), Policy(framework=V(framework), window_weeks=weeks), kind=kind,
+    verdict = judge(V(plugin), Policy(framework=V(framework), window_weeks=weeks, dates=CHANGELOG), kind=kind,
                     min_framework=None if min_fw is None else V(min_fw), name="p")
     assert (verdict.accepted, verdict.rule) == (accepted, rule), verdict.reasons
 
@@ -51,7 +55,7 @@ def test_policy_table(framework, plugin, kind, min_fw, weeks, accepted, rule):
                          [row for row in TABLE if not row[5]])
 def test_every_refusal_names_both_versions_and_what_to_do(framework, plugin, kind, min_fw, weeks,
                                                           accepted, rule):
-    verdict = judge(V(plugin), Policy(framework=V(framework), window_weeks=weeks), kind=kind,
+    verdict = judge(V(plugin), Policy(framework=V(framework), window_weeks=weeks, dates=CHANGELOG), kind=kind,
                     min_framework=None if min_fw is None else V(min_fw), name="p", distribution="acme-pjrt")
     message = verdict.reasons[0]
     assert plugin in message and framework in message
@@ -59,16 +63,17 @@ def test_every_refusal_names_both_versions_and_what_to_do(framework, plugin, kin
 
 
 def test_window_refusal_says_how_wide_the_window_must_be():
-    verdict = judge(V("0.45"), Policy(framework=V("0.50")), distribution="acme-pjrt")
+    verdict = judge(V("0.45"), Policy(framework=V("0.50"), dates=CHANGELOG), distribution="acme-pjrt")
     assert "--window-weeks 9" in verdict.reasons[0]
     assert "acme-pjrt" in verdict.reasons[0]
     assert "0.46" in verdict.reasons[0]  # the oldest minor inside the window
 
 
 def test_floor_is_stated_when_dates_are_missing():
-    verdict = judge(V("0.81"), Policy(framework=V("0.117")), kind="c")
+    verdict = judge(V("0.81"), Policy(framework=V("0.117"), dates=MinorDates({})), kind="c")
+    assert (verdict.accepted, verdict.rule) == (True, "window-floor")
     assert "floor minor 0.29" in verdict.reasons[0]
-    assert "no release date" in verdict.reasons[0]
+    assert "No date is known for 0.117, 0.82" in verdict.reasons[0]
 
 
 def test_floor_minor_can_be_raised():

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from pjrt_hub import Outcome, PluginRegistry, RegistrySettings
+from pjrt_hub.abi.history import NEWEST_KNOWN, slot_count
 from pjrt_hub.backends.c_api import _child
 from pjrt_hub.backends.c_api.probe_cache import LibraryIdentity, ProbeCache, default_cache_dir
 from pjrt_hub.cli import build_parser
@@ -62,6 +63,11 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return directory
 
 
+def in_window(build_so, name: str, minor: int = NEWEST_KNOWN.minor) -> str:
+    """A fake library at ``minor`` (the newest by default, so the default framework loads it)."""
+    return fake(build_so, name, f"MINOR={minor}", f"NSLOTS={slot_count(minor)}")
+
+
 def load(*libraries: str, autoload: bool = False) -> dict[str, Any]:
     """A fresh registry over these libraries (named lib0, lib1, ...): records by name."""
     env = {"PJRT_NAMES_AND_LIBRARY_PATHS": ",".join(f"lib{i}:{p}" for i, p in enumerate(libraries))}
@@ -70,7 +76,7 @@ def load(*libraries: str, autoload: bool = False) -> dict[str, Any]:
 
 
 def test_a_second_load_reads_the_cache_and_starts_no_probe(build_so, cache_dir, probes):
-    path = fake(build_so, "cached81")
+    path = in_window(build_so, "cached")
     first = load(path)["lib0"]
     assert probes.count == 1 and first.details["probe_cache"] == "stored"
     second = load(path)["lib0"]
@@ -81,7 +87,7 @@ def test_a_second_load_reads_the_cache_and_starts_no_probe(build_so, cache_dir, 
     assert second.model_dump(exclude={"details", "reason"}) == first.model_dump(exclude={"details", "reason"})
     assert {k: v for k, v in second.details.items() if k != "probe_cache"} == \
         {k: v for k, v in first.details.items() if k != "probe_cache"}
-    assert second.outcome is Outcome.LOADED and second.api_version == "0.81"
+    assert second.outcome is Outcome.LOADED and second.api_version == str(NEWEST_KNOWN)
 
 
 def test_an_entry_is_stale_once_the_library_changes(build_so, cache_dir, probes):
@@ -103,7 +109,7 @@ def test_an_entry_is_stale_once_the_library_changes(build_so, cache_dir, probes)
 
 
 def test_a_corrupt_entry_is_ignored_and_rewritten(build_so, cache_dir, probes):
-    path = fake(build_so, "corrupt")
+    path = in_window(build_so, "corrupt")
     load(path)
     (entry,) = cache_dir.glob("*.json")
     for garbage in (b"{not json", b'{"key": 1}', json.dumps({"key": json.loads(entry.read_text())["key"],
@@ -161,7 +167,7 @@ def test_parallel_probes_give_the_report_serial_probes_give(build_so, tmp_path, 
     monkeypatch.setenv("PJRT_HUB_PROBE_CACHE", "off")
     not_elf = tmp_path / "libtext.so"
     not_elf.write_text("not a library")
-    libraries = [fake(build_so, "par81"), fake(build_so, "par106", "MINOR=106", "NSLOTS=136"),
+    libraries = [in_window(build_so, "par117"), in_window(build_so, "par115", minor=115),
                  fake(build_so, "parabort", "ABORT"), str(not_elf), str(tmp_path / "missing.so")]
     parallel = load(*libraries)
     assert probes.count == 3 and probes.most > 1, "the probes did not overlap"
@@ -174,7 +180,7 @@ def test_parallel_probes_give_the_report_serial_probes_give(build_so, tmp_path, 
 
 
 def test_blocked_and_duplicate_libraries_are_not_probed(build_so, cache_dir, probes):
-    a, b = fake(build_so, "pa"), fake(build_so, "pb")
+    a, b = in_window(build_so, "pa"), in_window(build_so, "pb")
     env = {"PJRT_NAMES_AND_LIBRARY_PATHS": f"one:{a},one:{b},two:{b}", "PJRT_HUB_DISABLE_PLUGINS": "two"}
     registry = PluginRegistry(RegistrySettings.from_environment(env, autoload=False), environ=env)
     outcomes = [(r.name, r.outcome) for r in registry.load()]
@@ -190,7 +196,7 @@ def test_a_hanging_library_costs_at_most_30_seconds_by_default():
 def test_a_cached_probe_imports_nothing_heavy(build_so, cache_dir):
     from ...cli.test_light_imports import imported_by_list_and_check
 
-    path = fake(build_so, "light")
+    path = in_window(build_so, "light")
     env = dict(os.environ, PJRT_NAMES_AND_LIBRARY_PATHS=f"light:{path}")
     load(path)  # fills the cache
     assert imported_by_list_and_check(env) == {"codes": [0, 0, 0], "heavy": []}
