@@ -1750,7 +1750,9 @@ def _reduce_window(program: EagerProgram, op: Op) -> Step:
                     q = np.clip(p, 0, max(in_shape[d] - 1, 0))
                 valid = valid & ok
                 src.append(q)
-            vals = [np.where(valid, x[tuple(src)] if src else x, i) for x, i in zip(xs, init)]
+            # An empty input is all padding, and has no element to index.
+            vals = [np.where(valid, x[tuple(src)] if src else x, i) if x.size else np.broadcast_to(i, out_shape)
+                    for x, i in zip(xs, init)]
             accs = step(accs, vals)
         for r, a, k in zip(results, accs, kinds):
             env[r] = _as(a, k, out_shape)
@@ -1826,8 +1828,9 @@ def _convolution(program: EagerProgram, op: Op) -> Step:
             kidx[dn.kernel_input_feature_dimension] = ci
             kidx[dn.kernel_output_feature_dimension] = of
             # Padding and dilation holes are zeros of the input, multiplied like any other
-            # element (the spec pads the input; 0 * inf is NaN, as on XLA:CPU).
-            av = np.where(valid, x[tuple(lidx)], np.zeros((), x.dtype))
+            # element (the spec pads the input; 0 * inf is NaN, as on XLA:CPU). An empty input
+            # is all padding, and has no element to index.
+            av = np.where(valid, x[tuple(lidx)], np.zeros((), x.dtype)) if x.size else np.zeros(out_shape, x.dtype)
             bv = w[tuple(np.broadcast_to(i, out_shape) if isinstance(i, np.ndarray) else i for i in kidx)]
             acc = np.asarray(fn(acc, av, bv)[0]).astype(dt, copy=False)
         env[res] = _as(finish(acc)[0], rk, out_shape)

@@ -849,8 +849,9 @@ def _window_element(ctx: Lowering, op: Op, out_at: Mapping[int, Expr], widx: Seq
 
 
 def _multiply_add(kind: ElementKind, total: str, a: str, b: str) -> str:
-    """``total + a * b`` in ``kind``'s arithmetic (integers wrap)."""
-    return f"{total} + {a} * {b}" if kind.cls == "f" else f"iadd({total}, imul({a}, {b}))"
+    """``total + a * b`` in ``kind``'s arithmetic (integers wrap; the integer intrinsics take no
+    complex operand)."""
+    return f"{total} + {a} * {b}" if kind.cls in "fc" else f"iadd({total}, imul({a}, {b}))"
 
 
 @kernel("stablehlo.convolution")

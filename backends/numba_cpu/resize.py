@@ -11,8 +11,12 @@ out (little-endian: part ``j`` holds bits ``j * w`` up of the wider element):
 * widening: each slice ``[..., j]`` converted to the wide unsigned type, shifted left by
   ``j * w`` and or-ed together;
 
-with a same-width ``bitcast_convert`` at either end for float types. Both tiers see the
-rewritten function, so they agree bit for bit, and the parts fuse like any elementwise code.
+with a same-width ``bitcast_convert`` at either end for float types. A 4-bit type (``i4``,
+``f4E2M1FN``) takes part as a ``ui4``, which the generated code keeps as a byte holding the
+pattern in its low bits, and which ``convert`` wraps to 4 bits: ``i8[2] -> i4[2, 2]`` is the low
+nibble, then the high one, as XLA and numpy's ``view`` of the packed bytes order them. Both
+tiers see the rewritten function, so they agree bit for bit, and the parts fuse like any
+elementwise code.
 """
 
 from __future__ import annotations
@@ -34,9 +38,9 @@ __all__ = ["expand_resizing_bitcasts"]
 
 def _bits(ty: TensorType, op: Op) -> int:
     kind = element_kind(ty)
-    if kind.cls in "cb" or kind.bits < 8:
+    if kind.cls in "cb":
         raise CompileError(f"{op.describe()}: bitcast_convert to another width needs integer or float "
-                           f"elements of 8 bits or more, not {ty.element_type}")
+                           f"elements, not {ty.element_type}")
     return kind.bits
 
 

@@ -498,12 +498,12 @@ def convert_text(a: Expr, src: ElementKind, dst: ElementKind) -> str | Expr:
 def _bitcast_convert(ctx: ScalarContext, op: Op, args: Sequence[Expr]) -> str:
     src = ctx.kind(op.operands[0])
     dst = ctx.kind(op.result)
-    if (src.bits != dst.bits or src.cls in "bc" or dst.cls in "bc" or src.bits < 8
-            or src.narrow == "int" or dst.narrow == "int"):
+    if src.bits != dst.bits or src.cls in "bc" or dst.cls in "bc":
         raise unsupported_variant(op, f"{src.element} -> {dst.element}")
     x = args[0].text
     width = src.bits
-    # To the raw unsigned bits, then to the target.
+    # To the raw unsigned bits, then to the target (a type narrower than a byte, as the byte
+    # that stores its pattern, see ElementKind.store).
     if src.narrow:
         bits = src.store(x)
     else:

@@ -712,9 +712,38 @@ def _convert(ctx, op, x):
 def _bitcast_convert(ctx, op, x):
     out = op.results[0].type
     data = np.ascontiguousarray(x).reshape(x.shape)  # (ascontiguousarray makes 0-d arrays 1-d)
+    src_bits, dst_bits = op.operands[0].tensor_type.bit_width, out.bit_width
+    if min(src_bits, dst_bits) < 8:
+        return _bitcast_sub_byte(data, src_bits, out.dtype, dst_bits)
     if x.dtype.itemsize == out.dtype.itemsize:
         return data.view(out.dtype)
     return data.reshape(-1).view(out.dtype).reshape(out.shape)
+
+
+def _bitcast_sub_byte(x: np.ndarray, src_bits: int, dst: np.dtype, dst_bits: int) -> np.ndarray:
+    """A bitcast where a side has elements narrower than a byte (``i4``, ``f4E2M1FN``), which
+    numpy (ml_dtypes) keeps one to a byte, in its low bits: the elements' bit patterns as
+    unsigned integers, split into (or joined from) ``dst_bits`` parts along the last dimension,
+    the first part the lowest bits, as numpy's ``view`` orders the bytes of a wider element."""
+
+    def unsigned(bits: int) -> np.dtype:
+        return np.dtype(f"uint{max(bits, 8)}")
+
+    patterns = x.view(unsigned(src_bits))
+    if src_bits < 8:
+        patterns = patterns & np.uint8((1 << src_bits) - 1)
+    if src_bits > dst_bits:
+        mask = (1 << dst_bits) - 1
+        parts = [(patterns >> np.array(j * dst_bits, patterns.dtype)) & np.array(mask, patterns.dtype)
+                 for j in range(src_bits // dst_bits)]
+        patterns = np.stack(parts, axis=-1)
+    elif src_bits < dst_bits:
+        wide = unsigned(dst_bits)
+        joined = np.zeros(patterns.shape[:-1], wide)
+        for j in range(dst_bits // src_bits):
+            joined |= patterns[..., j].astype(wide) << np.array(j * src_bits, wide)
+        patterns = joined
+    return np.ascontiguousarray(patterns.astype(unsigned(dst_bits))).view(dst)
 
 
 

@@ -5,8 +5,13 @@ with a comparator function. Off TPU, XLA runs it as its fallback, an exact top-k
 operands along ``reduction_dim`` with the comparator and keep the first entries (as many as
 the results hold: ``top_k``, or more when ``aggregate_to_topk`` is false). Here the call
 becomes that ``stablehlo.sort`` (a stable one, so ties keep the lower index, as XLA's) and a
-``stablehlo.slice`` per result; the backends then run what they already run. Any other custom
-call is left for the backend to refuse by name.
+``stablehlo.slice`` per result; the backends then run what they already run.
+``jax.lax.dce_sink(x, prevent_mlir_dce=True)`` lowers to ``stablehlo.custom_call @dce_sink(x)``
+with no results and ``has_side_effect``: it only marks ``x`` as used, so that no compiler pass
+deletes the ops computing it (XLA:CPU keeps the call and runs nothing for it). The call has no
+effect a program can observe (an op with effects of its own keeps them without it), so here it
+goes away; the executable's program text, which the backends keep as written, still shows it.
+Any other custom call is left for the backend to refuse by name.
 
 JAX's comparators are a bare ``compare GT`` (max_k) or ``LT`` (min_k) of floats, which orders
 no NaN, so what a sort makes of NaNs is up to its algorithm: XLA:CPU's top-k (jax 0.10) puts a
@@ -34,6 +39,10 @@ def _approx_top_k(op: Op) -> bool:
     return op.name == "stablehlo.custom_call" and op.call_target == "ApproxTopK"
 
 
+def _dce_sink(op: Op) -> bool:
+    return op.name == "stablehlo.custom_call" and op.call_target == "dce_sink" and not op.results
+
+
 class _Lowering:
     def __init__(self, module: Module) -> None:
         self.module = module
@@ -48,7 +57,8 @@ class _Lowering:
         for op in block.ops:
             if op.regions:
                 op = dataclasses.replace(op, regions=tuple(self.block(r) for r in op.regions))
-            ops.extend(self.top_k(op) if _approx_top_k(op) else (op,))
+            if not _dce_sink(op):
+                ops.extend(self.top_k(op) if _approx_top_k(op) else (op,))
         return Block(block.args, tuple(ops))
 
     def copy(self, block: Block) -> Block:
@@ -146,7 +156,7 @@ class _Lowering:
 def lower_custom_calls(module: Module) -> Module:
     """``module`` with the custom calls this module knows written as StableHLO ops; ``module``
     itself if it has none."""
-    if not any(_approx_top_k(op) for op in module.walk()):
+    if not any(_approx_top_k(op) or _dce_sink(op) for op in module.walk()):
         return module
     lowering = _Lowering(module)
     functions = {name: dataclasses.replace(fn, body=lowering.block(fn.body))

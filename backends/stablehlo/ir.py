@@ -58,6 +58,7 @@ derived from the op definitions of :mod:`.ops`.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from types import MappingProxyType
@@ -180,8 +181,13 @@ class TensorType:
 
     @property
     def bit_width(self) -> int:
+        """The element's bits as the type names them: 4 for ``i4`` and ``f4E2M1FN``, whose
+        numpy dtypes take a byte each."""
         if self.is_bool:
             return 1
+        digits = re.match(r"(?:si|ui|i|bf|f)(\d+)", self.element_type)
+        if digits and not self.is_complex:
+            return int(digits.group(1))
         return self.dtype.itemsize * 8
 
     def with_shape(self, shape: tuple[int, ...]) -> "TensorType":

@@ -132,3 +132,49 @@ def test_an_unknown_custom_call_is_refused_by_name(compile_run):
 }"""
     with pytest.raises(UnsupportedOpError, match="Schur"):
         compile_run(text, np.eye(3, dtype=np.float32))
+
+
+# jax.jit(f).lower(f32[]) with f(x) = (lax.dce_sink(x + 1, prevent_mlir_dce=True), x)[1], and the
+# same sink of a value made inside a loop's body.
+DCE_SINK = """module @jit_f attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%arg0: tensor<f32>) -> (tensor<f32> {jax.result_info = "result"}) {
+    %cst = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %0 = stablehlo.add %arg0, %cst : tensor<f32>
+    stablehlo.custom_call @dce_sink(%0) {backend_config = "", has_side_effect = true, mhlo.backend_config = {}, operand_layouts = [dense<> : tensor<0xindex>], result_layouts = []} : (tensor<f32>) -> ()
+    %c = stablehlo.constant dense<0> : tensor<i32>
+    %c3 = stablehlo.constant dense<3> : tensor<i32>
+    %1:2 = stablehlo.while(%i = %c, %acc = %arg0) : tensor<i32>, tensor<f32>
+    cond {
+      %2 = stablehlo.compare LT, %i, %c3 : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %2 : tensor<i1>
+    } do {
+      %3 = stablehlo.multiply %acc, %acc : tensor<f32>
+      stablehlo.custom_call @dce_sink(%3) {has_side_effect = true} : (tensor<f32>) -> ()
+      %one = stablehlo.constant dense<1> : tensor<i32>
+      %4 = stablehlo.add %i, %one : tensor<i32>
+      %5 = stablehlo.add %acc, %cst : tensor<f32>
+      stablehlo.return %4, %5 : tensor<i32>, tensor<f32>
+    }
+    %6 = stablehlo.add %arg0, %1#1 : tensor<f32>
+    return %6 : tensor<f32>
+  }
+}
+"""
+
+
+def test_dce_sink_only_keeps_values_alive(compile_run):
+    """``jax.lax.dce_sink`` has no result and no effect a program can see: the program runs as
+    if the call were not there."""
+    (out,) = compile_run(DCE_SINK, np.float32(2.5))
+    assert out.dtype == np.float32 and float(out) == 2.5 + 5.5
+
+
+def test_dce_sink_leaves_the_other_ops():
+    from pjrt_hub.backends.stablehlo import parse_module
+    from pjrt_hub.backends.stablehlo.custom_calls import lower_custom_calls
+
+    before = parse_module(DCE_SINK)
+    after = lower_custom_calls(before)
+    names = [op.name for op in before.walk()]
+    assert names.count("stablehlo.custom_call") == 2
+    assert [op.name for op in after.walk()] == [n for n in names if n != "stablehlo.custom_call"]
