@@ -6,8 +6,9 @@ The public API lives here; the modules behind it are private. Names are imported
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from ._lazy import lazy_exports
 
 if TYPE_CHECKING:
     # Written `X as X`: the explicit re-export form, for type checkers and linters.
@@ -73,22 +74,17 @@ _EXPORTS = {
 
 __all__ = sorted([*_EXPORTS, "__version__"])
 
+_export, __dir__ = lazy_exports(__name__, _EXPORTS)
+
 
 def __getattr__(name: str) -> Any:
     if name == "__version__":
+        # Read from the installed distribution, and only when asked: importlib.metadata is not
+        # something every plugin's import of pjrt_hub.abi should pay for.
         from importlib.metadata import PackageNotFoundError, version
 
         try:
             return version("pjrt-hub")
         except PackageNotFoundError:
             return "0+unknown"
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pjrt_hub' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+    return _export(name)

@@ -12,8 +12,9 @@ history and the Args struct sizes of every minor live in :mod:`pjrt_hub.abi.hist
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pjrt_hub._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .api import CApi, load_api
@@ -81,15 +82,4 @@ __all__ = [
     "safe_client_check",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(__all__) | set(globals()))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -14,8 +14,9 @@ program was compiled by numba or is interpreted by numpy; a plugin brings only i
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pjrt_hub._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ._api import CLIENT_OPTIONS, DEFAULT_API_VERSION, CpuApi
@@ -63,15 +64,4 @@ __all__ = [
     "TensorSpec",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(__all__) | set(globals()))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

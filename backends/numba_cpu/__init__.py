@@ -11,9 +11,9 @@ from __future__ import annotations
 import os as _os
 
 # numba's OpenMP workers spin after each parallel loop; OpenBLAS (dot_general) then competes
-# with spinning threads for the same cores and runs 3-5x slower. Passive waiting costs a few
-# microseconds per parallel loop instead. Must be set before the OpenMP runtime starts; a value
-# the user chose is kept.
+# with spinning threads for the same cores and runs several times slower. Passive waiting costs
+# a few microseconds per parallel loop instead. Must be set before the OpenMP runtime starts; a
+# value the user chose is kept.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 _os.environ.setdefault("KMP_BLOCKTIME", "0")
 # OpenBLAS's idle workers spin for 2**28 cycles (~0.1 s) after each call, on the cores the
@@ -21,7 +21,9 @@ _os.environ.setdefault("KMP_BLOCKTIME", "0")
 # microseconds, against milliseconds for a product that uses them). Read when scipy's BLAS loads.
 _os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pjrt_hub._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .compiler import CacheStats, NumbaCompiler, NumbaProgram, default_cache_dir
@@ -37,11 +39,9 @@ def supported_ops() -> list[str]:
     return _ops()
 
 
-def __getattr__(name: str) -> Any:
-    # Lazy: the plugin module (``.plugin``) is imported by discovery on every ``pjrt-hub list``,
-    # and must not pull in numba to declare itself.
-    if name in ("CacheStats", "NumbaCompiler", "NumbaProgram", "default_cache_dir"):
-        from . import compiler
-
-        return getattr(compiler, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Imported on first use: the plugin module (``.plugin``) is imported by discovery on every
+# ``pjrt-hub list``, and must not pull in numba to declare itself.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "CacheStats": ".compiler", "NumbaCompiler": ".compiler", "NumbaProgram": ".compiler",
+    "default_cache_dir": ".compiler",
+})

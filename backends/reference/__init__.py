@@ -7,8 +7,9 @@ baseline of ``bench``. :class:`ReferenceCompiler` plugs it into the host CPU run
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pjrt_hub._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .compiler import ReferenceCompiler, ReferenceProgram, cost_analysis, output_aliases
@@ -39,17 +40,5 @@ __all__ = [
     "supported_ops",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if module == ".registry":
-        importlib.import_module(".interpreter", __name__)  # importing it fills the op table
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(__all__) | set(globals()))
+# Importing the interpreter fills the op table of ``.registry``.
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, import_first={".registry": ".interpreter"})

@@ -11,8 +11,9 @@ environment with pjrt-hub installed, and must not pull in the suite unless asked
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     # Written `X as X`: the explicit re-export form, for type checkers and linters.
@@ -50,17 +51,5 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pjrt_hub.testing' has no attribute {name!r}")
-    if module in ("._case", "._runner"):
-        importlib.import_module(".cases", __name__)  # the registry of cases is only whole once they are imported
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+# The registry of cases is only whole once the case modules are imported.
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, import_first={"._case": ".cases", "._runner": ".cases"})
