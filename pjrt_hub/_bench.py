@@ -173,10 +173,9 @@ class _Loaded:
 
     Python's cyclic garbage collector runs before the clock starts. The programs of a suite
     share their plugin's process, and what the earlier ones allocated (their runs, and numba's
-    modules once compiled code is loaded: some 160,000 objects) made a full collection of
-    20-80 ms land in whichever compile came next: closure_constants, export_lenet and
-    batched_matmul took 74-88 ms in three corpus runs, 1-9 ms in the others. A user's first
-    compile in a process of its own does not inherit that debt."""
+    modules once compiled code is loaded: some 160,000 objects) made a full collection land in
+    whichever compile came next, a different one from run to run (docs/measurements.md). A
+    user's first compile in a process of its own does not inherit that debt."""
 
     def __init__(self, client: Any, text: str, arrays: Sequence[np.ndarray]) -> None:
         from pjrt_hub.testing._programs import framework_options
@@ -537,11 +536,10 @@ def _measure_interleaved(plugins: Sequence[str], programs: Sequence[str], runs: 
     nothing else running), each waiting once it is ready. Then, round by round and program by
     program (the tiny add first), each process in turn runs its block of that program's runs
     while the others wait on their stdin, the turns in the opposite order every other round.
-    The host's speed drifts within seconds here: one 1024^3 matrix product, timed over and
-    over in one process, took 7.6 ms for a second or two, then 10-11 ms, then 7.6 again, in
-    numpy's BLAS as in every plugin's. Blocks of one program that follow one another get the
-    same stretch of it, where whole rounds of one plugin (1-2 s each) got different ones: the
-    MLP's time over XLA's moved 0.97-1.39 from one bench to the next with rounds in turns.
+    A shared host's speed drifts within seconds, in numpy's BLAS as in every plugin's
+    (docs/measurements.md, "The host's drift"). Blocks of one program that follow one another
+    get the same stretch of it, where whole rounds of one plugin (seconds each) got different
+    ones, and a ratio of two plugins' times moved with it from one bench to the next.
 
     The results are keyed by ``labels`` (default: the plugins' names), one per entry of
     ``plugins``, so that one plugin can be timed by two processes (quiet and loaded, in

@@ -14,8 +14,8 @@ plugin's median over each other's round by round, which that drift moves far les
 one per core they are meant to take), and reports loaded / quiet per program, flagging any ratio
 above :data:`LOAD_CEILING` (issue 14's "no collapse under load"). Two processes per plugin take
 their blocks of runs in turns, program by program, a quiet one with the neighbours stopped (SIGSTOP) and a loaded one with them
-running, so that the host's own drift (up to 1.5x within a minute here) falls on quiet and loaded
-alike instead of on one of them. The neighbours are children of
+running, so that the host's own drift (on a shared machine, large within a minute) falls on quiet
+and loaded alike instead of on one of them. The neighbours are children of
 this process that also stop by themselves when it is gone, and are killed on the way out whatever
 happens (an error, Ctrl-C), so a benchmark never leaves spinning processes behind.
 
@@ -28,24 +28,16 @@ own, as a program from another terminal or a service would. Where the kernel gro
 (autogroup: ``/proc/sys/kernel/sched_autogroup_enabled`` is 1, the default of most desktop and
 many server kernels, and it applies to processes in the root cpu cgroup) it first shares the cores
 among sessions: a neighbour takes at most one core, and the bench gets the larger of C/(K+1) and
-C-K of C cores, 2/3 of a core on this 2-core machine with K = 2, where a program that kept both
-cores busy when quiet cannot take less than 3x its quiet time however well it behaves. Measured
-here on the perf programs (numba_cpu): 0.61-0.65 cores in sessions of their own; in the bench's,
-0.9-1.0 for ew_chain and the MLP, 0.6-1.0 for the short softmax and layernorm (see
-``backends/numba_cpu/threads.py``). Each row also carries the CPU time per run, loaded / quiet,
-which does not depend on the share: near 1 when the program only got less of the machine, well
-above 1 when its threads burned what they got (spinning, oversubscription): a collapse shows
-there whatever the grouping. Not every rise is the program's: a machine may run the same code
-slower while a core is time-sliced (``benchmarks/time_slicing.py`` measures it without
-pjrt-hub). On this 2-core VM (no performance counters to say why), a single-threaded numba
-kernel streaming a 64 MiB working set (layernorm rows) took, at times, 1.5x its CPU time per
-chunk with one CPU-bound Python process sharing its core, and 1.5x as well with no other
-process when it idled 0.5 ms between chunks; at other times it ran at that slower speed alone
-too, and sharing cost it 1.0-1.2x. The same kernel on 16 MiB, or a compute-bound one: 1.0-1.16x.
-The machine keeps such a working set cached only while it is swept back to back, so a
-memory-bound program's quiet time is its cached speed and its loaded time its uncached one. In one
-three-plugin run XLA's own plugin took 1.84x the CPU per run, and 3.98x the time, on
-perf_layernorm.
+C-K of C cores: 2/3 of a core with C = K = 2, where a program that kept both cores busy when
+quiet cannot take less than 3x its quiet time however well it behaves. Each row also carries the
+CPU time per run, loaded / quiet, which does not depend on the share: near 1 when the program
+only got less of the machine, well above 1 when its threads burned what they got (spinning,
+oversubscription): a collapse shows there whatever the grouping. Not every rise is the
+program's: a machine may run the same code slower while a core is time-sliced
+(``benchmarks/time_slicing.py`` measures it without pjrt-hub), as one that keeps a large working
+set cached only while it is swept back to back: a memory-bound program's quiet time is then its
+cached speed and its loaded time its uncached one. What the bench and that script measured on
+this project's machine is in docs/measurements.md ("Under load").
 """
 
 from __future__ import annotations
@@ -207,10 +199,10 @@ def spread(plugins: Sequence[str], names: Sequence[str], processes: int, *, runs
     ``fastest_of``, or of all the others if that is empty, where there are two), round by round.
     A process that fails leaves ``None`` in its place and its error.
 
-    The host's own speed drifts within seconds here (a shared machine: one thread's 1024^3 f32
-    product took 15.5 ms and 23-31 ms a second later, pinned to either core, with nothing of
-    pjrt-hub loaded), so much of a plugin's spread over processes is the host's; a ratio taken
-    within one round, the plugins timed in turns, varies far less with it."""
+    On a shared machine the host's own speed drifts within seconds, for one thread pinned to a
+    core with nothing of pjrt-hub loaded as well (docs/measurements.md, "The host's drift"), so
+    much of a plugin's spread over processes is the host's; a ratio taken within one round, the
+    plugins timed in turns, varies far less with it."""
     if processes < 2:
         raise ValueError(f"a spread needs at least 2 processes, got {processes}")
     first: list[dict[str, Any]] = []

@@ -724,7 +724,7 @@ class PluginRegistry:
         taking = threading.Lock()
 
         def work() -> None:
-            # A few threads take paths in turn (concurrent.futures would cost list 4 ms to import);
+            # A few threads take paths in turn (importing concurrent.futures would slow ``list``);
             # _probe and preflight never raise.
             while True:
                 with taking:

@@ -115,7 +115,7 @@ class ProbeCache:
 
     def entry_path(self, identity: LibraryIdentity, *, initialize: bool = False) -> Path:
         # Two CRCs make a 64-bit name: a clash only makes two libraries take turns in one entry,
-        # since the key inside is checked. (hashlib would cost list 20 ms of OpenSSL start-up.)
+        # since the key inside is checked. (hashlib would add OpenSSL's start-up to ``list``.)
         text = f"{identity.path}\0{int(initialize)}".encode()
         return self.directory / f"{zlib.crc32(text):08x}{zlib.crc32(text[::-1]):08x}.json"
 

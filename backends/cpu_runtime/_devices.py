@@ -213,9 +213,8 @@ class _Worker:
     A thread that waits for a task's event may run the queued tasks itself, in order, up to its
     own (:meth:`help`): the hand-off to the device's thread then costs nothing. On a machine
     other processes keep busy, each hand-off waits for the scheduler to run the woken thread
-    (measured on this 2-core machine with two busy neighbours: perf_layernorm took 6.9-8.0 ms
-    per execute-and-wait, 3.7-5.5 ms run on the waiting thread). One task runs at a time,
-    whichever thread runs it."""
+    (figures: docs/measurements.md, "Under load"). One task runs at a time, whichever thread
+    runs it."""
 
     __slots__ = ("_name", "_tasks", "_cond", "_runner", "_thread", "_lock")
 

@@ -71,8 +71,7 @@ class MpiEngine:
 
     def _wait(self, request: Any, deadline: float, what: str, processes: Sequence[int]) -> None:
         # MPI moves a non-blocking collective along only inside calls such as Test: a process
-        # that sleeps between tests stalls the transfer (a 4 MiB all_reduce took 2 ms with
-        # sleeps, against 1.2 ms when the first milliseconds are spent testing). So test
+        # that sleeps between tests stalls the transfer (docs/measurements.md). So test
         # without sleeping for SPIN seconds, yielding the core (2 ranks may share 2 cores), and
         # only then back off to short sleeps, for peers that are late rather than busy.
         started = time.monotonic()

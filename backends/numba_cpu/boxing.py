@@ -5,10 +5,8 @@ numba turns an array a compiled function returns into a numpy array with
 reads the dtype from the function's environment (a list of constants the compiled code indexes),
 but embeds the class pickled in the code and unpickles it on every call: a call from C into
 ``numba.core.serialize._numba_unpickle``, which looks the class up in a dict. For a small
-program that is most of the cost of returning its result: a function adding two 4-element
-vectors took 1.84 us a call with it and 1.23 us with the class read from the environment like
-the dtype (median of 15 rounds, both compiled in one process, in turns). A tiny execute through
-the Python API is about 3 us, so this is a fifth of it.
+program that is most of the cost of returning its result, and a fair share of a tiny execute
+through the Python API (figures: docs/measurements.md).
 
 :func:`install` registers a boxer for arrays that runs numba's own, with the one step changed:
 while it runs, an object numba embeds in the code (``serialize_object`` then ``unserialize``) is

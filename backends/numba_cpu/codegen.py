@@ -107,13 +107,11 @@ _HUGEPAGE_MIN_BYTES = 4 << 20
 #: A program output of at least this many bytes, written row by row by a loop nest and read by
 #: nothing else in the program, is written with non-temporal stores (``stream_row``): a normal
 #: store first reads each line it replaces, a third more memory traffic for an output written
-#: once, and keeps the output in the caches at the expense of the inputs. A plain numba kernel
-#: streaming layernorm rows (32 MiB in, 32 MiB out) took 0.23-0.27 ms a 512-row chunk either
-#: way alone, and 0.31-0.36 ms against 0.43-0.46 with a CPU-bound process sharing its core
-#: (where the caches no longer hold its working set between chunks, see
-#: ``benchmarks/time_slicing.py``). Below this size an output is likely read again soon, from
-#: the caches, by what consumes it; glibc's memcpy also only streams copies larger than a share
-#: of the caches.
+#: once, and keeps the output in the caches at the expense of the inputs. That costs most where
+#: another process shares the core and the caches no longer hold the working set between chunks
+#: (``benchmarks/time_slicing.py``; figures: docs/measurements.md). Below this size an output
+#: is likely read again soon, from the caches, by what consumes it; glibc's memcpy also only
+#: streams copies larger than a share of the caches.
 STREAM_MIN_BYTES = 16 << 20
 #: ... and each row (the elements one iteration of the outer loops writes) at least this many.
 STREAM_MIN_ROW_BYTES = 512
@@ -1031,7 +1029,7 @@ class Lowering:
 
         A bias-and-activation after a matrix product is the case it is for: written into the
         product's array, the pass reads and writes the same lines, where a fresh array costs
-        its lines' first reads as well (3x faster on the MLP's 4 MiB products)."""
+        its lines' first reads as well."""
         lazy = self.env.get(v)
         if not isinstance(lazy, Lazy):
             return None
@@ -1172,9 +1170,7 @@ class Lowering:
 
         Softmax is the case: each row's exponentials, then their sum, then each divided by it.
         The division cannot start before the sum, so in one row the divider and the arithmetic
-        take turns; skewed, row i's exponentials and row i-1's divisions share a loop. A
-        4096x1024 softmax took 2.2 ms skewed against 2.6 (two threads; 0.63 against 0.72 ms for
-        512 rows on one)."""
+        take turns; skewed, row i's exponentials and row i-1's divisions share a loop."""
         outer = group.outer
         if len(outer) != 1 or outer[0] < 2 or len(group.members) < 2:
             return False
@@ -1276,8 +1272,7 @@ class Lowering:
             # The next row of the arrays the members read from memory, asked for now: the
             # shared loop below is long arithmetic (the members' and the divisions), which
             # hides the lines' arrival, where the next row's first pass would wait for them
-            # (4096x1024 softmax: 6% less time; a layernorm's cheap passes got slower, so only
-            # skewed rows do this).
+            # (a layernorm's cheap passes got slower with it, so only skewed rows do this).
             row = math.prod(tail.shape[1:])
             for name in self._arrays_read(group) if row else ():
                 loop.emit(f"prefetch_span({name}, ({var} + 1) * {row}, {row})")

@@ -833,7 +833,7 @@ def _exp_core(x):
 
 
 #: Elements of exp's argument taken at a time: the fma emulation's float64 temporaries then stay
-#: in the core's cache (on 4M elements, 0.63 s at once and 0.18 s in blocks).
+#: in the core's cache, where a whole large array's would not.
 _EXP_BLOCK = 1 << 14
 
 

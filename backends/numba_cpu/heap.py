@@ -5,9 +5,10 @@ caller that drops the results of one run frees them before the next. glibc serve
 more than ``M_MMAP_THRESHOLD`` bytes with a fresh ``mmap`` and gives it back to the kernel when
 it is freed, and trims the top of its heap once more than ``M_TRIM_THRESHOLD`` bytes there are
 free; both thresholds move with what the process did before (up to 32 MiB and 64 MiB). Either
-way the next run's output is memory the kernel must map and zero again, page by page: layernorm
-(a 32 MiB output) took 529 page faults a run and 4.8-5.8 ms, against 1 fault and 2.0-2.2 ms when
-freed memory stays in the heap. The MLP and the elementwise chain fault little already.
+way the next run's output is memory the kernel must map and zero again, page by page, which for
+a program with a large output (layernorm's is 32 MiB) is a large part of each run, where memory
+that stays in the heap is reused without a fault (figures: docs/measurements.md). The MLP and
+the elementwise chain fault little already.
 
 :func:`keep_freed_memory` fixes both thresholds (``mallopt``), once per process, when the first
 numba_cpu compiler is made: requests up to :data:`MMAP_THRESHOLD` come from the heap (twice
@@ -24,11 +25,9 @@ Memory that is new to the process costs more where numpy asks for huge pages. nu
 ``MADV_HUGEPAGE`` on every array of 4 MiB or more; where the kernel's transparent huge pages
 ``defrag`` setting is ``madvise`` or ``defer+madvise`` (Ubuntu's and the kernel's default), a
 page fault in such memory stops to compact memory until a free 2 MiB page turns up, which takes
-long when the page cache has filled memory, as on any machine up for a while. Measured here
-(2 vCPU, 20 of 24 GiB page cache), the first run of layernorm, which writes a 32 MiB output and
-then a 32 MiB copy of it for the host, gave its first result in 54-98 ms (median 66) with numpy's
-advice and 37-49 ms (median 46) without, in five bench runs each taken in turns (41-76 against
-34-44 in eight more); runs after the first reuse their memory (above) and did not change.
+long when the page cache has filled memory, as on any machine up for a while. A program's first
+run, whose outputs and their host copies are all new memory, then waits for those compactions
+(figures: docs/measurements.md); runs after the first reuse their memory (above).
 
 :func:`fault_without_compaction` turns numpy's advice off, once per process, when the first
 numba_cpu compiler is made, where that setting stalls such faults. Where ``enabled`` is

@@ -4,11 +4,11 @@ compiled by numba once per machine and loaded by the eager tier without numba.
 
 The eager tier (:mod:`.eager`) must give the compiled code's bits, so it computes vecmath's
 float32 functions op for op in numpy (:mod:`.eager_math`), every fused multiply-add emulated in
-float64: exp on 4M elements takes about 300 ms that way, and a chain of such functions seconds,
-where the compiled loop takes a few milliseconds. numba cannot help a program's first result (it
+float64: on large arrays that takes tens of times as long as the compiled loop, and a chain of
+such functions seconds (docs/two-tiers.md). numba cannot help a program's first result (it
 takes half a second to import and seconds to compile), but these loops do not depend on the
-program: compiled once, kept as native object code, they load with llvmlite alone (about 40 ms,
-in a thread started with the client) and need no compile at all.
+program: compiled once, kept as native object code, they load quickly with llvmlite alone (in
+a thread started with the client) and need no compile at all.
 
 * **Same bits.** Each kernel is a loop calling the very vecmath function that the fused kernels
   inline (a row reduction: their lane code), with numpy's error model and no fast-math, so it
@@ -23,7 +23,7 @@ in a thread started with the client) and need no compile at all.
   every program and are not part of any program's compile.
 * **Built in the background.** The first time the eager tier meets a large array that a missing
   kernel would serve, it starts a builder (``python -m pjrt_hub.backends.numba_cpu.machine_kernels
-  build``), detached and at low priority, as ``git gc --auto`` does: some 15-30 s of one core, once.
+  build``), detached and at low priority, as ``git gc --auto`` does: tens of seconds of one core, once.
   The builder writes the file under a temporary name, has a fresh process (without numba) load it
   and compare every kernel with its numpy twin on special values and random bit patterns, and
   renames it into place only if all agree; otherwise it leaves a ``.failed`` note saying why, and
@@ -359,7 +359,7 @@ def _rows_agree(kernels: Kernels, name: str, twin: Callable[..., Any], rng: np.r
     for width, per in ((k, k), (k + 36, 3 * k + 108), (2 * k + 2, 2 * k + 2), (5 * k, 5 * k), (3, 3)):
         if width < k and op in ("add", "mul"):
             continue  # fewer lanes: numpy's
-        # Specials in every lane and order (a fixed shuffle: numpy.random takes 10 ms to import).
+        # Specials in every lane and order (a fixed shuffle: numpy.random is slow to import).
         picks = ((np.arange(specials.size * per) * 7919 + width) % specials.size).reshape(specials.size, per)
         x = specials[picks]
         if rng is not None and random:

@@ -6,7 +6,7 @@ On a machine other processes keep busy, none of the three gives a program its sh
 cores (measured in .threads): OpenMP and the workqueue cut the loop into one fixed share per
 thread and wait for the share of a thread the scheduler is not running; TBB's idle workers spin
 with ``sched_yield`` before they sleep, and on an EEVDF kernel a thread that yielded on busy
-cores waits long to run again, so the worker joins a 2 ms loop late or not at all.
+cores waits long to run again, so the worker joins a short loop late or not at all.
 
 This module defines ``numba_parallel_for`` again, for the threads that run numba_cpu programs
 (:func:`enter`/:func:`leave` around a run) and for them only. A loop's schedule entries (the

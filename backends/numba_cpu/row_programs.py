@@ -9,9 +9,8 @@ interpreter of a few opcodes, compiled by numba once per machine with the other
 a few rows, each instruction is one loop over the block, in buffers that stay in the core's
 first-level cache: a block is as many rows as fit :data:`BLOCK_BYTES` of all the buffers, and
 temporaries whose lives do not overlap share a buffer (layernorm's 7 rows of 1024 elements
-became 3, and its blocks one row where they were 4: its eager run took 7-8 ms instead of
-9.5-11, the elementwise chain's 22-27 instead of 30-32). Two threads take half the rows each;
-no Python runs between blocks.
+became 3, and its blocks one row where they were 4 rows, which made its eager run faster: see
+docs/measurements.md). Two threads take half the rows each; no Python runs between blocks.
 
 * **The same bits.** An elementwise opcode's loop body *is* the compiled tier's formula for that
   op on float32 (the rule's own text, from :mod:`.rules`); the file records each opcode's
@@ -591,7 +590,7 @@ def _check_reduce(kernels: "Kernels", op: str, s: np.ndarray, rng: np.random.Gen
     from .machine_kernels import _bits
 
     for width, per in ((40, 40), (100, 300)):
-        # Specials in every lane and order (a fixed shuffle: numpy.random takes 10 ms to import),
+        # Specials in every lane and order (a fixed shuffle: numpy.random is slow to import),
         # and rows of finite values whose sums the order changes.
         picks = ((np.arange(s.size * per) * 7919 + width) % s.size).reshape(s.size, per)
         x = s[picks]

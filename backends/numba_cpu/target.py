@@ -99,7 +99,7 @@ HAS_FMA, HAS_SCALEF = _decide()
 #: default for these CPUs is 256 bits (the wider instructions once cost clock speed, which is
 #: still its choice for code in general), but a fused loop is long arithmetic on data in cache,
 #: where twice the lanes per instruction pays: softmax, layernorm and the elementwise chain of
-#: the perf programs run 15-30 % faster on a Sapphire Rapids-class host. Only the generated
+#: the perf programs run faster (docs/two-tiers.md). Only the generated
 #: functions ask for it (.intrinsics wide_vectors), not the rest of the process's numba code.
 #: The bits do not change: each lane computes what it did, and no reduction is reordered
 #: (numba does not allow LLVM to).

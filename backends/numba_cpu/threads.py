@@ -4,10 +4,10 @@ Two thread pools do the parallel work of a program: numba's (the ``prange`` kern
 OpenBLAS's (``dot_general`` goes through numba's ``np.dot`` to the BLAS scipy ships). When other
 processes keep the cores busy, the scheduler runs each of a pool's threads part of the time, and
 a pool that splits its work into one fixed share per thread waits, at the end of every parallel
-loop, for the share of a thread it is not running: a time slice, milliseconds. Measured on this
-2-core machine with two CPU-bound neighbours: a 0.8 ms loop took 8 ms on two OpenMP threads and
-1.5 ms on one; a 50 us matrix product 8-16 ms. A pool that steals work does not wait (XLA's
-does that), and giving up a thread gives up that thread's share of the cores. So:
+loop, for the share of a thread it is not running: a time slice, milliseconds, many times what
+a short loop or product takes on its own. A pool that steals work does not wait (XLA's does
+that), and giving up a thread gives up that thread's share of the cores. What these choices
+were measured against is in docs/measurements.md ("Under load"). So:
 
 * numba's loops run on numba_cpu's own pool (.pool): the threads running programs claim each
   loop's chunks (:data:`~.codegen.CHUNKS_PER_THREAD` per thread) one at a time with the pool's
@@ -15,31 +15,20 @@ does that), and giving up a thread gives up that thread's share of the cores. So
   x86-64; :func:`_load_tbb` makes its library loadable, since numba looks for it by name only)
   stays numba's layer for every other thread, and for the programs too where the pool is off
   (``PJRT_HUB_NUMBA_POOL=0``, or off Linux x86-64). An idle oneTBB worker spins with
-  ``sched_yield`` before it sleeps, and on this kernel (6.18, EEVDF) a thread that yields while
-  the cores are contended waits long to run again (instrumented with the threads' ``/proc``
-  schedstat: in a 7.7 ms loaded layernorm run, TBB's worker ran 1.2 ms and waited 6.3): one
-  loop of ~1 ms, timed in a loop on the calling thread with two busy neighbours, took 3.1-3.6
-  ms on TBB and 1.2-1.9 ms on the pool. Through ``bench --under-load 2``, three runs each
-  with the pool off and on, in turns: ew_chain took 54-57 ms loaded on TBB and 42-45 on the
-  pool, softmax 9.2-13.6 and 7.9-8.2, the MLP 68-70 and 52-60, layernorm 8.4-16.0 and 8.4-9.3
-  (1.7-2.8x their quiet time on the pool, 2.1-6.7x on TBB; in four later runs on the pool,
-  layernorm took 3.2-4.3x, its threads spending 1.5-1.7x the CPU per run they spend quiet:
-  the machine serves its 64 MiB working set from cache only while runs come back to back, and
-  a plain numba kernel slows as much when it only idles between chunks, with no other process,
-  ``benchmarks/time_slicing.py``; a loop cut into 4x as many chunks left the threads' time
-  asleep and the CPU per run where they were). When a run finds cores busy
-  (:func:`usable_threads`), its loops take a spare worker as well (.pool.set_extra): the
-  scheduler shares the cores among runnable threads, and three of ours next to two spinners get
-  1.2 cores where two get 1.0, as XLA's pool does; ``bench --under-load 2`` with quiet and
-  loaded rounds in turns, two runs with the spare and three without: layernorm 2.1-2.4x its
-  quiet time and 2.4-3.1x (cores used 0.8), softmax 2.0x and 2.2-2.8x, ew_chain 1.8-1.9x and
-  2.0-2.2x.
+  ``sched_yield`` before it sleeps, and on an EEVDF kernel a thread that yields while the cores
+  are contended waits long to run again, so a loaded loop waits for TBB's worker where the
+  pool's caller would have done the chunks itself. A memory-bound program still slows under
+  load on the pool, and more chunks per loop do not help it: a machine may serve a large working
+  set from cache only while runs come back to back (``benchmarks/time_slicing.py``). When a run
+  finds cores busy (:func:`usable_threads`), its loops take a spare worker as well
+  (.pool.set_extra): the scheduler shares the cores among runnable threads, so three of ours
+  next to two spinners get more of them than two do, as XLA's pool does.
   A thread waiting for an execution runs it itself when it can
   (.cpu_runtime's devices), which saves the wake-up of the device's thread, that a loaded
   machine runs late as well. Where the kernel shares the cores among sessions first and the
-  neighbours have sessions of their own (autogroup), the share is 2/3 of a core and every
-  program that keeps two cores busy takes 3x or more, XLA's as well (``bench --under-load``'s
-  module docstring). On OpenMP or numba's workqueue with the pool off, the shares are fixed and
+  neighbours have sessions of their own (autogroup), two cores and two such neighbours leave a
+  program 2/3 of a core, and every program that keeps both cores busy takes 3x or more, XLA's
+  as well (``bench --under-load``'s module docstring). On OpenMP or numba's workqueue with the pool off, the shares are fixed and
   a busy machine gets fewer threads, as below for OpenBLAS;
 * OpenBLAS gives a float product other bits on several of its threads than on one (its
   threaded driver cuts the contracted dimension otherwise, and its AVX2 single-precision kernel
@@ -48,9 +37,7 @@ does that), and giving up a thread gives up that thread's share of the cores. So
   threads that the load chose. One large enough to share runs in row blocks, up to one per
   thread, each one BLAS call on one thread, as the chunks of a parallel loop on the pool, busy
   machine or idle: a block is run by whichever thread is free, and a product whose other thread
-  never comes takes its one-thread time, where OpenBLAS's fixed shares wait for it (the MLP,
-  three such products, under ``bench --under-load 2``, three runs each way in turns: 48-68 ms
-  loaded on OpenBLAS's threads, 2.8-2.9x its quiet time, 38-44 ms in blocks, 1.2-2.1x). Where
+  never comes takes its one-thread time, where OpenBLAS's fixed shares wait for it. Where
   OpenBLAS's threads cannot be set per call (another BLAS), :func:`apply` has the blocks run
   in sequence (:func:`set_dot_blocks`, which the generated code reads with
   :func:`dot_in_blocks`), each on the BLAS's own threads, which would otherwise nest in numba's.
@@ -282,10 +269,8 @@ def usable_threads(limit: int) -> int:
     Busy time of the whole machine minus this process's own CPU time, over the last
     :data:`SAMPLE_S` or more, and at most the other threads runnable now: the average may hold
     a burst of other work that has ended since (another plugin's turn in a benchmark, a build
-    step), which would otherwise cost the next runs their threads. ``bench`` gives each plugin
-    its turn of 0.1-0.3 s per program, and such a turn, just ended, made the next 0.2 s of runs
-    here cut their products into row blocks as if the machine were busy. Until there are two
-    samples, ``limit``."""
+    step), which would otherwise cost the next runs their threads (or cut their products into
+    row blocks as if the machine were still busy). Until there are two samples, ``limit``."""
     now = time.monotonic()
     last = _last
     if now - last.when < SAMPLE_S and last.threads:

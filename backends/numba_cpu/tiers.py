@@ -1,8 +1,8 @@
 """Tiered execution: a program's first results come from the eager numpy tier, and it switches
 to its numba-compiled code once a background compile has produced it.
 
-Why tiers. numba takes half a second to import and then 0.5-3 s (tens of seconds on a loaded
-machine) to compile a program, where XLA:CPU takes 10-300 ms; a first ``pjrt-hub run`` waited
+Why tiers. numba takes half a second to import and then seconds (tens on a loaded machine) to
+compile a program, where XLA:CPU takes a small fraction of that; a first ``pjrt-hub run`` waited
 for all of it. Most of that time is numba's type inference and LLVM, so no reorganisation of
 the generated code brings it near XLA's. Instead, a program is first planned for
 :mod:`.eager`, which runs it op by op with numpy and needs no compilation: its first result
