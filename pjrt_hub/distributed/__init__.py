@@ -2,8 +2,9 @@
 
 ``pjrt-hub launch -n P [--devices-per-process D] -- python script.py`` starts a job on this
 host (the way ``torchrun`` does): it runs the job's key-value store (:class:`StoreServer`,
-loopback only, a random token per job) and starts P processes, under MPICH's ``mpiexec`` when
-the ``[distributed]`` extra is installed, so that collectives spanning processes go over MPI.
+loopback only, each process admitted with its own rank's credential) and starts P processes,
+under MPICH's ``mpiexec`` when the ``[distributed]`` extra is installed, so that collectives
+spanning processes go over MPI.
 In each process, :func:`initialize` reads what the launcher set and gives a :class:`Job`::
 
     job = pjrt_hub.distributed.initialize()
@@ -20,14 +21,15 @@ from typing import Any
 
 from pjrt_hub.abi import DeadlineExceeded, InvalidArgument
 
-from ._store import FAILED_KEY, StoreClient, StoreServer, new_token
+from ._handoff import ENV_CREDENTIAL, ENV_RANK, MPI_RANK_VARIABLES
+from ._store import FAILED_KEY, StoreClient, StoreServer, new_token, rank_credential
 
-__all__ = ["FAILED_KEY", "Job", "JaxKeyValueStore", "StoreClient", "StoreServer", "initialize", "new_token"]
+__all__ = ["FAILED_KEY", "Job", "JaxKeyValueStore", "StoreClient", "StoreServer", "initialize", "new_token",
+           "rank_credential"]
 
-#: Environment the launcher sets for every process.
-ENV_STORE, ENV_TOKEN, ENV_RANK, ENV_SIZE, ENV_DEVICES, ENV_TIMEOUT = (
-    "PJRT_HUB_STORE", "PJRT_HUB_JOB_TOKEN", "PJRT_HUB_RANK", "PJRT_HUB_WORLD_SIZE",
-    "PJRT_HUB_DEVICES_PER_PROCESS", "PJRT_HUB_KV_TIMEOUT")
+#: Environment the launcher sets for every process (and, each its own, ENV_RANK and ENV_CREDENTIAL).
+ENV_STORE, ENV_SIZE, ENV_DEVICES, ENV_TIMEOUT = (
+    "PJRT_HUB_STORE", "PJRT_HUB_WORLD_SIZE", "PJRT_HUB_DEVICES_PER_PROCESS", "PJRT_HUB_KV_TIMEOUT")
 
 
 @dataclass
@@ -67,7 +69,7 @@ class Job:
 
 
 def _rank_from_env(environ) -> int:
-    for name in (ENV_RANK, "PMI_RANK", "OMPI_COMM_WORLD_RANK"):
+    for name in (ENV_RANK, *MPI_RANK_VARIABLES):
         if environ.get(name) not in (None, ""):
             return int(environ[name])
     raise InvalidArgument(f"no rank for this process: run it with `pjrt-hub launch` (which sets {ENV_RANK}) "
@@ -83,11 +85,11 @@ def initialize(*, rank: int | None = None, world_size: int | None = None, store:
     devices = int(environ.get(ENV_DEVICES, "1"))
     timeout = float(environ.get(ENV_TIMEOUT, "60"))
     if store is None:
-        address, token = environ.get(ENV_STORE), environ.get(ENV_TOKEN)
-        if not address or not token:
+        address, credential = environ.get(ENV_STORE), environ.get(ENV_CREDENTIAL)
+        if not address or not credential:
             raise InvalidArgument(f"no job store: run under `pjrt-hub launch` (which sets {ENV_STORE} and "
-                                  f"{ENV_TOKEN}) or pass store=")
-        store = StoreClient(address, token, rank)
+                                  f"{ENV_CREDENTIAL}) or pass store=")
+        store = StoreClient(address, credential, rank)
     if not 0 <= rank < world_size:
         raise InvalidArgument(f"rank {rank} is outside the job's {world_size} processes")
     if environ.get(ENV_STORE):

@@ -1,12 +1,14 @@
 """``pjrt-hub launch``: start a job of P processes on this host, the way ``torchrun`` does.
 
-The launcher runs the job's store (loopback, random token) and starts the processes under
-MPICH's ``mpiexec`` when mpi4py and MPICH are installed (``pjrt-hub[distributed]``), else as
-plain subprocesses (then only collectives within a process work). ``mpiexec`` is told not to
-kill the job when one process dies: the store notices the dead process and the others fail
-their collectives with an error naming it, then exit; the launcher reports every exit. A process
-that cannot (one stuck inside MPI's start-up, where no Python runs, when another died there) is
-killed with the rest of the job once the job has failed and the store's timeout has passed.
+The launcher runs the job's store (loopback, a random secret it keeps) and starts the processes
+under MPICH's ``mpiexec`` when mpi4py and MPICH are installed (``pjrt-hub[distributed]``), else
+as plain subprocesses (then only collectives within a process work). Each process gets its rank
+and that rank's credential, never the secret: a subprocess in its environment, a process of
+``mpiexec`` through :mod:`._handoff`. ``mpiexec`` is told not to kill the job when one process
+dies: the store notices the dead process and the others fail their collectives with an error
+naming it, then exit; the launcher reports every exit. A process that cannot (one stuck inside
+MPI's start-up, where no Python runs, when another died there) is killed with the rest of the
+job once the job has failed and the store's timeout has passed.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Sequence
 
-from . import ENV_DEVICES, ENV_RANK, ENV_SIZE, ENV_STORE, ENV_TIMEOUT, ENV_TOKEN
+from . import ENV_CREDENTIAL, ENV_DEVICES, ENV_RANK, ENV_SIZE, ENV_STORE, ENV_TIMEOUT
+from ._handoff import credential_file
 from ._store import FAILED_KEY, StoreServer, new_token
 
 __all__ = ["launch", "mpiexec_path"]
@@ -46,15 +50,16 @@ def mpiexec_path() -> str | None:
 def launch(command: Sequence[str], processes: int, *, devices_per_process: int = 1, timeout: float = 60.0,
            host: str = "127.0.0.1", use_mpi: bool | None = None, out=sys.stderr) -> int:
     """Run ``command`` as ``processes`` processes of one job; the exit status of the job."""
-    token = new_token()
-    server = StoreServer(token, host=host).start()
-    env = dict(os.environ)
-    env.update({ENV_STORE: server.address, ENV_TOKEN: token, ENV_SIZE: str(processes),
-                ENV_DEVICES: str(devices_per_process), ENV_TIMEOUT: str(timeout)})
     mpiexec = mpiexec_path() if use_mpi is not False else None
     if use_mpi and mpiexec is None:
         print("pjrt-hub launch: --mpi needs mpi4py and MPICH: pip install 'pjrt-hub[distributed]'", file=out)
         return 2
+    server = StoreServer(new_token(), host=host).start()
+    # What a process of an enclosing job was given is not this job's.
+    env = {name: value for name, value in os.environ.items() if name not in (ENV_RANK, ENV_CREDENTIAL)}
+    env.update({ENV_STORE: server.address, ENV_SIZE: str(processes),
+                ENV_DEVICES: str(devices_per_process), ENV_TIMEOUT: str(timeout)})
+    handoff: str | None = None
     try:
         # Each in a session of its own, so that the job can be ended whole (mpiexec's ranks too);
         # an interrupt of the launcher is passed on to it (see _wait).
@@ -63,14 +68,17 @@ def launch(command: Sequence[str], processes: int, *, devices_per_process: int =
             # Hydra would kill every process when one dies; leave that to the job (the store
             # names the dead process to the others) so that every survivor says what happened.
             extra = [] if mpiexec.endswith("gforker") else ["-disable-auto-cleanup", "-bind-to", "none"]
-            argv = [mpiexec, "-n", str(processes), *extra, *command]
+            handoff = tempfile.mkdtemp(prefix="pjrt-hub-job-")  # only this user may open it
+            _write_credentials(server, handoff, processes)
+            argv = [mpiexec, "-n", str(processes), *extra, sys.executable, "-I", "-S", HANDOFF, handoff, "--",
+                    *command]
             child = subprocess.Popen(argv, env=env, start_new_session=True)
             code = _wait([child], server, grace, out)[0]
         else:
             children = []
             for rank in range(processes):
-                children.append(subprocess.Popen(list(command), env={**env, ENV_RANK: str(rank)},
-                                                 start_new_session=True))
+                own = {ENV_RANK: str(rank), ENV_CREDENTIAL: server.credential(rank)}
+                children.append(subprocess.Popen(list(command), env={**env, **own}, start_new_session=True))
             codes = _wait(children, server, grace, out)
             for rank, c in enumerate(codes):
                 if c:
@@ -87,7 +95,11 @@ def launch(command: Sequence[str], processes: int, *, devices_per_process: int =
             code = code or 1
         for why in server.refused:
             print(f"pjrt-hub launch: the store refused a stranger: {why}", file=out)
+        for why in server.refused_puts:
+            print(f"pjrt-hub launch: {why}", file=out)
         server.close()
+        if handoff is not None:
+            shutil.rmtree(handoff, ignore_errors=True)
     if code < 0:
         code = 128 - code
     return code
@@ -95,6 +107,19 @@ def launch(command: Sequence[str], processes: int, *, devices_per_process: int =
 
 #: The least time the processes of a failed job get to end by themselves (see :func:`_wait`).
 MIN_GRACE_SECONDS = 5.0
+#: What each process of ``mpiexec`` runs first, to take its credential (run by path, so that it
+#: imports nothing of pjrt-hub).
+HANDOFF = str(Path(__file__).with_name("_handoff.py"))
+
+
+def _write_credentials(server: StoreServer, directory: str, processes: int) -> None:
+    """One file per rank in ``directory``, holding the rank's credential, for :mod:`._handoff`."""
+    for rank in range(processes):
+        fd = os.open(credential_file(directory, rank), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, server.credential(rank).encode())
+        finally:
+            os.close(fd)
 
 
 def _signal_groups(processes: Sequence[subprocess.Popen], sig: int) -> None:

@@ -1,4 +1,4 @@
-"""The job store (token, strangers refused while the job goes on) and the topology exchange."""
+"""The job store (credentials, strangers refused while the job goes on) and the topology exchange."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ def server():
 
 
 def test_get_try_get_put_and_timeouts(server):
-    a = StoreClient(server.address, server.token, 0)
-    b = StoreClient(server.address, server.token, 1)
+    a = StoreClient(server.address, server.credential(0), 0)
+    b = StoreClient(server.address, server.credential(1), 1)
     assert a.try_get("k") is None
     threading.Timer(0.2, lambda: b.put("k", b"\x00v")).start()
     assert a.get("k", 5) == b"\x00v"
@@ -37,16 +37,16 @@ def test_get_try_get_put_and_timeouts(server):
 
 def test_strangers_are_refused_with_a_log_line_while_the_job_goes_on(server, caplog):
     caplog.set_level(logging.WARNING, logger="pjrt_hub.distributed")
-    member = StoreClient(server.address, server.token, 0)
+    member = StoreClient(server.address, server.credential(0), 0)
     with pytest.raises(PermissionDenied):
-        StoreClient(server.address, "0" * 32, 1)
+        StoreClient(server.address, "0" * 64, 1)
     garbage = socket.create_connection(("127.0.0.1", server.port))
     garbage.sendall(b"\xff\xfe GET / HTTP/1.0\r\n\r\n")
     silent = socket.create_connection(("127.0.0.1", server.port))
     deadline = time.monotonic() + 10
     while len(server.refused) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert sorted(server.refused) == sorted(["wrong job token", "no hello within 0.5 s",
+    assert sorted(server.refused) == sorted(["not the credential of rank 1", "no hello within 0.5 s",
                                              "not a pjrt-hub store client (garbage or closed before its hello)"])
     assert sum("refused a connection" in r.getMessage() for r in caplog.records) == 3
     member.put("still", b"here")
@@ -63,10 +63,10 @@ def _wait_refused(server, count):
 
 
 def test_a_hello_that_trickles_in_or_nests_deep_is_refused_and_the_job_goes_on(server):
-    member = StoreClient(server.address, server.token, 0)
+    member = StoreClient(server.address, server.credential(0), 0)
     trickle = socket.create_connection(("127.0.0.1", server.port))
     start = time.monotonic()
-    for byte in b'{"token": "':  # one byte every 0.1 s: each read is quick, the hello never ends
+    for byte in b'{"credential": "':  # one byte every 0.1 s: each read is quick, the hello never ends
         try:
             trickle.sendall(bytes([byte]))
         except OSError:
@@ -98,7 +98,7 @@ def test_many_strangers_make_a_few_log_lines_and_are_all_counted(server, caplog)
 
 
 def test_a_rank_that_disappears_is_named(server):
-    doomed = StoreClient(server.address, server.token, 3)
+    doomed = StoreClient(server.address, server.credential(3), 3)
     doomed._sock.close()  # the process died: no goodbye
     deadline = time.monotonic() + 5
     while server.value(FAILED_KEY) is None and time.monotonic() < deadline:
@@ -115,7 +115,7 @@ def test_processes_exchange_topologies(server):
     clients = {}
 
     def make(node, devices):
-        store = StoreClient(server.address, server.token, node)
+        store = StoreClient(server.address, server.credential(node), node)
         clients[node] = api.client_create({"node_id": node, "num_nodes": 2, "cpu_device_count": devices},
                                           kv_store=store)
 
