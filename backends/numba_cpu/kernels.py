@@ -534,7 +534,10 @@ def _scatter(ctx: Lowering, op: Op) -> Sequence[Binding]:
         ctx.fill(name, kind, v.tensor_type.shape, functools.partial(ctx.read, v))
         outs.append((name, kind))
     for u in updates:
-        ctx.array(u)
+        # A rank-0 update (one scatter index, no window) is read as a scalar; only arrays
+        # are materialized before the loop.
+        if u.tensor_type.rank:
+            ctx.array(u)
     combine = reducer(ctx, op)
     ushape = updates[0].tensor_type.shape
     urank = len(ushape)
@@ -905,8 +908,7 @@ def _convolution_by_pixel(ctx: Lowering, op: Op, out: str, out_kind: ElementKind
     once for all of them. Each feature's sum takes the same terms in the same order as one
     accumulator per output element would (the window in order, a position in the padding or a
     dilation hole a zero of the input), so the bits are the same; but the features' sums no
-    longer wait for one another (conv2d of the corpus: 8 features of 27 terms, 33-47 us where it
-    took 45-87)."""
+    longer wait for one another."""
     rhs = op.operands[1]
     dn = op.attr("dimension_numbers")
     nsp = len(dn.input_spatial_dimensions)

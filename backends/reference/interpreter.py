@@ -515,7 +515,9 @@ def _scatter(ctx: Execution, op: Op, *args):
     dn = op.attributes["scatter_dimension_numbers"]
     dest, valid, perm = scatter_destinations(inputs[0].shape, indices, updates[0].shape, dn)
     ordered = [np.transpose(u, perm).reshape(-1) for u in updates]
-    results = [np.array(x, copy=True) for x in inputs]
+    # C order: the rounds write through flat views (a copy of a transposed operand would keep
+    # its strides, and the flat "view" would be a copy that drops every write).
+    results = [np.array(x, copy=True, order="C") for x in inputs]
     _apply_in_rounds(ctx.combiner(op.regions[0]), results, dest[valid], [u[valid] for u in ordered])
     return Results(results)
 
