@@ -53,6 +53,11 @@ JAX_LIMITATIONS: tuple[JaxLimitation, ...] = (
         "every plugin, and ignore them without reading their values (an option that is neither XLA's nor "
         "the backend's own is refused: 'No such compile option')"),
     JaxLimitation(
+        "noncanonical_bools", "a boolean array whose bytes are neither 0 nor 1 (numpy makes one with "
+        ".view(bool)), viewed back as integers",
+        "both tiers read a boolean as True or False, so viewing it as int8 gives 1 where XLA passes the "
+        "stored byte through; every other operation on it agrees with XLA"),
+    JaxLimitation(
         "token_buffers", "reading a token's buffer (token._buf) as an array",
         "tokens are held as empty boolean arrays (pred[0], the buffer JAX passes for a token), so a "
         "token's buffer reads as an empty array where XLA refuses 'a token-shape buffer'; tokens passed "

@@ -474,6 +474,13 @@ def test_tokens_pass_through_jitted_functions():
     np.testing.assert_array_equal(np.asarray(value), [2, 2, 2])
 
 
+@xfail_limitation("noncanonical_bools")
+def test_a_boolean_holding_another_byte_views_as_that_byte():
+    stored = np.array([96], np.uint8).view(np.bool_)
+    x = jax.device_put(stored, jax.devices(NUMBA)[0])
+    assert int(np.asarray(jax.jit(lambda b: b.view(jnp.int8))(x))[0]) == 96
+
+
 @xfail_limitation("token_buffers")
 def test_a_token_buffer_is_not_an_array():
     with jax.default_device(jax.devices(NUMBA)[0]):
