@@ -51,6 +51,15 @@ def _front_end(text: str) -> Module:
     return module
 
 
+def _compile(text: str, opts: CompileOptions) -> "ReferenceProgram":
+    module = _front_end(text)
+    # Replicas and partitions run the same program on their own arguments (the runtime
+    # gives each device its list), meeting at collectives: a program already partitioned
+    # by hand. One whose arrays carry shardings to propagate is another matter.
+    check_partitionable(module, max(opts.num_partitions, module.num_partitions), "reference")
+    return ReferenceProgram(text, opts, module)
+
+
 class ReferenceCompiler:
     """Turns StableHLO text into a :class:`ReferenceProgram`."""
 
@@ -59,12 +68,9 @@ class ReferenceCompiler:
     def compile(self, code: str | bytes, options: CompileOptions | bytes | None = None) -> "ReferenceProgram":
         text = _text(code)
         opts = decode_compile_options(options)
-        module = run_deep(_front_end, text)
-        # Replicas and partitions run the same program on their own arguments (the runtime
-        # gives each device its list), meeting at collectives: a program already partitioned
-        # by hand. One whose arrays carry shardings to propagate is another matter.
-        check_partitionable(module, max(opts.num_partitions, module.num_partitions), "reference")
-        return ReferenceProgram(text, opts, module)
+        # Not only the front end walks nested regions recursively: so do the partition check and
+        # the program's own analyses (collectives, loops), which must run on the deep stack too.
+        return run_deep(_compile, text, opts)
 
     def deserialize(self, data: bytes) -> "ReferenceProgram":
         data = bytes(data)

@@ -4,9 +4,10 @@ What the parser guarantees is syntax; this module checks meaning, so that a back
 its input: every operand is defined before it is used (in its block or an enclosing one), every
 op's result types follow from its operands and attributes as the StableHLO spec says, regions
 take and return what their op requires, and every ``func.call`` reaches an existing function
-with the signature it claims. Errors are :class:`~pjrt_hub.abi.CompileError` naming the op and
-its location. Ops this module has no rule for are left to the backend (which raises
-UnsupportedOpError for ops it cannot run).
+with the signature it claims, and no tensor is larger than a 64-bit size can count
+(:mod:`.limits`, first, so that no backend plans a tensor that cannot exist). Errors are
+:class:`~pjrt_hub.abi.CompileError` naming the op and its location. Ops this module has no rule
+for are left to the backend (which raises UnsupportedOpError for ops it cannot run).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .ir import (
     Type,
     Value,
 )
+from .limits import check_sizes
 from .ops import OPS
 
 __all__ = ["VERIFIERS", "gather_result_shape", "verify", "verify_function"]
@@ -48,6 +50,7 @@ def verify(module: Module) -> Module:
     if not module.functions:
         raise CompileError("module has no functions")
     _ = module.main  # raises CompileError when there is no entry point
+    check_sizes(module)
     # Computations a custom_call names (JAX's ApproxTopK comparator) end as regions do, with
     # stablehlo.return: what runs them is the custom call's implementation, if any.
     called = {getattr(ref, "name", str(ref)) for op in module.walk() if op.name == "stablehlo.custom_call"
