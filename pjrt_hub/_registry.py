@@ -57,6 +57,9 @@ from pjrt_hub.extensions import (
 
 from ._discovery import ENV_LIBRARY_PATHS, Candidate, discover
 from ._facade import Gated, gate
+from ._preflight_child import DONE as _PREFLIGHT_DONE
+from ._preflight_child import HUNG as _PREFLIGHT_HUNG
+from ._preflight_child import IMPORTED as _PREFLIGHT_IMPORTED
 from ._policy import PluginKind, Policy, Verdict, judge, strict_from_environment
 from ._reports import (
     DeclarationModel,
@@ -310,38 +313,8 @@ def _within(seconds: float, call: Any) -> Any:
 #: Entry points of pjrt-hub's own Python plugins (numba_cpu, reference), never isolated.
 _OWN_MODULE = "pjrt_hub."
 
-#: What a :func:`preflight` child prints when it got through (a plugin may print too).
-_PREFLIGHT_DONE = "pjrt-hub-preflight: done"
-_PREFLIGHT_IMPORTED = "pjrt-hub-preflight: imported"
-#: How the record of a ``pjrt_hub_declare`` that never returned reads (see _load_python).
-_PREFLIGHT_HUNG = "did not return within"
-
-#: The children write their answers to file descriptor 1 directly, each on a line of its own
-#: (a plugin may print without a newline, or replace sys.stdout), and end with os._exit once
-#: they have answered (a plugin's threads or exit handlers must not hold them up).
-_PREFLIGHT = f"""\
-import os, sys
-def say(line):
-    os.write(1, ("\\n" + line + "\\n").encode())
-name, value, group, timeout = sys.argv[1:5]
-from importlib.metadata import EntryPoint
-try:
-    obj = EntryPoint(name, value, group).load()
-except (Exception, SystemExit):
-    obj = None  # recorded when the registry imports it again: only an end of the process is news here
-except BaseException as exc:  # KeyboardInterrupt at import: the registry does not catch it
-    say("pjrt-hub-preflight: raised " + type(exc).__name__)
-    os._exit(0)
-say({_PREFLIGHT_IMPORTED!r})
-if obj is not None:
-    from pjrt_hub._registry import PluginRegistry, RegistrySettings
-    settings = RegistrySettings(autoload=False, library_paths="", probe_timeout=float(timeout))
-    record = PluginRegistry(settings).register(obj, name)
-    if {_PREFLIGHT_HUNG!r} in (record.reason or ""):  # not to be waited for again
-        say("pjrt-hub-preflight: hung " + record.reason)
-say({_PREFLIGHT_DONE!r})
-os._exit(0)
-"""
+#: The pre-flight children: a module, so that ruff and mypy read them like the rest.
+_PREFLIGHT_CHILD = "pjrt_hub._preflight_child"
 
 
 def child_environment() -> dict[str, str]:
@@ -363,7 +336,7 @@ def preflight(ep: md.EntryPoint, timeout: float) -> str | None:
     recorded when the registry imports it in its own), else why the plugin must not be
     imported here: it ended the process, raised KeyboardInterrupt, or did not finish."""
     what = f"importing {ep.value!r}"
-    cmd = [sys.executable, "-c", _PREFLIGHT, ep.name, ep.value, ep.group, str(timeout)]
+    cmd = [sys.executable, "-m", _PREFLIGHT_CHILD, "import", ep.name, ep.value, ep.group, str(timeout)]
     # The import itself gets a generous bound (importing a framework can take a minute cold);
     # the declaration has ``timeout`` within it.
     bound = max(120.0, 2 * timeout + 10)
@@ -406,22 +379,6 @@ def _how_it_ended(done: "subprocess.CompletedProcess[str]") -> str:
     return end + (f"; its last words: {last[0][-300:]}" if last[0] else "")
 
 
-_CLIENT_PREFLIGHT = f"""\
-import os, sys
-from pjrt_hub._policy import Policy
-from pjrt_hub._registry import PluginRegistry
-from pjrt_hub.abi import ApiVersion
-from pjrt_hub.atlas import MinorDates
-name, framework, window, floor, strict = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] == "1"
-policy = Policy(framework=ApiVersion.parse(framework), window_weeks=int(window), floor_minor=int(floor),
-                strict=strict, dates=MinorDates.from_json(sys.argv[6]) if sys.argv[6] else None)
-try:
-    PluginRegistry.from_environment(policy=policy, requested=frozenset([name.lower()])).create_client(name)
-except BaseException:
-    pass  # an error is the cases' to report: only an end of the process is news here
-os.write(1, ("\\n" + {_PREFLIGHT_DONE!r} + "\\n").encode())
-os._exit(0)
-"""
 
 
 class PluginRegistry:
@@ -996,7 +953,7 @@ class PluginRegistry:
         # The child judges the plugin's version as this registry does (a plugin accepted only
         # through --window-weeks, --floor-minor or the dates given must be accepted there too,
         # or its client would be created here unprotected).
-        cmd = [sys.executable, "-c", _CLIENT_PREFLIGHT, entry.record.name, str(policy.framework),
+        cmd = [sys.executable, "-m", _PREFLIGHT_CHILD, "client", entry.record.name, str(policy.framework),
                str(policy.window_weeks), str(policy.floor_minor), "1" if policy.strict else "0",
                "" if policy.dates is None else policy.dates.to_json()]
         try:
