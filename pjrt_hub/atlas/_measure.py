@@ -34,12 +34,9 @@ class MeasureError(RuntimeError):
 
 
 def _hub_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    import pjrt_hub
 
-    try:
-        return f"pjrt-hub {version('pjrt-hub')}"
-    except PackageNotFoundError:
-        return "pjrt-hub (not installed)"
+    return f"pjrt-hub {pjrt_hub.__version__}"
 
 
 def download(url: str, target: Path, sha256: str | None, *, timeout: float = 120.0,

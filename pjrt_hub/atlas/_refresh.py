@@ -56,11 +56,7 @@ class Store:
             return None  # missing, or unreadable: measured again
 
     def put(self, release: PluginRelease) -> None:
-        path = self._path(release.package, release.version)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        scratch = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
-        scratch.write_text(release.model_dump_json(indent=1))
-        scratch.replace(path)
+        _write_atomically(self._path(release.package, release.version), release.model_dump_json(indent=1))
 
     def all(self) -> list[PluginRelease]:
         found = []
@@ -93,10 +89,26 @@ class RefreshReport:
 
     def atlas(self) -> AtlasFile:
         return AtlasFile(format=ATLAS_FORMAT, generated_at=dt.datetime.now(dt.timezone.utc),
-                         releases=sorted(self.releases, key=lambda r: (r.package, r.uploaded or _EPOCH, r.version)))
+                         releases=sorted(self.releases, key=_release_order))
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def _release_order(release: PluginRelease) -> tuple[str, dt.datetime, str]:
+    """An atlas's order: by package, then by first upload."""
+    return (release.package, release.uploaded or _EPOCH, release.version)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a scratch file renamed into place (removed on failure)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    try:
+        scratch.write_text(text)
+        scratch.replace(path)
+    finally:
+        scratch.unlink(missing_ok=True)
 
 
 def refresh(packages: Sequence[str] = PLUGIN_PACKAGES, *, jobs: int = 2, keep_wheels: bool = False,
@@ -168,8 +180,6 @@ def write_atlas(atlas: AtlasFile, path: Path) -> AtlasFile:
         merged.update((r.key, r) for r in old.releases)
     merged.update((r.key, r) for r in atlas.releases)
     result = AtlasFile(format=ATLAS_FORMAT, generated_at=atlas.generated_at,
-                       releases=sorted(merged.values(), key=lambda r: (r.package, r.uploaded or _EPOCH, r.version)))
-    scratch = path.with_name(f".{path.name}.{os.getpid()}")
-    scratch.write_text(json.dumps(json.loads(result.model_dump_json()), indent=1) + "\n")
-    scratch.replace(path)
+                       releases=sorted(merged.values(), key=_release_order))
+    _write_atomically(path, json.dumps(json.loads(result.model_dump_json()), indent=1) + "\n")
     return result
