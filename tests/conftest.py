@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -159,3 +160,12 @@ else:
     settings.register_profile("explore", max_examples=60, deadline=None, print_blob=True,
                               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     settings.load_profile("ci")
+
+
+@pytest.fixture(scope="session")
+def cc() -> str:
+    """A C compiler, for the tests that build fake plugins; they skip without one."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler to build fake plugins")
+    return compiler

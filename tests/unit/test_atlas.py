@@ -11,7 +11,6 @@ import hashlib
 import io
 import json
 import re
-import shutil
 import struct
 import zipfile
 from pathlib import Path
@@ -220,14 +219,6 @@ def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "cache"
     monkeypatch.setenv("PJRT_HUB_CACHE", str(root))
     return root
-
-
-@pytest.fixture(scope="module")
-def cc() -> str:
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        pytest.skip("no C compiler to build fake plugins")
-    return compiler
 
 
 @pytest.fixture(scope="module")

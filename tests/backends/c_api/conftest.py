@@ -7,7 +7,6 @@ Tests marked ``real_plugin_extra`` use further wheels (60-190 MB each) and run o
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Callable, Iterator
@@ -45,14 +44,6 @@ def client(api: CApi) -> Iterator[CClient]:
     client = api.client_create()
     yield client
     client.destroy()
-
-
-@pytest.fixture(scope="session")
-def cc() -> str:
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        pytest.skip("no C compiler to build fake plugins")
-    return compiler
 
 
 @pytest.fixture
